@@ -1,0 +1,81 @@
+# mqlease -- build, test, demo and benchmark.
+#
+#   make          build build/mqlease/core.so for Lua 5.4
+#   make test     install what is missing, start RocketMQ + Redis on loopback, run the specs
+#                 (a sanitizer build: AddressSanitizer + UndefinedBehaviorSanitizer)
+#   make demo     produce a few messages and consume them with examples/worker.lua
+#   make bench    the benchmark against the official Java client (table in README)
+#   make proto    regenerate proto/gen from proto/*.proto
+#   make deps     install the Debian packages the build and the tests need
+#
+# make test SPEC=spec/roundtrip_spec.lua runs one file.
+
+LUA        ?= lua5.4
+LUA_INC    ?= /usr/include/lua5.4
+CC         ?= cc
+BUILD      ?= build
+CFLAGS_WARN = -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes
+CFLAGS_BASE = -std=gnu11 -fPIC -g -D_GNU_SOURCE -Isrc -Iproto/gen -I$(LUA_INC)
+OPT        ?= -O2
+LIBS        = -lgrpc -lgpr -lprotobuf-c -lcrypto -lpthread
+
+CORE_SRC = src/mql_util.c src/mql_events.c src/mql_lease.c src/mql_codec.c src/mql_call.c \
+           src/mql_metrics.c src/mql_client.c src/lmqlease.c
+GEN_SRC  = proto/gen/apache/rocketmq/v2/definition.pb-c.c \
+           proto/gen/apache/rocketmq/v2/service.pb-c.c \
+           proto/gen/google/protobuf/duration.pb-c.c \
+           proto/gen/google/protobuf/timestamp.pb-c.c
+HEADERS  = $(wildcard src/*.h) $(GEN_SRC:.c=.h)
+
+# Debian 12 packages: build, tests (busted, redis, RocketMQ via Java + Maven, the Node peer).
+DEB_BUILD = gcc make pkg-config lua5.4 liblua5.4-dev libgrpc-dev libprotobuf-c-dev \
+            protobuf-c-compiler libprotobuf-dev libhiredis-dev libssl-dev
+DEB_TEST  = lua-busted lua-cjson lua-cqueues redis-server openjdk-17-jdk-headless maven nodejs npm
+
+.PHONY: all core sanitize deps deps-build deps-test proto test demo bench clean
+
+all: core
+
+core: $(BUILD)/mqlease/core.so
+
+$(BUILD)/mqlease/core.so: $(CORE_SRC) $(GEN_SRC) $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS_WARN) $(OPT) $(CFLAGS) -shared -o $@ $(CORE_SRC) $(GEN_SRC) $(LIBS) $(LDFLAGS)
+
+# The test build: same sources, sanitizers on, loaded into a stock lua5.4 with libasan preloaded.
+SAN_FLAGS = -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+sanitize: $(BUILD)/san/mqlease/core.so
+
+$(BUILD)/san/mqlease/core.so: $(CORE_SRC) $(GEN_SRC) $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS_WARN) $(SAN_FLAGS) -shared -o $@ $(CORE_SRC) $(GEN_SRC) $(LIBS)
+
+proto:
+	@command -v protoc-c >/dev/null || { echo "protoc-c missing: apt-get install -y protobuf-c-compiler libprotobuf-dev"; exit 1; }
+	rm -rf proto/gen && mkdir -p proto/gen
+	protoc-c -I proto -I /usr/include --c_out=proto/gen \
+	  proto/apache/rocketmq/v2/definition.proto proto/apache/rocketmq/v2/service.proto \
+	  /usr/include/google/protobuf/duration.proto /usr/include/google/protobuf/timestamp.proto
+
+deps: deps-build deps-test
+deps-build:
+	@sh spec/support/deps.sh $(DEB_BUILD)
+deps-test:
+	@sh spec/support/deps.sh $(DEB_TEST)
+
+# SPEC selects spec files; the broker and Redis are started here and always stopped.
+SPEC ?= spec
+test: deps
+	@$(MAKE) --no-print-directory core sanitize
+	@bash spec/support/run-specs.sh $(SPEC)
+
+demo: deps
+	@$(MAKE) --no-print-directory core
+	@bash examples/demo.sh
+
+bench: deps
+	@$(MAKE) --no-print-directory core
+	@bash bench/run.sh
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,219 @@
+-- mqlease.config: every option of every constructor, with its type, default
+-- and range, and the one validator that names the bad option in its error.
+--
+-- Options are programmer input: a wrong one raises (at the caller's level),
+-- unlike network and broker failures, which return nil, message, code.
+
+local type, pairs, ipairs, tostring, error = type, pairs, ipairs, tostring, error
+local math_type = math.type
+local floor = math.floor
+local concat, sort = table.concat, table.sort
+
+local _M = {}
+
+-- RocketMQ's own limits (see shared/reference/rocketmq-wire.md):
+local MIN_INVISIBLE = 10        -- the proxy's minimum for ReceiveMessage
+local MAX_INVISIBLE = 43200     -- 12 h, the proxy's maximum per call
+local NAME_PATTERN = "^[%%|%w_%-]+$"
+
+local function is_integer(v)
+  if math_type then return math_type(v) == "integer" or (type(v) == "number" and v == floor(v)) end
+  return type(v) == "number" and v == floor(v)
+end
+
+local function describe(v)
+  if type(v) == "string" then return ("%q"):format(v) end
+  return tostring(v)
+end
+
+-- kind: "string" | "number" | "integer" | "boolean" | "table" | "enum" | "name" | "strings"
+local common = {
+  endpoints = { kind = "string", required = true,
+    doc = "host:port of the RocketMQ proxy (gRPC port); several may be given separated by ';', the first is used" },
+  namespace = { kind = "string", doc = "resource namespace (RocketMQ 5 namespaces)" },
+  credentials = { kind = "table", doc = "{access_key=, secret_key=, security_token=} for ACL-enabled proxies" },
+  request_timeout = { kind = "number", default = 3, min = 0.1, max = 60,
+    doc = "seconds allowed to each unary RPC (ack, renew, send...)" },
+  start_timeout = { kind = "number", default = 10, min = 0.1, max = 300,
+    doc = "seconds allowed to the session start (route, settings)" },
+  tls = { kind = "boolean", default = false, doc = "TLS to the proxy (not supported yet: must be false)" },
+}
+
+_M.consumer = {
+  endpoints = common.endpoints, namespace = common.namespace, credentials = common.credentials,
+  request_timeout = common.request_timeout, start_timeout = common.start_timeout, tls = common.tls,
+  group = { kind = "name", required = true, max_len = 255, doc = "consumer group" },
+  topic = { kind = "name", required = true, max_len = 127, doc = "topic to consume" },
+  filter = { kind = "string", default = "*", doc = "tag expression (\"*\", \"TagA || TagB\") or SQL92 when filter_type = \"sql\"" },
+  filter_type = { kind = "enum", values = { "tag", "sql" }, default = "tag", doc = "how filter is read" },
+  invisible = { kind = "number", default = 30, min = MIN_INVISIBLE, max = MAX_INVISIBLE,
+    doc = "seconds each receive and each renewal hides a message (the lease length)" },
+  renew = { kind = "boolean", default = true, doc = "renew leases in the C core until released or out of budget" },
+  renew_every = { kind = "number", min = 1, max = MAX_INVISIBLE,
+    doc = "seconds between renewals (default invisible/3, minus up to 10% jitter); must be < invisible" },
+  max_renewals = { kind = "integer", min = 0, max = 1e9, doc = "renewals allowed per lease (nil = unlimited)" },
+  max_lease = { kind = "number", default = 3600, min = MIN_INVISIBLE, max = 7 * 86400,
+    doc = "seconds a lease may be held in total, renewals included; must be >= invisible" },
+  on_budget = { kind = "enum", values = { "expire", "nack" }, default = "expire",
+    doc = "when the budget is spent: stop renewing (expire) or give the message back at once (nack)" },
+  await = { kind = "number", default = 20, min = 0, max = 20,
+    doc = "long-poll seconds of a receive; the proxy polls at least 5 s and at most 20 s" },
+  batch = { kind = "integer", default = 16, min = 1, max = 32, doc = "messages per receive (the proxy caps it at 32)" },
+  release_delay = { kind = "number", default = 1, min = 0, max = MAX_INVISIBLE,
+    doc = "seconds after which a message released on close becomes visible again" },
+}
+
+_M.producer = {
+  endpoints = common.endpoints, namespace = common.namespace, credentials = common.credentials,
+  request_timeout = common.request_timeout, start_timeout = common.start_timeout, tls = common.tls,
+  topics = { kind = "strings", doc = "topics announced to the proxy at start (optional)" },
+}
+
+local function check_value(where, name, spec, v)
+  local function bad(expected)
+    error(("%s: option '%s' must be %s (got %s)"):format(where, name, expected, describe(v)), 6)
+  end
+  local kind = spec.kind
+  if kind == "string" then
+    if type(v) ~= "string" or v == "" then bad("a non-empty string") end
+  elseif kind == "name" then
+    if type(v) ~= "string" or not v:match(NAME_PATTERN) or #v > spec.max_len then
+      bad(("a name of letters, digits, '%%', '|', '_' or '-' (at most %d characters)"):format(spec.max_len))
+    end
+  elseif kind == "number" or kind == "integer" then
+    if type(v) ~= "number" or v ~= v then bad("a number") end
+    if kind == "integer" and not is_integer(v) then bad("an integer") end
+    if (spec.min and v < spec.min) or (spec.max and v > spec.max) then
+      bad(("a number between %s and %s"):format(spec.min, spec.max))
+    end
+  elseif kind == "boolean" then
+    if type(v) ~= "boolean" then bad("a boolean") end
+  elseif kind == "table" then
+    if type(v) ~= "table" then bad("a table") end
+  elseif kind == "enum" then
+    for _, allowed in ipairs(spec.values) do
+      if v == allowed then return end
+    end
+    bad("one of \"" .. concat(spec.values, "\", \"") .. "\"")
+  elseif kind == "strings" then
+    if type(v) ~= "table" then bad("an array of strings") end
+    for _, s in ipairs(v) do
+      if type(s) ~= "string" or s == "" then bad("an array of strings") end
+    end
+  end
+end
+
+local function known_names(specs)
+  local names = {}
+  for k in pairs(specs) do names[#names + 1] = k end
+  sort(names)
+  return concat(names, ", ")
+end
+
+-- Validates opts against specs; returns a new table with defaults filled in.
+-- where names the constructor in errors ("mqlease.consumer"). Errors point at
+-- the user's call: user -> new -> *_options -> check.
+function _M.check(where, specs, opts)
+  if type(opts) ~= "table" then
+    error(("%s: options table expected, got %s"):format(where, type(opts)), 4)
+  end
+  local out = {}
+  for k, v in pairs(opts) do
+    local spec = specs[k]
+    if not spec then
+      error(("%s: unknown option '%s' (known: %s)"):format(where, tostring(k), known_names(specs)), 4)
+    end
+    check_value(where, k, spec, v)
+    out[k] = v
+  end
+  for k, spec in pairs(specs) do
+    if out[k] == nil then
+      if spec.required then error(("%s: option '%s' is required"):format(where, k), 4) end
+      out[k] = spec.default
+    end
+  end
+  return out
+end
+
+-- Levels count from the user's call: user -> new -> *_options -> here.
+local function relation_error(where, msg)
+  error(where .. ": " .. msg, 4)
+end
+
+function _M.consumer_options(opts)
+  local where = "mqlease.consumer"
+  local o = _M.check(where, _M.consumer, opts)
+  if o.tls then relation_error(where, "option 'tls' is not supported yet: the proxy accepts plaintext on the same port") end
+  if o.renew_every and o.renew_every >= o.invisible then
+    relation_error(where, ("option 'renew_every' (%s) must be less than 'invisible' (%s)"):format(o.renew_every, o.invisible))
+  end
+  if o.max_lease < o.invisible then
+    relation_error(where, ("option 'max_lease' (%s) must be at least 'invisible' (%s)"):format(o.max_lease, o.invisible))
+  end
+  if o.credentials then
+    local cr = o.credentials
+    if type(cr.access_key) ~= "string" or type(cr.secret_key) ~= "string" then
+      relation_error(where, "option 'credentials' needs string fields access_key and secret_key")
+    end
+  end
+  return o
+end
+
+function _M.producer_options(opts)
+  local where = "mqlease.producer"
+  local o = _M.check(where, _M.producer, opts)
+  if o.tls then relation_error(where, "option 'tls' is not supported yet: the proxy accepts plaintext on the same port") end
+  return o
+end
+
+-- The first endpoint of "host:port;host:port".
+function _M.first_endpoint(endpoints)
+  local first = endpoints:match("^%s*([^;%s]+)")
+  if not first or not first:match("^[^:]+:%d+$") then
+    error(("mqlease: option 'endpoints' must look like host:port (got %q)"):format(endpoints), 3)
+  end
+  return first
+end
+
+-- Checks the arguments of producer:send; raises naming the bad one.
+function _M.check_send(topic, body, opts)
+  if type(topic) ~= "string" or not topic:match(NAME_PATTERN) then
+    error(("bad argument #1 to 'send' (topic: a topic name expected, got %s)"):format(describe(topic)), 3)
+  end
+  if type(body) ~= "string" then
+    error(("bad argument #2 to 'send' (body: string expected, got %s)"):format(type(body)), 3)
+  end
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then
+    error(("bad argument #3 to 'send' (options table expected, got %s)"):format(type(opts)), 3)
+  end
+  for k, v in pairs(opts) do
+    if k == "tag" then
+      if type(v) ~= "string" or v:find("|", 1, true) or not v:match("%S") then
+        error(("mqlease.send: option 'tag' must be a non-blank string without '|' (got %s)"):format(describe(v)), 3)
+      end
+    elseif k == "keys" then
+      if type(v) == "string" then v = { v } end
+      if type(v) ~= "table" then
+        error("mqlease.send: option 'keys' must be a string or an array of strings", 3)
+      end
+      for _, key in ipairs(v) do
+        if type(key) ~= "string" or not key:match("%S") then
+          error(("mqlease.send: option 'keys' must hold non-blank strings (got %s)"):format(describe(key)), 3)
+        end
+      end
+    elseif k == "properties" then
+      if type(v) ~= "table" then error("mqlease.send: option 'properties' must be a table of strings", 3) end
+      for pk, pv in pairs(v) do
+        if type(pk) ~= "string" or type(pv) ~= "string" then
+          error(("mqlease.send: option 'properties' must map strings to strings (bad entry %s)"):format(describe(pk)), 3)
+        end
+      end
+    elseif k ~= "timeout" then
+      error(("mqlease.send: unknown option '%s' (known: keys, properties, tag, timeout)"):format(tostring(k)), 3)
+    end
+  end
+  return opts
+end
+
+return _M

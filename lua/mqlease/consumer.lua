@@ -1,0 +1,304 @@
+-- mqlease.consumer: a RocketMQ 5 SimpleConsumer whose messages are leases.
+--
+-- receive() returns messages; each carries a lease that the C core renews on
+-- its own thread until the message is acked, nacked, let go, or its budget is
+-- spent. This file is the thin Lua side: options, waiting, and the objects a
+-- handler touches (message, lease). The lease itself lives in src/mql_lease.c.
+
+local core = require "mqlease.core"
+local config = require "mqlease.config"
+local session_mod = require "mqlease.session"
+
+local setmetatable, rawget, type, error, ipairs, pairs = setmetatable, rawget, type, error, ipairs, pairs
+local floor = math.floor
+
+local _M = {}
+
+-- ---------------------------------------------------------------- lease
+
+local FINAL = { acked = true, released = true, lost = true }
+local ALIVE = { held = true, renewing = true, expiring = true }
+
+local lease_methods = {}
+local lease_mt = {
+  __name = "mqlease.lease",
+  __index = function(self, k)
+    if k == "state" then
+      return (self:_info())
+    elseif k == "renewals" then
+      local _, _, renewals = self:_info()
+      return renewals
+    end
+    return lease_methods[k]
+  end,
+  __tostring = function(self)
+    return ("mqlease.lease(%d, %s)"):format(rawget(self, "id"), self.state)
+  end,
+}
+
+local function new_lease(session, id)
+  local lease = setmetatable({ id = id, _session = session, _final = nil, _renewals = 0 }, lease_mt)
+  session.leases[id] = lease
+  return lease
+end
+
+-- state, remaining seconds, renewals: from the core while it holds the lease,
+-- else the final state the core reported when it let go.
+function lease_methods:_info()
+  local final = rawget(self, "_final")
+  if final then return final, 0, rawget(self, "_renewals") end
+  local session = rawget(self, "_session")
+  local client = session.client
+  if not client:closed() then
+    local state, remaining, renewals = client:lease(rawget(self, "id"))
+    if state then
+      self._renewals = renewals
+      return state, remaining, renewals
+    end
+    session:pump()   -- the event that ended it is waiting
+    final = rawget(self, "_final")
+    if final then return final, 0, rawget(self, "_renewals") end
+  end
+  return "lost", 0, rawget(self, "_renewals")
+end
+
+function lease_methods:_set_state(state)
+  if FINAL[state] and not rawget(self, "_final") then self._final = state end
+end
+
+-- true while the broker still hides the message for us
+function lease_methods:alive()
+  return ALIVE[(self:_info())] == true
+end
+
+-- seconds until the broker would hand the message to someone else (0 when gone)
+function lease_methods:remaining()
+  local _, remaining = self:_info()
+  return remaining > 0 and remaining or 0
+end
+
+-- ---------------------------------------------------------------- message
+
+local message_methods = {}
+local message_mt = {
+  __name = "mqlease.message",
+  __index = message_methods,
+  __tostring = function(self)
+    return ("mqlease.message(%s, %s, attempt %d)"):format(self.id, self.topic, self.delivery_attempt)
+  end,
+}
+
+-- A release failed because the core no longer holds the lease: say why.
+local function gone_reason(lease, err, code)
+  if code ~= "NO_LEASE" then return err, code end
+  local final = rawget(lease, "_final")
+  if final == "acked" then return "the message was already acked", "ALREADY_ACKED" end
+  if final == "released" then return "the message was already released", "RELEASED" end
+  return "the lease was lost: the broker may have redelivered the message", "LEASE_LOST"
+end
+
+local function finish_release(lease, ev, final)
+  if ev.ok then
+    lease:_set_state(final)
+    return true
+  end
+  local err, code = gone_reason(lease, ev.err, ev.code)
+  return nil, err, code
+end
+
+-- Acknowledges the message: the broker forgets it. true, or nil, message, code.
+function message_methods:ack()
+  local lease = self.lease
+  local session = rawget(lease, "_session")
+  if session.client:closed() then return nil, "the consumer is closed", "CLOSED" end
+  local ev = session:await(session.client:ack({ rawget(lease, "id") }))
+  return finish_release(lease, ev, "acked")
+end
+
+-- Gives the message back: visible again after delay seconds (default 0).
+function message_methods:nack(delay)
+  if delay == nil then delay = 0 end
+  if type(delay) ~= "number" or delay < 0 or delay > 43200 then
+    error(("bad argument #1 to 'nack' (delay: seconds between 0 and 43200 expected, got %s)"):format(tostring(delay)), 2)
+  end
+  local lease = self.lease
+  local session = rawget(lease, "_session")
+  if session.client:closed() then return nil, "the consumer is closed", "CLOSED" end
+  local ev = session:await(session.client:nack(rawget(lease, "id"), floor(delay * 1000 + 0.5)))
+  return finish_release(lease, ev, "released")
+end
+
+-- Stops renewing on purpose: the message comes back when its lease ends.
+function message_methods:release()
+  local lease = self.lease
+  local session = rawget(lease, "_session")
+  if session.client:closed() then return nil, "the consumer is closed", "CLOSED" end
+  if session.client:let_expire(rawget(lease, "id")) then return true end
+  local err, code = gone_reason(lease, "no lease", "NO_LEASE")
+  return nil, err, code
+end
+
+-- ---------------------------------------------------------------- consumer
+
+local consumer_methods = {}
+local consumer_mt = {
+  __name = "mqlease.consumer",
+  __index = consumer_methods,
+  __tostring = function(self) return ("mqlease.consumer(%s, %s)"):format(self.group, self.topic) end,
+}
+
+local function closed_guard(self)
+  return rawget(self, "_closed")
+end
+
+function _M.new(opts)
+  local o = config.consumer_options(opts)
+  local cr = o.credentials or {}
+  local client, start_op = core.consumer {
+    endpoint = config.first_endpoint(o.endpoints),
+    namespace = o.namespace,
+    access_key = cr.access_key, secret_key = cr.secret_key, security_token = cr.security_token,
+    request_timeout_ms = floor(o.request_timeout * 1000),
+    group = o.group, topic = o.topic, filter = o.filter, filter_sql = o.filter_type == "sql",
+    invisible_ms = floor(o.invisible * 1000),
+    renew = o.renew,
+    renew_every_ms = o.renew_every and floor(o.renew_every * 1000) or 0,
+    max_renewals = o.max_renewals or -1,
+    max_lease_ms = floor(o.max_lease * 1000),
+    on_budget = o.on_budget,
+    budget_nack_delay_ms = floor(o.release_delay * 1000),
+  }
+  local session = session_mod.new(client)
+  local ev = session:await(start_op, core.now() + o.start_timeout)
+  if not ev or not ev.ok then
+    session:close()
+    if not ev then return nil, "mqlease.consumer: the session did not start within start_timeout", "TIMEOUT" end
+    return nil, ev.err, ev.code
+  end
+  return setmetatable({
+    group = o.group, topic = o.topic, options = o,
+    _session = session, _closed = false,
+  }, consumer_mt)
+end
+
+local function wrap_message(session, consumer, m)
+  m.lease = new_lease(session, m.lease_id)
+  m.lease_id = nil
+  m.consumer = consumer
+  return setmetatable(m, message_mt)
+end
+
+-- Receives up to n messages (default: the batch option), long-polling up to
+-- opts.await seconds. An array (empty when nothing came), or nil, message, code.
+function consumer_methods:receive(n, opts)
+  if closed_guard(self) then return nil, "the consumer is closed", "CLOSED" end
+  local o = self.options
+  n = n or o.batch
+  if type(n) ~= "number" or n < 1 or n > 32 or n ~= floor(n) then
+    error(("bad argument #1 to 'receive' (n: an integer from 1 to 32 expected, got %s)"):format(tostring(n)), 2)
+  end
+  local await = o.await
+  if opts ~= nil then
+    if type(opts) ~= "table" then error("bad argument #2 to 'receive' (options table expected)", 2) end
+    for k, v in pairs(opts) do
+      if k ~= "await" then error(("receive: unknown option '%s' (known: await)"):format(tostring(k)), 2) end
+      if type(v) ~= "number" or v < 0 or v > 20 then
+        error(("receive: option 'await' must be a number between 0 and 20 (got %s)"):format(tostring(v)), 2)
+      end
+      await = v
+    end
+  end
+  local session = self._session
+  local ev = session:await(session.client:receive(n, floor(await * 1000)))
+  if not ev.ok then return nil, ev.err, ev.code end
+  local msgs = ev.messages or {}
+  for i, m in ipairs(msgs) do msgs[i] = wrap_message(session, self, m) end
+  return msgs
+end
+
+-- Acks several messages in one request. true, or nil, message, code, results
+-- where results[i] is true or { err = ..., code = ... } for msgs[i].
+function consumer_methods:ack(msgs)
+  if closed_guard(self) then return nil, "the consumer is closed", "CLOSED" end
+  if type(msgs) ~= "table" or #msgs == 0 or #msgs > 256 then
+    error("bad argument #1 to 'ack' (an array of 1 to 256 messages expected)", 2)
+  end
+  local ids = {}
+  for i, m in ipairs(msgs) do ids[i] = rawget(m.lease, "id") end
+  local session = self._session
+  local ev = session:await(session.client:ack(ids))
+  local results, first_err, first_code = {}, nil, nil
+  for i, m in ipairs(msgs) do
+    local entry = ev.entries and ev.entries[i] or ev
+    local ok, err, code = finish_release(m.lease, entry, "acked")
+    results[i] = ok or { err = err, code = code }
+    if not ok and not first_err then first_err, first_code = err, code end
+  end
+  if first_err then return nil, first_err, first_code, results end
+  return true
+end
+
+-- Leases the core still holds for this consumer (live lease objects only).
+function consumer_methods:held()
+  local out = {}
+  for _, lease in pairs(self._session.leases) do
+    if not rawget(lease, "_final") and lease:alive() then out[#out + 1] = lease end
+  end
+  return out
+end
+
+function consumer_methods:metrics()
+  if closed_guard(self) then return rawget(self, "_last_metrics") or {} end
+  return self._session.client:metrics()
+end
+
+function consumer_methods:id()
+  return self._session.client:id()
+end
+
+-- The cqueues "pollable" convention, for other event loops.
+function consumer_methods:pollfd()
+  return self._session.client:fd()
+end
+
+function consumer_methods:events()
+  return "r"
+end
+
+function consumer_methods:timeout()
+  return nil
+end
+
+-- Closes the consumer: every lease still held is given back (visible again
+-- after release_delay seconds) so another instance takes over quickly, then
+-- the proxy is told and the session ends. Safe to call twice.
+function consumer_methods:close()
+  if closed_guard(self) then return true end
+  self._closed = true
+  local session = self._session
+  local client = session.client
+  local delay = floor(self.options.release_delay * 1000)
+  local ops = {}
+  for id, lease in pairs(session.leases) do
+    if not rawget(lease, "_final") and client:lease(id) then
+      ops[#ops + 1] = { lease = lease, op = client:nack(id, delay) }
+    end
+  end
+  for _, p in ipairs(ops) do
+    local ev = session:await(p.op)
+    if ev.ok then p.lease:_set_state("released") end
+  end
+  session:await(client:terminate())
+  self._last_metrics = client:metrics()
+  session:close()
+  return true
+end
+
+consumer_mt.__close = function(self) self:close() end
+consumer_mt.__gc = function(self)
+  -- a consumer dropped without close: leases are left to expire, the thread is joined
+  local session = rawget(self, "_session")
+  if session then session:close() end
+end
+
+return _M

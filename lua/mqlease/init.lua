@@ -1,0 +1,24 @@
+-- mqlease: RocketMQ 5 messages as distributed leases.
+--
+--   local mqlease = require "mqlease"
+--   local c = assert(mqlease.consumer{ endpoints = "127.0.0.1:8081", group = "g", topic = "t" })
+--   for _, m in ipairs(assert(c:receive())) do work(m.body); m:ack() end
+--
+-- See README.md for every option, the metrics and the guarantees.
+
+local core = require "mqlease.core"
+local consumer = require "mqlease.consumer"
+local producer = require "mqlease.producer"
+local wait = require "mqlease.wait"
+local metrics = require "mqlease.metrics"
+
+local _M = {
+  _VERSION = core._VERSION,
+  consumer = consumer.new,
+  producer = producer.new,
+  sleep = wait.sleep,
+  now = core.now,
+  metrics = metrics,
+}
+
+return _M

@@ -1,0 +1,63 @@
+-- mqlease.producer: sends messages to a RocketMQ 5 proxy.
+
+local core = require "mqlease.core"
+local config = require "mqlease.config"
+local session_mod = require "mqlease.session"
+
+local setmetatable, rawget, type = setmetatable, rawget, type
+local floor = math.floor
+
+local _M = {}
+local methods = {}
+local mt = { __name = "mqlease.producer", __index = methods }
+
+function _M.new(opts)
+  local o = config.producer_options(opts)
+  local cr = o.credentials or {}
+  local client, start_op = core.producer {
+    endpoint = config.first_endpoint(o.endpoints),
+    namespace = o.namespace,
+    access_key = cr.access_key, secret_key = cr.secret_key, security_token = cr.security_token,
+    request_timeout_ms = floor(o.request_timeout * 1000),
+    topics = o.topics,
+  }
+  local session = session_mod.new(client)
+  local ev = session:await(start_op, core.now() + o.start_timeout)
+  if not ev or not ev.ok then
+    session:close()
+    if not ev then return nil, "mqlease.producer: the session did not start within start_timeout", "TIMEOUT" end
+    return nil, ev.err, ev.code
+  end
+  return setmetatable({ options = o, _session = session, _closed = false }, mt)
+end
+
+-- Sends one message. opts: tag, keys (string or array), properties (string -> string).
+-- Returns the message id and the queue offset, or nil, message, code.
+function methods:send(topic, body, opts)
+  opts = config.check_send(topic, body, opts)
+  if rawget(self, "_closed") then return nil, "the producer is closed", "CLOSED" end
+  local keys = opts.keys
+  if type(keys) == "string" then keys = { keys } end
+  local session = self._session
+  local ev = session:await(session.client:send(topic, body, opts.tag, keys, opts.properties))
+  if not ev.ok then return nil, ev.err, ev.code end
+  return ev.message_id, ev.offset
+end
+
+function methods:metrics()
+  if rawget(self, "_closed") then return {} end
+  return self._session.client:metrics()
+end
+
+function methods:close()
+  if rawget(self, "_closed") then return true end
+  self._closed = true
+  local session = self._session
+  session:await(session.client:terminate())
+  session:close()
+  return true
+end
+
+mt.__close = function(self) self:close() end
+
+return _M

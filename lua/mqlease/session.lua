@@ -1,0 +1,77 @@
+-- mqlease.session: one core client seen from Lua -- start it, wait for the
+-- results of its operations, and route lease events to whoever holds the lease.
+--
+-- Every core operation finishes (each RPC has a deadline in the core), so a
+-- waiter never needs to abandon one: it waits for its own op id while storing
+-- results that belong to other coroutines.
+
+local core = require "mqlease.core"
+local wait = require "mqlease.wait"
+
+local setmetatable = setmetatable
+
+local _M = {}
+local methods = {}
+local mt = { __index = methods }
+
+function _M.new(client)
+  return setmetatable({
+    client = client,
+    results = {},                          -- op id -> event, until its waiter takes it
+    leases = setmetatable({}, { __mode = "v" }), -- lease id -> lease object (weak)
+  }, mt)
+end
+
+-- Moves every event out of the core; lease events update their lease objects.
+function methods:pump()
+  local client = self.client
+  if client:closed() then return end
+  for _, ev in ipairs(client:events()) do
+    if ev.kind == "op" then
+      self.results[ev.op] = ev
+    else
+      local lease = self.leases[ev.lease_id]
+      if lease then lease:_set_state(ev.state) end
+    end
+  end
+end
+
+-- Waits for the event of op; deadline (core.now() seconds) only bounds waiting
+-- for the session start, whose op cannot time out in the core on its own.
+function methods:await(op, deadline)
+  local results = self.results
+  while true do
+    local ev = results[op]
+    if ev then
+      results[op] = nil
+      return ev
+    end
+    self:pump()
+    ev = results[op]
+    if ev then
+      results[op] = nil
+      return ev
+    end
+    if deadline and core.now() >= deadline then return nil end
+    wait.wait(self.client:fd(), deadline and deadline or core.now() + 1)
+  end
+end
+
+-- Runs op and returns ok, or nil, message, code.
+function methods:call(op)
+  local ev = self:await(op)
+  if ev.ok then return ev end
+  return nil, ev.err, ev.code
+end
+
+function methods:close()
+  local client = self.client
+  if client:closed() then return end
+  local cq = package.loaded.cqueues
+  -- cqueues must forget the descriptor before it is closed, or its next
+  -- update fails with EBADF
+  if cq and cq.cancel then pcall(cq.cancel, client:fd()) end
+  client:close()
+end
+
+return _M

@@ -1,0 +1,133 @@
+-- Bad input raises a clear error naming the option; network and broker
+-- failures return nil, message, code; nothing crashes.
+local mqlease = require "mqlease"
+local env = require "support.env"
+
+describe("mqlease errors", function()
+  local function raises(pattern, fn)
+    local ok, err = pcall(fn)
+    assert.is_false(ok, "expected an error matching " .. pattern)
+    assert.matches(pattern, err)
+  end
+
+  describe("bad options", function()
+    local base = function(extra)
+      local o = { endpoints = env.endpoints, group = "g", topic = "t" }
+      for k, v in pairs(extra) do o[k] = v end
+      return o
+    end
+
+    it("names an unknown option", function()
+      raises("unknown option 'invisibel'", function() mqlease.consumer(base { invisibel = 30 }) end)
+    end)
+
+    it("names a missing required option", function()
+      raises("option 'group' is required", function()
+        mqlease.consumer { endpoints = env.endpoints, topic = "t" }
+      end)
+    end)
+
+    it("names an option of the wrong type", function()
+      raises("option 'invisible' must be a number", function() mqlease.consumer(base { invisible = "30" }) end)
+      raises("option 'renew' must be a boolean", function() mqlease.consumer(base { renew = 1 }) end)
+    end)
+
+    it("names an option out of range, with the range", function()
+      raises("option 'invisible' must be a number between 10 and 43200", function()
+        mqlease.consumer(base { invisible = 5 })
+      end)
+      raises("option 'batch' must be a number between 1 and 32", function() mqlease.consumer(base { batch = 64 }) end)
+      raises("option 'on_budget' must be one of \"expire\", \"nack\"", function()
+        mqlease.consumer(base { on_budget = "drop" })
+      end)
+    end)
+
+    it("checks options against each other", function()
+      raises("'renew_every' %(30%) must be less than 'invisible' %(30%)", function()
+        mqlease.consumer(base { invisible = 30, renew_every = 30 })
+      end)
+      raises("'max_lease' %(20%) must be at least 'invisible' %(30%)", function()
+        mqlease.consumer(base { invisible = 30, max_lease = 20 })
+      end)
+    end)
+
+    it("rejects a malformed group or topic name", function()
+      raises("option 'topic' must be a name", function() mqlease.consumer(base { topic = "a b" }) end)
+    end)
+
+    it("rejects bad send arguments before anything is sent", function()
+      local p = env.producer()
+      raises("body: string expected", function() p:send("t", 42) end)
+      raises("option 'tag' must be a non%-blank string without '|'", function() p:send("t", "x", { tag = "a|b" }) end)
+      raises("unknown option 'tags'", function() p:send("t", "x", { tags = "a" }) end)
+      p:close()
+    end)
+  end)
+
+  describe("runtime failures", function()
+    it("returns UNAVAILABLE for an endpoint where nothing listens, within the start timeout", function()
+      local t0 = mqlease.now()
+      local c, err, code = mqlease.consumer { endpoints = "127.0.0.1:1", group = "g", topic = "t", start_timeout = 5 }
+      assert.is_nil(c)
+      assert.equal("UNAVAILABLE", code)
+      assert.is_string(err)
+      assert.is_true(mqlease.now() - t0 < 6)
+      local p, perr, pcode = mqlease.producer { endpoints = "127.0.0.1:1", start_timeout = 5 }
+      assert.is_nil(p)
+      assert.is_string(perr)
+      assert.equal("UNAVAILABLE", pcode)
+    end)
+
+    it("returns TOPIC_NOT_FOUND for a topic the broker does not have", function()
+      local c, err, code = mqlease.consumer {
+        endpoints = env.endpoints, group = env.name("g_nosuch"), topic = env.name("no_such_topic") }
+      assert.is_nil(c)
+      assert.equal("TOPIC_NOT_FOUND", code)
+      assert.matches("QueryRoute", err)
+      local p = env.producer()
+      local id, serr, scode = p:send(env.name("no_such_topic"), "x")
+      assert.is_nil(id)
+      assert.is_string(serr)
+      assert.equal("TOPIC_NOT_FOUND", scode)
+      local m = p:metrics()
+      assert.equal(1, m.sent_fail)
+      p:close()
+    end)
+
+    it("reports acking twice instead of crashing, and counts it", function()
+      local topic = env.topic("errors_ack")
+      local c = env.consumer { group = env.name("g_errors_ack"), topic = topic, await = 5 }
+      assert(c:receive(1, { await = 0 }))
+      local p = env.producer()
+      assert(p:send(topic, "twice"))
+      local msgs = env.collect(c, 30, nil, function(all) return #all >= 1 end)
+      assert.equal(1, #msgs)
+      assert.is_true(msgs[1]:ack())
+      local ok, err, code = msgs[1]:ack()
+      assert.is_nil(ok)
+      assert.equal("ALREADY_ACKED", code)
+      assert.matches("already acked", err)
+      ok, err, code = msgs[1]:nack(1)
+      assert.is_nil(ok)
+      assert.equal("ALREADY_ACKED", code)
+      local m = c:metrics()
+      assert.equal(1, m.acks_ok)
+      assert.equal(1, m.acks_fail)
+      c:close()
+      p:close()
+      ok, err, code = msgs[1]:ack()
+      assert.is_nil(ok)
+      assert.equal("CLOSED", code)
+    end)
+
+    it("returns CLOSED from a closed consumer instead of raising", function()
+      local c = env.consumer { group = env.name("g_closed"), topic = env.topic("errors_ack"), await = 5 }
+      c:close()
+      local msgs, err, code = c:receive()
+      assert.is_nil(msgs)
+      assert.equal("CLOSED", code)
+      assert.is_string(err)
+      assert.is_true(c:close())
+    end)
+  end)
+end)

@@ -1,0 +1,79 @@
+-- spec/support/env.lua: what every spec needs to reach the servers that
+-- spec/support/run-specs.sh started, plus small waiting helpers.
+local mqlease = require "mqlease"
+
+local _M = {}
+
+_M.endpoints = os.getenv("MQLEASE_ENDPOINTS") or "127.0.0.1:18081"
+_M.redis_port = tonumber(os.getenv("MQLEASE_REDIS_PORT") or "16379")
+_M.run_id = os.getenv("MQLEASE_RUN_ID") or ("r" .. os.time())
+
+local created = {}
+
+-- Names unique to this run, so nothing of an earlier run is ever delivered.
+function _M.name(base)
+  return ("%s_%s"):format(base, _M.run_id)
+end
+
+-- Creates the topics (one JVM for all of them) and returns their run names.
+function _M.topics(...)
+  local names, todo = {}, {}
+  for i, base in ipairs({ ... }) do
+    names[i] = _M.name(base)
+    if not created[names[i]] then todo[#todo + 1] = names[i] end
+  end
+  if #todo > 0 then
+    local cmd = "bash spec/support/rocketmq.sh topics " .. table.concat(todo, " ") .. " 2>&1"
+    local p = assert(io.popen(cmd))
+    local out = p:read("a")
+    local ok = p:close()
+    assert(ok, "creating topics failed:\n" .. out)
+    for _, n in ipairs(todo) do created[n] = true end
+  end
+  return table.unpack(names)
+end
+
+_M.topic = _M.topics
+
+function _M.consumer(opts)
+  opts.endpoints = opts.endpoints or _M.endpoints
+  return assert(mqlease.consumer(opts))
+end
+
+function _M.producer(opts)
+  opts = opts or {}
+  opts.endpoints = opts.endpoints or _M.endpoints
+  return assert(mqlease.producer(opts))
+end
+
+-- Receives until pred(all) is true or timeout seconds pass; returns all messages.
+-- on_message(m) is called for each (e.g. to ack it).
+function _M.collect(consumer, timeout, on_message, pred)
+  local all = {}
+  local deadline = mqlease.now() + timeout
+  while mqlease.now() < deadline do
+    local msgs = assert(consumer:receive(32, { await = math.min(5, math.max(0, deadline - mqlease.now())) }))
+    for _, m in ipairs(msgs) do
+      all[#all + 1] = m
+      if on_message then on_message(m) end
+    end
+    if pred and pred(all) then break end
+  end
+  return all
+end
+
+-- Runs a shell command; returns its stdout, failing the spec if it fails.
+function _M.sh(cmd)
+  local p = assert(io.popen(cmd .. " 2>/tmp/mqlease-spec-stderr"))
+  local out = p:read("a")
+  local ok = p:close()
+  if not ok then
+    local f = io.open("/tmp/mqlease-spec-stderr")
+    local err = f and f:read("a") or ""
+    if f then f:close() end
+    error(("command failed: %s\n%s%s"):format(cmd, out, err), 2)
+  end
+  return out
+end
+
+return _M

@@ -1,0 +1,367 @@
+#!/usr/bin/env bash
+# Test harness: a real Apache RocketMQ 5.x (name server + gRPC proxy with the broker inside
+# the proxy JVM, "local" mode) on loopback, built from Maven Central jars (no binary zip,
+# no Docker). Recipe: /work/shared/reference/rocketmq-local.md, sections 3-7.
+#
+#   rocketmq.sh fetch                  copy the jars into the cache (once)
+#   rocketmq.sh start                  start namesrv + proxy/broker (or reuse a running one);
+#                                      returns once the broker is registered with namesrv
+#   rocketmq.sh stop                   stop only what `start` started
+#   rocketmq.sh status                 exit 0 if the gRPC port answers
+#   rocketmq.sh env                    print MQLEASE_ENDPOINTS=... lines
+#   rocketmq.sh topics NAME[:TYPE]... [--group G] [--orderly-group G]
+#                                      create topics (4r/4w queues, TYPE default NORMAL;
+#                                      FIFO|DELAY|TRANSACTION) and consumer groups, in one
+#                                      JVM; returns once every topic is routable via namesrv
+#   rocketmq.sh groups [--orderly] NAME...   create consumer groups only
+#
+# Environment (all optional):
+#   ROCKETMQ_VERSION       5.2.0 (rocketmq-proxy 5.1.4 is not resolvable from our registry)
+#   MQLEASE_CACHE          $HOME/.cache/mqlease      jars go to <cache>/rocketmq-<ver>/lib
+#   MQLEASE_RUN            /tmp/mqlease-rocketmq     configs, store, logs, pid files
+#   MQLEASE_NAMESRV_PORT   19876
+#   MQLEASE_BROKER_PORT    20911   (the broker also binds PORT-2 "fast" and PORT+1 HA)
+#   MQLEASE_GRPC_PORT      18081   (what clients dial: MQLEASE_ENDPOINTS)
+#   MQLEASE_REMOTING_PORT  18080   (proxy remoting protocol; unused by us but always bound)
+#   MQLEASE_BOOT_TIMEOUT   120     seconds to wait for each JVM's readiness line
+# Ports are deliberately not RocketMQ's defaults (9876/10911/8081/8080) so a developer's own
+# RocketMQ keeps working next to the tests. namesrv and the broker bind 127.0.0.1; the gRPC,
+# proxy-remoting and HA ports bind the wildcard (RocketMQ 5.2.0 has no setting for them).
+# Logs: $MQLEASE_RUN/*.out (JVM stdout) and $MQLEASE_RUN/home/*/logs/rocketmqlogs/.
+set -euo pipefail
+
+SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROCKETMQ_VERSION=${ROCKETMQ_VERSION:-5.2.0}
+CACHE=${MQLEASE_CACHE:-$HOME/.cache/mqlease}
+LIB=$CACHE/rocketmq-$ROCKETMQ_VERSION/lib
+RUN=${MQLEASE_RUN:-/tmp/mqlease-rocketmq}
+NS_PORT=${MQLEASE_NAMESRV_PORT:-19876}
+BROKER_PORT=${MQLEASE_BROKER_PORT:-20911}
+GRPC_PORT=${MQLEASE_GRPC_PORT:-18081}
+REMOTING_PORT=${MQLEASE_REMOTING_PORT:-18080}
+HOST=127.0.0.1
+BOOT_TIMEOUT=${MQLEASE_BOOT_TIMEOUT:-120}  # s per JVM; typically a few s, more on a loaded CI box
+STOP_GRACE=15     # seconds between SIGTERM and SIGKILL
+
+# JDK 17 flags: the store casts mmapped buffers to sun.nio.ch.DirectBuffer on shutdown and on
+# file deletion (IllegalAccessError without the export); the rest are what rocketmq-local.md
+# section 4 recommends for a flat classpath on 17.
+JOPT=(--add-exports=java.base/sun.nio.ch=ALL-UNNAMED --add-opens=java.base/sun.nio.ch=ALL-UNNAMED
+      --add-opens=java.base/java.nio=ALL-UNNAMED --add-opens=java.base/java.lang=ALL-UNNAMED
+      -XX:-OmitStackTraceInFastThrow)
+
+APT_LINE='apt-get install -y openjdk-17-jdk-headless maven'
+
+die() { echo "rocketmq: error: $*" >&2; exit 1; }
+# Seconds since $1 (an $EPOCHREALTIME value), one decimal.
+elapsed() { local now=${EPOCHREALTIME/,/.}; awk -v a="${1/,/.}" -v b="$now" 'BEGIN { printf "%.1f", b - a }'; }
+log() { echo "rocketmq: $*"; }
+
+need_java() {
+  command -v java >/dev/null 2>&1 || die "java not found; install it with:
+  $APT_LINE"
+  # The single-file source launcher used by `topics` needs Java 11+; RocketMQ 5 itself runs on 8+.
+  local v
+  v=$(java -XshowSettings:properties -version 2>&1 | sed -n 's/^ *java.specification.version = //p')
+  case $v in 1.*|9|10|'') die "java $v is too old (need 11+, tested with 17); install:
+  $APT_LINE" ;; esac
+}
+
+# True if something accepts TCP connections on 127.0.0.1:$1 (bash /dev/tcp; no nc needed).
+port_open() { timeout 2 bash -c 'exec 3<>"/dev/tcp/$0/$1"' "$HOST" "$1" 2>/dev/null; }
+
+# The lib dir counts as complete only once the marker exists: copy-dependencies writes files one
+# by one, so an interrupted copy leaves a dir that merely looks complete.
+lib_complete() { [[ -f $LIB/.complete && -f $LIB/rocketmq-proxy-$ROCKETMQ_VERSION.jar ]]; }
+
+cmd_fetch() {
+  need_java
+  if lib_complete; then return 0; fi
+  command -v mvn >/dev/null 2>&1 || die "mvn not found (needed once to fetch the RocketMQ jars); install it with:
+  $APT_LINE"
+  log "fetching RocketMQ $ROCKETMQ_VERSION jars into $LIB (one-time, needs Maven Central)"
+  mkdir -p "$LIB"
+  # Runtime scope matters: bcpkix (runtime-only) is needed by the proxy's self-signed TLS cert.
+  # Re-running over a partial dir is fine: copy-dependencies just fills in what is missing.
+  # Output goes to a log, shown without ANSI codes (Debian's Maven 3.8 emits "ESC[0m" even
+  # with -B).
+  local mlog=$CACHE/rocketmq-$ROCKETMQ_VERSION/mvn.log rc=0
+  mvn -B -q -f "$SCRIPT_DIR/rocketmq/pom.xml" -Drocketmq.version="$ROCKETMQ_VERSION" \
+    org.apache.maven.plugins:maven-dependency-plugin:3.6.1:copy-dependencies \
+    -DoutputDirectory="$LIB" -DincludeScope=runtime </dev/null >"$mlog" 2>&1 || rc=$?
+  sed 's/\x1b\[[0-9;]*m//g; /^[[:space:]]*$/d' "$mlog" >&2
+  ((rc == 0)) || die "mvn could not fetch RocketMQ $ROCKETMQ_VERSION (exit $rc, log $mlog); try another ROCKETMQ_VERSION"
+  [[ -f $LIB/rocketmq-proxy-$ROCKETMQ_VERSION.jar && -f $LIB/rocketmq-namesrv-$ROCKETMQ_VERSION.jar \
+     && -f $LIB/rocketmq-tools-$ROCKETMQ_VERSION.jar ]] \
+    || die "mvn finished but $LIB lacks the rocketmq-{proxy,namesrv,tools}-$ROCKETMQ_VERSION jars"
+  touch "$LIB/.complete"
+}
+
+# --- process bookkeeping ------------------------------------------------------------------
+# A pid file exists only for a JVM this script launched. Every JVM gets a marker system
+# property naming the run dir, so a recycled pid (or somebody else's RocketMQ) is never
+# mistaken for ours and never killed.
+marker() { echo "-Dmqlease.rocketmq=$RUN/$1"; }
+pid_file() { echo "$RUN/$1.pid"; }
+
+# Prints the pid of our live JVM named $1 (namesrv|proxy); fails if there is none.
+our_pid() {
+  local f pid
+  f=$(pid_file "$1")
+  [[ -f $f ]] || return 1
+  pid=$(<"$f")
+  [[ $pid =~ ^[0-9]+$ && -r /proc/$pid/cmdline ]] || return 1
+  # Zombies have an empty cmdline, so they correctly count as gone.
+  tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qxF -- "$(marker "$1")" || return 1
+  echo "$pid"
+}
+
+lock() {
+  mkdir -p "$RUN"
+  exec 9>"$RUN/.lock"
+  # Serialises concurrent start/stop calls (e.g. parallel spec runs) on the same run dir.
+  flock -w 300 9 || die "timed out waiting for the lock $RUN/.lock"
+}
+
+# launch NAME OUTFILE java-args...: detached (own session, stdin from /dev/null, output to a
+# file) so the JVM neither dies with the caller's terminal/process group nor keeps a caller's
+# pipe open; the lock fd 9 is closed so the JVM cannot hold the lock. The shell writes its own
+# pid and then execs java, so the pid file holds the JVM's pid.
+launch() {
+  local name=$1 out=$2; shift 2
+  : >"$out"
+  setsid bash -c 'echo $$ >"$0"; exec "$@"' "$(pid_file "$name")" "$@" \
+    </dev/null >"$out" 2>&1 9>&- &
+  local i
+  for i in $(seq 50); do [[ -s $(pid_file "$name") ]] && return 0; sleep 0.1; done
+  die "could not launch $name"
+}
+
+# wait_for NAME OUTFILE PATTERN: poll the JVM's stdout for its readiness line.
+wait_for() {
+  local name=$1 out=$2 pattern=$3 deadline=$((SECONDS + BOOT_TIMEOUT))
+  while ! grep -qF -- "$pattern" "$out"; do
+    if ! our_pid "$name" >/dev/null; then
+      echo "rocketmq: error: $name exited during startup; last 40 lines of $out:" >&2
+      tail -n 40 "$out" >&2
+      stop_ours >&2
+      exit 1
+    fi
+    if ((SECONDS >= deadline)); then
+      echo "rocketmq: error: $name did not print \"$pattern\" within ${BOOT_TIMEOUT}s; last 40 lines of $out:" >&2
+      tail -n 40 "$out" >&2
+      stop_ours >&2
+      exit 1
+    fi
+    sleep 0.3
+  done
+}
+
+write_configs() {
+  # Name server: the port is only settable through the properties file.
+  cat >"$RUN/namesrv.conf" <<EOF
+listenPort=$NS_PORT
+bindAddress=$HOST
+EOF
+  # Broker (keys = setters of BrokerConfig/NettyServerConfig/MessageStoreConfig; unknown keys
+  # are silently ignored). brokerIP1 becomes the host of every route the proxy returns in
+  # local mode, so it must be loopback; brokerIP2 (the advertised HA address) defaults to a
+  # non-loopback address too. Small mmapped files keep disk/RAM use low; the timer wheel
+  # stays on (default) so DELAY messages work.
+  cat >"$RUN/broker.conf" <<EOF
+brokerClusterName=DefaultCluster
+brokerName=broker-a
+brokerId=0
+brokerRole=ASYNC_MASTER
+flushDiskType=ASYNC_FLUSH
+brokerIP1=$HOST
+brokerIP2=$HOST
+bindAddress=$HOST
+listenPort=$BROKER_PORT
+storePathRootDir=$RUN/store
+storePathCommitLog=$RUN/store/commitlog
+autoCreateSubscriptionGroup=true
+mappedFileSizeCommitLog=67108864
+maxHashSlotNum=10000
+maxIndexNum=40000
+diskMaxUsedSpaceRatio=95
+EOF
+  # Proxy: the gRPC port must be fixed because local-mode routes echo it back to clients;
+  # a 2 s route refresh shortens the proxy's negative cache for topics created late;
+  # grpcShutdownTimeSeconds (default 30) bounds how long SIGTERM waits for open client streams.
+  cat >"$RUN/rmq-proxy.json" <<EOF
+{
+  "rocketMQClusterName": "DefaultCluster",
+  "proxyMode": "local",
+  "namesrvAddr": "$HOST:$NS_PORT",
+  "grpcServerPort": $GRPC_PORT,
+  "remotingListenPort": $REMOTING_PORT,
+  "localServeAddr": "$HOST",
+  "topicRouteServiceCacheRefreshSeconds": 2,
+  "grpcShutdownTimeSeconds": 3
+}
+EOF
+}
+
+cmd_start() {
+  lock
+  if port_open "$GRPC_PORT" && port_open "$NS_PORT"; then
+    # Either our earlier `start` or someone else's instance: use it, and do not take
+    # ownership (no pid files are written, so `stop` will not touch a foreign instance).
+    log "reusing the instance on $HOST:$GRPC_PORT"
+    return 0
+  fi
+  # A half-up instance of ours (e.g. the proxy crashed) is useless: restart from scratch.
+  if our_pid proxy >/dev/null || our_pid namesrv >/dev/null; then
+    log "our previous instance in $RUN is only partly running; restarting it"
+    stop_ours
+  fi
+  local p
+  for p in "$NS_PORT" "$BROKER_PORT" $((BROKER_PORT - 2)) $((BROKER_PORT + 1)) "$GRPC_PORT" "$REMOTING_PORT"; do
+    ! port_open "$p" || die "port $HOST:$p is already in use by a process this script did not start;
+  stop it or choose other ports (MQLEASE_NAMESRV_PORT, MQLEASE_BROKER_PORT [uses PORT-2..PORT+1], MQLEASE_GRPC_PORT, MQLEASE_REMOTING_PORT)"
+  done
+  cmd_fetch
+  local t0=$EPOCHREALTIME
+  # Fresh start: a store left by a killed broker has an `abort` file (slow abnormal recovery)
+  # and old messages/offsets that would leak into the specs.
+  rm -rf "$RUN/store" "$RUN/home" "$RUN/conf" "$RUN"/*.out "$RUN"/*.pid
+  mkdir -p "$RUN/store" "$RUN/home/namesrv" "$RUN/home/proxy" "$RUN/home/tools" "$RUN/conf"
+  # 5.2.0's proxy always instantiates the plain ACL validator, which insists on
+  # $ROCKETMQ_HOME/conf/plain_acl.yml existing (AclException otherwise). An empty file means
+  # no ACL data; ACL stays disabled (enableACL/aclEnable default to false).
+  : >"$RUN/conf/plain_acl.yml"
+  write_configs
+  # ROCKETMQ_HOME must be set (namesrv/broker exit otherwise); only ACL files live there.
+  export ROCKETMQ_HOME=$RUN
+  # -Duser.home relocates each JVM's logs (~/logs/rocketmqlogs) and kv files into the run dir.
+  # -Drmq.logback.configurationFile picks the module's bundled logback config; without it the
+  # first one on the flat classpath (the proxy's) would win.
+  # LoopbackNamesrv.java = NamesrvStartup, but its self-probe targets 127.0.0.1 instead of the
+  # host's first non-loopback address (see the file). Launched from source: no build step.
+  launch namesrv "$RUN/namesrv.out" java "${JOPT[@]}" -Xms64m -Xmx256m "$(marker namesrv)" \
+    -Duser.home="$RUN/home/namesrv" -Drmq.logback.configurationFile=rmq.namesrv.logback.xml \
+    -cp "$LIB/*" "$SCRIPT_DIR/rocketmq/LoopbackNamesrv.java" -c "$RUN/namesrv.conf"
+  wait_for namesrv "$RUN/namesrv.out" "The Name Server boot success"
+  # Started after namesrv, which the broker registers with.
+  # Never pass -Dtls.server.mode=disabled here: it makes the gRPC port plaintext-only.
+  launch proxy "$RUN/proxy.out" java "${JOPT[@]}" -Xms512m -Xmx1g -XX:MaxDirectMemorySize=512m \
+    "$(marker proxy)" -Duser.home="$RUN/home/proxy" -Drmq.logback.configurationFile=rmq.proxy.logback.xml \
+    -cp "$LIB/*" org.apache.rocketmq.proxy.ProxyStartup -pm local -pc "$RUN/rmq-proxy.json" \
+    -bc "$RUN/broker.conf" -n "$HOST:$NS_PORT"
+  wait_for proxy "$RUN/proxy.out" "rocketmq-proxy startup successfully"
+  # The embedded 5.2.0 broker would first register with namesrv ~10 s from now; until then
+  # topics it creates are invisible to QueryRoute. CreateTopics with no names makes it
+  # register now (see CreateTopics.java), so `start` returns a fully usable instance.
+  if ! admin_java >"$RUN/register.out" 2>&1; then
+    echo "rocketmq: error: the broker did not register with namesrv:" >&2
+    cat "$RUN/register.out" >&2
+    stop_ours >&2
+    exit 1
+  fi
+  log "started RocketMQ $ROCKETMQ_VERSION in $(elapsed "$t0")s: namesrv $HOST:$NS_PORT (pid $(our_pid namesrv)), broker $HOST:$BROKER_PORT + gRPC proxy $HOST:$GRPC_PORT (pid $(our_pid proxy)); run dir $RUN"
+}
+
+# Stop our JVMs: SIGTERM both (proxy first; shutdown hooks flush the store and unregister the
+# broker, which fails fast and harmlessly once namesrv is gone), wait up to STOP_GRACE seconds,
+# then SIGKILL whatever is left. In parallel because the proxy alone needs ~9 s (the broker's
+# shutdown joins its service threads one by one) and namesrv ~3 s.
+stop_ours() {
+  local name pid deadline t0=$EPOCHREALTIME
+  local -A pids=()
+  for name in proxy namesrv; do
+    if pid=$(our_pid "$name"); then
+      pids[$name]=$pid
+      kill -TERM "$pid" 2>/dev/null || true
+    fi
+  done
+  if ((${#pids[@]} == 0)); then
+    rm -f "$(pid_file proxy)" "$(pid_file namesrv)"
+    log "nothing of ours is running (run dir $RUN)"
+    return 0
+  fi
+  alive() { local n; for n in "${!pids[@]}"; do our_pid "$n" >/dev/null && return 0; done; return 1; }
+  deadline=$((SECONDS + STOP_GRACE))
+  while alive && ((SECONDS < deadline)); do sleep 0.2; done
+  for name in "${!pids[@]}"; do
+    if our_pid "$name" >/dev/null; then
+      log "$name (pid ${pids[$name]}) ignored SIGTERM for ${STOP_GRACE}s; sending SIGKILL"
+      kill -KILL "${pids[$name]}" 2>/dev/null || true
+    fi
+  done
+  deadline=$((SECONDS + 10))
+  while alive && ((SECONDS < deadline)); do sleep 0.2; done
+  for name in "${!pids[@]}"; do
+    ! our_pid "$name" >/dev/null || die "$name (pid ${pids[$name]}) survived SIGKILL"
+  done
+  rm -f "$(pid_file proxy)" "$(pid_file namesrv)"
+  log "stopped $(for name in proxy namesrv; do [[ -n ${pids[$name]:-} ]] && printf '%s (pid %s) ' "$name" "${pids[$name]}"; done)in $(elapsed "$t0")s"
+}
+
+cmd_stop() { lock; stop_ours; }
+
+cmd_status() {
+  if port_open "$GRPC_PORT"; then
+    echo "rocketmq: gRPC proxy answers on $HOST:$GRPC_PORT"; return 0
+  fi
+  echo "rocketmq: nothing answers on $HOST:$GRPC_PORT" >&2; return 1
+}
+
+cmd_env() {
+  cat <<EOF
+MQLEASE_ENDPOINTS=$HOST:$GRPC_PORT
+MQLEASE_NAMESRV=$HOST:$NS_PORT
+MQLEASE_BROKER=$HOST:$BROKER_PORT
+MQLEASE_ROCKETMQ_VERSION=$ROCKETMQ_VERSION
+MQLEASE_ROCKETMQ_RUN=$RUN
+EOF
+}
+
+# All topics and groups are created in ONE admin JVM (each extra JVM costs seconds).
+run_admin() {
+  [[ $# -gt 0 ]] || die "nothing to create; usage: $0 topics NAME[:TYPE]... [--group G] | groups [--orderly] G..."
+  need_java
+  lib_complete || cmd_fetch
+  port_open "$NS_PORT" && port_open "$BROKER_PORT" \
+    || die "RocketMQ is not running on $HOST:$NS_PORT / $HOST:$BROKER_PORT; run '$0 start' first"
+  admin_java "$@"
+}
+
+# admin_java ARG...: run CreateTopics.java (see there) against our ports.
+admin_java() {
+  mkdir -p "$RUN/home/tools"
+  # C1-only JIT and a small heap: the JVM lives for a few seconds.
+  java "${JOPT[@]}" -Xmx256m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Duser.home="$RUN/home/tools" \
+    -Drmq.logback.configurationFile=rmq.tools.logback.xml -cp "$LIB/*" \
+    "$SCRIPT_DIR/rocketmq/CreateTopics.java" "$HOST:$NS_PORT" "$HOST:$BROKER_PORT" "$@"
+}
+
+cmd_groups() {
+  local args=() orderly=0 g
+  for g in "$@"; do
+    case $g in
+      --orderly) orderly=1 ;;
+      -*) die "groups: unknown option $g" ;;
+      *) if ((orderly)); then args+=(--orderly-group "$g"); else args+=(--group "$g"); fi ;;
+    esac
+  done
+  run_admin "${args[@]}"
+}
+
+usage() {
+  sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2
+  exit 2
+}
+
+cmd=${1:-}
+[[ $# -gt 0 ]] && shift
+case $cmd in
+  fetch) cmd_fetch ;;
+  start) cmd_start ;;
+  stop) cmd_stop ;;
+  status) cmd_status ;;
+  env) cmd_env ;;
+  topics) run_admin "$@" ;;
+  groups) cmd_groups "$@" ;;
+  *) usage ;;
+esac

@@ -1,0 +1,20 @@
+-- A busted output handler: busted's own terminal output, then one closing line
+-- "busted: N passed, N failed, N skipped" that CI recognises.
+return function(options)
+  local busted = require "busted"
+  local handler = require "busted.outputHandlers.utfTerminal"(options)
+  local passed, failed, skipped = 0, 0, 0
+  busted.subscribe({ "test", "end" }, function(_, _, status)
+    if status == "success" then passed = passed + 1
+    elseif status == "pending" then skipped = skipped + 1
+    else failed = failed + 1 end
+    return nil, true
+  end)
+  busted.subscribe({ "error", "file" }, function() failed = failed + 1; return nil, true end)
+  busted.subscribe({ "suite", "end" }, function()
+    io.write(("\nbusted: %d passed, %d failed, %d skipped\n"):format(passed, failed, skipped))
+    io.flush()
+    return nil, true
+  end)
+  return handler
+end

@@ -1,0 +1,513 @@
+/* lmqlease.c -- mqlease.core: the Lua binding of the C core.
+ *
+ * The only file that includes lua.h. Every function here is non-blocking
+ * except core.wait and core.sleep: operations return an op id at once and
+ * their results come back from client:events() once client:fd() is readable.
+ * the Lua modules in lua/mqlease/ turn that into calls that wait (and yield inside
+ * coroutines). Arguments are validated by lua/mqlease/config.lua before they
+ * get here; what is checked here raises, as a programmer error would.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "mql_client.h"
+#include "mql_compat.h"
+
+#define CLIENT_MT "mqlease.core.client"
+
+typedef struct lclient {
+    mql_client *c;
+} lclient;
+
+static mql_client *check_client(lua_State *L) {
+    lclient *lc = luaL_checkudata(L, 1, CLIENT_MT);
+    if (!lc->c) luaL_error(L, "mqlease: the client is closed");
+    return lc->c;
+}
+
+/* ------------------------------------------------------------ config */
+
+static const char *opt_string(lua_State *L, int t, const char *key) {
+    const char *s;
+    lua_getfield(L, t, key);
+    s = lua_isnil(L, -1) ? NULL : luaL_checkstring(L, -1);
+    lua_pop(L, 1);   /* the config table keeps the string alive */
+    return s;
+}
+
+static lua_Integer opt_int(lua_State *L, int t, const char *key, lua_Integer def) {
+    lua_Integer v;
+    lua_getfield(L, t, key);
+    v = lua_isnil(L, -1) ? def : (lua_Integer)luaL_checknumber(L, -1);
+    lua_pop(L, 1);
+    return v;
+}
+
+static int opt_bool(lua_State *L, int t, const char *key, int def) {
+    int v;
+    lua_getfield(L, t, key);
+    v = lua_isnil(L, -1) ? def : lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    return v;
+}
+
+static int new_client(lua_State *L, mql_client_type type) {
+    mql_config cfg;
+    const char *topics[64];
+    char err[256];
+    uint64_t start_op = 0;
+    lclient *lc;
+    size_t i, n;
+    const char *budget;
+
+    luaL_checktype(L, 1, LUA_TTABLE);
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.type = type;
+    cfg.endpoint = opt_string(L, 1, "endpoint");
+    if (!cfg.endpoint) return luaL_error(L, "mqlease.core: endpoint is required");
+    cfg.namespace_ = opt_string(L, 1, "namespace");
+    cfg.access_key = opt_string(L, 1, "access_key");
+    cfg.secret_key = opt_string(L, 1, "secret_key");
+    cfg.security_token = opt_string(L, 1, "security_token");
+    cfg.request_timeout_ms = opt_int(L, 1, "request_timeout_ms", 3000);
+    cfg.group = opt_string(L, 1, "group");
+    cfg.topic = opt_string(L, 1, "topic");
+    cfg.filter = opt_string(L, 1, "filter");
+    cfg.filter_sql = opt_bool(L, 1, "filter_sql", 0);
+    cfg.invisible_ms = opt_int(L, 1, "invisible_ms", 30000);
+    cfg.renew = opt_bool(L, 1, "renew", 1);
+    cfg.renew_every_ms = opt_int(L, 1, "renew_every_ms", 0);
+    cfg.max_renewals = (int)opt_int(L, 1, "max_renewals", -1);
+    cfg.max_lease_ms = opt_int(L, 1, "max_lease_ms", 3600000);
+    budget = opt_string(L, 1, "on_budget");
+    cfg.on_budget = budget && strcmp(budget, "nack") == 0 ? MQL_BUDGET_NACK : MQL_BUDGET_EXPIRE;
+    cfg.budget_nack_delay_ms = opt_int(L, 1, "budget_nack_delay_ms", 0);
+    lua_getfield(L, 1, "topics");
+    if (lua_istable(L, -1)) {
+        n = lua_rawlen(L, -1);
+        if (n > 64) return luaL_error(L, "mqlease.core: at most 64 topics");
+        for (i = 0; i < n; i++) {
+            lua_rawgeti(L, -1, (int)i + 1);
+            topics[i] = luaL_checkstring(L, -1);
+            lua_pop(L, 1);
+        }
+        cfg.topics = topics;
+        cfg.ntopics = n;
+    }
+    lua_pop(L, 1);
+    if (type == MQL_CONSUMER && (!cfg.group || !cfg.topic))
+        return luaL_error(L, "mqlease.core: a consumer needs group and topic");
+
+    lc = lua_newuserdata(L, sizeof(*lc));
+    lc->c = NULL;
+    luaL_getmetatable(L, CLIENT_MT);
+    lua_setmetatable(L, -2);
+    lc->c = mql_client_new(&cfg, &start_op, err, sizeof(err));
+    if (!lc->c) return luaL_error(L, "mqlease.core: %s", err);
+    lua_pushinteger(L, (lua_Integer)start_op);
+    return 2;
+}
+
+static int l_consumer(lua_State *L) {
+    return new_client(L, MQL_CONSUMER);
+}
+
+static int l_producer(lua_State *L) {
+    return new_client(L, MQL_PRODUCER);
+}
+
+/* ------------------------------------------------------------ events */
+
+static void set_str(lua_State *L, const char *key, const char *v) {
+    if (!v) return;
+    lua_pushstring(L, v);
+    lua_setfield(L, -2, key);
+}
+
+static void set_int(lua_State *L, const char *key, lua_Integer v) {
+    lua_pushinteger(L, v);
+    lua_setfield(L, -2, key);
+}
+
+static void set_num(lua_State *L, const char *key, lua_Number v) {
+    lua_pushnumber(L, v);
+    lua_setfield(L, -2, key);
+}
+
+static void push_result_fields(lua_State *L, const mql_result *r) {
+    lua_pushboolean(L, r->ok);
+    lua_setfield(L, -2, "ok");
+    if (!r->ok) {
+        set_str(L, "err", r->msg);
+        set_str(L, "code", r->code);
+    }
+}
+
+static void push_message(lua_State *L, const mql_message *m) {
+    size_t i;
+    lua_createtable(L, 0, 16);
+    set_str(L, "id", m->id);
+    set_str(L, "topic", m->topic);
+    set_str(L, "tag", m->tag);
+    set_str(L, "message_group", m->message_group);
+    set_str(L, "born_host", m->born_host);
+    lua_pushlstring(L, (const char *)m->body, m->body_len);
+    lua_setfield(L, -2, "body");
+    lua_createtable(L, (int)m->nkeys, 0);
+    for (i = 0; i < m->nkeys; i++) {
+        lua_pushstring(L, m->keys[i]);
+        lua_rawseti(L, -2, (int)i + 1);
+    }
+    lua_setfield(L, -2, "keys");
+    lua_createtable(L, 0, (int)m->nprops);
+    for (i = 0; i < m->nprops; i++) {
+        lua_pushstring(L, m->props[i].value);
+        lua_setfield(L, -2, m->props[i].key);
+    }
+    lua_setfield(L, -2, "properties");
+    set_int(L, "delivery_attempt", m->delivery_attempt);
+    set_int(L, "queue_id", m->queue_id);
+    set_int(L, "offset", (lua_Integer)m->queue_offset);
+    set_num(L, "born_at", (lua_Number)m->born_ms / 1000.0);
+    if (m->store_ms) set_num(L, "stored_at", (lua_Number)m->store_ms / 1000.0);
+    set_int(L, "lease_id", (lua_Integer)m->lease_id);
+}
+
+static void push_event(lua_State *L, const mql_event *ev) {
+    size_t i;
+    lua_createtable(L, 0, 8);
+    if (ev->kind == MQL_EV_LEASE) {
+        set_str(L, "kind", "lease");
+        set_int(L, "lease_id", (lua_Integer)ev->lease_id);
+        set_str(L, "state", mql_lease_state_name((mql_lease_state)ev->lease_state));
+        return;
+    }
+    set_str(L, "kind", "op");
+    set_int(L, "op", (lua_Integer)ev->op);
+    push_result_fields(L, &ev->result);
+    if (ev->msgs || ev->nmsgs) {
+        lua_createtable(L, (int)ev->nmsgs, 0);
+        for (i = 0; i < ev->nmsgs; i++) {
+            push_message(L, &ev->msgs[i]);
+            lua_rawseti(L, -2, (int)i + 1);
+        }
+        lua_setfield(L, -2, "messages");
+    }
+    if (ev->text) {
+        set_str(L, "message_id", ev->text);
+        set_int(L, "offset", (lua_Integer)ev->number);
+    }
+    if (ev->entries) {
+        lua_createtable(L, (int)ev->nentries, 0);
+        for (i = 0; i < ev->nentries; i++) {
+            lua_createtable(L, 0, 3);
+            push_result_fields(L, &ev->entries[i]);
+            lua_rawseti(L, -2, (int)i + 1);
+        }
+        lua_setfield(L, -2, "entries");
+    }
+}
+
+/* client:events() -> array of event tables (possibly empty); drains the fd. */
+static int l_events(lua_State *L) {
+    mql_client *c = check_client(L);
+    mql_event *ev = mql_client_take_events(c), *next;
+    int n = 0;
+    lua_newtable(L);
+    for (; ev; ev = next) {
+        next = ev->next;
+        push_event(L, ev);
+        lua_rawseti(L, -2, ++n);
+        mql_event_free(ev);
+    }
+    return 1;
+}
+
+static int l_fd(lua_State *L) {
+    lua_pushinteger(L, mql_client_fd(check_client(L)));
+    return 1;
+}
+
+static int l_id(lua_State *L) {
+    lua_pushstring(L, mql_client_id(check_client(L)));
+    return 1;
+}
+
+/* ------------------------------------------------------------ operations */
+
+static int push_op(lua_State *L, uint64_t op) {
+    lua_pushinteger(L, (lua_Integer)op);
+    return 1;
+}
+
+static int l_receive(lua_State *L) {
+    mql_client *c = check_client(L);
+    int batch = (int)luaL_checkinteger(L, 2);
+    lua_Integer await_ms = luaL_checkinteger(L, 3);
+    return push_op(L, mql_client_receive(c, batch, await_ms));
+}
+
+static int l_ack(lua_State *L) {
+    mql_client *c = check_client(L);
+    uint64_t ids[256];
+    size_t i, n;
+    luaL_checktype(L, 2, LUA_TTABLE);
+    n = lua_rawlen(L, 2);
+    luaL_argcheck(L, n > 0 && n <= 256, 2, "1 to 256 lease ids expected");
+    for (i = 0; i < n; i++) {
+        lua_rawgeti(L, 2, (int)i + 1);
+        ids[i] = (uint64_t)luaL_checkinteger(L, -1);
+        lua_pop(L, 1);
+    }
+    return push_op(L, mql_client_ack(c, ids, n));
+}
+
+static int l_nack(lua_State *L) {
+    mql_client *c = check_client(L);
+    uint64_t id = (uint64_t)luaL_checkinteger(L, 2);
+    lua_Integer delay_ms = luaL_checkinteger(L, 3);
+    return push_op(L, mql_client_nack(c, id, delay_ms));
+}
+
+static int l_let_expire(lua_State *L) {
+    mql_client *c = check_client(L);
+    lua_pushboolean(L, mql_client_let_expire(c, (uint64_t)luaL_checkinteger(L, 2)));
+    return 1;
+}
+
+static int l_send(lua_State *L) {
+    mql_client *c = check_client(L);
+    size_t len, i, nkeys = 0, nprops = 0;
+    const char *topic = luaL_checkstring(L, 2);
+    const char *body = luaL_checklstring(L, 3, &len);
+    const char *tag = luaL_optstring(L, 4, NULL);
+    const char **keys = NULL;
+    mql_kv *props = NULL;
+    uint64_t op;
+    if (lua_istable(L, 5)) {
+        nkeys = lua_rawlen(L, 5);
+        keys = calloc(nkeys ? nkeys : 1, sizeof(*keys));
+        for (i = 0; i < nkeys; i++) {
+            lua_rawgeti(L, 5, (int)i + 1);
+            keys[i] = lua_tostring(L, -1);   /* config.lua checked they are strings */
+            lua_pop(L, 1);
+        }
+    }
+    if (lua_istable(L, 6)) {
+        lua_pushnil(L);
+        while (lua_next(L, 6)) {
+            nprops++;
+            lua_pop(L, 1);
+        }
+        props = calloc(nprops ? nprops : 1, sizeof(*props));
+        nprops = 0;
+        lua_pushnil(L);
+        while (lua_next(L, 6)) {
+            /* keys and values stay referenced by the table until we return */
+            if (lua_type(L, -2) == LUA_TSTRING && lua_type(L, -1) == LUA_TSTRING) {
+                props[nprops].key = (char *)lua_tostring(L, -2);
+                props[nprops].value = (char *)lua_tostring(L, -1);
+                nprops++;
+            }
+            lua_pop(L, 1);
+        }
+    }
+    op = mql_client_send(c, topic, (const uint8_t *)body, len, tag, keys, nkeys, props, nprops);
+    free(keys);
+    free(props);
+    return push_op(L, op);
+}
+
+static int l_terminate(lua_State *L) {
+    return push_op(L, mql_client_terminate(check_client(L)));
+}
+
+/* client:lease(id) -> state, remaining_s, renewals, held_s; nil if not held any more */
+static int l_lease(lua_State *L) {
+    mql_client *c = check_client(L);
+    mql_lease_info info;
+    if (!mql_client_lease_info(c, (uint64_t)luaL_checkinteger(L, 2), &info)) {
+        lua_pushnil(L);
+        return 1;
+    }
+    lua_pushstring(L, mql_lease_state_name(info.state));
+    lua_pushnumber(L, (lua_Number)info.remaining_ms / 1000.0);
+    lua_pushinteger(L, info.renewals);
+    lua_pushnumber(L, (lua_Number)info.held_ms / 1000.0);
+    return 4;
+}
+
+static void push_hist(lua_State *L, const char *key, const mql_hist *h) {
+    int i;
+    lua_createtable(L, 0, 4);
+    lua_createtable(L, MQL_HIST_BUCKETS, 0);
+    for (i = 0; i < MQL_HIST_BUCKETS; i++) {
+        lua_pushnumber(L, mql_hist_bounds[i]);
+        lua_rawseti(L, -2, i + 1);
+    }
+    lua_setfield(L, -2, "bounds");
+    lua_createtable(L, MQL_HIST_BUCKETS + 1, 0);
+    for (i = 0; i <= MQL_HIST_BUCKETS; i++) {
+        lua_pushinteger(L, (lua_Integer)h->counts[i]);
+        lua_rawseti(L, -2, i + 1);
+    }
+    lua_setfield(L, -2, "counts");
+    set_int(L, "count", (lua_Integer)h->count);
+    set_num(L, "sum", h->sum);
+    lua_setfield(L, -2, key);
+}
+
+static int l_metrics(lua_State *L) {
+    mql_client *c = check_client(L);
+    mql_metrics m;
+    size_t inflight;
+    int i;
+    mql_client_metrics(c, &m, &inflight);
+    lua_createtable(L, 0, 24);
+    set_int(L, "received", (lua_Integer)m.received);
+    set_int(L, "acks_ok", (lua_Integer)m.acks_ok);
+    set_int(L, "acks_fail", (lua_Integer)m.acks_fail);
+    set_int(L, "nacks_ok", (lua_Integer)m.nacks_ok);
+    set_int(L, "nacks_fail", (lua_Integer)m.nacks_fail);
+    set_int(L, "renew_success", (lua_Integer)m.renew_success);
+    set_int(L, "renew_fail", (lua_Integer)m.renew_fail);
+    set_int(L, "renew_uncertain", (lua_Integer)m.renew_uncertain);
+    set_int(L, "expire_while_alive", (lua_Integer)m.expire_while_alive);
+    set_int(L, "lost_expired", (lua_Integer)m.lost_expired);
+    set_int(L, "lost_rejected", (lua_Integer)m.lost_rejected);
+    set_int(L, "budget_expire", (lua_Integer)m.budget_expire);
+    set_int(L, "budget_nack", (lua_Integer)m.budget_nack);
+    set_int(L, "sent_ok", (lua_Integer)m.sent_ok);
+    set_int(L, "sent_fail", (lua_Integer)m.sent_fail);
+    set_int(L, "inflight", (lua_Integer)inflight);
+    push_hist(L, "renew_latency", &m.renew_latency);
+    push_hist(L, "renew_lateness", &m.renew_lateness);
+    push_hist(L, "handler", &m.handler);
+    lua_createtable(L, m.nerrors, 0);
+    for (i = 0; i < m.nerrors; i++) {
+        lua_createtable(L, 0, 3);
+        set_str(L, "op", m.errors[i].op);
+        set_str(L, "code", m.errors[i].code);
+        set_int(L, "n", (lua_Integer)m.errors[i].n);
+        lua_rawseti(L, -2, i + 1);
+    }
+    lua_setfield(L, -2, "errors");
+    return 1;
+}
+
+static int l_pause_renewals(lua_State *L) {
+    mql_client_pause_renewals(check_client(L), lua_toboolean(L, 2));
+    return 0;
+}
+
+/* close, __close and __gc share this: idempotent, joins the client's thread. */
+static int l_close(lua_State *L) {
+    lclient *lc = luaL_checkudata(L, 1, CLIENT_MT);
+    if (lc->c) {
+        mql_client_free(lc->c);
+        lc->c = NULL;
+    }
+    return 0;
+}
+
+static int l_closed(lua_State *L) {
+    lclient *lc = luaL_checkudata(L, 1, CLIENT_MT);
+    lua_pushboolean(L, lc->c == NULL);
+    return 1;
+}
+
+/* ------------------------------------------------------------ module functions */
+
+/* core.wait(fd, timeout_s) -> true when fd is readable, false on timeout.
+ * The one place a plain script blocks; coroutines yield instead (lua/mqlease/wait.lua). */
+static int l_wait(lua_State *L) {
+    struct pollfd p;
+    lua_Number t = luaL_optnumber(L, 2, -1);
+    int ms = t < 0 ? -1 : (int)(t * 1000.0 + 0.5), rc;
+    p.fd = (int)luaL_checkinteger(L, 1);
+    p.events = POLLIN;
+    p.revents = 0;
+    do {
+        rc = poll(&p, 1, ms);
+    } while (rc < 0 && errno == EINTR && ms < 0);
+    lua_pushboolean(L, rc > 0);
+    return 1;
+}
+
+/* core.poll({fd, ...}, timeout_s) -> array of readable fds (empty on timeout). */
+static int l_poll(lua_State *L) {
+    struct pollfd ps[256];
+    size_t n, i;
+    int k = 0, ms;
+    lua_Number t = luaL_optnumber(L, 2, -1);
+    luaL_checktype(L, 1, LUA_TTABLE);
+    n = lua_rawlen(L, 1);
+    luaL_argcheck(L, n <= 256, 1, "at most 256 descriptors");
+    for (i = 0; i < n; i++) {
+        lua_rawgeti(L, 1, (int)i + 1);
+        ps[i].fd = (int)luaL_checkinteger(L, -1);
+        ps[i].events = POLLIN;
+        ps[i].revents = 0;
+        lua_pop(L, 1);
+    }
+    ms = t < 0 ? -1 : (int)(t * 1000.0 + 0.5);
+    lua_newtable(L);
+    if (poll(ps, (nfds_t)n, ms) > 0) {
+        for (i = 0; i < n; i++) {
+            if (ps[i].revents) {
+                lua_pushinteger(L, ps[i].fd);
+                lua_rawseti(L, -2, ++k);
+            }
+        }
+    }
+    return 1;
+}
+
+static int l_now(lua_State *L) {
+    lua_pushnumber(L, (lua_Number)mql_now_ms() / 1000.0);
+    return 1;
+}
+
+/* core.sleep(s): blocks the whole VM, as a badly behaved handler would. */
+static int l_sleep(lua_State *L) {
+    lua_Number s = luaL_checknumber(L, 1);
+    struct timespec ts;
+    ts.tv_sec = (time_t)s;
+    ts.tv_nsec = (long)((s - (lua_Number)ts.tv_sec) * 1e9);
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
+    }
+    return 0;
+}
+
+static const luaL_Reg client_methods[] = {
+    {"events", l_events},   {"fd", l_fd},         {"id", l_id},
+    {"receive", l_receive}, {"ack", l_ack},       {"nack", l_nack},
+    {"let_expire", l_let_expire}, {"send", l_send}, {"terminate", l_terminate},
+    {"lease", l_lease},     {"metrics", l_metrics}, {"pause_renewals", l_pause_renewals},
+    {"close", l_close},     {"closed", l_closed}, {NULL, NULL}};
+
+static const luaL_Reg module_functions[] = {
+    {"consumer", l_consumer}, {"producer", l_producer}, {"wait", l_wait}, {"poll", l_poll},
+    {"now", l_now},           {"sleep", l_sleep},       {NULL, NULL}};
+
+LUALIB_API int luaopen_mqlease_core(lua_State *L);
+
+LUALIB_API int luaopen_mqlease_core(lua_State *L) {
+    if (luaL_newmetatable(L, CLIENT_MT)) {
+        lua_newtable(L);
+        luaL_setfuncs(L, client_methods, 0);
+        lua_setfield(L, -2, "__index");
+        lua_pushcfunction(L, l_close);
+        lua_setfield(L, -2, "__gc");
+        lua_pushcfunction(L, l_close);
+        lua_setfield(L, -2, "__close");
+    }
+    lua_pop(L, 1);
+    luaL_newlib(L, module_functions);
+    lua_pushstring(L, MQL_VERSION);
+    lua_setfield(L, -2, "_VERSION");
+    return 1;
+}

@@ -1,0 +1,56 @@
+/* mql.h -- what every file of the mqlease C core shares.
+ *
+ * The core is plain C with no lua.h: it owns the network (grpc C core), the
+ * lease table and the renewal timer, and talks to its host only through an
+ * event queue and a file descriptor (see mql_events.h). lmqlease.c is the one
+ * file that knows about Lua.
+ *
+ * Limits below may be overridden at build time with -DMQL_...=N.
+ */
+#ifndef MQL_H
+#define MQL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MQL_VERSION "0.1.0"
+
+/* The proxy clamps a receive batch to 32 (ProxyUtils.MAX_MSG_NUMS_FOR_POP_REQUEST). */
+#if !defined(MQL_MAX_BATCH)
+#define MQL_MAX_BATCH 32
+#endif
+
+/* Error strings carried in results and events; longer texts are cut. */
+#if !defined(MQL_ERRLEN)
+#define MQL_ERRLEN 256
+#endif
+
+/* Codes are short stable names: RocketMQ's own Code names (TOPIC_NOT_FOUND,
+ * INVALID_RECEIPT_HANDLE, ...), grpc's transport failures mapped to a few
+ * words (UNAVAILABLE, TIMEOUT), or local ones (CLOSED, ACKED, ...). */
+#define MQL_CODELEN 48
+
+/* The outcome of one operation. ok != 0 means success and the strings are empty. */
+typedef struct mql_result {
+    int ok;
+    char code[MQL_CODELEN];
+    char msg[MQL_ERRLEN];
+} mql_result;
+
+void mql_result_ok(mql_result *r);
+void mql_result_fail(mql_result *r, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Monotonic milliseconds, for every deadline and timer in the core. */
+int64_t mql_now_ms(void);
+/* Wall-clock milliseconds since the epoch, only for what goes on the wire. */
+int64_t mql_wall_ms(void);
+
+/* Name of a RocketMQ v2 status code (20000 -> "OK"); "CODE_<n>" if unknown. */
+const char *mql_code_name(int code, char *buf, size_t len);
+
+char *mql_strdup(const char *s);
+void *mql_xmalloc(size_t n);     /* aborts on OOM: the core has no partial-failure path for it */
+void *mql_xcalloc(size_t n, size_t size);
+
+#endif /* MQL_H */

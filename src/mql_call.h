@@ -1,0 +1,91 @@
+/* mql_call.h -- one gRPC call of the RocketMQ v2 API on the grpc C core.
+ *
+ * A call carries the RocketMQ request headers, the batches grpc needs for its
+ * shape (unary, server-streaming, bidi) and the buffers those batches write
+ * into. grpc completes each batch on the owner's completion queue with a tag
+ * that points back into the call; mql_call_complete() advances it and calls
+ * the owner's hooks: on_message for each streamed reply, on_done once, after
+ * every batch has come back and the status is known. The owner then frees it.
+ *
+ * Batches of one call are only started under the owner's lock, which is the
+ * serialisation grpc asks for.
+ */
+#ifndef MQL_CALL_H
+#define MQL_CALL_H
+
+#include <grpc/grpc.h>
+#include <protobuf-c/protobuf-c.h>
+#include <stdint.h>
+
+/* Who the calls are from: the headers every RocketMQ request carries. */
+typedef struct mql_identity {
+    const char *client_id;
+    const char *namespace_;      /* may be NULL or empty */
+    const char *access_key;      /* NULL: no authorization header */
+    const char *secret_key;
+    const char *security_token;  /* may be NULL */
+} mql_identity;
+
+typedef struct mql_call mql_call;
+typedef void (*mql_call_done_fn)(mql_call *c);
+typedef void (*mql_call_message_fn)(mql_call *c, grpc_byte_buffer *reply);
+
+typedef enum mql_tag_what {
+    MQL_TAG_UNARY = 1,   /* the whole unary exchange */
+    MQL_TAG_START,       /* stream: headers (+ request and half-close for server streaming) */
+    MQL_TAG_RECV,        /* stream: one reply */
+    MQL_TAG_SEND,        /* bidi stream: one request */
+    MQL_TAG_STATUS       /* stream: final status */
+} mql_tag_what;
+
+typedef struct mql_tag {
+    mql_call *call;
+    mql_tag_what what;
+} mql_tag;
+
+#define MQL_CALL_MAX_MD 10
+
+struct mql_call {
+    grpc_call *call;
+    const char *method;
+    grpc_metadata md[MQL_CALL_MAX_MD];
+    size_t nmd;
+    grpc_metadata_array md_in;
+    grpc_metadata_array trailing;
+    grpc_byte_buffer *send_buf;
+    grpc_byte_buffer *recv_buf;
+    grpc_status_code status;
+    grpc_slice details;
+    int in_flight;               /* batches started, not yet completed */
+    int status_seen;             /* the final status has arrived (or the start failed) */
+    int streaming;
+    int half_closed;
+    mql_tag t_unary, t_start, t_recv, t_send, t_status;
+    /* owner hooks and data */
+    void *owner;
+    int kind;
+    uint64_t op;
+    void *ctx;
+    mql_call_done_fn on_done;
+    mql_call_message_fn on_message;
+    mql_call *prev, *next;       /* owner's list of live calls */
+};
+
+/* timeout_ms < 0: no deadline (Telemetry lives as long as the client). */
+mql_call *mql_call_new(grpc_channel *ch, grpc_completion_queue *cq, const char *method,
+                       int64_t timeout_ms, const mql_identity *id);
+/* Starts the call; 0 on success, -1 if grpc refused (then no hook will run). */
+int mql_call_start_unary(mql_call *c, const ProtobufCMessage *req);
+int mql_call_start_server_stream(mql_call *c, const ProtobufCMessage *req);
+int mql_call_start_bidi(mql_call *c);
+int mql_call_send(mql_call *c, const ProtobufCMessage *msg);   /* bidi only, one at a time */
+void mql_call_half_close(mql_call *c);                          /* bidi only */
+void mql_call_cancel(mql_call *c);
+/* Advances the call for one completed batch; runs the hooks. */
+void mql_call_complete(mql_tag *tag, int success);
+void mql_call_free(mql_call *c);
+
+/* A stable code and text for a transport failure ("UNAVAILABLE", "TIMEOUT", ...). */
+const char *mql_grpc_code_name(grpc_status_code s);
+
+#endif /* MQL_CALL_H */

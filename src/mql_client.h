@@ -1,0 +1,105 @@
+/* mql_client.h -- a RocketMQ v2 client session: consumer or producer.
+ *
+ * One client owns one completion queue and one thread that waits on it. The
+ * thread runs the session (QueryRoute -> Telemetry Settings -> Heartbeat every
+ * 10 s, Telemetry re-opened when it dies) and every timer of the lease table
+ * (renewals, deadlines). The host starts operations from its own thread; each
+ * returns an op id at once and finishes later as an MQL_EV_OP event with that
+ * id. Nothing here blocks on the network, and the thread never calls the host.
+ *
+ * Locking: client->mu guards everything below it; the thread holds it while it
+ * handles a completion or a timer, never while it waits.
+ */
+#ifndef MQL_CLIENT_H
+#define MQL_CLIENT_H
+
+#include <grpc/grpc.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#include "mql.h"
+#include "mql_call.h"
+#include "mql_events.h"
+#include "mql_lease.h"
+#include "mql_metrics.h"
+
+typedef enum mql_client_type {
+    MQL_CONSUMER = 1,
+    MQL_PRODUCER = 2
+} mql_client_type;
+
+typedef enum mql_budget_action {
+    MQL_BUDGET_EXPIRE = 1,  /* stop renewing; the message comes back at the deadline */
+    MQL_BUDGET_NACK         /* give it back at once */
+} mql_budget_action;
+
+/* Everything a client is made from. Validated by the host (lua/mqlease/config.lua);
+ * the core copies the strings. Durations are milliseconds. */
+typedef struct mql_config {
+    mql_client_type type;
+    const char *endpoint;        /* "host:port" of the access point */
+    const char *namespace_;
+    const char *access_key, *secret_key, *security_token;
+    int64_t request_timeout_ms;  /* unary RPCs and the receive margin */
+    /* consumer */
+    const char *group;
+    const char *topic;
+    const char *filter;          /* tag expression, "*" for all */
+    int filter_sql;              /* 1: filter is SQL92 */
+    int64_t invisible_ms;        /* invisible duration of each receive and renewal */
+    int renew;                   /* 0: leases are never renewed (expire at the deadline) */
+    int64_t renew_every_ms;      /* 0: invisible / 3 */
+    int max_renewals;            /* < 0: unlimited */
+    int64_t max_lease_ms;        /* total time a lease may be held; <= 0: unlimited */
+    mql_budget_action on_budget;
+    int64_t budget_nack_delay_ms;
+    /* producer */
+    const char **topics;
+    size_t ntopics;
+} mql_config;
+
+typedef enum mql_client_state {
+    MQL_CLIENT_STARTING = 1,
+    MQL_CLIENT_READY,
+    MQL_CLIENT_FAILED,
+    MQL_CLIENT_CLOSING
+} mql_client_state;
+
+typedef struct mql_client mql_client;
+
+/* Creates the client and starts its session; the start finishes as an event
+ * whose op is *start_op. NULL only if the thread or descriptor cannot be made. */
+mql_client *mql_client_new(const mql_config *cfg, uint64_t *start_op, char *err, size_t errlen);
+/* Cancels what is in flight, stops the thread and frees everything. Leases
+ * still held are left to expire (the host releases them first if it wants). */
+void mql_client_free(mql_client *c);
+
+int mql_client_fd(const mql_client *c);
+mql_event *mql_client_take_events(mql_client *c);
+const char *mql_client_id(const mql_client *c);
+
+/* Operations: each returns the op id of its event. */
+uint64_t mql_client_receive(mql_client *c, int batch, int64_t await_ms);
+uint64_t mql_client_ack(mql_client *c, const uint64_t *lease_ids, size_t n);
+uint64_t mql_client_nack(mql_client *c, uint64_t lease_id, int64_t delay_ms);
+/* Stops renewing; the message comes back when its deadline passes. */
+int mql_client_let_expire(mql_client *c, uint64_t lease_id);
+uint64_t mql_client_send(mql_client *c, const char *topic, const uint8_t *body, size_t len,
+                         const char *tag, const char **keys, size_t nkeys,
+                         const mql_kv *props, size_t nprops);
+uint64_t mql_client_terminate(mql_client *c);
+
+/* Snapshot of one lease; 0 if the id is not in the table (acked, released, lost). */
+typedef struct mql_lease_info {
+    mql_lease_state state;
+    int64_t remaining_ms;
+    int renewals;
+    int64_t held_ms;
+} mql_lease_info;
+int mql_client_lease_info(mql_client *c, uint64_t lease_id, mql_lease_info *out);
+
+void mql_client_metrics(mql_client *c, mql_metrics *out, size_t *inflight);
+/* Test hook: while paused, no renewal leaves (as if the thread were starved). */
+void mql_client_pause_renewals(mql_client *c, int paused);
+
+#endif /* MQL_CLIENT_H */

@@ -1,0 +1,87 @@
+/* mql_codec.c -- protobuf-c <-> grpc byte buffers (see mql_codec.h). */
+#include "mql_codec.h"
+
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/slice.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mql.h"
+
+grpc_byte_buffer *mql_pack(const ProtobufCMessage *msg) {
+    size_t len = protobuf_c_message_get_packed_size(msg);
+    grpc_slice slice = grpc_slice_malloc(len);
+    grpc_byte_buffer *bb;
+    protobuf_c_message_pack(msg, GRPC_SLICE_START_PTR(slice));
+    bb = grpc_raw_byte_buffer_create(&slice, 1);
+    grpc_slice_unref(slice);
+    return bb;
+}
+
+ProtobufCMessage *mql_unpack(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb) {
+    grpc_byte_buffer_reader reader;
+    grpc_slice slice;
+    ProtobufCMessage *msg;
+    if (!bb || !grpc_byte_buffer_reader_init(&reader, bb)) return NULL;
+    slice = grpc_byte_buffer_reader_readall(&reader);
+    msg = protobuf_c_message_unpack(desc, NULL, GRPC_SLICE_LENGTH(slice),
+                                    GRPC_SLICE_START_PTR(slice));
+    grpc_slice_unref(slice);
+    grpc_byte_buffer_reader_destroy(&reader);
+    return msg;
+}
+
+static char *dup_nonempty(const char *s) {
+    return (s && *s) ? mql_strdup(s) : NULL;
+}
+
+static int64_t timestamp_ms(const Google__Protobuf__Timestamp *ts) {
+    if (!ts) return 0;
+    return (int64_t)ts->seconds * 1000 + ts->nanos / 1000000;
+}
+
+void mql_message_from_pb(mql_message *out, const Apache__Rocketmq__V2__Message *in) {
+    const Apache__Rocketmq__V2__SystemProperties *sp = in->system_properties;
+    size_t i;
+    memset(out, 0, sizeof(*out));
+    out->topic = mql_strdup(in->topic && in->topic->name ? in->topic->name : "");
+    out->body_len = in->body.len;
+    out->body = mql_xmalloc(in->body.len);
+    if (in->body.len) memcpy(out->body, in->body.data, in->body.len);
+    out->nprops = in->n_user_properties;
+    out->props = mql_xcalloc(in->n_user_properties, sizeof(*out->props));
+    for (i = 0; i < in->n_user_properties; i++) {
+        out->props[i].key = mql_strdup(in->user_properties[i]->key);
+        out->props[i].value = mql_strdup(in->user_properties[i]->value);
+    }
+    if (!sp) {
+        out->id = mql_strdup("");
+        return;
+    }
+    out->id = mql_strdup(sp->message_id ? sp->message_id : "");
+    out->tag = dup_nonempty(sp->tag);
+    out->message_group = dup_nonempty(sp->message_group);
+    out->born_host = dup_nonempty(sp->born_host);
+    out->nkeys = sp->n_keys;
+    out->keys = mql_xcalloc(sp->n_keys, sizeof(char *));
+    for (i = 0; i < sp->n_keys; i++) out->keys[i] = mql_strdup(sp->keys[i]);
+    out->delivery_attempt = sp->delivery_attempt;
+    out->queue_id = sp->queue_id;
+    out->queue_offset = sp->queue_offset;
+    out->born_ms = timestamp_ms(sp->born_timestamp);
+    out->store_ms = timestamp_ms(sp->store_timestamp);
+}
+
+void mql_result_from_status(mql_result *r, const mql_pb_status *st, const char *what) {
+    char buf[32];
+    if (!st) {
+        mql_result_fail(r, "PROTOCOL", "%s: the server sent no status", what);
+        return;
+    }
+    if (st->code == APACHE__ROCKETMQ__V2__CODE__OK) {
+        mql_result_ok(r);
+        return;
+    }
+    mql_result_fail(r, mql_code_name(st->code, buf, sizeof(buf)), "%s: %s (%d)", what,
+                    st->message && *st->message ? st->message : "no message", st->code);
+}

@@ -1,0 +1,31 @@
+/* mql_codec.h -- protobuf-c messages to and from grpc byte buffers.
+ *
+ * Pure translation, no I/O: packing a request into a buffer grpc can send,
+ * unpacking a reply, and copying a wire Message into the host-facing
+ * mql_message (which must outlive the protobuf tree it came from).
+ */
+#ifndef MQL_CODEC_H
+#define MQL_CODEC_H
+
+#include <grpc/byte_buffer.h>
+#include <protobuf-c/protobuf-c.h>
+
+#include "apache/rocketmq/v2/service.pb-c.h"
+#include "mql_events.h"
+
+typedef Apache__Rocketmq__V2__Resource mql_pb_resource;
+typedef Apache__Rocketmq__V2__Status mql_pb_status;
+
+/* Returns a new byte buffer holding the packed message (caller destroys it). */
+grpc_byte_buffer *mql_pack(const ProtobufCMessage *msg);
+/* Unpacks a reply; NULL if the buffer is NULL or not a valid message. */
+ProtobufCMessage *mql_unpack(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb);
+
+/* Copies a delivered message into out (all strings duplicated). */
+void mql_message_from_pb(mql_message *out, const Apache__Rocketmq__V2__Message *in);
+
+/* Turns an in-band Status into a result; OK when the code is OK. A missing
+ * status is a protocol error: the proxy always sends one. */
+void mql_result_from_status(mql_result *r, const mql_pb_status *st, const char *what);
+
+#endif /* MQL_CODEC_H */

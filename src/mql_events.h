@@ -1,0 +1,85 @@
+/* mql_events.h -- the one way results leave the core: a queue plus a descriptor.
+ *
+ * Core threads push events (an operation finished, a lease changed state) and
+ * write to an eventfd; the host drains the descriptor first and then pops the
+ * whole queue, so a wake-up can never be lost between the two. The descriptor
+ * is what a Lua event loop polls (the cqueues "pollable" convention).
+ *
+ * Every event owns its payload; mql_event_free releases all of it.
+ */
+#ifndef MQL_EVENTS_H
+#define MQL_EVENTS_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "mql.h"
+
+typedef struct mql_kv {
+    char *key;
+    char *value;
+} mql_kv;
+
+/* A received message, as the host sees it. Strings are NUL-terminated copies;
+ * the body may hold any bytes. lease_id names its entry in the lease table. */
+typedef struct mql_message {
+    char *id;
+    char *topic;
+    char *tag;             /* NULL when the message has none */
+    char *message_group;   /* NULL unless FIFO */
+    char *born_host;
+    char **keys;
+    size_t nkeys;
+    mql_kv *props;
+    size_t nprops;
+    uint8_t *body;
+    size_t body_len;
+    int delivery_attempt;
+    int queue_id;
+    int64_t queue_offset;
+    int64_t born_ms;       /* wall clock, epoch ms */
+    int64_t store_ms;
+    uint64_t lease_id;
+} mql_message;
+
+void mql_message_clear(mql_message *m);
+
+typedef enum mql_event_kind {
+    MQL_EV_OP = 1,      /* an operation started by the host finished */
+    MQL_EV_LEASE = 2    /* a lease changed state on its own (renewal failed, expired, budget) */
+} mql_event_kind;
+
+typedef struct mql_event {
+    struct mql_event *next;
+    mql_event_kind kind;
+    uint64_t op;                /* MQL_EV_OP: the id the start function returned */
+    mql_result result;
+    /* MQL_EV_OP payloads, by operation */
+    mql_message *msgs;          /* receive */
+    size_t nmsgs;
+    char *text;                 /* send: the message id */
+    int64_t number;             /* send: the queue offset */
+    mql_result *entries;        /* ack: one result per lease, in request order */
+    size_t nentries;
+    /* MQL_EV_LEASE payload */
+    uint64_t lease_id;
+    int lease_state;            /* an mql_lease_state */
+} mql_event;
+
+mql_event *mql_event_new(mql_event_kind kind, uint64_t op);
+void mql_event_free(mql_event *ev);
+
+typedef struct mql_events {
+    pthread_mutex_t mu;
+    mql_event *head;
+    mql_event *tail;
+    int fd;                     /* eventfd, readable while events may wait */
+} mql_events;
+
+int mql_events_init(mql_events *q);   /* 0 or -1 (errno set) */
+void mql_events_destroy(mql_events *q);
+void mql_events_push(mql_events *q, mql_event *ev);
+/* Drains the descriptor, then takes every queued event as a list (oldest first). */
+mql_event *mql_events_take(mql_events *q);
+
+#endif /* MQL_EVENTS_H */

@@ -1,0 +1,186 @@
+/* mql_lease.c -- lease table: hash by id plus a min-heap of timers (see mql_lease.h). */
+#include "mql_lease.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "mql.h"
+
+const char *mql_lease_state_name(mql_lease_state s) {
+    switch (s) {
+    case MQL_LEASE_HELD: return "held";
+    case MQL_LEASE_RENEWING: return "renewing";
+    case MQL_LEASE_EXPIRING: return "expiring";
+    case MQL_LEASE_LOST: return "lost";
+    case MQL_LEASE_ACKED: return "acked";
+    case MQL_LEASE_RELEASED: return "released";
+    }
+    return "unknown";
+}
+
+void mql_lease_table_init(mql_lease_table *t) {
+    memset(t, 0, sizeof(*t));
+    t->nbuckets = 64;
+    t->buckets = mql_xcalloc(t->nbuckets, sizeof(*t->buckets));
+    t->next_id = 1;
+}
+
+static void lease_free(mql_lease *l) {
+    free(l->message_id);
+    free(l->topic);
+    free(l->handle);
+    free(l);
+}
+
+void mql_lease_table_free(mql_lease_table *t) {
+    size_t i;
+    for (i = 0; i < t->nbuckets; i++) {
+        mql_lease *l = t->buckets[i], *next;
+        for (; l; l = next) {
+            next = l->hnext;
+            lease_free(l);
+        }
+    }
+    free(t->buckets);
+    free(t->heap);
+    memset(t, 0, sizeof(*t));
+}
+
+static size_t bucket_of(const mql_lease_table *t, uint64_t id) {
+    /* ids are sequential; a multiplicative hash spreads them anyway */
+    return (size_t)((id * 0x9E3779B97F4A7C15ULL) >> 20) & (t->nbuckets - 1);
+}
+
+static void table_grow(mql_lease_table *t) {
+    size_t i, old_n = t->nbuckets;
+    mql_lease **old = t->buckets;
+    t->nbuckets *= 2;
+    t->buckets = mql_xcalloc(t->nbuckets, sizeof(*t->buckets));
+    for (i = 0; i < old_n; i++) {
+        mql_lease *l = old[i], *next;
+        for (; l; l = next) {
+            size_t b = bucket_of(t, l->id);
+            next = l->hnext;
+            l->hnext = t->buckets[b];
+            t->buckets[b] = l;
+        }
+    }
+    free(old);
+}
+
+mql_lease *mql_lease_add(mql_lease_table *t, const char *message_id, const char *topic,
+                         const char *handle, int64_t now_ms, int64_t invisible_ms) {
+    mql_lease *l = mql_xcalloc(1, sizeof(*l));
+    size_t b;
+    if (t->count + 1 > t->nbuckets) table_grow(t);
+    l->id = t->next_id++;
+    l->message_id = mql_strdup(message_id ? message_id : "");
+    l->topic = mql_strdup(topic ? topic : "");
+    l->handle = mql_strdup(handle ? handle : "");
+    l->state = MQL_LEASE_HELD;
+    l->acquired_ms = now_ms;
+    l->deadline_ms = now_ms + invisible_ms;
+    l->heap_index = MQL_HEAP_NONE;
+    b = bucket_of(t, l->id);
+    l->hnext = t->buckets[b];
+    t->buckets[b] = l;
+    t->count++;
+    return l;
+}
+
+mql_lease *mql_lease_find(const mql_lease_table *t, uint64_t id) {
+    mql_lease *l = t->buckets[bucket_of(t, id)];
+    while (l && l->id != id) l = l->hnext;
+    return l;
+}
+
+void mql_lease_set_handle(mql_lease *l, const char *handle) {
+    free(l->handle);
+    l->handle = mql_strdup(handle);
+}
+
+/* ---- timer heap: ordered by (timer_ms, id) so ties are stable ---- */
+
+static int heap_less(const mql_lease *a, const mql_lease *b) {
+    if (a->timer_ms != b->timer_ms) return a->timer_ms < b->timer_ms;
+    return a->id < b->id;
+}
+
+static void heap_place(mql_lease_table *t, size_t i, mql_lease *l) {
+    t->heap[i] = l;
+    l->heap_index = i;
+}
+
+static void heap_up(mql_lease_table *t, size_t i) {
+    mql_lease *l = t->heap[i];
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (!heap_less(l, t->heap[parent])) break;
+        heap_place(t, i, t->heap[parent]);
+        i = parent;
+    }
+    heap_place(t, i, l);
+}
+
+static void heap_down(mql_lease_table *t, size_t i) {
+    mql_lease *l = t->heap[i];
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= t->heap_len) break;
+        if (c + 1 < t->heap_len && heap_less(t->heap[c + 1], t->heap[c])) c++;
+        if (!heap_less(t->heap[c], l)) break;
+        heap_place(t, i, t->heap[c]);
+        i = c;
+    }
+    heap_place(t, i, l);
+}
+
+void mql_lease_disarm(mql_lease_table *t, mql_lease *l) {
+    size_t i = l->heap_index;
+    mql_lease *last;
+    if (i == MQL_HEAP_NONE) return;
+    l->heap_index = MQL_HEAP_NONE;
+    last = t->heap[--t->heap_len];
+    if (i == t->heap_len) return;
+    heap_place(t, i, last);
+    heap_up(t, i);
+    heap_down(t, last->heap_index);
+}
+
+void mql_lease_arm(mql_lease_table *t, mql_lease *l, int64_t when_ms) {
+    mql_lease_disarm(t, l);   /* re-arming is delete-then-insert */
+    if (t->heap_len == t->heap_cap) {
+        t->heap_cap = t->heap_cap ? t->heap_cap * 2 : 64;
+        t->heap = realloc(t->heap, t->heap_cap * sizeof(*t->heap));
+        if (!t->heap) abort();
+    }
+    l->timer_ms = when_ms;
+    heap_place(t, t->heap_len++, l);
+    heap_up(t, l->heap_index);
+}
+
+mql_lease *mql_lease_next(const mql_lease_table *t) {
+    return t->heap_len ? t->heap[0] : NULL;
+}
+
+void mql_lease_remove(mql_lease_table *t, mql_lease *l) {
+    mql_lease **pp = &t->buckets[bucket_of(t, l->id)];
+    mql_lease_disarm(t, l);
+    while (*pp && *pp != l) pp = &(*pp)->hnext;
+    if (*pp) {
+        *pp = l->hnext;
+        t->count--;
+    }
+    lease_free(l);
+}
+
+void mql_lease_each(mql_lease_table *t, void (*fn)(mql_lease *, void *), void *ud) {
+    size_t i;
+    for (i = 0; i < t->nbuckets; i++) {
+        mql_lease *l = t->buckets[i], *next;
+        for (; l; l = next) {
+            next = l->hnext;
+            fn(l, ud);
+        }
+    }
+}

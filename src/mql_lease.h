@@ -1,0 +1,95 @@
+/* mql_lease.h -- the lease table: one entry per message the consumer holds.
+ *
+ * A received message is a lease on the broker's invisibility window. The
+ * entry keeps what renewing and releasing need: the *latest* receipt handle
+ * (every successful ChangeInvisibleDuration mints a new one and the old one
+ * must never be used again), the deadline after which the broker gives the
+ * message to someone else, and the budget already spent.
+ *
+ * Entries are found by id through a chained hash table and ordered by their
+ * next timer (a renewal, or the check that the deadline has passed) in a
+ * binary min-heap, so the core's thread sleeps exactly until the next thing
+ * to do: O(1) lookup, O(log n) re-arm, O(1) peek. A timer wheel would make
+ * re-arming O(1) but needs a tick; with a few thousand leases the heap is
+ * cheaper than the wake-ups a tick costs.
+ *
+ * The table is not thread-safe: the client's mutex guards it.
+ */
+#ifndef MQL_LEASE_H
+#define MQL_LEASE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum mql_lease_state {
+    MQL_LEASE_HELD = 1,   /* deadline ahead, renewal armed */
+    MQL_LEASE_RENEWING,   /* a ChangeInvisibleDuration is in flight */
+    MQL_LEASE_EXPIRING,   /* no more renewals (budget spent, or let go on purpose) */
+    MQL_LEASE_LOST,       /* deadline passed while held, or the handle was rejected */
+    MQL_LEASE_ACKED,      /* final: acknowledged */
+    MQL_LEASE_RELEASED    /* final: given back early (nack) */
+} mql_lease_state;
+
+const char *mql_lease_state_name(mql_lease_state s);
+
+/* What the host asked for while a renewal was in flight; done when it returns. */
+typedef enum mql_lease_pending {
+    MQL_PENDING_NONE = 0,
+    MQL_PENDING_ACK,
+    MQL_PENDING_NACK
+} mql_lease_pending;
+
+#define MQL_HEAP_NONE ((size_t)-1)
+
+typedef struct mql_lease {
+    uint64_t id;               /* table key, never reused within a client */
+    char *message_id;          /* broker id, stable across redeliveries */
+    char *topic;
+    char *handle;              /* the latest receipt handle; the only one ever sent */
+    mql_lease_state state;
+    int64_t acquired_ms;       /* monotonic: when the receive returned it */
+    int64_t deadline_ms;       /* monotonic: when the broker will redeliver */
+    int64_t timer_ms;          /* monotonic: next renewal or deadline check */
+    int renewals;              /* successful renewals */
+    int attempts;              /* failed tries of the current renewal */
+    int64_t renew_sent_ms;     /* when the in-flight renewal left */
+    int64_t renew_due_ms;      /* when it was scheduled to leave (for lateness) */
+    mql_lease_pending pending; /* a release is under way (or waits for a renewal) */
+    int let_go;                /* the host chose to let it expire: not "expired while alive" */
+    uint64_t pending_op;
+    int64_t pending_delay_ms;  /* for MQL_PENDING_NACK */
+    size_t heap_index;         /* MQL_HEAP_NONE when no timer is armed */
+    struct mql_lease *hnext;   /* hash chain */
+} mql_lease;
+
+typedef struct mql_lease_table {
+    mql_lease **buckets;
+    size_t nbuckets;           /* power of two */
+    size_t count;
+    mql_lease **heap;
+    size_t heap_len;
+    size_t heap_cap;
+    uint64_t next_id;
+} mql_lease_table;
+
+void mql_lease_table_init(mql_lease_table *t);
+void mql_lease_table_free(mql_lease_table *t);
+
+/* Adds a held lease and returns it; the table owns it and copies the strings. */
+mql_lease *mql_lease_add(mql_lease_table *t, const char *message_id, const char *topic,
+                         const char *handle, int64_t now_ms, int64_t invisible_ms);
+mql_lease *mql_lease_find(const mql_lease_table *t, uint64_t id);
+/* Unlinks and frees the lease (and disarms its timer). */
+void mql_lease_remove(mql_lease_table *t, mql_lease *l);
+void mql_lease_set_handle(mql_lease *l, const char *handle);
+
+/* Arms (or re-arms) the lease's timer at when_ms; disarm takes it off the heap. */
+void mql_lease_arm(mql_lease_table *t, mql_lease *l, int64_t when_ms);
+void mql_lease_disarm(mql_lease_table *t, mql_lease *l);
+/* The earliest armed timer, or NULL. */
+mql_lease *mql_lease_next(const mql_lease_table *t);
+
+/* Calls fn for every lease; fn may remove the lease it is given, nothing else. */
+void mql_lease_each(mql_lease_table *t, void (*fn)(mql_lease *, void *), void *ud);
+
+#endif /* MQL_LEASE_H */

@@ -1,0 +1,39 @@
+/* mql_metrics.c -- counters and histograms (see mql_metrics.h). */
+#include "mql_metrics.h"
+
+#include <stdio.h>
+#include <string.h>
+
+const double mql_hist_bounds[MQL_HIST_BUCKETS] = {
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1, 2.5, 5, 10, 30, 60, 300, 3600};
+
+void mql_hist_observe(mql_hist *h, double seconds) {
+    int i = 0;
+    while (i < MQL_HIST_BUCKETS && seconds > mql_hist_bounds[i]) i++;
+    h->counts[i]++;
+    h->count++;
+    h->sum += seconds;
+}
+
+void mql_metrics_error(mql_metrics *m, const char *op, const char *code) {
+    int i;
+    for (i = 0; i < m->nerrors; i++) {
+        if (strcmp(m->errors[i].op, op) == 0 && strcmp(m->errors[i].code, code) == 0) {
+            m->errors[i].n++;
+            return;
+        }
+    }
+    if (m->nerrors == MQL_MAX_ERROR_KINDS) {
+        /* the table is full: fold the rest into the last slot */
+        i = MQL_MAX_ERROR_KINDS - 1;
+        snprintf(m->errors[i].op, sizeof(m->errors[i].op), "%s", "any");
+        snprintf(m->errors[i].code, sizeof(m->errors[i].code), "%s", "OTHER");
+        m->errors[i].n++;
+        return;
+    }
+    i = m->nerrors++;
+    snprintf(m->errors[i].op, sizeof(m->errors[i].op), "%s", op);
+    snprintf(m->errors[i].code, sizeof(m->errors[i].code), "%s", code);
+    m->errors[i].n = 1;
+}

@@ -1,0 +1,51 @@
+/* mql_metrics.h -- counters and histograms of one client.
+ *
+ * Plain numbers updated under the client's lock and copied out on request;
+ * the Lua layer turns them into a table or the Prometheus text format. Names
+ * follow DESIGN.md 5b. Histograms use one fixed set of buckets (seconds) that
+ * spans both a 2 ms renewal and an hour-long handler.
+ */
+#ifndef MQL_METRICS_H
+#define MQL_METRICS_H
+
+#include <stdint.h>
+
+#define MQL_HIST_BUCKETS 17
+extern const double mql_hist_bounds[MQL_HIST_BUCKETS];
+
+typedef struct mql_hist {
+    uint64_t counts[MQL_HIST_BUCKETS + 1];   /* last slot: +Inf */
+    uint64_t count;
+    double sum;
+} mql_hist;
+
+void mql_hist_observe(mql_hist *h, double seconds);
+
+#define MQL_MAX_ERROR_KINDS 32
+
+typedef struct mql_error_count {
+    char op[16];
+    char code[48];
+    uint64_t n;
+} mql_error_count;
+
+typedef struct mql_metrics {
+    uint64_t received;
+    uint64_t acks_ok, acks_fail;
+    uint64_t nacks_ok, nacks_fail;
+    uint64_t renew_success, renew_fail, renew_uncertain;
+    uint64_t expire_while_alive;
+    uint64_t lost_expired, lost_rejected;
+    uint64_t budget_expire, budget_nack;
+    uint64_t sent_ok, sent_fail;
+    mql_hist renew_latency;     /* request to reply of ChangeInvisibleDuration */
+    mql_hist renew_lateness;    /* scheduled time to send time of a renewal */
+    mql_hist handler;           /* receive to ack or nack */
+    mql_error_count errors[MQL_MAX_ERROR_KINDS];
+    int nerrors;
+} mql_metrics;
+
+/* Counts a failed operation by (op, code); codes past the table's size go to "OTHER". */
+void mql_metrics_error(mql_metrics *m, const char *op, const char *code);
+
+#endif /* MQL_METRICS_H */

@@ -1,0 +1,73 @@
+/* mql_util.c -- results, clocks and allocation helpers shared by the core. */
+#include "mql.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "apache/rocketmq/v2/definition.pb-c.h"
+
+void mql_result_ok(mql_result *r) {
+    r->ok = 1;
+    r->code[0] = '\0';
+    r->msg[0] = '\0';
+}
+
+void mql_result_fail(mql_result *r, const char *code, const char *fmt, ...) {
+    va_list ap;
+    r->ok = 0;
+    snprintf(r->code, sizeof(r->code), "%s", code);
+    va_start(ap, fmt);
+    vsnprintf(r->msg, sizeof(r->msg), fmt, ap);
+    va_end(ap);
+}
+
+int64_t mql_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t mql_wall_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+const char *mql_code_name(int code, char *buf, size_t len) {
+    const ProtobufCEnumValue *v =
+        protobuf_c_enum_descriptor_get_value(&apache__rocketmq__v2__code__descriptor, code);
+    if (v) return v->name;
+    snprintf(buf, len, "CODE_%d", code);
+    return buf;
+}
+
+void *mql_xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "mqlease: out of memory (%zu bytes)\n", n);
+        abort();
+    }
+    return p;
+}
+
+void *mql_xcalloc(size_t n, size_t size) {
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p) {
+        fprintf(stderr, "mqlease: out of memory (%zu x %zu bytes)\n", n, size);
+        abort();
+    }
+    return p;
+}
+
+char *mql_strdup(const char *s) {
+    size_t n;
+    char *d;
+    if (!s) return NULL;
+    n = strlen(s) + 1;
+    d = mql_xmalloc(n);
+    memcpy(d, s, n);
+    return d;
+}
