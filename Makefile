@@ -20,7 +20,7 @@ OPT        ?= -O2
 LIBS        = -lgrpc -lgpr -lprotobuf-c -lcrypto -lpthread
 
 CORE_SRC = src/mql_util.c src/mql_events.c src/mql_lease.c src/mql_codec.c src/mql_call.c \
-           src/mql_metrics.c src/mql_client.c src/lmqlease.c
+           src/mql_metrics.c src/mql_client.c src/mql_shutdown.c src/lmqlease.c
 GEN_SRC  = proto/gen/apache/rocketmq/v2/definition.pb-c.c \
            proto/gen/apache/rocketmq/v2/service.pb-c.c \
            proto/gen/google/protobuf/duration.pb-c.c \

@@ -13,10 +13,14 @@
 #include <string.h>
 #include <time.h>
 
+#include <signal.h>
+
 #include "mql_client.h"
 #include "mql_compat.h"
+#include "mql_shutdown.h"
 
 #define CLIENT_MT "mqlease.core.client"
+#define WATCHER_MT "mqlease.core.signals"
 
 typedef struct lclient {
     mql_client *c;
@@ -183,6 +187,7 @@ static void push_event(lua_State *L, const mql_event *ev) {
         set_str(L, "kind", "lease");
         set_int(L, "lease_id", (lua_Integer)ev->lease_id);
         set_str(L, "state", mql_lease_state_name((mql_lease_state)ev->lease_state));
+        set_int(L, "renewals", ev->lease_renewals);
         return;
     }
     set_str(L, "kind", "op");
@@ -321,6 +326,11 @@ static int l_send(lua_State *L) {
     return push_op(L, op);
 }
 
+static int l_route(lua_State *L) {
+    mql_client *c = check_client(L);
+    return push_op(L, mql_client_route(c, luaL_checkstring(L, 2)));
+}
+
 static int l_terminate(lua_State *L) {
     return push_op(L, mql_client_terminate(check_client(L)));
 }
@@ -398,6 +408,16 @@ static int l_metrics(lua_State *L) {
     return 1;
 }
 
+static int l_release_all(lua_State *L) {
+    mql_client *c = check_client(L);
+    return push_op(L, mql_client_release_all(c, luaL_checkinteger(L, 2)));
+}
+
+static int l_cancel_receives(lua_State *L) {
+    mql_client_cancel_receives(check_client(L));
+    return 0;
+}
+
 static int l_pause_renewals(lua_State *L) {
     mql_client_pause_renewals(check_client(L), lua_toboolean(L, 2));
     return 0;
@@ -418,6 +438,104 @@ static int l_closed(lua_State *L) {
     lua_pushboolean(L, lc->c == NULL);
     return 1;
 }
+
+/* ------------------------------------------------------------ signals */
+
+typedef struct lwatcher {
+    mql_shutdown *s;
+} lwatcher;
+
+static int signal_number(const char *name) {
+    if (strcmp(name, "TERM") == 0) return SIGTERM;
+    if (strcmp(name, "INT") == 0) return SIGINT;
+    if (strcmp(name, "HUP") == 0) return SIGHUP;
+    if (strcmp(name, "QUIT") == 0) return SIGQUIT;
+    return 0;
+}
+
+static const char *signal_name(int signo) {
+    switch (signo) {
+    case SIGTERM: return "TERM";
+    case SIGINT: return "INT";
+    case SIGHUP: return "HUP";
+    case SIGQUIT: return "QUIT";
+    }
+    return NULL;
+}
+
+/* core.watch_signals({"TERM", "INT"}, {client, ...}, grace_s, release_delay_s) -> watcher */
+static int l_watch_signals(lua_State *L) {
+    int signals[8], nsignals = 0, nclients = 0, i, n;
+    mql_client *clients[16];
+    char err[128];
+    lwatcher *w;
+    luaL_checktype(L, 1, LUA_TTABLE);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    n = (int)lua_rawlen(L, 1);
+    for (i = 1; i <= n && nsignals < 8; i++) {
+        lua_rawgeti(L, 1, i);
+        signals[nsignals] = signal_number(luaL_checkstring(L, -1));
+        if (!signals[nsignals]) return luaL_error(L, "unknown signal '%s'", lua_tostring(L, -1));
+        nsignals++;
+        lua_pop(L, 1);
+    }
+    n = (int)lua_rawlen(L, 2);
+    for (i = 1; i <= n && nclients < 16; i++) {
+        lclient *lc;
+        lua_rawgeti(L, 2, i);
+        lc = luaL_checkudata(L, -1, CLIENT_MT);
+        if (lc->c) clients[nclients++] = lc->c;
+        lua_pop(L, 1);
+    }
+    w = lua_newuserdata(L, sizeof(*w));
+    w->s = NULL;
+    luaL_getmetatable(L, WATCHER_MT);
+    lua_setmetatable(L, -2);
+    w->s = mql_shutdown_new(signals, nsignals, clients, nclients,
+                            (int64_t)(luaL_checknumber(L, 3) * 1000),
+                            (int64_t)(luaL_checknumber(L, 4) * 1000), err, sizeof(err));
+    if (!w->s) return luaL_error(L, "mqlease: %s", err);
+    /* the clients must outlive the watcher: keep them referenced from it */
+    lua_pushvalue(L, 2);
+    lua_setuservalue(L, -2);
+    return 1;
+}
+
+static mql_shutdown *check_watcher(lua_State *L) {
+    lwatcher *w = luaL_checkudata(L, 1, WATCHER_MT);
+    if (!w->s) luaL_error(L, "mqlease: the signal watcher is closed");
+    return w->s;
+}
+
+static int l_watcher_fd(lua_State *L) {
+    lua_pushinteger(L, mql_shutdown_fd(check_watcher(L)));
+    return 1;
+}
+
+static int l_watcher_signal(lua_State *L) {
+    const char *name = signal_name(mql_shutdown_signal(check_watcher(L)));
+    if (name) lua_pushstring(L, name);
+    else lua_pushnil(L);
+    return 1;
+}
+
+static int l_watcher_done(lua_State *L) {
+    mql_shutdown_done(check_watcher(L));
+    return 0;
+}
+
+static int l_watcher_close(lua_State *L) {
+    lwatcher *w = luaL_checkudata(L, 1, WATCHER_MT);
+    if (w->s) {
+        mql_shutdown_free(w->s);
+        w->s = NULL;
+    }
+    return 0;
+}
+
+static const luaL_Reg watcher_methods[] = {
+    {"fd", l_watcher_fd}, {"signal", l_watcher_signal}, {"done", l_watcher_done},
+    {"close", l_watcher_close}, {NULL, NULL}};
 
 /* ------------------------------------------------------------ module functions */
 
@@ -486,12 +604,14 @@ static const luaL_Reg client_methods[] = {
     {"events", l_events},   {"fd", l_fd},         {"id", l_id},
     {"receive", l_receive}, {"ack", l_ack},       {"nack", l_nack},
     {"let_expire", l_let_expire}, {"send", l_send}, {"terminate", l_terminate},
+    {"route", l_route}, {"release_all", l_release_all}, {"cancel_receives", l_cancel_receives},
     {"lease", l_lease},     {"metrics", l_metrics}, {"pause_renewals", l_pause_renewals},
     {"close", l_close},     {"closed", l_closed}, {NULL, NULL}};
 
 static const luaL_Reg module_functions[] = {
     {"consumer", l_consumer}, {"producer", l_producer}, {"wait", l_wait}, {"poll", l_poll},
-    {"now", l_now},           {"sleep", l_sleep},       {NULL, NULL}};
+    {"now", l_now},           {"sleep", l_sleep},       {"watch_signals", l_watch_signals},
+    {NULL, NULL}};
 
 LUALIB_API int luaopen_mqlease_core(lua_State *L);
 
@@ -504,6 +624,14 @@ LUALIB_API int luaopen_mqlease_core(lua_State *L) {
         lua_setfield(L, -2, "__gc");
         lua_pushcfunction(L, l_close);
         lua_setfield(L, -2, "__close");
+    }
+    lua_pop(L, 1);
+    if (luaL_newmetatable(L, WATCHER_MT)) {
+        lua_newtable(L);
+        luaL_setfuncs(L, watcher_methods, 0);
+        lua_setfield(L, -2, "__index");
+        lua_pushcfunction(L, l_watcher_close);
+        lua_setfield(L, -2, "__gc");
     }
     lua_pop(L, 1);
     luaL_newlib(L, module_functions);

@@ -175,6 +175,7 @@ static void post_lease(mql_client *c, const mql_lease *l, mql_lease_state state)
     mql_event *ev = mql_event_new(MQL_EV_LEASE, 0);
     ev->lease_id = l->id;
     ev->lease_state = state;
+    ev->lease_renewals = l->renewals;
     mql_events_push(&c->events, ev);
 }
 
@@ -235,21 +236,40 @@ static void fail_start(mql_client *c, const mql_result *r) {
 
 static void telemetry_open(mql_client *c);
 
-static void route_start(mql_client *c) {
+/* QueryRoute for topic: the session's own (op 0) picks the broker; a host's
+ * op only learns whether the topic exists. */
+static int route_start(mql_client *c, const char *topic_name, uint64_t op) {
     Apache__Rocketmq__V2__QueryRouteRequest req = APACHE__ROCKETMQ__V2__QUERY_ROUTE_REQUEST__INIT;
     pb_resource topic;
     endpoints_buf ep;
-    mql_call *call;
-    mql_result r;
-    set_resource(&topic, c->namespace_, c->topic);
+    set_resource(&topic, c->namespace_, topic_name);
     set_endpoints(&ep, c->host, c->port);
     req.topic = &topic;
     req.endpoints = &ep.ep;
-    call = call_new(c, c->access, M_QUERY_ROUTE, c->request_timeout_ms, K_ROUTE, 0, NULL);
-    if (unary(c, call, &req.base) < 0) {
+    return unary(c, call_new(c, c->access, M_QUERY_ROUTE, c->request_timeout_ms, K_ROUTE, op, NULL),
+                 &req.base);
+}
+
+static void session_route_start(mql_client *c) {
+    mql_result r;
+    if (route_start(c, c->topic, 0) < 0) {
         mql_result_fail(&r, "INTERNAL", "QueryRoute: grpc refused to start the call");
         fail_start(c, &r);
     }
+}
+
+uint64_t mql_client_route(mql_client *c, const char *topic) {
+    uint64_t op;
+    pthread_mutex_lock(&c->mu);
+    if (c->stopping) {
+        op = post_now(c, "CLOSED", "route: the client is closed");
+    } else {
+        op = ++c->next_op;
+        if (route_start(c, topic, op) < 0)
+            op = post_now(c, "INTERNAL", "QueryRoute: grpc refused to start the call");
+    }
+    pthread_mutex_unlock(&c->mu);
+    return op;
 }
 
 static int queue_readable(const Apache__Rocketmq__V2__MessageQueue *q) {
@@ -282,6 +302,13 @@ static void on_route_done(mql_client *c, mql_call *call) {
     mql_result r;
     size_t i;
     call_result(call, resp ? resp->status : NULL, &r, "QueryRoute");
+    if (call->op) {
+        /* a host's question: does the topic exist? */
+        if (resp) protobuf_c_message_free_unpacked(&resp->base, NULL);
+        if (!r.ok) mql_metrics_error(&c->metrics, "route", r.code);
+        post_op(c, call->op, &r);
+        return;
+    }
     if (r.ok) {
         const Apache__Rocketmq__V2__MessageQueue *q = NULL;
         for (i = 0; i < resp->n_message_queues && !q; i++)
@@ -1196,7 +1223,7 @@ static void on_call_done(mql_call *call) {
 /* ------------------------------------------------------------ the thread */
 
 static void begin_session(mql_client *c) {
-    if (c->type == MQL_CONSUMER) route_start(c);
+    if (c->type == MQL_CONSUMER) session_route_start(c);
     else telemetry_open(c);
 }
 
@@ -1417,6 +1444,46 @@ void mql_client_metrics(mql_client *c, mql_metrics *out, size_t *inflight) {
     pthread_mutex_lock(&c->mu);
     *out = c->metrics;
     *inflight = c->leases.count;
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void collect_held(mql_lease *l, void *ud) {
+    struct { uint64_t *ids; size_t n; } *acc = ud;
+    if (l->pending == MQL_PENDING_NONE) acc->ids[acc->n++] = l->id;
+}
+
+uint64_t mql_client_release_all(mql_client *c, int64_t delay_ms) {
+    struct { uint64_t *ids; size_t n; } acc;
+    uint64_t op = 0;
+    size_t i;
+    pthread_mutex_lock(&c->mu);
+    acc.ids = mql_xcalloc(c->leases.count, sizeof(uint64_t));
+    acc.n = 0;
+    mql_lease_each(&c->leases, collect_held, &acc);
+    /* one nack per lease: the proxy has no batch ChangeInvisibleDuration */
+    for (i = 0; i < acc.n; i++) op = release_start(c, &acc.ids[i], 1, 0, delay_ms);
+    free(acc.ids);
+    pthread_mutex_unlock(&c->mu);
+    return op;
+}
+
+int mql_client_wait_released(mql_client *c, int64_t timeout_ms) {
+    int64_t deadline = mql_now_ms() + timeout_ms;
+    size_t left;
+    for (;;) {
+        pthread_mutex_lock(&c->mu);
+        left = c->leases.count;
+        pthread_mutex_unlock(&c->mu);
+        if (left == 0 || mql_now_ms() >= deadline) return (int)left;
+        usleep(20000);
+    }
+}
+
+void mql_client_cancel_receives(mql_client *c) {
+    mql_call *call;
+    pthread_mutex_lock(&c->mu);
+    for (call = c->calls; call; call = call->next)
+        if (call->kind == K_RECEIVE) mql_call_cancel(call);
     pthread_mutex_unlock(&c->mu);
 }
 

@@ -88,6 +88,8 @@ uint64_t mql_client_send(mql_client *c, const char *topic, const uint8_t *body, 
                          const char *tag, const char **keys, size_t nkeys,
                          const mql_kv *props, size_t nprops);
 uint64_t mql_client_terminate(mql_client *c);
+/* QueryRoute for a topic: OK if the proxy knows it (TOPIC_NOT_FOUND else). */
+uint64_t mql_client_route(mql_client *c, const char *topic);
 
 /* Snapshot of one lease; 0 if the id is not in the table (acked, released, lost). */
 typedef struct mql_lease_info {
@@ -99,6 +101,13 @@ typedef struct mql_lease_info {
 int mql_client_lease_info(mql_client *c, uint64_t lease_id, mql_lease_info *out);
 
 void mql_client_metrics(mql_client *c, mql_metrics *out, size_t *inflight);
+/* Gives back every lease not already being released (nack after delay_ms);
+ * for shutdown. Returns the op of the last nack (0 if none). */
+uint64_t mql_client_release_all(mql_client *c, int64_t delay_ms);
+/* Waits (blocking, up to timeout_ms) until no lease is held; returns how many remain. */
+int mql_client_wait_released(mql_client *c, int64_t timeout_ms);
+/* Ends the receives in flight at once (they finish with CANCELLED). */
+void mql_client_cancel_receives(mql_client *c);
 /* Test hook: while paused, no renewal leaves (as if the thread were starved). */
 void mql_client_pause_renewals(mql_client *c, int paused);
 

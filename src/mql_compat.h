@@ -18,6 +18,7 @@ static void *mql_testudata(lua_State *L, int i, const char *tname) {
     return p;
 }
 #define luaL_testudata(L, i, t) mql_testudata(L, i, t)
+#define lua_setuservalue(L, i) lua_setfenv(L, i)
 #endif
 
 #endif /* MQL_COMPAT_H */

@@ -64,6 +64,7 @@ typedef struct mql_event {
     /* MQL_EV_LEASE payload */
     uint64_t lease_id;
     int lease_state;            /* an mql_lease_state */
+    int lease_renewals;         /* successful renewals so far */
 } mql_event;
 
 mql_event *mql_event_new(mql_event_kind kind, uint64_t op);

@@ -4,7 +4,7 @@
 -- Options are programmer input: a wrong one raises (at the caller's level),
 -- unlike network and broker failures, which return nil, message, code.
 
-local type, pairs, ipairs, tostring, error = type, pairs, ipairs, tostring, error
+local type, pairs, ipairs, tostring, error, getmetatable = type, pairs, ipairs, tostring, error, getmetatable
 local math_type = math.type
 local floor = math.floor
 local concat, sort = table.concat, table.sort
@@ -69,6 +69,23 @@ _M.producer = {
   topics = { kind = "strings", doc = "topics announced to the proxy at start (optional)" },
 }
 
+_M.run = {
+  concurrency = { kind = "integer", default = 64, min = 1, max = 100000, doc = "handlers running at once (coroutines)" },
+  max_inflight = { kind = "integer", min = 1, max = 1000000,
+    doc = "messages held at once, running or waiting for a handler (default 2 x concurrency); receiving pauses at it" },
+  max_inflight_bytes = { kind = "integer", default = 64 * 1024 * 1024, min = 1, max = 2 ^ 40,
+    doc = "bytes of message bodies held at once; receiving pauses at it" },
+  nack_delay = { kind = "delay", doc = "seconds before a failed message comes back: a number or fn(attempt); default 2^(attempt-1) capped at 60" },
+  policy = { kind = "function", doc = "fn(m, lease, handler) -> \"ack\" | \"nack\" [, delay [, err]] | \"skip\" (see mqlease.policy)" },
+  signals = { kind = "boolean", default = true, doc = "drain gracefully on SIGTERM and SIGINT" },
+  grace = { kind = "number", default = 25, min = 0, max = 3600, doc = "seconds running handlers get to finish after a stop" },
+  mode = { kind = "enum", values = { "wait", "nack" }, default = "wait",
+    doc = "on stop: let running handlers finish until grace (wait) or release their messages at once (nack)" },
+  run_for = { kind = "number", min = 0, max = 1e9, doc = "stop by itself after this many seconds (nil = until a signal or stop())" },
+  stop = { kind = "function", doc = "fn() -> true to stop; checked every loop turn" },
+  on_error = { kind = "function", doc = "fn(message, err): a handler failed (default: a line on stderr)" },
+}
+
 local function check_value(where, name, spec, v)
   local function bad(expected)
     error(("%s: option '%s' must be %s (got %s)"):format(where, name, expected, describe(v)), 6)
@@ -95,6 +112,14 @@ local function check_value(where, name, spec, v)
       if v == allowed then return end
     end
     bad("one of \"" .. concat(spec.values, "\", \"") .. "\"")
+  elseif kind == "function" then
+    if type(v) ~= "function" and not (type(v) == "table" and getmetatable(v) and getmetatable(v).__call) then
+      bad("a function")
+    end
+  elseif kind == "delay" then
+    if not (type(v) == "function" or (type(v) == "number" and v >= 0 and v <= MAX_INVISIBLE)) then
+      bad("a number of seconds (0 to 43200) or a function(attempt)")
+    end
   elseif kind == "strings" then
     if type(v) ~= "table" then bad("an array of strings") end
     for _, s in ipairs(v) do
@@ -163,6 +188,15 @@ function _M.producer_options(opts)
   local where = "mqlease.producer"
   local o = _M.check(where, _M.producer, opts)
   if o.tls then relation_error(where, "option 'tls' is not supported yet: the proxy accepts plaintext on the same port") end
+  return o
+end
+
+function _M.run_options(opts)
+  local o = _M.check("mqlease.run", _M.run, opts or {})
+  o.max_inflight = o.max_inflight or 2 * o.concurrency
+  if o.max_inflight < o.concurrency then
+    relation_error("mqlease.run", ("option 'max_inflight' (%d) must be at least 'concurrency' (%d)"):format(o.max_inflight, o.concurrency))
+  end
   return o
 end
 

@@ -62,7 +62,8 @@ function lease_methods:_info()
   return "lost", 0, rawget(self, "_renewals")
 end
 
-function lease_methods:_set_state(state)
+function lease_methods:_set_state(state, renewals)
+  if renewals then self._renewals = renewals end
   if FINAL[state] and not rawget(self, "_final") then self._final = state end
 end
 

@@ -11,6 +11,8 @@ local consumer = require "mqlease.consumer"
 local producer = require "mqlease.producer"
 local wait = require "mqlease.wait"
 local metrics = require "mqlease.metrics"
+local policy = require "mqlease.policy"
+local run = require "mqlease.run"
 
 local _M = {
   _VERSION = core._VERSION,
@@ -19,6 +21,8 @@ local _M = {
   sleep = wait.sleep,
   now = core.now,
   metrics = metrics,
+  policy = policy,
+  run = run,
 }
 
 return _M

@@ -28,7 +28,7 @@ function _M.new(opts)
     if not ev then return nil, "mqlease.producer: the session did not start within start_timeout", "TIMEOUT" end
     return nil, ev.err, ev.code
   end
-  return setmetatable({ options = o, _session = session, _closed = false }, mt)
+  return setmetatable({ options = o, _session = session, _closed = false, _routes = {} }, mt)
 end
 
 -- Sends one message. opts: tag, keys (string or array), properties (string -> string).
@@ -39,6 +39,13 @@ function methods:send(topic, body, opts)
   local keys = opts.keys
   if type(keys) == "string" then keys = { keys } end
   local session = self._session
+  if not self._routes[topic] then
+    -- as the official clients do: learn the route once, so that an unknown
+    -- topic fails as TOPIC_NOT_FOUND (the proxy's send would blame the message type)
+    local ok, err, code = session:call(session.client:route(topic))
+    if not ok then return nil, err, code end
+    self._routes[topic] = true
+  end
   local ev = session:await(session.client:send(topic, body, opts.tag, keys, opts.properties))
   if not ev.ok then return nil, ev.err, ev.code end
   return ev.message_id, ev.offset

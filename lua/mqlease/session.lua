@@ -31,7 +31,7 @@ function methods:pump()
       self.results[ev.op] = ev
     else
       local lease = self.leases[ev.lease_id]
-      if lease then lease:_set_state(ev.state) end
+      if lease then lease:_set_state(ev.state, ev.renewals) end
     end
   end
 end

@@ -13,10 +13,13 @@ local coroutine_running, coroutine_yield = coroutine.running, coroutine.yield
 
 local _M = {}
 
-local scheduler -- set by mqlease.scheduler: { owns = function(co) -> bool }
+local scheduler -- the running mqlease.scheduler, which answers scheduler:owns(co)
 
+-- Installs the running scheduler (nil for none); returns the previous one.
 function _M.set_scheduler(s)
+  local previous = scheduler
   scheduler = s
+  return previous
 end
 
 -- A pollable object for cqueues and for the scheduler.
@@ -39,7 +42,7 @@ end
 -- Waits until fd is readable or deadline (core.now() seconds; nil = forever) passes.
 function _M.wait(fd, deadline)
   local co, main = coroutine_running()
-  if co and not main and scheduler and scheduler.owns(co) then
+  if co and not main and scheduler and scheduler:owns(co) then
     coroutine_yield(_M.pollable(fd, deadline))
     return
   end
@@ -59,7 +62,7 @@ end
 function _M.sleep(s)
   local co, main = coroutine_running()
   local deadline = core.now() + s
-  if co and not main and scheduler and scheduler.owns(co) then
+  if co and not main and scheduler and scheduler:owns(co) then
     while core.now() < deadline do coroutine_yield(_M.pollable(nil, deadline)) end
     return
   end

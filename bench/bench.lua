@@ -1,0 +1,101 @@
+-- bench/bench.lua MODE ARGS... -- the mqlease side of `make bench`, mirroring
+-- bench/java/Bench.java mode for mode; prints one JSON line.
+--   produce ENDPOINT TOPIC COUNT SIZE
+--   consume ENDPOINT GROUP TOPIC COUNT INVISIBLE_S BATCH
+--   hold    ENDPOINT GROUP TOPIC COUNT INVISIBLE_S HOLD_S
+package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
+package.cpath = "build/?.so;" .. package.cpath
+local mqlease = require "mqlease"
+
+local mode = arg[1]
+
+local function rss_kb()
+  for line in io.lines("/proc/self/status") do
+    local v = line:match("^VmHWM:%s+(%d+)")
+    if v then return tonumber(v) end
+  end
+end
+
+local function json(t)
+  local parts = {}
+  for _, k in ipairs(t._order) do
+    local v = t[k]
+    parts[#parts + 1] = ('"%s":%s'):format(k, type(v) == "string" and ('"' .. v .. '"') or
+      (math.type(v) == "integer" and tostring(v) or ("%.3f"):format(v)))
+  end
+  return "{" .. table.concat(parts, ",") .. "}"
+end
+
+-- a percentile from a core histogram, interpolated inside its bucket (seconds -> ms)
+local function percentile(h, p)
+  if h.count == 0 then return 0 end
+  local rank, seen, lower = p * h.count, 0, 0
+  for i, c in ipairs(h.counts) do
+    local upper = h.bounds[i] or h.bounds[#h.bounds]
+    if seen + c >= rank and c > 0 then
+      return (lower + (upper - lower) * (rank - seen) / c) * 1000
+    end
+    seen = seen + c
+    lower = upper
+  end
+  return lower * 1000
+end
+
+if mode == "produce" then
+  local endpoint, topic, count, size = arg[2], arg[3], tonumber(arg[4]), tonumber(arg[5])
+  local p = assert(mqlease.producer { endpoints = endpoint })
+  local body = ("x"):rep(size)
+  assert(p:send(topic, body, { tag = "bench" }))   -- the route lookup, outside the timing
+  local t0 = mqlease.now()
+  for _ = 2, count do assert(p:send(topic, body, { tag = "bench" })) end
+  local s = mqlease.now() - t0
+  p:close()
+  print(json { _order = { "mode", "count", "seconds", "msgs_per_s", "rss_kb" },
+    mode = "produce", count = count, seconds = s, msgs_per_s = (count - 1) / s, rss_kb = rss_kb() })
+elseif mode == "consume" then
+  local endpoint, group, topic, count, invisible, batch = arg[2], arg[3], arg[4], tonumber(arg[5]), tonumber(arg[6]), tonumber(arg[7])
+  local c = assert(mqlease.consumer { endpoints = endpoint, group = group, topic = topic,
+    invisible = invisible, batch = math.min(batch, 32), await = 5 })
+  local got, t0 = 0, mqlease.now()
+  while got < count and mqlease.now() - t0 < 120 do
+    local msgs = assert(c:receive())
+    if #msgs > 0 then
+      assert(c:ack(msgs))   -- one AckMessage for the whole batch
+      got = got + #msgs
+    end
+  end
+  local s = mqlease.now() - t0
+  c:close()
+  print(json { _order = { "mode", "count", "seconds", "msgs_per_s", "rss_kb" },
+    mode = "consume", count = got, seconds = s, msgs_per_s = got / s, rss_kb = rss_kb() })
+elseif mode == "hold" then
+  local endpoint, group, topic, count, invisible, hold = arg[2], arg[3], arg[4], tonumber(arg[5]), tonumber(arg[6]), tonumber(arg[7])
+  local c = assert(mqlease.consumer { endpoints = endpoint, group = group, topic = topic,
+    invisible = invisible, batch = 32, await = 5 })
+  local held, t0 = {}, mqlease.now()
+  while #held < count and mqlease.now() - t0 < 120 do
+    for _, m in ipairs(assert(c:receive())) do held[#held + 1] = m end
+  end
+  -- nothing to do by hand: the core renews all of them while Lua just sleeps
+  mqlease.sleep(hold)
+  local acked = 0
+  for first = 1, #held, 32 do
+    local b = {}
+    for i = first, math.min(first + 31, #held) do b[#b + 1] = held[i] end
+    local ok, _, _, results = c:ack(b)
+    if ok then acked = acked + #b else
+      for _, r in ipairs(results) do if r == true then acked = acked + 1 end end
+    end
+  end
+  local m = c:metrics()
+  c:close()
+  print(json { _order = { "mode", "count", "acked", "renewals", "renew_fail", "renew_p50_ms", "renew_p99_ms",
+      "lateness_p99_ms", "lateness_max_ms", "rss_kb" },
+    mode = "hold", count = #held, acked = acked, renewals = m.renew_success, renew_fail = m.renew_fail + m.renew_uncertain,
+    renew_p50_ms = percentile(m.renew_latency, 0.5), renew_p99_ms = percentile(m.renew_latency, 0.99),
+    lateness_p99_ms = percentile(m.renew_lateness, 0.99), lateness_max_ms = percentile(m.renew_lateness, 1.0),
+    rss_kb = rss_kb() })
+else
+  io.stderr:write("usage: bench.lua produce|consume|hold ...\n")
+  os.exit(2)
+end

@@ -1,0 +1,412 @@
+// Benchmark peer: the official Apache RocketMQ 5 Java client (rocketmq-client-java, gRPC),
+// driven the way mqlease is benchmarked. Single file, no build step of its own:
+//
+//   java -cp '<lib>/*' bench/java/Bench.java MODE ARGS...     (Java 17 source launcher)
+//
+// bench/java.sh fetches <lib> and runs this with the JVM flags the benchmark uses.
+//
+// Modes (ENDPOINT is host:port of the gRPC proxy, e.g. 127.0.0.1:18081):
+//   produce ENDPOINT TOPIC COUNT SIZE
+//       COUNT messages of SIZE bytes, tag "bench", one synchronous send at a time.
+//       {"mode":"produce","count":N,"seconds":S,"msgs_per_s":R,"rss_kb":K}
+//   consume ENDPOINT GROUP TOPIC COUNT INVISIBLE_S BATCH [sync|async]
+//       receive(BATCH, INVISIBLE_S) in a loop and ack every message, until COUNT messages are
+//       acked or 120 s have passed since the first receive call (where timing starts).
+//       Ack mode (default async): the official API has no batch ack, so "async" issues
+//       ackAsync for every message of a batch and waits for all of them before the next
+//       receive (one RPC per message, all in flight together); "sync" calls ack() one by one.
+//       {"mode":"consume","count":N,"seconds":S,"msgs_per_s":R,"rss_kb":K}
+//   hold ENDPOINT GROUP TOPIC COUNT INVISIBLE_S HOLD_S
+//       Receives COUNT messages (batches of up to 32, invisible INVISIBLE_S), keeps every one alive for HOLD_S s
+//       after the last arrived by calling changeInvisibleDuration(view, INVISIBLE_S) on it
+//       every INVISIBLE_S/3 s from ONE thread (the official SimpleConsumer has no auto-renew),
+//       then acks all. Message i is due at recv_i + k*INVISIBLE_S/3 (fixed rate); lateness is
+//       (time the call was issued) - (its due time). Renewal starts as soon as a message
+//       arrives, so messages received early survive a slow receive phase.
+//       {"mode":"hold","count":N,"renewals":R,"renew_fail":F,"renew_p50_ms":..,
+//        "renew_p99_ms":..,"lateness_p99_ms":..,"rss_kb":K}
+//
+// stdout carries only the JSON line; everything else (client logs, errors) goes to stderr or to
+// -Drocketmq.log.root. Exit status: 0 = complete, 3 = ran but incomplete (fewer than COUNT
+// messages, failed renewals or acks; the JSON line is still printed), 2 = usage,
+// 1 = could not start, 4 = internal watchdog fired.
+// rss_kb is VmHWM (peak resident set) from /proc/self/status, read after the work is done.
+
+import java.io.IOException;
+import java.io.PrintStream;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.DelayQueue;
+import java.util.concurrent.Delayed;
+import java.util.concurrent.TimeUnit;
+
+import org.apache.rocketmq.client.apis.ClientConfiguration;
+import org.apache.rocketmq.client.apis.ClientServiceProvider;
+import org.apache.rocketmq.client.apis.consumer.FilterExpression;
+import org.apache.rocketmq.client.apis.consumer.FilterExpressionType;
+import org.apache.rocketmq.client.apis.consumer.SimpleConsumer;
+import org.apache.rocketmq.client.apis.message.Message;
+import org.apache.rocketmq.client.apis.message.MessageView;
+import org.apache.rocketmq.client.apis.producer.Producer;
+
+public final class Bench {
+    static final long CONSUME_LIMIT_NS = TimeUnit.SECONDS.toNanos(120);
+    static final long HOLD_RECEIVE_LIMIT_NS = TimeUnit.SECONDS.toNanos(120);
+    static final int HOLD_BATCH = 32;  // receive batch size of the hold mode
+
+    // The real stdout, reserved for the JSON line. System.out is pointed at stderr so that
+    // nothing else (logback status output, a console appender) can end up on stdout.
+    static PrintStream json;
+
+    public static void main(String[] args) throws Exception {
+        json = System.out;
+        System.setOut(System.err);
+        // Defaults in case this file is run by hand without the flags bench/java.sh passes;
+        // must happen before the first client class initialises logback.
+        if (System.getProperty("rocketmq.log.root") == null) {
+            Path dir = Path.of(System.getProperty("java.io.tmpdir"), "mqlease-jbench-logs");
+            Files.createDirectories(dir);
+            System.setProperty("rocketmq.log.root", dir.toString());
+        }
+        if (System.getProperty("rocketmq.log.level") == null) System.setProperty("rocketmq.log.level", "warn");
+
+        if (args.length == 0) usage();
+        int rc;
+        try {
+            switch (args[0]) {
+                case "produce": {
+                    if (args.length != 5) usage();
+                    watchdog(600);
+                    rc = produce(args[1], args[2], posInt(args[3], "COUNT"), posInt(args[4], "SIZE"));
+                    break;
+                }
+                case "consume": {
+                    if (args.length != 7 && args.length != 8) usage();
+                    boolean async = true;
+                    if (args.length == 8) {
+                        if (args[7].equals("sync")) async = false;
+                        else if (!args[7].equals("async")) usage();
+                    }
+                    int batch = posInt(args[6], "BATCH");
+                    watchdog(120 + 120);
+                    rc = consume(args[1], args[2], args[3], posInt(args[4], "COUNT"), posInt(args[5], "INVISIBLE_S"), batch, async);
+                    break;
+                }
+                case "hold": {
+                    if (args.length != 7) usage();
+                    int inv = posInt(args[5], "INVISIBLE_S"), hold = posInt(args[6], "HOLD_S");
+                    watchdog(120 + hold + inv + 120);
+                    rc = hold(args[1], args[2], args[3], posInt(args[4], "COUNT"), inv, hold);
+                    break;
+                }
+                default:
+                    usage();
+                    return;
+            }
+        } catch (Exception e) {
+            System.err.println("bench: " + args[0] + " failed: " + e);
+            e.printStackTrace(System.err);
+            rc = 1;
+        }
+        System.err.flush();
+        // Client executors are not all daemon threads; do not wait for them.
+        Runtime.getRuntime().halt(rc);
+    }
+
+    // ---------------------------------------------------------------------------------------
+
+    static ClientConfiguration config(String endpoint) {
+        return ClientConfiguration.newBuilder()
+            .setEndpoints(endpoint)
+            .enableSsl(false)
+            .setRequestTimeout(Duration.ofSeconds(3))
+            .build();
+    }
+
+    static SimpleConsumer simpleConsumer(ClientServiceProvider p, String endpoint, String group, String topic) throws Exception {
+        return p.newSimpleConsumerBuilder()
+            .setClientConfiguration(config(endpoint))
+            .setConsumerGroup(group)
+            .setSubscriptionExpressions(Map.of(topic, new FilterExpression("*", FilterExpressionType.TAG)))
+            .setAwaitDuration(Duration.ofSeconds(5))
+            .build();
+    }
+
+    static int produce(String endpoint, String topic, int count, int size) throws Exception {
+        ClientServiceProvider p = ClientServiceProvider.loadService();
+        Producer producer = p.newProducerBuilder()
+            .setClientConfiguration(config(endpoint))
+            .setTopics(topic)
+            .build();
+        byte[] body = new byte[size];
+        for (int i = 0; i < size; i++) body[i] = (byte) ('a' + i % 26);
+        int ok = 0, failed = 0;
+        long t0 = System.nanoTime();
+        for (int i = 0; i < count; i++) {
+            Message m = p.newMessageBuilder().setTopic(topic).setTag("bench").setBody(body).build();
+            try {
+                producer.send(m);
+                ok++;
+            } catch (Exception e) {
+                if (failed++ < 5) System.err.println("bench: send failed: " + e);
+            }
+        }
+        double secs = (System.nanoTime() - t0) / 1e9;
+        long rss = peakRssKb();
+        emit(String.format(Locale.ROOT, "{\"mode\":\"produce\",\"count\":%d,\"seconds\":%.3f,\"msgs_per_s\":%.1f,\"rss_kb\":%d}",
+            ok, secs, ok / secs, rss));
+        if (failed > 0) System.err.println("bench: " + failed + " sends failed");
+        closeQuietly(producer);
+        return ok == count ? 0 : 3;
+    }
+
+    static int consume(String endpoint, String group, String topic, int count, int invisibleS, int batch, boolean async) throws Exception {
+        ClientServiceProvider p = ClientServiceProvider.loadService();
+        SimpleConsumer c = simpleConsumer(p, endpoint, group, topic);
+        Duration inv = Duration.ofSeconds(invisibleS);
+        int acked = 0, ackFailed = 0, receiveFailed = 0;
+        long t0 = System.nanoTime(), end = t0;
+        while (acked < count && System.nanoTime() - t0 < CONSUME_LIMIT_NS) {
+            List<MessageView> ms;
+            try {
+                ms = c.receive(batch, inv);
+            } catch (Exception e) {
+                if (receiveFailed++ < 5) System.err.println("bench: receive failed: " + e);
+                Thread.sleep(100);   // do not spin if the proxy is gone
+                continue;
+            }
+            if (async) {
+                List<CompletableFuture<Void>> fs = new ArrayList<>(ms.size());
+                for (MessageView m : ms) fs.add(c.ackAsync(m));
+                for (CompletableFuture<Void> f : fs) {
+                    try {
+                        f.get(10, TimeUnit.SECONDS);
+                        acked++;
+                    } catch (Exception e) {
+                        if (ackFailed++ < 5) System.err.println("bench: ack failed: " + e);
+                    }
+                }
+            } else {
+                for (MessageView m : ms) {
+                    try {
+                        c.ack(m);
+                        acked++;
+                    } catch (Exception e) {
+                        if (ackFailed++ < 5) System.err.println("bench: ack failed: " + e);
+                    }
+                }
+            }
+            end = System.nanoTime();
+        }
+        double secs = (end - t0) / 1e9;
+        long rss = peakRssKb();
+        emit(String.format(Locale.ROOT, "{\"mode\":\"consume\",\"count\":%d,\"seconds\":%.3f,\"msgs_per_s\":%.1f,\"rss_kb\":%d}",
+            acked, secs, secs > 0 ? acked / secs : 0.0, rss));
+        if (ackFailed > 0 || receiveFailed > 0)
+            System.err.println("bench: " + ackFailed + " acks and " + receiveFailed + " receives failed");
+        if (acked < count) System.err.println("bench: only " + acked + " of " + count + " messages acked within 120 s");
+        closeQuietly(c);
+        return acked >= count && ackFailed == 0 ? 0 : 3;
+    }
+
+    // One held message: its view (the client updates the receipt handle inside it after each
+    // successful changeInvisibleDuration) and its next due time.
+    static final class Held implements Delayed {
+        final MessageView view;
+        long due;   // System.nanoTime() scale
+        Held(MessageView view, long due) { this.view = view; this.due = due; }
+        @Override public long getDelay(TimeUnit unit) { return unit.convert(due - System.nanoTime(), TimeUnit.NANOSECONDS); }
+        @Override public int compareTo(Delayed o) { return Long.compare(due, ((Held) o).due); }
+    }
+
+    static int hold(String endpoint, String group, String topic, int count, int invisibleS, int holdS) throws Exception {
+        ClientServiceProvider p = ClientServiceProvider.loadService();
+        SimpleConsumer c = simpleConsumer(p, endpoint, group, topic);
+        Duration inv = Duration.ofSeconds(invisibleS);
+        long period = TimeUnit.SECONDS.toNanos(invisibleS) / 3;
+
+        DelayQueue<Held> queue = new DelayQueue<>();
+        List<Held> all = new ArrayList<>(count);
+        // [0] per-call latency, [1] lateness, both ns; grown and written only by the renewer
+        // thread, read after it is joined.
+        long[][] rec = {new long[4096], new long[4096]};
+        int[] n = new int[2];   // renewals, failures
+        final boolean[] stop = {false};
+
+        // The renewer: ONE thread, synchronous changeInvisibleDuration, fixed-rate schedule.
+        Thread renewer = new Thread(() -> {
+            while (true) {
+                Held h;
+                try {
+                    h = queue.poll(20, TimeUnit.MILLISECONDS);
+                } catch (InterruptedException e) {
+                    return;
+                }
+                synchronized (stop) { if (stop[0]) return; }
+                if (h == null) continue;
+                long sent = System.nanoTime();
+                boolean ok = true;
+                try {
+                    c.changeInvisibleDuration(h.view, inv);
+                } catch (Exception e) {
+                    ok = false;
+                    if (n[1] < 5) System.err.println("bench: changeInvisibleDuration failed: " + e);
+                }
+                long done = System.nanoTime();
+                int i = n[0]++;
+                if (i == rec[0].length) {
+                    rec[0] = Arrays.copyOf(rec[0], 2 * i);
+                    rec[1] = Arrays.copyOf(rec[1], 2 * i);
+                }
+                rec[0][i] = done - sent;
+                rec[1][i] = Math.max(0, sent - h.due);
+                if (!ok) n[1]++;
+                h.due += period;
+                queue.put(h);
+            }
+        }, "bench-renewer");
+        renewer.setDaemon(true);
+
+        int receiveFailed = 0;
+        long t0 = System.nanoTime();
+        while (all.size() < count && System.nanoTime() - t0 < HOLD_RECEIVE_LIMIT_NS) {
+            List<MessageView> ms;
+            try {
+                ms = c.receive(Math.min(HOLD_BATCH, count - all.size()), inv);
+            } catch (Exception e) {
+                if (receiveFailed++ < 5) System.err.println("bench: receive failed: " + e);
+                Thread.sleep(100);   // do not spin if the proxy is gone
+                continue;
+            }
+            long now = System.nanoTime();
+            for (MessageView m : ms) {
+                Held h = new Held(m, now + period);
+                all.add(h);
+                queue.put(h);
+            }
+            if (!ms.isEmpty() && !renewer.isAlive()) renewer.start();
+        }
+        if (all.size() < count) System.err.println("bench: only " + all.size() + " of " + count + " messages received within 120 s");
+
+        // Hold for HOLD_S seconds after the last message arrived, then stop the renewer.
+        long holdEnd = System.nanoTime() + TimeUnit.SECONDS.toNanos(holdS);
+        long left;
+        while ((left = holdEnd - System.nanoTime()) > 0) TimeUnit.NANOSECONDS.sleep(left);
+        synchronized (stop) { stop[0] = true; }
+        renewer.join(TimeUnit.SECONDS.toMillis(10));   // at most one call (<= 3 s) in flight
+        if (renewer.isAlive()) die(1, "the renewer thread did not stop");
+
+        // Ack all (async, all in flight together; same as consume's default).
+        List<CompletableFuture<Void>> fs = new ArrayList<>(all.size());
+        for (Held h : all) fs.add(c.ackAsync(h.view));
+        int ackFailed = 0;
+        for (CompletableFuture<Void> f : fs) {
+            try {
+                f.get(10, TimeUnit.SECONDS);
+            } catch (Exception e) {
+                if (ackFailed++ < 5) System.err.println("bench: ack failed: " + e);
+            }
+        }
+
+        int renewals = n[0], fails = n[1];
+        long rss = peakRssKb();
+        emit(String.format(Locale.ROOT,
+            "{\"mode\":\"hold\",\"count\":%d,\"renewals\":%d,\"renew_fail\":%d,\"renew_p50_ms\":%.3f,\"renew_p99_ms\":%.3f,\"lateness_p99_ms\":%.3f,\"rss_kb\":%d}",
+            all.size(), renewals, fails,
+            pctMs(rec[0], renewals, 50), pctMs(rec[0], renewals, 99), pctMs(rec[1], renewals, 99), rss));
+        System.err.println(String.format(Locale.ROOT,
+            "bench: hold detail: renew ms p90 %.3f p99.9 %.3f max %.3f; lateness ms p50 %.3f max %.3f; period %.3f s",
+            pctMs(rec[0], renewals, 90), pctMs(rec[0], renewals, 99.9), pctMs(rec[0], renewals, 100),
+            pctMs(rec[1], renewals, 50), pctMs(rec[1], renewals, 100), period / 1e9));
+        if (ackFailed > 0) System.err.println("bench: " + ackFailed + " of " + all.size() + " final acks failed (lease lost?)");
+        closeQuietly(c);
+        return all.size() == count && fails == 0 && ackFailed == 0 ? 0 : 3;
+    }
+
+    // ---------------------------------------------------------------------------------------
+
+    // Nearest-rank percentile of the first n values, in ms.
+    static double pctMs(long[] v, int n, double pct) {
+        if (n == 0) return 0;
+        long[] s = Arrays.copyOf(v, n);
+        Arrays.sort(s);
+        int rank = (int) Math.ceil(pct / 100.0 * n);
+        return s[Math.max(0, rank - 1)] / 1e6;
+    }
+
+    static long peakRssKb() {
+        try {
+            for (String line : Files.readAllLines(Path.of("/proc/self/status"))) {
+                if (line.startsWith("VmHWM:")) return Long.parseLong(line.replaceAll("[^0-9]", ""));
+            }
+        } catch (IOException | NumberFormatException e) {
+            System.err.println("bench: cannot read VmHWM: " + e);
+        }
+        return -1;
+    }
+
+    static void emit(String line) {
+        json.println(line);
+        json.flush();
+    }
+
+    // close() of a client can wait on its executors; give it 5 s at most.
+    static void closeQuietly(AutoCloseable c) {
+        Thread t = new Thread(() -> {
+            try {
+                c.close();
+            } catch (Exception e) {
+                System.err.println("bench: close: " + e);
+            }
+        }, "bench-close");
+        t.setDaemon(true);
+        t.start();
+        try {
+            t.join(5000);
+        } catch (InterruptedException ignored) {
+        }
+    }
+
+    static void watchdog(long seconds) {
+        Thread t = new Thread(() -> {
+            try {
+                Thread.sleep(TimeUnit.SECONDS.toMillis(seconds));
+            } catch (InterruptedException e) {
+                return;
+            }
+            System.err.println("bench: watchdog: still running after " + seconds + " s; giving up");
+            Runtime.getRuntime().halt(4);
+        }, "bench-watchdog");
+        t.setDaemon(true);
+        t.start();
+    }
+
+    static int posInt(String s, String what) {
+        try {
+            int v = Integer.parseInt(s);
+            if (v > 0) return v;
+        } catch (NumberFormatException ignored) {
+        }
+        die(2, what + " must be a positive integer, got '" + s + "'");
+        return 0;
+    }
+
+    static void die(int rc, String msg) {
+        System.err.println("bench: " + msg);
+        Runtime.getRuntime().halt(rc);
+    }
+
+    static void usage() {
+        die(2, "usage:\n"
+            + "  Bench produce ENDPOINT TOPIC COUNT SIZE\n"
+            + "  Bench consume ENDPOINT GROUP TOPIC COUNT INVISIBLE_S BATCH [sync|async]\n"
+            + "  Bench hold    ENDPOINT GROUP TOPIC COUNT INVISIBLE_S HOLD_S");
+    }
+}

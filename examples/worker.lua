@@ -1,0 +1,48 @@
+-- examples/worker.lua -- the smallest useful mqlease worker.
+--
+--   lua5.4 examples/worker.lua ENDPOINTS GROUP TOPIC [SECONDS]
+--
+-- Receives messages and handles each one; while a handler runs, the C core
+-- renews the message's lease, so a slow task is never handed to a second
+-- worker. Ack on success, nack (give back with a delay) on failure.
+package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
+package.cpath = "build/?.so;" .. package.cpath
+local mqlease = require "mqlease"
+
+local endpoints, group, topic = arg[1] or "127.0.0.1:8081", arg[2] or "worker", arg[3] or "tasks"
+local run_for = tonumber(arg[4] or "60")
+
+local consumer = assert(mqlease.consumer {
+  endpoints = endpoints, group = group, topic = topic,
+  invisible = 10,  -- short: a crashed worker's messages come back within 10 s
+  await = 5,       -- long-poll seconds per receive
+})
+
+local function handle(m)
+  -- the "work": the body says how many seconds it takes
+  local seconds = tonumber(m.body:match("sleep=(%d+%.?%d*)")) or 0
+  mqlease.sleep(seconds)
+  return true
+end
+
+local stop_at = mqlease.now() + run_for
+while mqlease.now() < stop_at do
+  local msgs, err, code = consumer:receive()
+  if not msgs then
+    io.stderr:write(("receive failed: %s (%s)\n"):format(err, code))
+    mqlease.sleep(1)
+  end
+  for _, m in ipairs(msgs or {}) do
+    local started = mqlease.now()
+    local ok, why = pcall(handle, m)
+    if ok and why then
+      local acked, aerr, acode = m:ack()
+      print(("%s %-22q attempt %d, %.1f s, %d renewals, ack: %s"):format(m.id, m.body, m.delivery_attempt,
+        mqlease.now() - started, m.lease.renewals, acked and "ok" or (aerr .. " " .. acode)))
+    else
+      m:nack(5)   -- comes back in 5 s, as the next attempt
+      print(("%s failed (%s): nacked"):format(m.id, tostring(why)))
+    end
+  end
+end
+consumer:close()

@@ -1,0 +1,194 @@
+-- mqlease.run: a worker loop -- many handlers at once as coroutines, flow
+-- control, and a shutdown that never multiplies or loses a message.
+--
+--   mqlease.run(consumer, function(m, lease) ... return true end, { concurrency = 64 })
+--
+-- Tasks: one receiver (receives while the in-flight limits allow), one task per
+-- message (the policy runs the handler, then the message is acked or nacked),
+-- and, once a stop is asked for, one drain task:
+--   stop receiving -> give back what never started -> let running handlers
+--   finish until grace -> give back what still runs -> close the consumer.
+-- Every message ends exactly once: acked, released (nack), or -- only if the
+-- process is killed -- left to expire.
+
+local core = require "mqlease.core"
+local config = require "mqlease.config"
+local scheduler_mod = require "mqlease.scheduler"
+local wait = require "mqlease.wait"
+local policy_mod = require "mqlease.policy"
+
+local min, floor = math.min, math.floor
+local PARK = scheduler_mod.PARK
+local coroutine_yield = coroutine.yield
+
+local function default_nack_delay(attempt)
+  return min(2 ^ ((attempt or 1) - 1), 60)
+end
+
+local function log_error(m, err)
+  io.stderr:write(("mqlease: handler failed for %s (attempt %d): %s\n"):format(
+    m.id, m.delivery_attempt or 0, tostring(err)))
+end
+
+return function(consumer, handler, opts)
+  if type(handler) ~= "function" then
+    error("bad argument #2 to 'run' (handler: function expected, got " .. type(handler) .. ")", 2)
+  end
+  local o = config.run_options(opts)
+  local policy = o.policy or policy_mod.plain
+  local nack_delay = o.nack_delay or default_nack_delay
+  if type(nack_delay) == "number" then
+    local fixed = nack_delay
+    nack_delay = function() return fixed end
+  end
+  local on_error = o.on_error or log_error
+  local release_delay = consumer.options.release_delay
+  local batch = consumer.options.batch
+  local client = consumer._session.client
+
+  local sched = scheduler_mod.new()
+  local st = {
+    stopping = false, done = false, reason = nil,
+    queue = {}, qhead = 1, qtail = 0,   -- received, not started yet (still leases, renewed)
+    running = {},                      -- message -> true while its handler runs
+    nrunning = 0, inflight = 0, bytes = 0,
+    received = 0, acked = 0, nacked = 0, failed = 0, released = 0, skipped = 0,
+  }
+  local receiver, drainer
+
+  local function settle(m)
+    st.running[m] = nil
+    st.nrunning = st.nrunning - 1
+    st.inflight = st.inflight - 1
+    st.bytes = st.bytes - #m.body
+    if receiver then sched:wake(receiver) end
+    if drainer then sched:wake(drainer) end
+  end
+
+  local start_handlers
+
+  local function handle(m)
+    -- action "ack" | "nack" | "skip"; err set means the handler failed (logged, counted)
+    local action, delay, err = policy(m, m.lease, handler)
+    if err ~= nil then
+      st.failed = st.failed + 1
+      on_error(m, err)
+    end
+    if action == "ack" then
+      if m:ack() then st.acked = st.acked + 1 end
+    elseif action == "nack" then
+      if m:nack(delay or nack_delay(m.delivery_attempt)) then st.nacked = st.nacked + 1 end
+    else
+      st.skipped = st.skipped + 1
+    end
+    settle(m)
+    start_handlers()
+  end
+
+  function start_handlers()
+    while not st.stopping and st.nrunning < o.concurrency and st.qhead <= st.qtail do
+      local m = st.queue[st.qhead]
+      st.queue[st.qhead] = nil
+      st.qhead = st.qhead + 1
+      st.running[m] = true
+      st.nrunning = st.nrunning + 1
+      sched:spawn(handle, m)
+    end
+  end
+
+  receiver = sched:spawn(function()
+    while not st.stopping do
+      if st.inflight >= o.max_inflight or st.bytes >= o.max_inflight_bytes then
+        coroutine_yield(PARK)   -- a finishing handler wakes us
+      else
+        local msgs, err, code = consumer:receive(min(batch, o.max_inflight - st.inflight))
+        if msgs then
+          for _, m in ipairs(msgs) do
+            st.received = st.received + 1
+            if st.stopping then
+              -- arrived after the stop: it never ran, give it straight back
+              if m:nack(release_delay) then st.released = st.released + 1 end
+            else
+              st.qtail = st.qtail + 1
+              st.queue[st.qtail] = m
+              st.inflight = st.inflight + 1
+              st.bytes = st.bytes + #m.body
+            end
+          end
+          start_handlers()
+        elseif not st.stopping then
+          io.stderr:write(("mqlease: receive failed: %s (%s)\n"):format(tostring(err), tostring(code)))
+          wait.sleep(1)
+        end
+      end
+    end
+    receiver = nil
+  end)
+
+  local function drain()
+    local grace_deadline = core.now() + o.grace
+    client:cancel_receives()
+    if receiver then sched:wake(receiver) end
+    -- 1. what never started goes back at once
+    while st.qhead <= st.qtail do
+      local m = st.queue[st.qhead]
+      st.queue[st.qhead] = nil
+      st.qhead = st.qhead + 1
+      st.inflight = st.inflight - 1
+      st.bytes = st.bytes - #m.body
+      if m:nack(release_delay) then st.released = st.released + 1 end
+    end
+    -- 2. running handlers may finish until grace (mode "wait")
+    if o.mode == "wait" then
+      while st.nrunning > 0 and core.now() < grace_deadline do
+        coroutine_yield(wait.pollable(nil, grace_deadline))
+      end
+    end
+    -- 3. what still runs is given back; its handler's later ack will fail, never double
+    for m in pairs(st.running) do
+      if m.lease:alive() and m:nack(release_delay) then st.released = st.released + 1 end
+    end
+    -- 4. wait for the receiver's cancelled call, so no lease arrives after close
+    local flush_deadline = core.now() + 2
+    while receiver and core.now() < flush_deadline do
+      coroutine_yield(wait.pollable(nil, min(flush_deadline, core.now() + 0.05)))
+    end
+    st.done = true
+  end
+
+  local function stop(reason)
+    if st.stopping then return end
+    st.stopping = true
+    st.reason = reason
+    drainer = sched:spawn(drain)
+  end
+
+  local watcher
+  if o.signals then
+    -- the C watcher enforces grace even if a handler never yields
+    watcher = core.watch_signals({ "TERM", "INT" }, { client }, o.grace + 0.5, release_delay)
+    sched:watch(watcher:fd(), function()
+      local sig = watcher:signal()
+      if sig then stop("signal " .. sig) end
+    end)
+  end
+  local stop_at = o.run_for and core.now() + o.run_for
+
+  local ok, err = pcall(sched.loop, sched, function()
+    if not st.stopping then
+      if stop_at and core.now() >= stop_at then stop("run_for")
+      elseif o.stop and o.stop() then stop("stop") end
+    end
+    return st.done
+  end)
+  consumer:close()
+  if watcher then
+    watcher:done()
+    watcher:close()
+  end
+  if not ok then error(err, 0) end
+  return {
+    reason = st.reason, received = st.received, acked = st.acked, nacked = st.nacked,
+    failed = st.failed, released = st.released, skipped = st.skipped,
+  }
+end

@@ -1,0 +1,151 @@
+-- mqlease.scheduler: a small coroutine scheduler over poll(2).
+--
+-- Each task is a coroutine. When it must wait it yields a pollable (see
+-- mqlease.wait): a descriptor and/or a deadline; or the token PARK, to sleep
+-- until another task calls wake(). One loop turn polls every descriptor that
+-- tasks wait on, with the nearest deadline as timeout, then resumes every task
+-- whose descriptor is readable or whose deadline passed -- all waiters of one
+-- descriptor together, since the first to run may drain results meant for
+-- the others.
+
+local core = require "mqlease.core"
+local wait = require "mqlease.wait"
+
+local coroutine_create, coroutine_resume, coroutine_status = coroutine.create, coroutine.resume, coroutine.status
+local coroutine_close = coroutine.close   -- nil on LuaJIT
+local setmetatable, pairs, next, type = setmetatable, pairs, next, type
+
+local _M = {}
+local methods = {}
+local mt = { __index = methods, __name = "mqlease.scheduler" }
+
+local PARK = setmetatable({}, { __name = "mqlease.scheduler.PARK" })
+_M.PARK = PARK
+
+function _M.new(on_error)
+  local self = setmetatable({
+    tasks = {},       -- co -> what it waits for: false (ready), PARK, or a pollable
+    count = 0,
+    on_error = on_error or function(_, err) io.stderr:write("mqlease: task failed: ", tostring(err), "\n") end,
+    extra = {},       -- fd -> callback, for descriptors the loop itself watches (signals)
+  }, mt)
+  return self
+end
+
+function methods:owns(co)
+  return self.tasks[co] ~= nil
+end
+
+-- Starts fn(...) as a task; it first runs on the next loop turn.
+function methods:spawn(fn, ...)
+  local args = { n = select("#", ...), ... }
+  local co = coroutine_create(function() return fn(table.unpack(args, 1, args.n)) end)
+  self.tasks[co] = false
+  self.count = self.count + 1
+  return co
+end
+
+-- Makes a waiting task runnable now (parked, or waiting for a descriptor or a
+-- deadline). Every wait in mqlease re-checks its condition in a loop, so an
+-- early wake-up only costs one more check.
+function methods:wake(co)
+  if self.tasks[co] then self.tasks[co] = false end
+end
+
+-- Calls cb() whenever fd is readable (the loop's own descriptors).
+function methods:watch(fd, cb)
+  self.extra[fd] = cb
+end
+
+local function finish(self, co)
+  self.tasks[co] = nil
+  self.count = self.count - 1
+  if coroutine_close then coroutine_close(co) end
+end
+
+local function resume(self, co)
+  local ok, what = coroutine_resume(co)
+  if not ok then
+    finish(self, co)
+    self.on_error(co, what)
+  elseif coroutine_status(co) == "dead" then
+    finish(self, co)
+  else
+    self.tasks[co] = what or false
+  end
+end
+
+-- Resumes every task that is ready to run.
+function methods:run_ready()
+  local ready = {}
+  for co, w in pairs(self.tasks) do
+    if w == false then ready[#ready + 1] = co end
+  end
+  for _, co in ipairs(ready) do resume(self, co) end
+end
+
+-- Waits at most max_wait seconds for a descriptor or a deadline, and marks
+-- the tasks it frees as ready.
+function methods:poll(max_wait)
+  local tasks = self.tasks
+  local fds, seen, timeout = {}, {}, max_wait
+  local now = core.now()
+  for _, w in pairs(tasks) do
+    if w == false then
+      timeout = 0
+    elseif w ~= PARK then
+      local fd = w.fd
+      if fd and not seen[fd] then
+        seen[fd] = true
+        fds[#fds + 1] = fd
+      end
+      if w.deadline then
+        local left = w.deadline - now
+        if left < 0 then left = 0 end
+        if not timeout or left < timeout then timeout = left end
+      end
+    end
+  end
+  for fd in pairs(self.extra) do
+    if not seen[fd] then
+      seen[fd] = true
+      fds[#fds + 1] = fd
+    end
+  end
+  local readable = {}
+  for _, fd in ipairs(core.poll(fds, timeout or -1)) do readable[fd] = true end
+  for fd in pairs(readable) do
+    local cb = self.extra[fd]
+    if cb then cb() end
+  end
+  now = core.now()
+  for co, w in pairs(tasks) do
+    if w and w ~= PARK and ((w.fd and readable[w.fd]) or (w.deadline and w.deadline <= now)) then
+      tasks[co] = false
+    end
+  end
+end
+
+-- One loop turn: run what is ready, then wait at most max_wait seconds.
+function methods:step(max_wait)
+  self:run_ready()
+  self:poll(max_wait)
+end
+
+-- Runs until every task has finished, or until stop() returns true; stop is
+-- asked after every round of tasks, so it is never late by a poll.
+function methods:loop(stop)
+  local previous = wait.set_scheduler(self)
+  while self.count > 0 do
+    self:run_ready()
+    if (stop and stop()) or self.count == 0 then break end
+    self:poll(1)
+  end
+  wait.set_scheduler(previous)
+end
+
+function methods:empty()
+  return next(self.tasks) == nil
+end
+
+return _M
