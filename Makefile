@@ -17,10 +17,11 @@ BUILD      ?= build
 CFLAGS_WARN = -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes
 CFLAGS_BASE = -std=gnu11 -fPIC -g -D_GNU_SOURCE -Isrc -Iproto/gen -I$(LUA_INC)
 OPT        ?= -O2
-LIBS        = -lgrpc -lgpr -lprotobuf-c -lcrypto -lpthread
+LIBS        = -lgrpc -lgpr -lprotobuf-c -lhiredis -lcrypto -lpthread
 
 CORE_SRC = src/mql_util.c src/mql_events.c src/mql_lease.c src/mql_codec.c src/mql_call.c \
-           src/mql_metrics.c src/mql_client.c src/mql_shutdown.c src/lmqlease.c
+           src/mql_metrics.c src/mql_client.c src/mql_shutdown.c src/mql_redis.c \
+           src/lmqlease.c
 GEN_SRC  = proto/gen/apache/rocketmq/v2/definition.pb-c.c \
            proto/gen/apache/rocketmq/v2/service.pb-c.c \
            proto/gen/google/protobuf/duration.pb-c.c \
@@ -30,7 +31,8 @@ HEADERS  = $(wildcard src/*.h) $(GEN_SRC:.c=.h)
 # Debian 12 packages: build, tests (busted, redis, RocketMQ via Java + Maven, the Node peer).
 DEB_BUILD = gcc make pkg-config lua5.4 liblua5.4-dev libgrpc-dev libprotobuf-c-dev \
             protobuf-c-compiler libprotobuf-dev libhiredis-dev libssl-dev
-DEB_TEST  = lua-busted lua-cjson lua-cqueues redis-server openjdk-17-jdk-headless maven nodejs npm
+DEB_TEST  = lua-busted lua-cjson lua-cqueues redis-server java=openjdk-17-jdk-headless mvn=maven \
+            node=nodejs npm=npm
 
 .PHONY: all core sanitize deps deps-build deps-test proto test demo bench clean
 

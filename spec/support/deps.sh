@@ -1,11 +1,21 @@
 #!/bin/sh
-# deps.sh PKG... -- makes sure the named Debian packages are installed.
-# As root it installs what is missing (idempotent); otherwise it prints the
-# exact command to run and fails, so `make test` never half-works.
+# deps.sh ITEM... -- makes sure what the build and the tests need is installed.
+# An ITEM is a Debian package name, or "command=package": then the package is
+# only needed when the command is missing (node, java and mvn may come from
+# elsewhere than Debian, e.g. a toolchain manager). As root the missing
+# packages are installed (idempotent); otherwise the exact command to run is
+# printed and the script fails, so `make test` never half-works.
 set -eu
 missing=""
-for p in "$@"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+for item in "$@"; do
+    case $item in
+    *=*)
+        cmd=${item%%=*} pkg=${item#*=}
+        command -v "$cmd" >/dev/null 2>&1 && continue ;;
+    *)
+        pkg=$item ;;
+    esac
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing="$missing $pkg"
 done
 [ -z "$missing" ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
