@@ -24,6 +24,14 @@ void mql_message_clear(mql_message *m) {
     memset(m, 0, sizeof(*m));
 }
 
+void mql_reply_clear(mql_reply *r) {
+    size_t i;
+    for (i = 0; i < r->nelements; i++) mql_reply_clear(&r->elements[i]);
+    free(r->elements);
+    free(r->str);
+    memset(r, 0, sizeof(*r));
+}
+
 mql_event *mql_event_new(mql_event_kind kind, uint64_t op) {
     mql_event *ev = mql_xcalloc(1, sizeof(*ev));
     ev->kind = kind;
@@ -39,6 +47,10 @@ void mql_event_free(mql_event *ev) {
     free(ev->msgs);
     free(ev->text);
     free(ev->entries);
+    if (ev->reply) {
+        mql_reply_clear(ev->reply);
+        free(ev->reply);
+    }
     free(ev);
 }
 

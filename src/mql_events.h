@@ -46,8 +46,30 @@ void mql_message_clear(mql_message *m);
 
 typedef enum mql_event_kind {
     MQL_EV_OP = 1,      /* an operation started by the host finished */
-    MQL_EV_LEASE = 2    /* a lease changed state on its own (renewal failed, expired, budget) */
+    MQL_EV_LEASE = 2,   /* a lease changed state on its own (renewal failed, expired, budget) */
+    MQL_EV_LOCK_LOST = 3 /* a Redis lock kept alive by the core could not be renewed */
 } mql_event_kind;
+
+/* A Redis reply, copied out of hiredis (see mql_redis.h). */
+typedef enum mql_reply_type {
+    MQL_REPLY_NIL = 0,
+    MQL_REPLY_STRING,
+    MQL_REPLY_STATUS,
+    MQL_REPLY_INTEGER,
+    MQL_REPLY_ARRAY,
+    MQL_REPLY_ERROR
+} mql_reply_type;
+
+typedef struct mql_reply {
+    mql_reply_type type;
+    long long integer;
+    char *str;                  /* STRING, STATUS, ERROR: may hold any bytes */
+    size_t len;
+    struct mql_reply *elements; /* ARRAY */
+    size_t nelements;
+} mql_reply;
+
+void mql_reply_clear(mql_reply *r);
 
 typedef struct mql_event {
     struct mql_event *next;
@@ -61,7 +83,8 @@ typedef struct mql_event {
     int64_t number;             /* send: the queue offset */
     mql_result *entries;        /* ack: one result per lease, in request order */
     size_t nentries;
-    /* MQL_EV_LEASE payload */
+    mql_reply *reply;           /* redis command */
+    /* MQL_EV_LEASE payload (and MQL_EV_LOCK_LOST: lease_id is the keepalive id) */
     uint64_t lease_id;
     int lease_state;            /* an mql_lease_state */
     int lease_renewals;         /* successful renewals so far */

@@ -1,0 +1,50 @@
+/* mql_redis.h -- a Redis client on its own thread (hiredis), for locks and for Lua.
+ *
+ * The host queues commands and gets their replies as events on a descriptor,
+ * exactly like mql_client: nothing here blocks the host or the gRPC thread.
+ * One thread owns one synchronous hiredis connection, reconnects when it
+ * breaks (every command tries once), and keeps registered locks alive on its
+ * own timer, so a lock outlives neither its owner's death nor a busy Lua VM.
+ *
+ * Scripts go as EVALSHA (the SHA1 computed here) with a fallback to EVAL when
+ * the server answers NOSCRIPT, so each script crosses the wire once per server.
+ */
+#ifndef MQL_REDIS_H
+#define MQL_REDIS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mql_events.h"
+
+typedef struct mql_redis_config {
+    const char *host;            /* with port; or */
+    int port;
+    const char *unix_path;       /* a unix socket */
+    const char *password;        /* AUTH after each connect, if set */
+    int db;                      /* SELECT after each connect, if > 0 */
+    int64_t timeout_ms;          /* connect and command timeout */
+} mql_redis_config;
+
+typedef struct mql_redis mql_redis;
+
+mql_redis *mql_redis_new(const mql_redis_config *cfg, char *err, size_t errlen);
+void mql_redis_free(mql_redis *r);
+int mql_redis_fd(const mql_redis *r);
+mql_event *mql_redis_take_events(mql_redis *r);
+
+/* A command; the arguments are copied. Its event carries the reply. */
+uint64_t mql_redis_command(mql_redis *r, int argc, const char **argv, const size_t *lens);
+/* EVALSHA script (falls back to EVAL) with numkeys keys then args in argv. */
+uint64_t mql_redis_eval(mql_redis *r, const char *script, int numkeys, int argc,
+                        const char **argv, const size_t *lens);
+
+/* Keeps key alive while its value is owner: every every_ms the thread runs a
+ * compare-owner-then-PEXPIRE ttl_ms, for at most max_ms. A failed renewal (the
+ * key is gone, or someone else owns it) posts MQL_EV_LOCK_LOST with the id and
+ * stops. Returns the keepalive id. */
+uint64_t mql_redis_keepalive(mql_redis *r, const char *key, const char *owner, int64_t ttl_ms,
+                             int64_t every_ms, int64_t max_ms);
+void mql_redis_keepalive_stop(mql_redis *r, uint64_t id);
+
+#endif /* MQL_REDIS_H */
