@@ -44,5 +44,9 @@ build = {
     ["mqlease.session"] = "lua/mqlease/session.lua",
     ["mqlease.wait"] = "lua/mqlease/wait.lua",
     ["mqlease.metrics"] = "lua/mqlease/metrics.lua",
+    ["mqlease.policy"] = "lua/mqlease/policy.lua",
+    ["mqlease.redis"] = "lua/mqlease/redis.lua",
+    ["mqlease.run"] = "lua/mqlease/run.lua",
+    ["mqlease.scheduler"] = "lua/mqlease/scheduler.lua",
   },
 }

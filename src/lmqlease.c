@@ -17,10 +17,16 @@
 
 #include "mql_client.h"
 #include "mql_compat.h"
+#include "mql_redis.h"
 #include "mql_shutdown.h"
 
 #define CLIENT_MT "mqlease.core.client"
 #define WATCHER_MT "mqlease.core.signals"
+#define REDIS_MT "mqlease.core.redis"
+
+/* The value of a Redis nil reply (a light userdata, unique and comparable). */
+static const char null_sentinel = 0;
+#define PUSH_NULL(L) lua_pushlightuserdata(L, (void *)&null_sentinel)
 
 typedef struct lclient {
     mql_client *c;
@@ -180,9 +186,32 @@ static void push_message(lua_State *L, const mql_message *m) {
     set_int(L, "lease_id", (lua_Integer)m->lease_id);
 }
 
+static void push_reply(lua_State *L, const mql_reply *r) {
+    size_t i;
+    switch (r->type) {
+    case MQL_REPLY_NIL: PUSH_NULL(L); break;
+    case MQL_REPLY_INTEGER: lua_pushinteger(L, (lua_Integer)r->integer); break;
+    case MQL_REPLY_STRING:
+    case MQL_REPLY_STATUS:
+    case MQL_REPLY_ERROR: lua_pushlstring(L, r->str ? r->str : "", r->len); break;
+    case MQL_REPLY_ARRAY:
+        lua_createtable(L, (int)r->nelements, 0);
+        for (i = 0; i < r->nelements; i++) {
+            push_reply(L, &r->elements[i]);
+            lua_rawseti(L, -2, (int)i + 1);
+        }
+        break;
+    }
+}
+
 static void push_event(lua_State *L, const mql_event *ev) {
     size_t i;
     lua_createtable(L, 0, 8);
+    if (ev->kind == MQL_EV_LOCK_LOST) {
+        set_str(L, "kind", "lock_lost");
+        set_int(L, "keepalive", (lua_Integer)ev->lease_id);
+        return;
+    }
     if (ev->kind == MQL_EV_LEASE) {
         set_str(L, "kind", "lease");
         set_int(L, "lease_id", (lua_Integer)ev->lease_id);
@@ -204,6 +233,11 @@ static void push_event(lua_State *L, const mql_event *ev) {
     if (ev->text) {
         set_str(L, "message_id", ev->text);
         set_int(L, "offset", (lua_Integer)ev->number);
+    }
+    if (ev->reply) {
+        push_reply(L, ev->reply);
+        lua_setfield(L, -2, "reply");
+        if (ev->reply->type == MQL_REPLY_ERROR) set_str(L, "reply_error", ev->reply->str);
     }
     if (ev->entries) {
         lua_createtable(L, (int)ev->nentries, 0);
@@ -537,6 +571,128 @@ static const luaL_Reg watcher_methods[] = {
     {"fd", l_watcher_fd}, {"signal", l_watcher_signal}, {"done", l_watcher_done},
     {"close", l_watcher_close}, {NULL, NULL}};
 
+/* ------------------------------------------------------------ redis */
+
+typedef struct lredis {
+    mql_redis *r;
+} lredis;
+
+static mql_redis *check_redis(lua_State *L) {
+    lredis *lr = luaL_checkudata(L, 1, REDIS_MT);
+    if (!lr->r) luaL_error(L, "mqlease: the redis client is closed");
+    return lr->r;
+}
+
+/* core.redis{host=, port=, unix=, password=, db=, timeout_ms=} -> client */
+static int l_redis(lua_State *L) {
+    mql_redis_config cfg;
+    char err[128];
+    lredis *lr;
+    luaL_checktype(L, 1, LUA_TTABLE);
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.host = opt_string(L, 1, "host");
+    cfg.port = (int)opt_int(L, 1, "port", 6379);
+    cfg.unix_path = opt_string(L, 1, "unix");
+    cfg.password = opt_string(L, 1, "password");
+    cfg.db = (int)opt_int(L, 1, "db", 0);
+    cfg.timeout_ms = opt_int(L, 1, "timeout_ms", 1000);
+    if (!cfg.host && !cfg.unix_path) return luaL_error(L, "mqlease.core.redis: host or unix is required");
+    lr = lua_newuserdata(L, sizeof(*lr));
+    lr->r = NULL;
+    luaL_getmetatable(L, REDIS_MT);
+    lua_setmetatable(L, -2);
+    lr->r = mql_redis_new(&cfg, err, sizeof(err));
+    if (!lr->r) return luaL_error(L, "mqlease.core.redis: %s", err);
+    return 1;
+}
+
+/* Collects arguments from index first on as strings (numbers are converted). */
+static int collect_args(lua_State *L, int first, const char **argv, size_t *lens, int max) {
+    int top = lua_gettop(L), n = 0, i;
+    for (i = first; i <= top; i++) {
+        if (n == max) luaL_error(L, "mqlease: at most %d redis arguments", max);
+        argv[n] = luaL_checklstring(L, i, &lens[n]);
+        n++;
+    }
+    return n;
+}
+
+static int l_redis_command(lua_State *L) {
+    mql_redis *r = check_redis(L);
+    const char *argv[64];
+    size_t lens[64];
+    int n = collect_args(L, 2, argv, lens, 64);
+    luaL_argcheck(L, n > 0, 2, "a command expected");
+    lua_pushinteger(L, (lua_Integer)mql_redis_command(r, n, argv, lens));
+    return 1;
+}
+
+/* r:eval(script, numkeys, keys..., args...) -> op */
+static int l_redis_eval(lua_State *L) {
+    mql_redis *r = check_redis(L);
+    const char *script = luaL_checkstring(L, 2);
+    int numkeys = (int)luaL_checkinteger(L, 3);
+    const char *argv[64];
+    size_t lens[64];
+    int n = collect_args(L, 4, argv, lens, 64);
+    luaL_argcheck(L, numkeys >= 0 && numkeys <= n, 3, "numkeys out of range");
+    lua_pushinteger(L, (lua_Integer)mql_redis_eval(r, script, numkeys, n, argv, lens));
+    return 1;
+}
+
+static int l_redis_keepalive(lua_State *L) {
+    mql_redis *r = check_redis(L);
+    const char *key = luaL_checkstring(L, 2), *owner = luaL_checkstring(L, 3);
+    lua_Integer ttl = luaL_checkinteger(L, 4), every = luaL_checkinteger(L, 5);
+    lua_Integer max = luaL_optinteger(L, 6, 0);
+    lua_pushinteger(L, (lua_Integer)mql_redis_keepalive(r, key, owner, ttl, every, max));
+    return 1;
+}
+
+static int l_redis_keepalive_stop(lua_State *L) {
+    mql_redis_keepalive_stop(check_redis(L), (uint64_t)luaL_checkinteger(L, 2));
+    return 0;
+}
+
+static int l_redis_fd(lua_State *L) {
+    lua_pushinteger(L, mql_redis_fd(check_redis(L)));
+    return 1;
+}
+
+static int l_redis_events(lua_State *L) {
+    mql_redis *r = check_redis(L);
+    mql_event *ev = mql_redis_take_events(r), *next;
+    int n = 0;
+    lua_newtable(L);
+    for (; ev; ev = next) {
+        next = ev->next;
+        push_event(L, ev);
+        lua_rawseti(L, -2, ++n);
+        mql_event_free(ev);
+    }
+    return 1;
+}
+
+static int l_redis_close(lua_State *L) {
+    lredis *lr = luaL_checkudata(L, 1, REDIS_MT);
+    if (lr->r) {
+        mql_redis_free(lr->r);
+        lr->r = NULL;
+    }
+    return 0;
+}
+
+static int l_redis_closed(lua_State *L) {
+    lredis *lr = luaL_checkudata(L, 1, REDIS_MT);
+    lua_pushboolean(L, lr->r == NULL);
+    return 1;
+}
+
+static const luaL_Reg redis_methods[] = {
+    {"command", l_redis_command}, {"eval", l_redis_eval}, {"keepalive", l_redis_keepalive},
+    {"keepalive_stop", l_redis_keepalive_stop}, {"fd", l_redis_fd}, {"events", l_redis_events},
+    {"close", l_redis_close}, {"closed", l_redis_closed}, {NULL, NULL}};
+
 /* ------------------------------------------------------------ module functions */
 
 /* core.wait(fd, timeout_s) -> true when fd is readable, false on timeout.
@@ -611,7 +767,7 @@ static const luaL_Reg client_methods[] = {
 static const luaL_Reg module_functions[] = {
     {"consumer", l_consumer}, {"producer", l_producer}, {"wait", l_wait}, {"poll", l_poll},
     {"now", l_now},           {"sleep", l_sleep},       {"watch_signals", l_watch_signals},
-    {NULL, NULL}};
+    {"redis", l_redis},       {NULL, NULL}};
 
 LUALIB_API int luaopen_mqlease_core(lua_State *L);
 
@@ -634,7 +790,19 @@ LUALIB_API int luaopen_mqlease_core(lua_State *L) {
         lua_setfield(L, -2, "__gc");
     }
     lua_pop(L, 1);
+    if (luaL_newmetatable(L, REDIS_MT)) {
+        lua_newtable(L);
+        luaL_setfuncs(L, redis_methods, 0);
+        lua_setfield(L, -2, "__index");
+        lua_pushcfunction(L, l_redis_close);
+        lua_setfield(L, -2, "__gc");
+        lua_pushcfunction(L, l_redis_close);
+        lua_setfield(L, -2, "__close");
+    }
+    lua_pop(L, 1);
     luaL_newlib(L, module_functions);
+    PUSH_NULL(L);
+    lua_setfield(L, -2, "null");
     lua_pushstring(L, MQL_VERSION);
     lua_setfield(L, -2, "_VERSION");
     return 1;

@@ -186,10 +186,12 @@ static redisReply *run(mql_redis *r, int argc, char **argv, size_t *lens, const 
         size_t sha_len = lens[1];
         freeReplyObject(reply);
         argv[0] = "EVAL";
+        lens[0] = 4;
         argv[1] = (char *)script;
         lens[1] = strlen(script);
         reply = redisCommandArgv(r->ctx, argc, (const char **)argv, lens);
         argv[0] = "EVALSHA";
+        lens[0] = 7;
         argv[1] = sha;
         lens[1] = sha_len;
         if (!reply) {

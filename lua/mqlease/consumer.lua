@@ -67,9 +67,16 @@ function lease_methods:_set_state(state, renewals)
   if FINAL[state] and not rawget(self, "_final") then self._final = state end
 end
 
--- true while the broker still hides the message for us
+-- true while the broker still hides the message for us (and, under the
+-- exactly-once policy, while its Redis lock is still ours)
 function lease_methods:alive()
+  if rawget(self, "_lock_lost") then return false end
   return ALIVE[(self:_info())] == true
+end
+
+-- The Redis lock that guarded this lease could not be renewed.
+function lease_methods:_lock_lost()
+  self._lock_lost = true
 end
 
 -- seconds until the broker would hand the message to someone else (0 when gone)
@@ -178,7 +185,7 @@ function _M.new(opts)
   end
   return setmetatable({
     group = o.group, topic = o.topic, options = o,
-    _session = session, _closed = false,
+    _session = session, _closed = false, _counters = {},
   }, consumer_mt)
 end
 
@@ -248,9 +255,16 @@ function consumer_methods:held()
   return out
 end
 
+-- Policy-level counters (handoff, duplicate_skipped, ...) live here, beside the core's.
+function consumer_methods:count(name, n)
+  local counters = self._counters
+  counters[name] = (counters[name] or 0) + (n or 1)
+end
+
 function consumer_methods:metrics()
-  if closed_guard(self) then return rawget(self, "_last_metrics") or {} end
-  return self._session.client:metrics()
+  local m = closed_guard(self) and (rawget(self, "_last_metrics") or {}) or self._session.client:metrics()
+  for k, v in pairs(self._counters) do m[k] = v end
+  return m
 end
 
 function consumer_methods:id()

@@ -13,6 +13,7 @@ local wait = require "mqlease.wait"
 local metrics = require "mqlease.metrics"
 local policy = require "mqlease.policy"
 local run = require "mqlease.run"
+local redis = require "mqlease.redis"
 
 local _M = {
   _VERSION = core._VERSION,
@@ -23,6 +24,8 @@ local _M = {
   metrics = metrics,
   policy = policy,
   run = run,
+  redis = redis.new,
+  null = core.null,
 }
 
 return _M

@@ -2,18 +2,23 @@
 --
 -- A policy is a plain function:
 --
---   policy(m, lease, handler) -> action [, delay [, err]]
+--   policy(m, lease, handler) -> action [, delay [, err [, after]]]
 --
 --   action  "ack"   ack the message
 --           "nack"  give it back; it comes back after delay seconds
 --                   (nil: the run's nack_delay for m.delivery_attempt)
 --           "skip"  do nothing: the policy settled the message itself
 --   err     non-nil when the handler failed: logged through on_error and counted
+--   after   a function run once the ack or nack is done (e.g. to release a lock)
 --
 -- The policy decides whether and how to call handler(m, lease), which returns
--- truthy on success or false/nil, err (or raises) on failure.
+-- truthy on success or false/nil, err (or raises) on failure. Write your own
+-- from these two; examples/custom_policy.lua is one.
 
-local pcall, tostring = pcall, tostring
+local redis_mod = require "mqlease.redis"
+
+local pcall, tostring, type, error, pairs = pcall, tostring, type, error, pairs
+local floor, random = math.floor, math.random
 
 local _M = {}
 
@@ -23,6 +28,126 @@ function _M.plain(m, lease, handler)
   if not ok then return "nack", nil, tostring(res) end
   if res then return "ack" end
   return "nack", nil, err ~= nil and tostring(err) or "handler returned false"
+end
+
+-- SET lock NX PX ttl and INCR the fence in one round trip. -> {1, fence} | {0, owner}
+local ACQUIRE = [[
+if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local fence = redis.call('incr', KEYS[2])
+  redis.call('pexpire', KEYS[2], ARGV[3])
+  return {1, fence}
+end
+return {0, redis.call('get', KEYS[1]) or ''}
+]]
+
+-- compare owner, then DEL
+local RELEASE = [[
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
+return 0
+]]
+
+_M.scripts = { acquire = ACQUIRE, release = RELEASE }
+
+local defaults = {
+  redis = "127.0.0.1:6379", prefix = "mqlease:", done_ttl = 7 * 86400, lock_ttl = 30,
+  on_locked = "defer", fail = "closed", defer_delay = 5, fail_delay = 5, max_hold = 3600,
+}
+
+local function check_options(opts)
+  opts = opts or {}
+  if type(opts) ~= "table" then error("mqlease.policy.exactly_once: options table expected", 3) end
+  local o = {}
+  for k, v in pairs(opts) do
+    if defaults[k] == nil then
+      error(("mqlease.policy.exactly_once: unknown option '%s'"):format(tostring(k)), 3)
+    end
+    o[k] = v
+  end
+  for k, v in pairs(defaults) do if o[k] == nil then o[k] = v end end
+  if o.on_locked ~= "defer" and o.on_locked ~= "ack" then
+    error("mqlease.policy.exactly_once: option 'on_locked' must be \"defer\" or \"ack\"", 3)
+  end
+  if o.fail ~= "closed" and o.fail ~= "open" then
+    error("mqlease.policy.exactly_once: option 'fail' must be \"closed\" or \"open\"", 3)
+  end
+  for _, k in ipairs({ "done_ttl", "lock_ttl", "defer_delay", "fail_delay", "max_hold" }) do
+    if type(o[k]) ~= "number" or o[k] < 0 then
+      error(("mqlease.policy.exactly_once: option '%s' must be a number of seconds"):format(k), 3)
+    end
+  end
+  if o.lock_ttl < 1 then error("mqlease.policy.exactly_once: option 'lock_ttl' must be at least 1 second", 3) end
+  if type(o.prefix) ~= "string" then error("mqlease.policy.exactly_once: option 'prefix' must be a string", 3) end
+  return o
+end
+
+local function token()
+  return ("%08x%08x"):format(random(0, 0x7fffffff), random(0, 0x7fffffff))
+end
+
+-- The handler's effect happens once per message id, even when a lease runs
+-- out while its handler still works and the broker hands the message to
+-- another instance. See README "Exactly once" for what that does and does not
+-- cover.
+function _M.exactly_once(opts)
+  local o = check_options(opts)
+  local r = type(o.redis) == "table" and o.redis.call and o.redis or nil
+  local ttl_ms = floor(o.lock_ttl * 1000)
+  local done_ttl = floor(o.done_ttl)
+
+  local function client()
+    if not r then r = redis_mod.new(o.redis) end
+    return r
+  end
+
+  -- Redis did not answer: fail closed (do not run, come back later) or open.
+  local function unreachable(m, lease, handler, err)
+    m.consumer:count("redis_unavailable")
+    if o.fail == "open" then return _M.plain(m, lease, handler) end
+    return "nack", o.fail_delay, nil
+  end
+
+  return function(m, lease, handler)
+    local rc = client()
+    local id = m.id
+    local done_key = o.prefix .. "done:" .. id
+    local lock_key = o.prefix .. "lock:" .. id
+    local fence_key = o.prefix .. "fence:" .. id
+
+    local done, err = rc:call("EXISTS", done_key)
+    if done == nil then return unreachable(m, lease, handler, err) end
+    if done == 1 then
+      -- done before (this is a redelivery): ack without running it again
+      m.consumer:count("duplicate_skipped")
+      return "ack"
+    end
+
+    local owner = m.consumer:id() .. "/" .. token()
+    local got
+    got, err = rc:eval(ACQUIRE, { lock_key, fence_key }, { owner, ttl_ms, done_ttl * 1000 })
+    if got == nil then return unreachable(m, lease, handler, err) end
+    if got[1] == 0 then
+      -- another live owner holds it: the take-over race
+      m.consumer:count("handoff")
+      if o.on_locked == "ack" then return "ack" end   -- risky: lost if that owner fails
+      return "nack", o.defer_delay
+    end
+    lease.fence = got[2]
+    local keepalive = rc:keepalive(lock_key, owner, o.lock_ttl, o.lock_ttl / 3, o.max_hold,
+      function() lease:_lock_lost() end)
+
+    local ok, res, herr = pcall(handler, m, lease)
+    rc:keepalive_stop(keepalive)
+    local function release() rc:eval(RELEASE, { lock_key }, { owner }) end
+    if ok and res then
+      -- the done marker first: a redelivery from now on is acked without running
+      local marked = rc:call("SET", done_key, "1", "EX", done_ttl)
+      if not marked then m.consumer:count("done_marker_failed") end
+      return "ack", nil, nil, release
+    end
+    release()
+    if not ok then return "nack", nil, tostring(res) end
+    return "nack", nil, herr ~= nil and tostring(herr) or "handler returned false"
+  end
 end
 
 return _M

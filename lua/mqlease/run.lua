@@ -69,7 +69,7 @@ return function(consumer, handler, opts)
 
   local function handle(m)
     -- action "ack" | "nack" | "skip"; err set means the handler failed (logged, counted)
-    local action, delay, err = policy(m, m.lease, handler)
+    local action, delay, err, after = policy(m, m.lease, handler)
     if err ~= nil then
       st.failed = st.failed + 1
       on_error(m, err)
@@ -81,6 +81,7 @@ return function(consumer, handler, opts)
     else
       st.skipped = st.skipped + 1
     end
+    if after then after() end
     settle(m)
     start_handlers()
   end

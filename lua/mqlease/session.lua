@@ -19,6 +19,7 @@ function _M.new(client)
     client = client,
     results = {},                          -- op id -> event, until its waiter takes it
     leases = setmetatable({}, { __mode = "v" }), -- lease id -> lease object (weak)
+    on_lock_lost = nil,                    -- fn(keepalive id), for Redis clients
   }, mt)
 end
 
@@ -29,6 +30,8 @@ function methods:pump()
   for _, ev in ipairs(client:events()) do
     if ev.kind == "op" then
       self.results[ev.op] = ev
+    elseif ev.kind == "lock_lost" then
+      if self.on_lock_lost then self.on_lock_lost(ev.keepalive) end
     else
       local lease = self.leases[ev.lease_id]
       if lease then lease:_set_state(ev.state, ev.renewals) end

@@ -41,7 +41,7 @@ GRPC_PORT=${MQLEASE_GRPC_PORT:-18081}
 REMOTING_PORT=${MQLEASE_REMOTING_PORT:-18080}
 HOST=127.0.0.1
 BOOT_TIMEOUT=${MQLEASE_BOOT_TIMEOUT:-120}  # s per JVM; typically a few s, more on a loaded CI box
-STOP_GRACE=15     # seconds between SIGTERM and SIGKILL
+STOP_GRACE=${MQLEASE_STOP_GRACE:-15}  # seconds between SIGTERM and SIGKILL
 
 # JDK 17 flags: the store casts mmapped buffers to sun.nio.ch.DirectBuffer on shutdown and on
 # file deletion (IllegalAccessError without the export); the rest are what rocketmq-local.md

@@ -24,6 +24,8 @@ bash $SUPPORT/redis.sh start
 bash $SUPPORT/node.sh install
 eval "$(bash $SUPPORT/rocketmq.sh env)"
 export MQLEASE_ENDPOINTS MQLEASE_REDIS_PORT="${MQLEASE_REDIS_PORT:-16379}"
+# the store is thrown away after the specs: no need to wait long for a clean stop
+export MQLEASE_STOP_GRACE="${MQLEASE_STOP_GRACE:-5}"
 # A fresh suffix per run: topics and groups of earlier runs never leak into this one.
 export MQLEASE_RUN_ID="${MQLEASE_RUN_ID:-r$(date +%s)$$}"
 echo "specs: servers ready in $(( $(date +%s) - t0 )) s (run id $MQLEASE_RUN_ID)"

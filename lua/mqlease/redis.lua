@@ -1,0 +1,130 @@
+-- mqlease.redis: a Redis client whose calls never block other handlers.
+--
+--   local r = mqlease.redis("127.0.0.1:6379")      -- or "unix:/run/redis.sock",
+--   r:call("INCR", "k")                             -- or { address=, password=, db=, timeout= }
+--
+-- Commands run on a C thread (hiredis); inside mqlease.run or cqueues a call
+-- yields until its reply, elsewhere it blocks. Replies: strings, integers,
+-- arrays (tables), mqlease.null for a nil reply, "OK" for a status. A Redis
+-- error reply returns nil, message, "REDIS_ERROR"; no connection returns
+-- nil, message, "UNAVAILABLE" (or "TIMEOUT"); bad arguments raise.
+
+local core = require "mqlease.core"
+local session_mod = require "mqlease.session"
+
+local type, tostring, error, setmetatable = type, tostring, error, setmetatable
+local floor = math.floor
+local unpack = table.unpack or unpack
+
+local _M = { null = core.null }
+local methods = {}
+local mt = { __index = methods, __name = "mqlease.redis" }
+
+local function parse(opts)
+  if type(opts) == "string" then opts = { address = opts } end
+  if type(opts) ~= "table" then
+    error("mqlease.redis: an address (\"host:port\" or \"unix:/path\") or an options table expected", 3)
+  end
+  local cfg = { timeout_ms = 1000 }
+  for k, v in pairs(opts) do
+    if k == "address" then
+      if type(v) ~= "string" then error("mqlease.redis: option 'address' must be a string", 3) end
+      local path = v:match("^unix:(.+)$")
+      if path then
+        cfg.unix = path
+      else
+        local host, port = v:match("^([^:]+):(%d+)$")
+        if not host then error(("mqlease.redis: option 'address' must be host:port or unix:/path (got %q)"):format(v), 3) end
+        cfg.host, cfg.port = host, tonumber(port)
+      end
+    elseif k == "password" then
+      if type(v) ~= "string" then error("mqlease.redis: option 'password' must be a string", 3) end
+      cfg.password = v
+    elseif k == "db" then
+      if type(v) ~= "number" or v < 0 or v ~= floor(v) then error("mqlease.redis: option 'db' must be an integer >= 0", 3) end
+      cfg.db = v
+    elseif k == "timeout" then
+      if type(v) ~= "number" or v <= 0 or v > 60 then error("mqlease.redis: option 'timeout' must be seconds in (0, 60]", 3) end
+      cfg.timeout_ms = floor(v * 1000)
+    else
+      error(("mqlease.redis: unknown option '%s' (known: address, db, password, timeout)"):format(tostring(k)), 3)
+    end
+  end
+  if not cfg.host and not cfg.unix then error("mqlease.redis: option 'address' is required", 3) end
+  return cfg
+end
+
+function _M.new(opts)
+  local client = core.redis(parse(opts))
+  local self = setmetatable({ _session = session_mod.new(client), _lost = {}, _on_lost = {} }, mt)
+  local lost, on_lost = self._lost, self._on_lost
+  self._session.on_lock_lost = function(id)
+    lost[id] = true
+    local cb = on_lost[id]
+    if cb then cb(id) end
+  end
+  return self
+end
+
+local function finish(ev)
+  if not ev.ok then return nil, ev.err, ev.code end
+  if ev.reply_error then return nil, ev.reply_error, "REDIS_ERROR" end
+  return ev.reply
+end
+
+-- r:call(command, args...) -> reply, or nil, message, code
+function methods:call(...)
+  if self._session.client:closed() then return nil, "the redis client is closed", "CLOSED" end
+  local n = select("#", ...)
+  if n == 0 then error("bad argument #1 to 'call' (a command expected)", 2) end
+  local args = { ... }
+  for i = 1, n do
+    local v = args[i]
+    if type(v) == "number" then args[i] = tostring(v)
+    elseif type(v) ~= "string" then
+      error(("bad argument #%d to 'call' (string or number expected, got %s)"):format(i, type(v)), 2)
+    end
+  end
+  local s = self._session
+  return finish(s:await(s.client:command(unpack(args, 1, n))))
+end
+
+-- r:eval(script, {keys...}, {args...}) -> reply (EVALSHA, EVAL when the server lacks it)
+function methods:eval(script, keys, args)
+  if self._session.client:closed() then return nil, "the redis client is closed", "CLOSED" end
+  local flat = {}
+  for _, k in ipairs(keys or {}) do flat[#flat + 1] = tostring(k) end
+  for _, a in ipairs(args or {}) do flat[#flat + 1] = tostring(a) end
+  local s = self._session
+  return finish(s:await(s.client:eval(script, #(keys or {}), unpack(flat))))
+end
+
+-- Keeps key alive (compare owner, then PEXPIRE ttl) every `every` seconds from
+-- the C thread, for at most max seconds. on_lost(id) runs (from the next
+-- call's event pump) if a renewal finds the key gone or owned by someone else.
+function methods:keepalive(key, owner, ttl, every, max, on_lost)
+  local id = self._session.client:keepalive(key, owner, floor(ttl * 1000), floor(every * 1000),
+    max and floor(max * 1000) or 0)
+  if on_lost then self._on_lost[id] = on_lost end
+  return id
+end
+
+-- Stops a keepalive; returns true if it had been lost meanwhile.
+function methods:keepalive_stop(id)
+  if not self._session.client:closed() then
+    self._session.client:keepalive_stop(id)
+    self._session:pump()
+  end
+  local lost = self._lost[id] == true
+  self._lost[id], self._on_lost[id] = nil, nil
+  return lost
+end
+
+function methods:close()
+  self._session:close()
+  return true
+end
+
+mt.__close = function(self) self:close() end
+
+return _M

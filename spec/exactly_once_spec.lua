@@ -1,0 +1,189 @@
+-- The exactly-once policy: a per-message Redis mutex with fencing tokens and
+-- done markers turns the take-over race (a lease that ran out while its
+-- handler still works) into one business effect per message.
+local mqlease = require "mqlease"
+local env = require "support.env"
+
+local REDIS = "127.0.0.1:" .. env.redis_port
+
+local function read(path)
+  local f = io.open(path)
+  local text = f and f:read("a") or ""
+  if f then f:close() end
+  return text
+end
+
+local function wait_for(pred, timeout, what)
+  local deadline = mqlease.now() + timeout
+  while mqlease.now() < deadline do
+    if pred() then return end
+    mqlease.sleep(0.2)
+  end
+  error("timed out waiting for " .. what, 2)
+end
+
+-- Starts spec/support/eo_worker.lua with the given environment; returns its log path.
+local function worker(group, topic, vars)
+  local logfile = os.tmpname()
+  local prefix = {}
+  for k, v in pairs(vars or {}) do prefix[#prefix + 1] = ("%s=%s"):format(k, v) end
+  env.sh(("(env %s lua5.4 spec/support/eo_worker.lua %s %s %s %d %s >%s.out 2>&1 &)"):format(
+    table.concat(prefix, " "), env.endpoints, group, topic, env.redis_port, logfile, logfile))
+  wait_for(function() return read(logfile):match("ready") end, 30, "worker start")
+  return logfile
+end
+
+local function finished(logfile)
+  return read(logfile):match("metrics [^\n]*\n")
+end
+
+local function metric(logfile, name)
+  return tonumber(read(logfile):match(name .. "=(%d+)"))
+end
+
+local function count(text, pattern)
+  local n = 0
+  for _ in text:gmatch(pattern) do n = n + 1 end
+  return n
+end
+
+describe("mqlease.policy.exactly_once", function()
+  local r, producer
+  setup(function()
+    r = mqlease.redis(REDIS)
+    producer = env.producer()
+  end)
+  teardown(function()
+    r:close()
+    producer:close()
+  end)
+
+  local function subscribe(group, topic)
+    local c = env.consumer { group = group, topic = topic, await = 5 }
+    assert(c:receive(1, { await = 0 }))
+    c:close()
+  end
+
+  it("turns the take-over race into one effect: B defers while A works, then skips the done message", function()
+    local topic, group = env.topic("eo_race"), env.name("g_eo_race")
+    subscribe(group, topic)
+    -- A's lease runs out after 10 s (no renewals) while its handler works 25 s;
+    -- A holds one message at a time, so the redelivery (revived into the retry
+    -- topic, which a long poll may only notice seconds later) goes to B
+    local a = worker(group, topic, { EO_MAX_RENEWALS = 0, EO_WORK = 25, EO_RUN_FOR = 30, EO_CONCURRENCY = 1 })
+    local id = assert(producer:send(topic, "race"))
+    wait_for(function() return read(a):match("run " .. id) end, 30, "A's handler")
+    local b = worker(group, topic, { EO_WORK = 0.1, EO_RUN_FOR = 40 })
+    wait_for(function() return finished(a) and finished(b) end, 90, "both workers")
+    assert.equal("1", r:call("GET", "biz:" .. id))
+    assert.equal(1, count(read(a), "effect " .. id))
+    assert.equal(0, count(read(b), "run " .. id), "B ran the handler")
+    assert.is_true(metric(b, "handoff") >= 1, "B never found the message locked")
+    -- the deferred redelivery came back after A's done marker: skipped, by B or by A
+    assert.is_true(metric(a, "duplicate_skipped") + metric(b, "duplicate_skipped") >= 1,
+      "the done message was never skipped")
+    assert.equal(1, metric(a, "expire_while_alive"))
+    assert.equal(1, r:call("EXISTS", "mqlease:done:" .. id))
+    assert.equal(0, r:call("EXISTS", "mqlease:lock:" .. id))   -- released
+  end)
+
+  it("shows the risk of on_locked = \"ack\": if the owner then fails, the message is lost", function()
+    local topic, group = env.topic("eo_risky"), env.name("g_eo_risky")
+    subscribe(group, topic)
+    local a = worker(group, topic, { EO_MAX_RENEWALS = 0, EO_WORK = 25, EO_FAIL = 1, EO_RUN_FOR = 30,
+      EO_CONCURRENCY = 1 })
+    local id = assert(producer:send(topic, "risky"))
+    wait_for(function() return read(a):match("run " .. id) end, 30, "A's handler")
+    local b = worker(group, topic, { EO_ON_LOCKED = "ack", EO_RUN_FOR = 40 })
+    wait_for(function() return finished(a) and finished(b) end, 90, "both workers")
+    assert.is_true(metric(b, "handoff") >= 1)
+    -- B acked at the handoff, A failed: nobody ever produced the effect ...
+    assert.equal(mqlease.null, r:call("GET", "biz:" .. id))
+    -- ... and the message will not come back
+    local c = env.consumer { group = group, topic = topic, await = 5 }
+    assert.same({}, env.collect(c, 15))
+    c:close()
+  end)
+
+  it("hands out strictly increasing fencing tokens across grants of one message", function()
+    local topic, group = env.topic("eo_fence"), env.name("g_eo_fence")
+    local c = env.consumer { group = group, topic = topic, await = 2 }
+    assert(c:receive(1, { await = 0 }))
+    local id = assert(producer:send(topic, "fence"))
+    local fences = {}
+    mqlease.run(c, function(m, lease)
+      fences[#fences + 1] = lease.fence
+      return #fences >= 3   -- fail twice, succeed the third time
+    end, { signals = false, nack_delay = 0, on_error = function() end,
+      policy = mqlease.policy.exactly_once { redis = REDIS },
+      stop = function() return #fences >= 3 end })
+    assert.equal(3, #fences)
+    assert.is_true(fences[1] < fences[2] and fences[2] < fences[3],
+      ("fences %s, %s, %s"):format(fences[1], fences[2], fences[3]))
+    assert.equal(1, r:call("EXISTS", "mqlease:done:" .. id))
+  end)
+
+  it("with fail = \"closed\" runs nothing while Redis is down, and completes everything after", function()
+    local topic, group = env.topic("eo_redis_down"), env.name("g_eo_redis_down")
+    local c = env.consumer { group = group, topic = topic, await = 2 }
+    assert(c:receive(1, { await = 0 }))
+    local ids = {}
+    for i = 1, 5 do ids[i] = assert(producer:send(topic, "down " .. i)) end
+    local pid = assert(r:call("INFO", "server")):match("process_id:(%d+)")
+    assert.is_truthy(pid)
+    local ran_while_down, ran, stopped = 0, {}, true
+    os.execute("kill -STOP " .. pid)
+    local ok, err = pcall(function()
+      local business = mqlease.redis(REDIS)
+      local t0 = mqlease.now()
+      mqlease.run(c, function(m)
+        if stopped then ran_while_down = ran_while_down + 1 end
+        assert(business:call("INCR", "biz:" .. m.id))
+        ran[m.id] = true
+        return true
+      end, { signals = false, nack_delay = 0, on_error = function() end,
+        policy = mqlease.policy.exactly_once { redis = { address = REDIS, timeout = 0.5 }, fail_delay = 1 },
+        stop = function()
+          if stopped and mqlease.now() - t0 > 6 then
+            -- 6 s of Redis down: nothing ran and nothing was acked
+            assert.equal(0, c:metrics().acks_ok)
+            os.execute("kill -CONT " .. pid)
+            stopped = false
+          end
+          local n = 0
+          for _ in pairs(ran) do n = n + 1 end
+          return n >= 5
+        end })
+      business:close()
+    end)
+    os.execute("kill -CONT " .. pid)
+    assert(ok, err)
+    assert.equal(0, ran_while_down)
+    assert.is_true((c:metrics().redis_unavailable or 0) >= 1)
+    for _, id in ipairs(ids) do assert.equal("1", r:call("GET", "biz:" .. id)) end
+  end)
+
+  it("keeps 1,000 messages at one effect each with 4 consumers and random lease expiries", function()
+    local topic, group = env.topic("eo_stress"), env.name("g_eo_stress")
+    subscribe(group, topic)
+    local logs = {}
+    for i = 1, 4 do
+      -- 1 % of the handlers outlive their lease (no renewals, 12 s of work)
+      logs[i] = worker(group, topic, { EO_MAX_RENEWALS = 0, EO_SLOW_SHARE = 0.01, EO_SLOW = 12,
+        EO_WORK = 0.02, EO_RUN_FOR = 45 })
+    end
+    local ids = {}
+    for i = 1, 1000 do ids[i] = assert(producer:send(topic, "stress " .. i)) end
+    wait_for(function()
+      for _, l in ipairs(logs) do if not finished(l) then return false end end
+      return true
+    end, 120, "the 4 workers")
+    local expired = 0
+    for _, l in ipairs(logs) do expired = expired + metric(l, "expire_while_alive") end
+    assert.is_true(expired >= 1, "no lease ran out: the race was not exercised")
+    for _, id in ipairs(ids) do
+      local v = r:call("GET", "biz:" .. id)
+      assert.equal("1", v, "effects of " .. id)
+    end
+  end)
+end)

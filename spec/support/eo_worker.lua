@@ -1,0 +1,55 @@
+-- eo_worker.lua ENDPOINTS GROUP TOPIC REDIS_PORT LOGFILE
+-- A worker under mqlease.run with the exactly-once policy, for
+-- spec/exactly_once_spec.lua. Its handler is the "business effect": it works,
+-- then INCRs biz:<message id> in Redis. Environment:
+--   EO_WORK          seconds each handler works (default 0.05)
+--   EO_SLOW_SHARE    share of messages whose handler works EO_SLOW seconds instead
+--   EO_SLOW          (default 12: longer than the 10 s lease)
+--   EO_MAX_RENEWALS  lease renewals allowed (default unlimited; 0 = the lease runs out)
+--   EO_FAIL          "1": the handler fails after working, without its effect
+--   EO_ON_LOCKED     "defer" (default) or "ack"
+--   EO_CONCURRENCY   handlers at once, and messages held at once (default 64)
+--   EO_RUN_FOR       seconds to run (default 30); EO_GRACE: grace at the end (default 15)
+-- Log lines: "ready", "run <id> <attempt> <fence>", "effect <id>", and at the end
+-- "metrics handoff=N duplicate_skipped=N acks=N expire_while_alive=N".
+package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
+package.cpath = "build/?.so;" .. package.cpath
+local mqlease = require "mqlease"
+
+local endpoints, group, topic, redis_port, logfile = arg[1], arg[2], arg[3], arg[4], arg[5]
+local env = function(k, d) local v = os.getenv(k); return v ~= nil and v ~= "" and v or d end
+local work = tonumber(env("EO_WORK", "0.05"))
+local slow_share = tonumber(env("EO_SLOW_SHARE", "0"))
+local slow = tonumber(env("EO_SLOW", "12"))
+local max_renewals = tonumber(env("EO_MAX_RENEWALS", ""))
+local fail = env("EO_FAIL", "0") == "1"
+local log = assert(io.open(logfile, "a"))
+log:setvbuf("line")
+math.randomseed(os.time() + tonumber(tostring({}):match("0x(%x+)"), 16) % 100000)
+
+local consumer = assert(mqlease.consumer { endpoints = endpoints, group = group, topic = topic,
+  invisible = 10, await = 2, max_renewals = max_renewals, batch = 32 })
+local address = "127.0.0.1:" .. redis_port
+local business = mqlease.redis(address)
+log:write("ready\n")
+
+local summary = mqlease.run(consumer, function(m, lease)
+  log:write(("run %s %d %s\n"):format(m.id, m.delivery_attempt, tostring(lease.fence)))
+  mqlease.sleep(math.random() < slow_share and slow or work)
+  if fail then return false, "failing on purpose" end
+  assert(business:call("INCR", "biz:" .. m.id))
+  log:write(("effect %s\n"):format(m.id))
+  return true
+end, {
+  concurrency = tonumber(env("EO_CONCURRENCY", "64")), max_inflight = tonumber(env("EO_CONCURRENCY", "64")),
+  signals = false, run_for = tonumber(env("EO_RUN_FOR", "30")),
+  grace = tonumber(env("EO_GRACE", "15")),
+  nack_delay = 0, on_error = function() end,
+  policy = mqlease.policy.exactly_once { redis = address, on_locked = env("EO_ON_LOCKED", "defer"),
+    defer_delay = 2, fail_delay = 1, lock_ttl = 15 },
+})
+local m = consumer:metrics()
+log:write(("metrics handoff=%d duplicate_skipped=%d acks=%d expire_while_alive=%d acked=%d\n"):format(
+  m.handoff or 0, m.duplicate_skipped or 0, m.acks_ok or 0, m.expire_while_alive or 0, summary.acked))
+business:close()
+log:close()
