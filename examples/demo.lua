@@ -1,56 +1,73 @@
 -- examples/demo.lua ENDPOINTS TOPIC -- what `make demo` runs.
 --
--- Sends five tasks, two of them longer than the 10 s invisible duration, and
--- consumes them with one worker while a second worker of the same group polls
--- the whole time. Without lease renewal the second worker would receive the
--- long tasks again (a duplicate run); with mqlease it receives nothing.
+-- One worker takes five tasks, two of them much longer than the 10 s
+-- invisible duration, and works through them one after another; the others
+-- wait in its queue, still held. A second worker process of the same group
+-- polls the whole time. Without lease renewal the broker would hand it the
+-- long tasks (and the waiting ones) again: duplicate runs. With mqlease it
+-- gets nothing.
 package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
 package.cpath = "build/?.so;" .. package.cpath
 local mqlease = require "mqlease"
 
+if arg[1] == "rival" then
+  -- the second worker: receive for a while, report anything that arrives
+  local endpoints, topic, seconds = arg[2], arg[3], tonumber(arg[4])
+  local c = assert(mqlease.consumer { endpoints = endpoints, group = "demo_" .. topic, topic = topic,
+    invisible = 10, await = 5 })
+  print("rival    polling for " .. seconds .. " s")
+  io.stdout:flush()
+  local stop = mqlease.now() + seconds
+  while mqlease.now() < stop do
+    for _, m in ipairs(assert(c:receive(32))) do
+      print(("DUPLICATE %s reached the second worker (attempt %d)"):format(m.body, m.delivery_attempt))
+      io.stdout:flush()
+      m:release()
+    end
+  end
+  c:close()
+  return
+end
+
 local endpoints, topic = arg[1], arg[2]
-local group = "demo_" .. topic
-
 local producer = assert(mqlease.producer { endpoints = endpoints })
-local worker = assert(mqlease.consumer { endpoints = endpoints, group = group, topic = topic,
+local worker = assert(mqlease.consumer { endpoints = endpoints, group = "demo_" .. topic, topic = topic,
   invisible = 10, await = 5 })
-local rival = assert(mqlease.consumer { endpoints = endpoints, group = group, topic = topic,
-  invisible = 10, await = 5 })
-assert(worker:receive(1, { await = 0 }))
+assert(worker:receive(1, { await = 0 }))   -- a new group: subscribe before producing
 
-local tasks = { 0.5, 14, 1, 25, 2 }   -- seconds of work; 14 and 25 outlive the lease
+local tasks = { 0.5, 14, 1, 25, 2 }   -- seconds of work
 for i, seconds in ipairs(tasks) do
-  local id = assert(producer:send(topic, ("task %d sleep=%s"):format(i, seconds), { tag = "demo", keys = { "task-" .. i } }))
-  print(("sent     task %d (%4.1f s of work) as %s"):format(i, seconds, id))
+  local id = assert(producer:send(topic, ("task %d (%s s)"):format(i, seconds), { keys = { "task-" .. i } }))
+  print(("sent     task %d, %4.1f s of work, id %s"):format(i, seconds, id))
 end
 producer:close()
 
-local done, duplicates = 0, 0
-local t0 = mqlease.now()
-while done < #tasks and mqlease.now() - t0 < 120 do
-  for _, m in ipairs(assert(worker:receive(1))) do
-    local seconds = tonumber(m.body:match("sleep=(%d+%.?%d*)"))
-    -- "work": sleep in slices, and let the rival poll between them, as a second
-    -- process would; any message it gets is a duplicate run
-    local finish = mqlease.now() + seconds
-    while mqlease.now() < finish do
-      mqlease.sleep(math.min(1, finish - mqlease.now()))
-      for _, dup in ipairs(assert(rival:receive(32, { await = 0 }))) do
-        duplicates = duplicates + 1
-        print(("DUPLICATE %s went to the second worker"):format(dup.body))
-        dup:release()
-      end
-    end
-    local ok, err = m:ack()
-    done = done + 1
-    print(("handled  %-18s in %4.1f s: %d lease renewals, lease %s, ack %s"):format(m.body:match("task %d+"),
-      seconds, m.lease.renewals, m.lease.state, ok and "ok" or err))
-  end
+local held = {}
+while #held < #tasks do
+  for _, m in ipairs(assert(worker:receive(#tasks - #held))) do held[#held + 1] = m end
 end
+print(("worker   holds all %d tasks (invisible duration 10 s); working through them one by one"):format(#held))
+io.stdout:flush()
 
+local rival = io.popen(("lua5.4 examples/demo.lua rival %s %s 50"):format(endpoints, topic), "r")
+local t0 = mqlease.now()
+for _, m in ipairs(held) do
+  local seconds = tonumber(m.body:match("%((.-) s%)"))
+  mqlease.sleep(seconds)   -- blocks this Lua VM; the C core keeps renewing every lease
+  local ok, err = m:ack()
+  print(("handled  %-14s at %5.1f s: %d renewals, lease %s, ack %s"):format(m.body, mqlease.now() - t0,
+    m.lease.renewals, m.lease.state, ok and "ok" or err))
+  io.stdout:flush()
+end
 local m = worker:metrics()
-print(("\nsummary: %d tasks handled, %d received, %d renewals (%d failed), %d expired while alive, %d duplicate runs")
-  :format(done, m.received, m.renew_success, m.renew_fail, m.expire_while_alive, duplicates))
 worker:close()
+
+local duplicates = 0
+for line in rival:lines() do
+  print(line)
+  if line:match("^DUPLICATE") then duplicates = duplicates + 1 end
+end
 rival:close()
-os.exit(done == #tasks and duplicates == 0 and 0 or 1)
+print(("\nsummary: %d tasks handled, %d received, %d renewals (%d failed), %d expired while alive, %d duplicate runs")
+  :format(#held, m.received, m.renew_success, m.renew_fail, m.expire_while_alive, duplicates))
+os.exit(duplicates == 0 and m.acks_ok == #tasks and 0 or 1)

@@ -699,7 +699,9 @@ static void on_renew_done(mql_client *c, mql_call *call) {
         /* The old handle is dead to us from this instant: the proxy would still
          * accept it, but an ack with it does nothing and a change arms a
          * second deadline. */
-        mql_lease_set_handle(l, resp->receipt_handle);
+        char *handle = mql_handle_after_change(resp->receipt_handle);
+        mql_lease_set_handle(l, handle);
+        free(handle);
         l->deadline_ms = l->renew_sent_ms + c->invisible_ms;
         l->renewals++;
         l->attempts = 0;

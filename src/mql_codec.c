@@ -85,3 +85,41 @@ void mql_result_from_status(mql_result *r, const mql_pb_status *st, const char *
     mql_result_fail(r, mql_code_name(st->code, buf, sizeof(buf)), "%s: %s (%d)", what,
                     st->message && *st->message ? st->message : "no message", st->code);
 }
+
+/* Why this exists: a receipt handle is "ckQueueOffset popTime invisibleTime
+ * reviveQid topicType brokerName queueId queueOffset ... commitLogOffset". The
+ * broker matches an ack (or the "ack the old checkpoint" step of the next
+ * change) to its checkpoint by (queueId, ckQueueOffset, popTime). A change
+ * writes a new checkpoint that starts at the message's own queueOffset, but
+ * the RocketMQ 5.2 proxy copies the *old* ckQueueOffset into the handle it
+ * returns -- the start of the batch the message was popped with. For every
+ * message but the first of its queue in that batch the two disagree: the next
+ * ack or renewal misses, the checkpoint revives and the message is delivered
+ * again (upstream issue #9583, "ack doesn't work after changeInvisibleDuration").
+ * Setting field 0 to field 7 makes the handle name the checkpoint the broker
+ * really wrote; where the proxy already does so (5.1.4) it changes nothing.
+ * A handle that does not have that shape is returned as it is. */
+char *mql_handle_after_change(const char *handle) {
+    const char *fields[16];
+    size_t lens[16], n = 0, total, i;
+    const char *p = handle;
+    char *out, *w;
+    while (*p && n < 16) {
+        const char *start = p;
+        while (*p && *p != ' ') p++;
+        fields[n] = start;
+        lens[n++] = (size_t)(p - start);
+        if (*p == ' ') p++;
+    }
+    if (*p || n < 9) return mql_strdup(handle);
+    for (i = 0; i < lens[7]; i++)
+        if (fields[7][i] < '0' || fields[7][i] > '9') return mql_strdup(handle);
+    total = strlen(handle) - lens[0] + lens[7];
+    out = w = mql_xmalloc(total + 1);
+    memcpy(w, fields[7], lens[7]);
+    w += lens[7];
+    memcpy(w, handle + lens[0], strlen(handle) - lens[0]);
+    w += strlen(handle) - lens[0];
+    *w = '\0';
+    return out;
+}

@@ -28,4 +28,8 @@ void mql_message_from_pb(mql_message *out, const Apache__Rocketmq__V2__Message *
  * status is a protocol error: the proxy always sends one. */
 void mql_result_from_status(mql_result *r, const mql_pb_status *st, const char *what);
 
+/* The receipt handle a ChangeInvisibleDuration answered, made consistent with
+ * the checkpoint the broker wrote; returns a new string (see mql_codec.c). */
+char *mql_handle_after_change(const char *handle);
+
 #endif /* MQL_CODEC_H */
