@@ -1,0 +1,40 @@
+-- examples/cqueues_worker.lua -- mqlease inside a cqueues controller.
+--
+--   lua5.4 examples/cqueues_worker.lua ENDPOINTS GROUP TOPIC
+--
+-- The consumer is a cqueues "pollable" (pollfd/events/timeout), so its waits
+-- yield to the controller: here a worker loop and a heartbeat run side by
+-- side in one thread, and the heartbeat keeps ticking during long polls.
+package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
+package.cpath = "build/?.so;" .. package.cpath
+local cqueues = require "cqueues"
+local mqlease = require "mqlease"
+
+local consumer = assert(mqlease.consumer {
+  endpoints = arg[1] or "127.0.0.1:8081", group = arg[2] or "cq_worker", topic = arg[3] or "tasks",
+  invisible = 30, await = 10,
+})
+
+local cq = cqueues.new()
+local running = true
+
+cq:wrap(function()
+  while running do
+    for _, m in ipairs(assert(consumer:receive())) do
+      print("handling", m.id, #m.body .. " bytes")
+      cqueues.sleep(0.1)   -- the work: yields to the controller, the core renews the lease
+      assert(m:ack())
+    end
+  end
+end)
+
+cq:wrap(function()
+  for i = 1, 6 do
+    print(("heartbeat %d, %d leases held"):format(i, consumer:metrics().inflight))
+    cqueues.sleep(5)
+  end
+  running = false
+end)
+
+assert(cq:loop())
+consumer:close()   -- cancels the descriptor in cqueues before closing it
