@@ -1,4 +1,6 @@
 -- bench/table.lua RESULTS COUNT SIZE HOLD HOLD_S HOLD_BIG: the Markdown table of a bench run.
+package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
+package.cpath = "build/?.so;" .. package.cpath
 local cjson = require "cjson"
 local file, count, size, hold, hold_s, hold_big = arg[1], arg[2], arg[3], tonumber(arg[4]), arg[5], tonumber(arg[6])
 local rows = { lua = {}, java = {} }
@@ -31,7 +33,7 @@ print(("| renewal latency p50 / p99 (ms) | %s / %s | %s / %s |"):format(f(lh.ren
 print(("| renewal lateness p99 (ms) | %s | %s |"):format(f(lh.lateness_p99_ms, "%.1f"), f(jh.lateness_p99_ms, "%.1f")))
 print(("| peak RSS, holding %d leases | %s | %s |"):format(hold, mb(lh.rss_kb), mb(jh.rss_kb)))
 local lb = L.hold_big or {}
-print(("| hold %d leases %s s: renewals / failed, lateness p99 / max (ms) | %s / %s, %s / %s | (not run) |"):format(
+print(("| hold %d leases %s s: renewals / failed, lateness p99 / max (ms) | %s / %s, %s / ≤ %s | (not run) |"):format(
   hold_big, hold_s, f(lb.renewals), f(lb.renew_fail), f(lb.lateness_p99_ms, "%.1f"), f(lb.lateness_max_ms, "%.1f")))
 print("")
 print("mqlease acks a received batch in one AckMessage (c:ack(msgs)); the Java client has no batch ack,")
