@@ -3,24 +3,11 @@
 -- handler still works) into one business effect per message.
 local mqlease = require "mqlease"
 local env = require "support.env"
+local read, wait_for, count = env.read, env.wait_for, env.count
 
 local REDIS = "127.0.0.1:" .. env.redis_port
 
-local function read(path)
-  local f = io.open(path)
-  local text = f and f:read("a") or ""
-  if f then f:close() end
-  return text
-end
 
-local function wait_for(pred, timeout, what)
-  local deadline = mqlease.now() + timeout
-  while mqlease.now() < deadline do
-    if pred() then return end
-    mqlease.sleep(0.2)
-  end
-  error("timed out waiting for " .. what, 2)
-end
 
 -- Starts spec/support/eo_worker.lua with the given environment; returns its log path.
 local function worker(group, topic, vars)
@@ -41,11 +28,6 @@ local function metric(logfile, name)
   return tonumber(read(logfile):match(name .. "=(%d+)"))
 end
 
-local function count(text, pattern)
-  local n = 0
-  for _ in text:gmatch(pattern) do n = n + 1 end
-  return n
-end
 
 describe("mqlease.policy.exactly_once", function()
   local r, producer

@@ -3,22 +3,9 @@
 -- hold the process past its grace.
 local mqlease = require "mqlease"
 local env = require "support.env"
+local read, wait_for, count = env.read, env.wait_for, env.count
 
-local function read(path)
-  local f = io.open(path)
-  local text = f and f:read("a") or ""
-  if f then f:close() end
-  return text
-end
 
-local function wait_for(pred, timeout, what)
-  local deadline = mqlease.now() + timeout
-  while mqlease.now() < deadline do
-    if pred() then return true end
-    mqlease.sleep(0.1)
-  end
-  error("timed out waiting for " .. what, 2)
-end
 
 -- Starts a worker process; returns its pid.
 local function start_worker(group, topic, logfile, mode, grace)
@@ -31,11 +18,6 @@ local function alive(pid)
   return os.execute(("kill -0 %d 2>/dev/null"):format(pid)) == true
 end
 
-local function count(text, pattern)
-  local n = 0
-  for _ in text:gmatch(pattern) do n = n + 1 end
-  return n
-end
 
 describe("mqlease shutdown", function()
   local producer

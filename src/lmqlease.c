@@ -250,10 +250,9 @@ static void push_event(lua_State *L, const mql_event *ev) {
     }
 }
 
-/* client:events() -> array of event tables (possibly empty); drains the fd. */
-static int l_events(lua_State *L) {
-    mql_client *c = check_client(L);
-    mql_event *ev = mql_client_take_events(c), *next;
+/* Pushes an array of event tables (possibly empty) and frees the list. */
+static void push_events(lua_State *L, mql_event *ev) {
+    mql_event *next;
     int n = 0;
     lua_newtable(L);
     for (; ev; ev = next) {
@@ -262,6 +261,11 @@ static int l_events(lua_State *L) {
         lua_rawseti(L, -2, ++n);
         mql_event_free(ev);
     }
+}
+
+/* client:events() -> array of event tables; drains the fd. */
+static int l_events(lua_State *L) {
+    push_events(L, mql_client_take_events(check_client(L)));
     return 1;
 }
 
@@ -660,16 +664,7 @@ static int l_redis_fd(lua_State *L) {
 }
 
 static int l_redis_events(lua_State *L) {
-    mql_redis *r = check_redis(L);
-    mql_event *ev = mql_redis_take_events(r), *next;
-    int n = 0;
-    lua_newtable(L);
-    for (; ev; ev = next) {
-        next = ev->next;
-        push_event(L, ev);
-        lua_rawseti(L, -2, ++n);
-        mql_event_free(ev);
-    }
+    push_events(L, mql_redis_take_events(check_redis(L)));
     return 1;
 }
 

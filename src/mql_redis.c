@@ -286,13 +286,7 @@ static void wait_until(mql_redis *r, int64_t when_mono) {
         return;
     }
     if (ms <= 0) return;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000;
-    if (ts.tv_nsec >= 1000000000) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000;
-    }
+    mql_abstime_after(&ts, ms);
     pthread_cond_timedwait(&r->cond, &r->mu, &ts);
 }
 

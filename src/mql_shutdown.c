@@ -7,6 +7,8 @@
  */
 #include "mql_shutdown.h"
 
+#include "mql.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -49,13 +51,7 @@ struct mql_shutdown {
 
 static void wait_for_done(mql_shutdown *s, int64_t ms) {
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000;
-    if (ts.tv_nsec >= 1000000000) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000;
-    }
+    mql_abstime_after(&ts, ms);
     pthread_mutex_lock(&s->mu);
     while (!s->done) {
         if (pthread_cond_timedwait(&s->cond, &s->mu, &ts) == ETIMEDOUT) break;

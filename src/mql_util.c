@@ -36,6 +36,16 @@ int64_t mql_wall_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+void mql_abstime_after(struct timespec *ts, int64_t ms) {
+    clock_gettime(CLOCK_REALTIME, ts);
+    ts->tv_sec += ms / 1000;
+    ts->tv_nsec += (ms % 1000) * 1000000;
+    if (ts->tv_nsec >= 1000000000) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000;
+    }
+}
+
 const char *mql_code_name(int code, char *buf, size_t len) {
     const ProtobufCEnumValue *v =
         protobuf_c_enum_descriptor_get_value(&apache__rocketmq__v2__code__descriptor, code);

@@ -176,13 +176,8 @@ function _M.new(opts)
     on_budget = o.on_budget,
     budget_nack_delay_ms = floor(o.release_delay * 1000),
   }
-  local session = session_mod.new(client)
-  local ev = session:await(start_op, core.now() + o.start_timeout)
-  if not ev or not ev.ok then
-    session:close()
-    if not ev then return nil, "mqlease.consumer: the session did not start within start_timeout", "TIMEOUT" end
-    return nil, ev.err, ev.code
-  end
+  local session, err, code = session_mod.start(client, start_op, o.start_timeout, "mqlease.consumer")
+  if not session then return nil, err, code end
   return setmetatable({
     group = o.group, topic = o.topic, options = o,
     _session = session, _closed = false, _counters = {},

@@ -21,13 +21,8 @@ function _M.new(opts)
     request_timeout_ms = floor(o.request_timeout * 1000),
     topics = o.topics,
   }
-  local session = session_mod.new(client)
-  local ev = session:await(start_op, core.now() + o.start_timeout)
-  if not ev or not ev.ok then
-    session:close()
-    if not ev then return nil, "mqlease.producer: the session did not start within start_timeout", "TIMEOUT" end
-    return nil, ev.err, ev.code
-  end
+  local session, err, code = session_mod.start(client, start_op, o.start_timeout, "mqlease.producer")
+  if not session then return nil, err, code end
   return setmetatable({ options = o, _session = session, _closed = false, _routes = {} }, mt)
 end
 

@@ -23,6 +23,18 @@ function _M.new(client)
   }, mt)
 end
 
+-- Waits up to timeout seconds for the session start (op start_op) of a new
+-- core client; returns the session, or closes the client and returns
+-- nil, message, code. what names the constructor in the timeout message.
+function _M.start(client, start_op, timeout, what)
+  local session = _M.new(client)
+  local ev = session:await(start_op, core.now() + timeout)
+  if ev and ev.ok then return session end
+  session:close()
+  if not ev then return nil, what .. ": the session did not start within start_timeout", "TIMEOUT" end
+  return nil, ev.err, ev.code
+end
+
 -- Moves every event out of the core; lease events update their lease objects.
 function methods:pump()
   local client = self.client

@@ -62,6 +62,31 @@ function _M.collect(consumer, timeout, on_message, pred)
   return all
 end
 
+-- The whole text of a file ("" when it does not exist yet).
+function _M.read(path)
+  local f = io.open(path)
+  local text = f and f:read("a") or ""
+  if f then f:close() end
+  return text
+end
+
+-- Polls pred every 0.1 s until it is true; fails the spec after timeout seconds.
+function _M.wait_for(pred, timeout, what)
+  local deadline = mqlease.now() + timeout
+  while mqlease.now() < deadline do
+    if pred() then return true end
+    mqlease.sleep(0.1)
+  end
+  error("timed out waiting for " .. what, 2)
+end
+
+-- How many times pattern occurs in text.
+function _M.count(text, pattern)
+  local n = 0
+  for _ in text:gmatch(pattern) do n = n + 1 end
+  return n
+end
+
 -- Runs a shell command; returns its stdout, failing the spec if it fails.
 function _M.sh(cmd)
   local p = assert(io.popen(cmd .. " 2>/tmp/mqlease-spec-stderr"))
