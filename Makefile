@@ -34,15 +34,24 @@ DEB_BUILD = gcc make pkg-config lua5.4 liblua5.4-dev libgrpc-dev libprotobuf-c-d
 DEB_TEST  = lua-busted lua-cjson lua-cqueues redis-server java=openjdk-17-jdk-headless mvn=maven \
             node=nodejs npm=npm
 
-.PHONY: all core sanitize deps deps-build deps-test proto test demo bench clean
+.PHONY: all core devbroker sanitize deps deps-build deps-test proto test demo bench clean
 
 all: core
 
-core: $(BUILD)/mqlease/core.so
+core: $(BUILD)/mqlease/core.so $(BUILD)/mqlease-devbroker
 
 $(BUILD)/mqlease/core.so: $(CORE_SRC) $(GEN_SRC) $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS_WARN) $(OPT) $(CFLAGS) -shared -o $@ $(CORE_SRC) $(GEN_SRC) $(LIBS) $(LDFLAGS)
+
+# The dev broker: its own files plus the core's codec and helpers.
+DEVBROKER_SRC = src/devbroker/dv_main.c src/devbroker/dv_server.c src/devbroker/dv_store.c \
+                src/devbroker/dv_control.c src/mql_codec.c src/mql_util.c src/mql_events.c
+devbroker: $(BUILD)/mqlease-devbroker
+
+$(BUILD)/mqlease-devbroker: $(DEVBROKER_SRC) $(GEN_SRC) $(HEADERS) $(wildcard src/devbroker/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) -Isrc/devbroker $(CFLAGS_WARN) $(OPT) $(CFLAGS) -o $@ $(DEVBROKER_SRC) $(GEN_SRC) -lgrpc -lgpr -lprotobuf-c -lcrypto -lpthread $(LDFLAGS)
 
 # The test build: same sources, sanitizers on, loaded into a stock lua5.4 with libasan preloaded.
 SAN_FLAGS = -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined

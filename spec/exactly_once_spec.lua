@@ -152,7 +152,7 @@ describe("mqlease.policy.exactly_once", function()
     for i = 1, 4 do
       -- 1 % of the handlers outlive their lease (no renewals, 12 s of work)
       logs[i] = worker(group, topic, { EO_MAX_RENEWALS = 0, EO_SLOW_SHARE = 0.01, EO_SLOW = 12,
-        EO_WORK = 0.02, EO_RUN_FOR = 45 })
+        EO_WORK = 0.02, EO_RUN_FOR = 35 })
     end
     local ids = {}
     for i = 1, 1000 do ids[i] = assert(producer:send(topic, "stress " .. i)) end

@@ -1,0 +1,44 @@
+-- spec/support/devbroker.lua: starts build/mqlease-devbroker on free loopback
+-- ports for a spec and talks to its control port.
+--   local dv = devbroker.start({ "topicA", "topicB" }, { "--fail-change", "0.5" })
+--   dv.endpoints, dv.control("set paused 1") -> "ok ...", dv.stop()
+local mqlease = require "mqlease"
+
+local _M = {}
+
+local function control(port, line)
+  local p = assert(io.popen(("timeout 5 bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d; printf \"%%s\\n\" \"$0\" >&3; head -n1 <&3' %q")
+    :format(port, line)))
+  local answer = p:read("l")
+  p:close()
+  return answer
+end
+
+function _M.start(topics, flags)
+  local out = os.tmpname()
+  local args = { "--listen", "127.0.0.1:0", "--control", "127.0.0.1:0" }
+  for _, t in ipairs(topics or {}) do args[#args + 1] = "--topic"; args[#args + 1] = t end
+  for _, f in ipairs(flags or {}) do args[#args + 1] = f end
+  local p = assert(io.popen(("build/mqlease-devbroker %s >%s 2>&1 & echo $!"):format(table.concat(args, " "), out)))
+  local pid = tonumber(p:read("l"))
+  p:close()
+  local deadline = mqlease.now() + 10
+  local line
+  repeat
+    mqlease.sleep(0.05)
+    local f = io.open(out)
+    line = f and f:read("l")
+    if f then f:close() end
+  until (line and line:match("listening")) or mqlease.now() > deadline
+  assert(line and line:match("listening"), "the dev broker did not start: " .. tostring(line))
+  local port, cport = line:match("127%.0%.0%.1:(%d+) control 127%.0%.0%.1:(%d+)")
+  local dv = { endpoints = "127.0.0.1:" .. port, pid = pid, control_port = tonumber(cport) }
+  function dv.control(cmd) return control(dv.control_port, cmd) end
+  function dv.stop()
+    os.execute(("kill %d 2>/dev/null; for i in $(seq 50); do kill -0 %d 2>/dev/null || break; sleep 0.1; done"):format(pid, pid))
+    os.remove(out)
+  end
+  return dv
+end
+
+return _M
