@@ -1,73 +1,78 @@
--- examples/demo.lua ENDPOINTS TOPIC -- what `make demo` runs.
+-- examples/demo.lua ENDPOINTS TOPIC REDIS -- what `make demo` runs (about 45 s).
 --
--- One worker takes five tasks, two of them much longer than the 10 s
--- invisible duration, and works through them one after another; the others
--- wait in its queue, still held. A second worker process of the same group
--- polls the whole time. Without lease renewal the broker would hand it the
--- long tasks (and the waiting ones) again: duplicate runs. With mqlease it
--- gets nothing.
+-- 24 tasks with heavy-tailed durations (most under a second, four of 12-18 s,
+-- longer than the 10 s lease) go to two workers. Worker A is killed with
+-- SIGKILL while it works; its leases run out and worker B takes the messages
+-- over -- first finding them still locked in Redis (a handoff), then running
+-- them once the dead owner's locks expire. Long tasks survive on renewals.
+-- The summary counts business runs per task: every one must be exactly 1.
 package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
 package.cpath = "build/?.so;" .. package.cpath
 local mqlease = require "mqlease"
 
-if arg[1] == "rival" then
-  -- the second worker: receive for a while, report anything that arrives
-  local endpoints, topic, seconds = arg[2], arg[3], tonumber(arg[4])
-  local c = assert(mqlease.consumer { endpoints = endpoints, group = "demo_" .. topic, topic = topic,
-    invisible = 10, await = 5 })
-  print("rival    polling for " .. seconds .. " s")
-  io.stdout:flush()
-  local stop = mqlease.now() + seconds
-  while mqlease.now() < stop do
-    for _, m in ipairs(assert(c:receive(32))) do
-      print(("DUPLICATE %s reached the second worker (attempt %d)"):format(m.body, m.delivery_attempt))
-      io.stdout:flush()
-      m:release()
-    end
-  end
-  c:close()
-  return
+local endpoints, topic, redis = arg[1], arg[2], arg[3]
+local group = "demo_" .. topic
+io.stdout:setvbuf("line")
+
+local function spawn(name)
+  local pid_file = os.tmpname()
+  local h = io.popen(("lua5.4 examples/demo_worker.lua %s %s %s %s %s & echo $! > %s; wait"):format(
+    name, endpoints, group, topic, redis, pid_file))
+  mqlease.sleep(0.3)
+  local f = io.open(pid_file)
+  local pid = f and f:read("l")
+  if f then f:close() end
+  os.remove(pid_file)
+  return h, tonumber(pid)
 end
 
-local endpoints, topic = arg[1], arg[2]
-local producer = assert(mqlease.producer { endpoints = endpoints })
-local worker = assert(mqlease.consumer { endpoints = endpoints, group = "demo_" .. topic, topic = topic,
-  invisible = 10, await = 5 })
-assert(worker:receive(1, { await = 0 }))   -- a new group: subscribe before producing
+-- subscribe the group first (a brand-new group may start at the queue's end)
+local first = assert(mqlease.consumer { endpoints = endpoints, group = group, topic = topic, await = 1 })
+assert(first:receive(1, { await = 0 }))
+first:close()
 
-local tasks = { 0.5, 14, 1, 25, 2 }   -- seconds of work
-for i, seconds in ipairs(tasks) do
-  local id = assert(producer:send(topic, ("task %d (%s s)"):format(i, seconds), { keys = { "task-" .. i } }))
-  print(("sent     task %d, %4.1f s of work, id %s"):format(i, seconds, id))
+local a, a_pid = spawn("A")
+local b, b_pid = spawn("B")
+mqlease.sleep(1.5)
+
+local producer = assert(mqlease.producer { endpoints = endpoints })
+local ids = {}
+math.randomseed(7)
+for i = 1, 24 do
+  local seconds = (i % 6 == 0) and (12 + (i % 4) * 2) or (0.2 + math.random() * 0.8)
+  ids[i] = assert(producer:send(topic, ("task %02d, %.1f s"):format(i, seconds)))
 end
 producer:close()
+print("demo: sent 24 tasks; worker A is killed (SIGKILL) in 4 s")
 
-local held = {}
-while #held < #tasks do
-  for _, m in ipairs(assert(worker:receive(#tasks - #held))) do held[#held + 1] = m end
-end
-print(("worker   holds all %d tasks (invisible duration 10 s); working through them one by one"):format(#held))
-io.stdout:flush()
+mqlease.sleep(4)
+os.execute("kill -KILL " .. a_pid)
+print("demo: *** worker A killed mid-task ***")
+for line in a:lines() do print(line) end
+a:close()
 
-local rival = io.popen(("lua5.4 examples/demo.lua rival %s %s 50"):format(endpoints, topic), "r")
-local t0 = mqlease.now()
-for _, m in ipairs(held) do
-  local seconds = tonumber(m.body:match("%((.-) s%)"))
-  mqlease.sleep(seconds)   -- blocks this Lua VM; the C core keeps renewing every lease
-  local ok, err = m:ack()
-  print(("handled  %-14s at %5.1f s: %d renewals, lease %s, ack %s"):format(m.body, mqlease.now() - t0,
-    m.lease.renewals, m.lease.state, ok and "ok" or err))
-  io.stdout:flush()
-end
-local m = worker:metrics()
-worker:close()
+local r = mqlease.redis(redis)
+local deadline = mqlease.now() + 60
+local done
+repeat
+  mqlease.sleep(1)
+  done = 0
+  for _, id in ipairs(ids) do
+    if r:call("EXISTS", "demo:done:" .. id) == 1 then done = done + 1 end
+  end
+until done == #ids or mqlease.now() > deadline
+os.execute("kill -TERM " .. b_pid)
+for line in b:lines() do print(line) end
+b:close()
 
-local duplicates = 0
-for line in rival:lines() do
-  print(line)
-  if line:match("^DUPLICATE") then duplicates = duplicates + 1 end
+local runs, duplicates, missing = 0, 0, 0
+for _, id in ipairs(ids) do
+  local n = tonumber(r:call("GET", "runs:" .. id) ~= mqlease.null and r:call("GET", "runs:" .. id) or "0")
+  runs = runs + n
+  if n > 1 then duplicates = duplicates + n - 1 end
+  if n == 0 then missing = missing + 1 end
 end
-rival:close()
-print(("\nsummary: %d tasks handled, %d received, %d renewals (%d failed), %d expired while alive, %d duplicate runs")
-  :format(#held, m.received, m.renew_success, m.renew_fail, m.expire_while_alive, duplicates))
-os.exit(duplicates == 0 and m.acks_ok == #tasks and 0 or 1)
+r:close()
+print(("\nsummary: %d tasks, %d done, %d business runs, %d duplicate business runs, %d never run")
+  :format(#ids, done, runs, duplicates, missing))
+os.exit(done == #ids and duplicates == 0 and missing == 0 and 0 or 1)

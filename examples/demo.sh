@@ -1,12 +1,35 @@
 #!/usr/bin/env bash
-# make demo: start a real RocketMQ on loopback (spec/support/rocketmq.sh), run
-# examples/demo.lua against it, and stop what was started.
+# make demo [BROKER=devbroker|rocketmq]: the dev broker (default; no JVM needed)
+# or a real RocketMQ on loopback, a redis-server, and examples/demo.lua.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-trap 'bash spec/support/rocketmq.sh stop >/dev/null || true' EXIT
-bash spec/support/rocketmq.sh start
-eval "$(bash spec/support/rocketmq.sh env)"
+BROKER=${BROKER:-devbroker}
 topic="demo_$(date +%s)"
-bash spec/support/rocketmq.sh topics "$topic" >/dev/null
-echo "demo: topic $topic on $MQLEASE_ENDPOINTS (invisible duration 10 s)"
-lua5.4 examples/demo.lua "$MQLEASE_ENDPOINTS" "$topic"
+dv_pid=""
+cleanup() {
+  [[ -n $dv_pid ]] && kill "$dv_pid" 2>/dev/null || true
+  bash spec/support/redis.sh stop >/dev/null || true
+  [[ $BROKER == rocketmq ]] && bash spec/support/rocketmq.sh stop >/dev/null || true
+}
+trap cleanup EXIT
+bash spec/support/redis.sh start >/dev/null
+REDIS="127.0.0.1:${MQLEASE_REDIS_PORT:-16379}"
+case $BROKER in
+  devbroker)
+    out=$(mktemp)
+    build/mqlease-devbroker --listen 127.0.0.1:0 --topic "$topic" >"$out" 2>&1 &
+    dv_pid=$!
+    for _ in $(seq 50); do grep -q listening "$out" && break; sleep 0.1; done
+    ENDPOINTS=$(sed -n 's/.*listening on \([0-9.]*:[0-9]*\).*/\1/p' "$out")
+    rm -f "$out"
+    [[ -n $ENDPOINTS ]] || { echo "demo: the dev broker did not start" >&2; exit 1; }
+    echo "demo: mqlease-devbroker on $ENDPOINTS, redis on $REDIS" ;;
+  rocketmq)
+    bash spec/support/rocketmq.sh start
+    eval "$(bash spec/support/rocketmq.sh env)"
+    ENDPOINTS=$MQLEASE_ENDPOINTS
+    bash spec/support/rocketmq.sh topics "$topic" >/dev/null
+    echo "demo: RocketMQ on $ENDPOINTS, redis on $REDIS" ;;
+  *) echo "demo: BROKER must be devbroker or rocketmq" >&2; exit 2 ;;
+esac
+lua5.4 examples/demo.lua "$ENDPOINTS" "$topic" "$REDIS"
