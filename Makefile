@@ -3,7 +3,7 @@
 #   make          build build/mqlease/core.so for Lua 5.4
 #   make test     install what is missing, start RocketMQ + Redis on loopback, run the specs
 #                 (a sanitizer build: AddressSanitizer + UndefinedBehaviorSanitizer)
-#   make demo     produce a few messages and consume them with examples/worker.lua
+#   make demo     the dev broker + Redis + two workers, one killed mid-task (BROKER=rocketmq: real one)
 #   make bench    the benchmark against the official Java client (table in README)
 #   make proto    regenerate proto/gen from proto/*.proto
 #   make deps     install the Debian packages the build and the tests need
@@ -80,9 +80,12 @@ test: deps
 	@$(MAKE) --no-print-directory core sanitize
 	@bash spec/support/run-specs.sh $(SPEC)
 
-demo: deps
+# The demo needs no JVM unless BROKER=rocketmq (rocketmq.sh then says what to install).
+BROKER ?= devbroker
+demo: deps-build
+	@sh spec/support/deps.sh redis-server
 	@$(MAKE) --no-print-directory core
-	@bash examples/demo.sh
+	@BROKER=$(BROKER) bash examples/demo.sh
 
 bench: deps
 	@$(MAKE) --no-print-directory core
