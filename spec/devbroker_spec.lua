@@ -82,6 +82,21 @@ describe("mqlease-devbroker", function()
     p:close()
   end)
 
+  it("scales time so that long-lease scenarios run in seconds", function()
+    assert.matches("^ok", dv.control("set time_scale 0.1"))
+    local c, p = pair { invisible = 10, renew = false }
+    assert(p:send("t1", "fast clock"))
+    local m = assert(c:receive(1))[1]
+    local t0 = mqlease.now()
+    local again = env.collect(c, 8, nil, function(all) return #all >= 1 end)
+    assert.equal(1, #again)
+    assert.equal(m.id, again[1].id)
+    assert.equal(2, again[1].delivery_attempt)
+    assert.is_true(mqlease.now() - t0 < 3, "a 10 s lease at scale 0.1 should end in about 1 s")
+    c:close()
+    p:close()
+  end)
+
   it("drops receive streams on demand", function()
     local c, p = pair { await = 20 }
     local t0 = mqlease.now()

@@ -42,6 +42,7 @@ void dv_control_apply(dv_server *s, const char *line, char *out, size_t outlen) 
         else if (strcmp(key, "max_renewals") == 0) f->max_renewals = (int)v;
         else if (strcmp(key, "paused") == 0) f->paused = (int)v;
         else if (strcmp(key, "min_invisible_ms") == 0) f->min_invisible_ms = (int64_t)v;
+        else if (strcmp(key, "time_scale") == 0 && v > 0) f->time_scale = v;
         else {
             snprintf(out, outlen, "error unknown setting '%s'", key);
             pthread_mutex_unlock(mu);

@@ -6,6 +6,7 @@
  *   set delay_change_ms N      answer every renewal N ms late
  *   set max_renewals N         renewals per delivery before they fail (-1: no cap)
  *   set paused 0|1             hold every answer (a partition)
+ *   set time_scale F           invisible durations last F times what is asked (0.1: 10 s -> 1 s)
  *   drop_streams               cancel the receive streams in flight
  *   stats                      one line of counters
  *

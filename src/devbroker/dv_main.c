@@ -2,7 +2,7 @@
  *
  *   mqlease-devbroker --listen 127.0.0.1:PORT [--control 127.0.0.1:PORT] [--topic NAME]...
  *                     [--fail-change P] [--fail-ack P] [--delay-change-ms N]
- *                     [--max-renewals N] [--min-invisible-ms N]
+ *                     [--max-renewals N] [--min-invisible-ms N] [--time-scale F]
  *
  * Prints "mqlease-devbroker listening on 127.0.0.1:PORT control 127.0.0.1:PORT"
  * once it accepts calls; SIGTERM or SIGINT stop it. See dv_control.h for the
@@ -27,7 +27,7 @@ static void usage(void) {
     fprintf(stderr,
             "usage: mqlease-devbroker --listen HOST:PORT [--control HOST:PORT] [--topic NAME]...\n"
             "       [--fail-change P] [--fail-ack P] [--delay-change-ms N] [--max-renewals N]\n"
-            "       [--min-invisible-ms N]\n");
+            "       [--min-invisible-ms N] [--time-scale F]\n");
     exit(2);
 }
 

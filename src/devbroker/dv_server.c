@@ -376,8 +376,8 @@ static int try_receive(dv_server *s, dv_call *c, int64_t now) {
                         rx->invisible_duration->nanos / 1000000;
     if (batch > 32) batch = 32;
     n = dv_pop(&s->store, t, rx->group->name,
-               rx->filter_expression ? rx->filter_expression->expression : "*", batch, invisible,
-               now, idx);
+               rx->filter_expression ? rx->filter_expression->expression : "*", batch,
+               (int64_t)((double)invisible * s->faults.time_scale), now, idx);
     if (n == 0) {
         if (now < c->poll_until) return 0;
         queue_status_and_stamp(c, APACHE__ROCKETMQ__V2__CODE__MESSAGE_NOT_FOUND, "no new message");
@@ -509,7 +509,8 @@ static void on_change(dv_server *s, dv_call *c) {
         set_status(&st, APACHE__ROCKETMQ__V2__CODE__INTERNAL_SERVER_ERROR,
                    "changeInvisibleDuration failed (dev broker fault)");
     } else {
-        dv_handle_result r = dv_change(&s->store, req->receipt_handle, d, wall_ms(),
+        dv_handle_result r = dv_change(&s->store, req->receipt_handle,
+                                       (int64_t)((double)d * s->faults.time_scale), wall_ms(),
                                        s->faults.max_renewals, &capped, handle, sizeof(handle));
         if (capped)
             set_status(&st, APACHE__ROCKETMQ__V2__CODE__INTERNAL_SERVER_ERROR,
@@ -766,6 +767,7 @@ dv_server *dv_server_new(const char *listen, int *port) {
     pthread_mutex_init(&s->mu, NULL);
     s->faults.max_renewals = -1;
     s->faults.min_invisible_ms = 10000;
+    s->faults.time_scale = 1.0;
     s->seed = 12345;
     grpc_server_start(s->server);
     request_new(s);

@@ -19,6 +19,7 @@ typedef struct dv_faults {
     int paused;                /* hold every answer until unpaused */
     int drop_streams;          /* one-shot: cancel the receive streams in flight */
     int64_t min_invisible_ms;  /* receive's lower bound (the proxy's is 10 s) */
+    double time_scale;         /* invisible durations last this factor of what is asked (1 = real) */
 } dv_faults;
 
 typedef struct dv_server dv_server;
