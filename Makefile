@@ -1,6 +1,7 @@
 # mqlease -- build, test, demo and benchmark.
 #
-#   make          build build/mqlease/core.so for Lua 5.4
+#   make          build build/mqlease/core.so for Lua 5.4 and build/mqlease-devbroker
+#   make luajit   build build/luajit/mqlease/core.so for LuaJIT 2.1 (OpenResty)
 #   make test     install what is missing, start RocketMQ + Redis on loopback, run the specs
 #                 (a sanitizer build: AddressSanitizer + UndefinedBehaviorSanitizer)
 #   make demo     the dev broker + Redis + two workers, one killed mid-task (BROKER=rocketmq: real one)
@@ -29,12 +30,12 @@ GEN_SRC  = proto/gen/apache/rocketmq/v2/definition.pb-c.c \
 HEADERS  = $(wildcard src/*.h) $(GEN_SRC:.c=.h)
 
 # Debian 12 packages: build, tests (busted, redis, RocketMQ via Java + Maven, the Node peer).
-DEB_BUILD = gcc make pkg-config lua5.4 liblua5.4-dev libgrpc-dev libprotobuf-c-dev \
+DEB_BUILD = gcc make pkg-config lua5.4 liblua5.4-dev luajit libluajit-5.1-dev libgrpc-dev libprotobuf-c-dev \
             protobuf-c-compiler libprotobuf-dev libhiredis-dev libssl-dev
 DEB_TEST  = lua-busted lua-cjson lua-cqueues redis-server java=openjdk-17-jdk-headless mvn=maven \
             node=nodejs npm=npm
 
-.PHONY: all core devbroker sanitize deps deps-build deps-test proto test demo bench clean
+.PHONY: all core devbroker luajit sanitize deps deps-build deps-test proto test demo bench clean
 
 all: core
 
@@ -43,6 +44,14 @@ core: $(BUILD)/mqlease/core.so $(BUILD)/mqlease-devbroker
 $(BUILD)/mqlease/core.so: $(CORE_SRC) $(GEN_SRC) $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS_WARN) $(OPT) $(CFLAGS) -shared -o $@ $(CORE_SRC) $(GEN_SRC) $(LIBS) $(LDFLAGS)
+
+# The same core for LuaJIT 2.1 (OpenResty's VM); the specs load it in a short second pass.
+LUAJIT_INC ?= /usr/include/luajit-2.1
+luajit: $(BUILD)/luajit/mqlease/core.so
+
+$(BUILD)/luajit/mqlease/core.so: $(CORE_SRC) $(GEN_SRC) $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(subst $(LUA_INC),$(LUAJIT_INC),$(CFLAGS_BASE)) $(CFLAGS_WARN) $(OPT) $(CFLAGS) -shared -o $@ $(CORE_SRC) $(GEN_SRC) $(LIBS) $(LDFLAGS)
 
 # The dev broker: its own files plus the core's codec and helpers.
 DEVBROKER_SRC = src/devbroker/dv_main.c src/devbroker/dv_server.c src/devbroker/dv_store.c \
@@ -74,10 +83,10 @@ deps-build:
 deps-test:
 	@sh spec/support/deps.sh $(DEB_TEST)
 
-# SPEC selects spec files; the broker and Redis are started here and always stopped.
-SPEC ?= spec
+# SPEC selects spec files (default: all, plus a LuaJIT pass); the servers are always stopped.
+SPEC ?=
 test: deps
-	@$(MAKE) --no-print-directory core sanitize
+	@$(MAKE) --no-print-directory core sanitize luajit
 	@bash spec/support/run-specs.sh $(SPEC)
 
 # The demo needs no JVM unless BROKER=rocketmq (rocketmq.sh then says what to install).

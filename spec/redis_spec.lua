@@ -14,7 +14,7 @@ describe("mqlease.redis", function()
       "--appendonly no --daemonize yes --pidfile %s --dir /tmp"):format(port, sock, pidfile))
     local deadline = mqlease.now() + 10
     while mqlease.now() < deadline do
-      if os.execute("test -S " .. sock) == true then return end
+      if env.execute("test -S " .. sock) then return end
       mqlease.sleep(0.05)
     end
     error("the private redis-server did not start")
@@ -23,7 +23,7 @@ describe("mqlease.redis", function()
   local function stop_private()
     os.execute(("redis-cli -p %d -a s3cret --no-auth-warning shutdown nosave >/dev/null 2>&1"):format(port))
     local deadline = mqlease.now() + 10
-    while os.execute("test -S " .. sock) == true and mqlease.now() < deadline do mqlease.sleep(0.05) end
+    while env.execute("test -S " .. sock) and mqlease.now() < deadline do mqlease.sleep(0.05) end
   end
 
   setup(start_private)

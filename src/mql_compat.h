@@ -1,4 +1,5 @@
-/* mql_compat.h -- the few Lua 5.4 API points lmqlease.c uses, for Lua 5.1/LuaJIT too. */
+/* mql_compat.h -- the few Lua 5.4 API points lmqlease.c uses, for Lua 5.1 and LuaJIT 2.1
+ * too (LuaJIT already has some of the 5.2 ones: only what is missing is defined). */
 #ifndef MQL_COMPAT_H
 #define MQL_COMPAT_H
 
@@ -6,18 +7,14 @@
 #include <lua.h>
 
 #if LUA_VERSION_NUM < 502
+#ifndef luaL_newlib
 #define luaL_newlib(L, l) (lua_newtable(L), luaL_register(L, NULL, l))
+#endif
+#if !defined(LUAJIT_VERSION_NUM) && !defined(luaL_setfuncs)
 #define luaL_setfuncs(L, l, n) luaL_register(L, NULL, l)
+#endif
 #define lua_rawlen(L, i) lua_objlen(L, i)
-static void *mql_testudata(lua_State *L, int i, const char *tname) {
-    void *p = lua_touserdata(L, i);
-    if (!p || !lua_getmetatable(L, i)) return NULL;
-    luaL_getmetatable(L, tname);
-    if (!lua_rawequal(L, -1, -2)) p = NULL;
-    lua_pop(L, 2);
-    return p;
-}
-#define luaL_testudata(L, i, t) mql_testudata(L, i, t)
+/* 5.1 keeps a userdata's companion table as its environment */
 #define lua_setuservalue(L, i) lua_setfenv(L, i)
 #endif
 

@@ -13,7 +13,8 @@ local wait = require "mqlease.wait"
 
 local coroutine_create, coroutine_resume, coroutine_status = coroutine.create, coroutine.resume, coroutine.status
 local coroutine_close = coroutine.close   -- nil on LuaJIT
-local setmetatable, pairs, next, type = setmetatable, pairs, next, type
+local setmetatable, pairs, next, type, select = setmetatable, pairs, next, type, select
+local unpack = table.unpack or unpack   -- LuaJIT
 
 local _M = {}
 local methods = {}
@@ -39,7 +40,7 @@ end
 -- Starts fn(...) as a task; it first runs on the next loop turn.
 function methods:spawn(fn, ...)
   local args = { n = select("#", ...), ... }
-  local co = coroutine_create(function() return fn(table.unpack(args, 1, args.n)) end)
+  local co = coroutine_create(function() return fn(unpack(args, 1, args.n)) end)
   self.tasks[co] = false
   self.count = self.count + 1
   return co

@@ -30,7 +30,7 @@ function _M.topics(...)
     assert(ok, "creating topics failed:\n" .. out)
     for _, n in ipairs(todo) do created[n] = true end
   end
-  return table.unpack(names)
+  return (table.unpack or unpack)(names)
 end
 
 _M.topic = _M.topics
@@ -60,6 +60,12 @@ function _M.collect(consumer, timeout, on_message, pred)
     if pred and pred(all) then break end
   end
   return all
+end
+
+-- os.execute as a boolean on every VM (Lua 5.1 and LuaJIT return the status number).
+function _M.execute(cmd)
+  local ok = os.execute(cmd)
+  return ok == true or ok == 0
 end
 
 -- The whole text of a file ("" when it does not exist yet).
