@@ -456,11 +456,6 @@ static int l_cancel_receives(lua_State *L) {
     return 0;
 }
 
-static int l_pause_renewals(lua_State *L) {
-    mql_client_pause_renewals(check_client(L), lua_toboolean(L, 2));
-    return 0;
-}
-
 /* close, __close and __gc share this: idempotent, joins the client's thread. */
 static int l_close(lua_State *L) {
     lclient *lc = luaL_checkudata(L, 1, CLIENT_MT);
@@ -756,7 +751,7 @@ static const luaL_Reg client_methods[] = {
     {"receive", l_receive}, {"ack", l_ack},       {"nack", l_nack},
     {"let_expire", l_let_expire}, {"send", l_send}, {"terminate", l_terminate},
     {"route", l_route}, {"release_all", l_release_all}, {"cancel_receives", l_cancel_receives},
-    {"lease", l_lease},     {"metrics", l_metrics}, {"pause_renewals", l_pause_renewals},
+    {"lease", l_lease},     {"metrics", l_metrics},
     {"close", l_close},     {"closed", l_closed}, {NULL, NULL}};
 
 static const luaL_Reg module_functions[] = {

@@ -103,7 +103,6 @@ struct mql_client {
     int64_t telemetry_retry_at; /* 0: not scheduled */
     int64_t heartbeat_at;       /* 0: not scheduled */
     int stopping;
-    int renew_paused;
     release *deferred;
 };
 
@@ -619,8 +618,7 @@ static void lease_timer(mql_client *c, mql_lease *l, int64_t now) {
         lease_end(c, l, MQL_LEASE_LOST);
         return;
     }
-    if (l->state != MQL_LEASE_HELD || l->pending != MQL_PENDING_NONE || !c->renew ||
-        c->renew_paused) {
+    if (l->state != MQL_LEASE_HELD || l->pending != MQL_PENDING_NONE || !c->renew) {
         mql_lease_arm(&c->leases, l, l->deadline_ms);
         return;
     }
@@ -672,7 +670,6 @@ static int change_start(mql_client *c, mql_lease *l, int64_t duration_ms, call_k
 }
 
 static void renew_start(mql_client *c, mql_lease *l, int64_t now) {
-    l->renew_due_ms = l->timer_ms;
     l->renew_sent_ms = now;
     mql_hist_observe(&c->metrics.renew_lateness, (double)(now - l->timer_ms) / 1000.0);
     if (change_start(c, l, c->invisible_ms, K_RENEW, NULL) < 0) {
@@ -1009,7 +1006,6 @@ static uint64_t release_start(mql_client *c, const uint64_t *ids, size_t n, int 
         } else {
             /* from now on nothing renews it: the release decides its fate */
             l->pending = is_ack ? MQL_PENDING_ACK : MQL_PENDING_NACK;
-            l->pending_op = rel->op;
             if (l->state != MQL_LEASE_RENEWING) mql_lease_arm(&c->leases, l, l->deadline_ms);
         }
     }
@@ -1489,8 +1485,3 @@ void mql_client_cancel_receives(mql_client *c) {
     pthread_mutex_unlock(&c->mu);
 }
 
-void mql_client_pause_renewals(mql_client *c, int paused) {
-    pthread_mutex_lock(&c->mu);
-    c->renew_paused = paused;
-    pthread_mutex_unlock(&c->mu);
-}

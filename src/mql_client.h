@@ -108,7 +108,5 @@ uint64_t mql_client_release_all(mql_client *c, int64_t delay_ms);
 int mql_client_wait_released(mql_client *c, int64_t timeout_ms);
 /* Ends the receives in flight at once (they finish with CANCELLED). */
 void mql_client_cancel_receives(mql_client *c);
-/* Test hook: while paused, no renewal leaves (as if the thread were starved). */
-void mql_client_pause_renewals(mql_client *c, int paused);
 
 #endif /* MQL_CLIENT_H */

@@ -53,11 +53,8 @@ typedef struct mql_lease {
     int renewals;              /* successful renewals */
     int attempts;              /* failed tries of the current renewal */
     int64_t renew_sent_ms;     /* when the in-flight renewal left */
-    int64_t renew_due_ms;      /* when it was scheduled to leave (for lateness) */
     mql_lease_pending pending; /* a release is under way (or waits for a renewal) */
     int let_go;                /* the host chose to let it expire: not "expired while alive" */
-    uint64_t pending_op;
-    int64_t pending_delay_ms;  /* for MQL_PENDING_NACK */
     size_t heap_index;         /* MQL_HEAP_NONE when no timer is armed */
     struct mql_lease *hnext;   /* hash chain */
 } mql_lease;
