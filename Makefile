@@ -2,7 +2,8 @@
 #
 #   make          build build/mqlease/core.so for Lua 5.4 and build/mqlease-devbroker
 #   make luajit   build build/luajit/mqlease/core.so for LuaJIT 2.1 (OpenResty)
-#   make test     install what is missing, start RocketMQ + Redis on loopback, run the specs
+#   make check    the server-free tier: C tests (spec/c) and Lua unit specs (spec/unit), in seconds
+#   make test     install what is missing, run `make check`, start RocketMQ + Redis, run the specs
 #                 (a sanitizer build: AddressSanitizer + UndefinedBehaviorSanitizer)
 #   make demo     the dev broker + Redis + two workers, one killed mid-task (BROKER=rocketmq: real one)
 #   make bench    the benchmark against the official Java client (table in README)
@@ -35,7 +36,7 @@ DEB_BUILD = gcc make pkg-config lua5.4 liblua5.4-dev luajit libluajit-5.1-dev li
 DEB_TEST  = lua-busted lua-cjson lua-cqueues redis-server java=openjdk-17-jdk-headless mvn=maven \
             node=nodejs npm=npm
 
-.PHONY: all core devbroker luajit sanitize deps deps-build deps-test proto test demo bench clean
+.PHONY: all core devbroker luajit sanitize deps deps-build deps-test proto check test demo bench clean
 
 all: core
 
@@ -83,10 +84,23 @@ deps-build:
 deps-test:
 	@sh spec/support/deps.sh $(DEB_TEST)
 
+# The server-free tier: each spec/c/*_test.c is a program linked against the core (no Lua,
+# sanitizers on); spec/unit holds busted specs that need no broker and no Redis.
+C_TESTS   = $(patsubst spec/c/%.c,$(BUILD)/check/%,$(wildcard spec/c/*_test.c))
+CHECK_SRC = $(filter-out src/lmqlease.c,$(CORE_SRC)) $(GEN_SRC)
+
+$(BUILD)/check/%: spec/c/%.c spec/c/mql_test.h $(CHECK_SRC) $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) -Ispec/c $(CFLAGS_WARN) $(SAN_FLAGS) -o $@ $< $(CHECK_SRC) $(LIBS)
+
+check: $(C_TESTS) sanitize
+	@bash spec/support/run-check.sh $(C_TESTS)
+
 # SPEC selects spec files (default: all, plus a LuaJIT pass); the servers are always stopped.
 SPEC ?=
 test: deps
 	@$(MAKE) --no-print-directory core sanitize luajit
+	@$(MAKE) --no-print-directory check
 	@bash spec/support/run-specs.sh $(SPEC)
 
 # The demo needs no JVM unless BROKER=rocketmq (rocketmq.sh then says what to install).
