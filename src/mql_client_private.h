@@ -21,6 +21,7 @@
 
 #include "mql_client.h"
 #include "mql_codec.h"
+#include "mql_pace.h"
 
 #define MQL_M_QUERY_ROUTE "/apache.rocketmq.v2.MessagingService/QueryRoute"
 #define MQL_M_HEARTBEAT "/apache.rocketmq.v2.MessagingService/Heartbeat"
@@ -88,6 +89,8 @@ struct mql_client {
     int64_t heartbeat_at;       /* 0: not scheduled */
     int stopping;
     mql_release *deferred;
+    mql_pace pace;              /* renewal pacing (mql_renew.c) */
+    int renew_inflight;         /* renewals (MQL_K_RENEW calls) in flight */
 };
 
 /* ------------------------------------------------------- mql_client.c */
@@ -136,7 +139,8 @@ void mql_receive_on_done(mql_client *c, mql_call *call);
 
 /* -------------------------------------------------------- mql_renew.c */
 
-/* When a lease renewed (or acquired) at from_ms renews next. */
+/* When a lease acquired at from_ms renews first: paced, so leases received
+ * together do not renew together (see mql_pace.h). */
 int64_t mql_renew_next_at(mql_client *c, int64_t from_ms);
 /* Runs every due lease timer; returns the earlier of wake and the next one. */
 int64_t mql_renew_timers(mql_client *c, int64_t now, int64_t wake);

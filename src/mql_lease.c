@@ -99,6 +99,11 @@ void mql_lease_set_handle(mql_lease *l, const char *handle) {
     l->handle = mql_strdup(handle);
 }
 
+void mql_lease_take_handle(mql_lease *l, char *handle) {
+    free(l->handle);
+    l->handle = handle;
+}
+
 /* ---- timer heap: ordered by (timer_ms, id) so ties are stable ---- */
 
 static int heap_less(const mql_lease *a, const mql_lease *b) {

@@ -79,6 +79,8 @@ mql_lease *mql_lease_find(const mql_lease_table *t, uint64_t id);
 /* Unlinks and frees the lease (and disarms its timer). */
 void mql_lease_remove(mql_lease_table *t, mql_lease *l);
 void mql_lease_set_handle(mql_lease *l, const char *handle);
+/* Same, taking ownership of a malloc'd handle (no copy). */
+void mql_lease_take_handle(mql_lease *l, char *handle);
 
 /* Arms (or re-arms) the lease's timer at when_ms; disarm takes it off the heap. */
 void mql_lease_arm(mql_lease_table *t, mql_lease *l, int64_t when_ms);
