@@ -9,7 +9,7 @@ local core = require "mqlease.core"
 local config = require "mqlease.config"
 local session_mod = require "mqlease.session"
 
-local setmetatable, rawget, type, error, ipairs, pairs = setmetatable, rawget, type, error, ipairs, pairs
+local setmetatable, rawget, type, error, ipairs, pairs, next = setmetatable, rawget, type, error, ipairs, pairs, next
 local floor = math.floor
 
 local _M = {}
@@ -36,8 +36,10 @@ local lease_mt = {
   end,
 }
 
+-- Two fields: a lease is held by the thousand, so every slot counts (_renewals
+-- and _final appear only once known).
 local function new_lease(session, id)
-  local lease = setmetatable({ id = id, _session = session, _final = nil, _renewals = 0 }, lease_mt)
+  local lease = setmetatable({ id = id, _session = session }, lease_mt)
   session.leases[id] = lease
   return lease
 end
@@ -46,7 +48,7 @@ end
 -- else the final state the core reported when it let go.
 function lease_methods:_info()
   local final = rawget(self, "_final")
-  if final then return final, 0, rawget(self, "_renewals") end
+  if final then return final, 0, (rawget(self, "_renewals") or 0) end
   local session = rawget(self, "_session")
   local client = session.client
   if not client:closed() then
@@ -57,9 +59,9 @@ function lease_methods:_info()
     end
     session:pump()   -- the event that ended it is waiting
     final = rawget(self, "_final")
-    if final then return final, 0, rawget(self, "_renewals") end
+    if final then return final, 0, (rawget(self, "_renewals") or 0) end
   end
-  return "lost", 0, rawget(self, "_renewals")
+  return "lost", 0, (rawget(self, "_renewals") or 0)
 end
 
 function lease_methods:_set_state(state, renewals)
@@ -184,7 +186,19 @@ function _M.new(opts)
   }, consumer_mt)
 end
 
+-- Messages without keys or properties share one read-only empty table each
+-- instead of holding two of their own (112 bytes a message in Lua 5.4).
+local function read_only(what)
+  return setmetatable({}, {
+    __newindex = function() error("mqlease.message: " .. what .. " is read-only", 2) end,
+    __metatable = false,
+  })
+end
+local NO_KEYS, NO_PROPERTIES = read_only("keys"), read_only("properties")
+
 local function wrap_message(session, consumer, m)
+  if next(m.keys) == nil then m.keys = NO_KEYS end
+  if next(m.properties) == nil then m.properties = NO_PROPERTIES end
   m.lease = new_lease(session, m.lease_id)
   m.lease_id = nil
   m.consumer = consumer
