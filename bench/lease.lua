@@ -1,4 +1,4 @@
--- bench/lease.lua load ENDPOINT TOPIC COUNT
+-- bench/lease.lua load ENDPOINT TOPIC COUNT [SIZE]
 -- bench/lease.lua hold ENDPOINT TOPIC COUNT INVISIBLE_S HOLD_S [SPIN_S]
 -- One row of the lease-scale table of `make bench`. `load` pre-loads COUNT messages of 100
 -- bytes into the broker (the dev broker) from its own process, so the holder's memory
@@ -23,7 +23,7 @@ local mqlease = require "mqlease"
 local mode, endpoint, topic = arg[1], arg[2], arg[3]
 local count, invisible, hold = tonumber(arg[4]), tonumber(arg[5]), tonumber(arg[6])
 local spin = tonumber(arg[7] or "0")
-local BODY = ("x"):rep(100)
+local BODY = ("x"):rep(mode == "load" and tonumber(arg[5] or "100") or 100)
 local group = topic .. "_g"
 
 local function status_kb(field)

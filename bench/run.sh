@@ -10,7 +10,10 @@
 # 2. Lease scale on the dev broker (build/mqlease-devbroker, started here on a free port):
 #    1,000 / 10,000 / 100,000 leases held by one consumer (bench/lease.lua), and 10,000
 #    while the Lua VM spins 5 s; BENCH_RUNS runs of each (3), medians with min-max.
-#    BENCH_LEASES ("1000 10000 100000") picks the rows.
+#    BENCH_LEASES ("1000 10000 100000") picks the rows. Then mqlease.run with a no-op
+#    handler over BENCH_RUN_COUNT (20000) pre-loaded messages of BENCH_SIZE bytes.
+# Part 1 also runs that throughput case on RocketMQ against the Java PushConsumer and
+# SimpleConsumer (CPU seconds per 10,000 messages of each client process).
 #
 # QUICK=1 runs part 2 only, once per row (under 3 minutes on 2 cores).
 set -euo pipefail
@@ -24,6 +27,7 @@ OUT=${BENCH_OUT:-bench/results.md}
 QUICK=${QUICK:-0}
 if [[ $QUICK == 1 ]]; then RUNS=${BENCH_RUNS:-1}; else RUNS=${BENCH_RUNS:-3}; fi
 LEASES=${BENCH_LEASES:-1000 10000 100000}
+RUN_COUNT=${BENCH_RUN_COUNT:-20000}
 
 note() { echo "bench: $*" >&2; }
 results=$(mktemp)
@@ -61,6 +65,11 @@ for run in $(seq "$RUNS"); do
   done
   note "blocked VM: 10000 leases, invisible 10 s, Lua spins 5 s (run $run/$RUNS)"
   lease_row 10000 10 10 5 "$run"
+  topic="run_${run}_$RANDOM"
+  printf 'topic %s\n' "$topic" | timeout 5 bash -c "exec 3<>/dev/tcp/127.0.0.1/$DV_CONTROL; cat >&3; head -n1 <&3" >/dev/null
+  note "mqlease.run, no-op handler: $RUN_COUNT x $SIZE B (run $run/$RUNS)"
+  lua5.4 bench/lease.lua load "$DV" "$topic" "$RUN_COUNT" "$SIZE" >/dev/null
+  echo "run $(lua5.4 bench/bench.lua run "$DV" "${topic}_g" "$topic" "$RUN_COUNT")" >>"$lease_results"
 done
 kill "$DV_PID" 2>/dev/null; wait "$DV_PID" 2>/dev/null || true
 DV_PID=
@@ -76,7 +85,8 @@ bash bench/java.sh fetch >/dev/null
 eval "$(bash spec/support/rocketmq.sh env)"
 E=$MQLEASE_ENDPOINTS
 R=b$(date +%s)
-bash spec/support/rocketmq.sh topics "${R}_lp" "${R}_jp" "${R}_lh" "${R}_jh" "${R}_lb" >/dev/null
+bash spec/support/rocketmq.sh topics "${R}_lp" "${R}_jp" "${R}_lh" "${R}_jh" "${R}_lb" \
+  "${R}_lr" "${R}_jr" "${R}_js" >/dev/null
 
 lua() { lua5.4 bench/bench.lua "$@"; }
 java() { bash bench/java.sh run "$@"; }
@@ -88,6 +98,13 @@ note "produce $COUNT x $SIZE B"
 note "consume $COUNT"
 { echo "lua $(lua consume "$E" "${R}_glc" "${R}_lp" "$COUNT" 30 32)"; } >>"$results"
 { echo "java $(java consume "$E" "${R}_gjc" "${R}_jp" "$COUNT" 30 32)"; } >>"$results"
+
+# throughput: a pre-loaded backlog per client, each consumed by a fresh group
+note "throughput: $RUN_COUNT x $SIZE B each for mqlease.run, the Java PushConsumer and SimpleConsumer"
+for t in "${R}_lr" "${R}_jr" "${R}_js"; do lua5.4 bench/lease.lua load "$E" "$t" "$RUN_COUNT" "$SIZE" >/dev/null; done
+{ echo "luarun $(lua run "$E" "${R}_glr" "${R}_lr" "$RUN_COUNT")"; } >>"$results"
+{ echo "javarun $(java push "$E" "${R}_gjr" "${R}_jr" "$RUN_COUNT")"; } >>"$results"
+{ echo "javarun $(java consume "$E" "${R}_gjs" "${R}_js" "$RUN_COUNT" 30 32)"; } >>"$results"
 
 # hold: the consumer waits for the messages, then keeps them all alive for HOLD_S
 hold() { # who topic count

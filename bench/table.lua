@@ -6,7 +6,7 @@ package.cpath = "build/?.so;" .. package.cpath
 local cjson = require "cjson"
 local file, count, size, hold, hold_s, hold_big = arg[1], arg[2], arg[3], tonumber(arg[4]), arg[5], tonumber(arg[6])
 local lease_file = arg[7]
-local rows = { lua = {}, java = {} }
+local rows = { lua = {}, java = {}, luarun = {}, javarun = {} }
 local nrows = 0
 for line in io.lines(file) do
   local who, json = line:match("^(%a+) (.*)$")
@@ -34,11 +34,17 @@ print("")
 
 local function lease_table()
   local by_row, order = {}, {}
+  local runs_dev = {}
   for line in io.lines(lease_file) do
-    local r = cjson.decode(line:match("^lease (.*)$"))
+    local what, json = line:match("^(%a+) (.*)$")
+    local r = cjson.decode(json)
     r.rss_mb = r.rss_kb / 1024
-    if not by_row[r.row] then by_row[r.row] = {}; order[#order + 1] = r.row end
-    table.insert(by_row[r.row], r)
+    if what == "run" then
+      runs_dev[#runs_dev + 1] = r
+    else
+      if not by_row[r.row] then by_row[r.row] = {}; order[#order + 1] = r.row end
+      table.insert(by_row[r.row], r)
+    end
   end
   if #order == 0 then return end
   -- median of the runs, and min-max when there are several
@@ -77,6 +83,11 @@ local function lease_table()
   print("(/proc/self/stat) during the hold over the renewals sent in it; the broker's CPU is not counted.")
   print("Percentiles are interpolated in the core's histogram buckets (1, 2.5, 5, 10, 25, 50 ms, ...).")
   print("")
+  if #runs_dev > 0 then
+    print(("mqlease.run, no-op handler, %d pre-loaded messages on the dev broker: %s msg/s, %s s client CPU per 10,000 messages, peak RSS %s MB."):format(
+      runs_dev[1].count, stat(runs_dev, "msgs_per_s"), stat(runs_dev, "cpu_s_per_10k", "%.2f"), stat(runs_dev, "rss_mb")))
+    print("")
+  end
 end
 
 if nrows == 0 then
@@ -99,6 +110,19 @@ print(("| peak RSS, holding %d leases | %s | %s |"):format(hold, mb(lh.rss_kb), 
 local lb = L.hold_big or {}
 print(("| hold %d leases %s s: renewals / failed, lateness p99 / max (ms) | %s / %s, %s / ≤ %s | (not run) |"):format(
   hold_big, hold_s, f(lb.renewals), f(lb.renew_fail), f(lb.lateness_p99_ms, "%.1f"), f(lb.lateness_max_ms, "%.1f")))
+local LR, JR = rows.luarun, rows.javarun
+if LR.run or JR.push or JR.consume then
+  print("")
+  print("| a pre-loaded backlog, no-op handler | msg/s | client CPU s per 10,000 msgs | peak RSS |")
+  print("|---|---|---|---|")
+  local function tp(label, r)
+    r = r or {}
+    print(("| %s | %s | %s | %s |"):format(label, f(r.msgs_per_s), f(r.cpu_s_per_10k, "%.2f"), mb(r.rss_kb)))
+  end
+  tp(("mqlease.run (concurrency 256), %s msgs"):format(f(LR.run and LR.run.count)), LR.run)
+  tp(("Java PushConsumer (client defaults), %s msgs"):format(f(JR.push and JR.push.count)), JR.push)
+  tp(("Java SimpleConsumer (receive 32 + ackAsync each), %s msgs"):format(f(JR.consume and JR.consume.count)), JR.consume)
+end
 print("")
 print("mqlease acks a received batch in one AckMessage (c:ack(msgs)); the Java client has no batch ack,")
 print("so Bench.java acks with ackAsync for the whole batch and waits. mqlease renews from its C thread;")
