@@ -151,7 +151,7 @@ print(json({
   renew_p50_ms = percentile(m.renew_latency, 0.5), renew_p99_ms = percentile(m.renew_latency, 0.99),
   bytes_per_lease = (rss1 - rss0) * 1024 / math.max(n, 1) - #BODY,
   lua_bytes_per_lease = (lua1 - lua0) * 1024 / math.max(n, 1),
-  cpu_us_per_renewal = spin > 0 and -1 or (cpu1 - cpu0) * 1e6 / math.max(renewals, 1),
+  cpu_us_per_renewal = (spin > 0 or renewals == 0) and -1 or (cpu1 - cpu0) * 1e6 / renewals,
   rss_kb = status_kb("VmHWM"),
 }, { "count", "acked", "invisible_s", "hold_s", "spin_s", "receive_s", "renewals",
   "renewals_hold", "renewals_per_s", "renew_fail", "uncertain", "expired", "lateness_p50_ms",

@@ -83,7 +83,7 @@ mql_lease *mql_lease_add(mql_lease_table *t, const char *message_id, const char 
     size_t idlen = strlen(message_id ? message_id : "");
     mql_lease *l = mql_xcalloc(1, sizeof(*l) + idlen + 1);
     size_t b;
-    if (t->count + 1 > t->nbuckets) table_grow(t);
+    if (t->count + 1 > 2 * t->nbuckets) table_grow(t);   /* chains of two on average */
     l->id = t->next_id++;
     memcpy(l->message_id, message_id ? message_id : "", idlen + 1);
     l->topic = topic_intern(t, topic ? topic : "");
@@ -124,7 +124,7 @@ static int heap_less(const mql_lease *a, const mql_lease *b) {
 
 static void heap_place(mql_lease_table *t, size_t i, mql_lease *l) {
     t->heap[i] = l;
-    l->heap_index = i;
+    l->heap_index = (uint32_t)i;
 }
 
 static void heap_up(mql_lease_table *t, size_t i) {
@@ -152,7 +152,7 @@ static void heap_down(mql_lease_table *t, size_t i) {
 }
 
 void mql_lease_disarm(mql_lease_table *t, mql_lease *l) {
-    size_t i = l->heap_index;
+    uint32_t i = l->heap_index;
     mql_lease *last;
     if (i == MQL_HEAP_NONE) return;
     l->heap_index = MQL_HEAP_NONE;

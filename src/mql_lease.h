@@ -39,7 +39,7 @@ typedef enum mql_lease_pending {
     MQL_PENDING_NACK
 } mql_lease_pending;
 
-#define MQL_HEAP_NONE ((size_t)-1)
+#define MQL_HEAP_NONE UINT32_MAX
 
 typedef struct mql_lease {
     uint64_t id;               /* table key, never reused within a client */
@@ -49,13 +49,13 @@ typedef struct mql_lease {
     int64_t deadline_ms;       /* monotonic: when the broker will redeliver */
     int64_t timer_ms;          /* monotonic: next renewal or deadline check */
     int64_t renew_sent_ms;     /* when the in-flight renewal left */
-    size_t heap_index;         /* MQL_HEAP_NONE when no timer is armed */
     struct mql_lease *hnext;   /* hash chain */
-    mql_lease_state state;
-    int renewals;              /* successful renewals */
-    int attempts;              /* failed tries of the current renewal */
-    mql_lease_pending pending; /* a release is under way (or waits for a renewal) */
-    int let_go;                /* the host chose to let it expire: not "expired while alive" */
+    uint32_t heap_index;       /* MQL_HEAP_NONE when no timer is armed */
+    int32_t renewals;          /* successful renewals */
+    int32_t attempts;          /* failed tries of the current renewal */
+    uint8_t state;             /* an mql_lease_state */
+    uint8_t pending;           /* an mql_lease_pending: a release is under way (or waits) */
+    uint8_t let_go;            /* the host chose to let it expire: not "expired while alive" */
     char message_id[];         /* broker id, stable across redeliveries (same allocation) */
 } mql_lease;
 
@@ -66,8 +66,8 @@ typedef struct mql_lease_table {
     size_t nbuckets;           /* power of two */
     size_t count;
     mql_lease **heap;
-    size_t heap_len;
-    size_t heap_cap;
+    uint32_t heap_len;
+    uint32_t heap_cap;
     uint64_t next_id;
 } mql_lease_table;
 

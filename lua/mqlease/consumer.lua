@@ -9,7 +9,7 @@ local core = require "mqlease.core"
 local config = require "mqlease.config"
 local session_mod = require "mqlease.session"
 
-local setmetatable, rawget, type, error, ipairs, pairs, next = setmetatable, rawget, type, error, ipairs, pairs, next
+local setmetatable, getmetatable, rawget, type, error, ipairs, pairs, next = setmetatable, getmetatable, rawget, type, error, ipairs, pairs, next
 local floor = math.floor
 
 local _M = {}
@@ -20,28 +20,37 @@ local FINAL = { acked = true, nacked = true, lost = true }
 local ALIVE = { held = true, renewing = true, expiring = true }
 
 local lease_methods = {}
-local lease_mt = {
-  __name = "mqlease.lease",
-  __index = function(self, k)
-    if k == "state" then
-      return (self:_info())
-    elseif k == "renewals" then
-      local _, _, renewals = self:_info()
-      return renewals
-    end
-    return lease_methods[k]
-  end,
-  __tostring = function(self)
-    return ("mqlease.lease(%d, %s)"):format(rawget(self, "id"), self.state)
-  end,
-}
 
--- Two fields: a lease is held by the thousand, so every slot counts (_renewals
--- and _final appear only once known).
+local function lease_index(self, k)
+  if k == "state" then
+    return (self:_info())
+  elseif k == "renewals" then
+    local _, _, renewals = self:_info()
+    return renewals
+  end
+  return lease_methods[k]
+end
+
+local function lease_tostring(self)
+  return ("mqlease.lease(%d, %s)"):format(rawget(self, "id"), self.state)
+end
+
+-- A lease is held by the thousand, so every slot counts: it starts with its id
+-- alone (_renewals and _final appear once known), and finds its session in
+-- the metatable its session's leases share.
 local function new_lease(session, id)
-  local lease = setmetatable({ id = id, _session = session }, lease_mt)
+  local mt = session.lease_mt
+  if not mt then
+    mt = { __name = "mqlease.lease", __index = lease_index, __tostring = lease_tostring, session = session }
+    session.lease_mt = mt
+  end
+  local lease = setmetatable({ id = id }, mt)
   session.leases[id] = lease
   return lease
+end
+
+local function session_of(lease)
+  return getmetatable(lease).session
 end
 
 -- state, remaining seconds, renewals: from the core while it holds the lease,
@@ -49,7 +58,7 @@ end
 function lease_methods:_info()
   local final = rawget(self, "_final")
   if final then return final, 0, (rawget(self, "_renewals") or 0) end
-  local session = rawget(self, "_session")
+  local session = session_of(self)
   local client = session.client
   if not client:closed() then
     local state, remaining, renewals = client:lease(rawget(self, "id"))
@@ -119,7 +128,7 @@ end
 -- Acknowledges the message: the broker forgets it. true, or nil, message, code.
 function message_methods:ack()
   local lease = self.lease
-  local session = rawget(lease, "_session")
+  local session = session_of(lease)
   if session.client:closed() then return nil, "the consumer is closed", "CLOSED" end
   local ev = session:await(session.client:ack({ rawget(lease, "id") }))
   return finish_release(lease, ev, "acked")
@@ -132,7 +141,7 @@ function message_methods:nack(delay)
     error(("bad argument #1 to 'nack' (delay: seconds between 0 and 43200 expected, got %s)"):format(tostring(delay)), 2)
   end
   local lease = self.lease
-  local session = rawget(lease, "_session")
+  local session = session_of(lease)
   if session.client:closed() then return nil, "the consumer is closed", "CLOSED" end
   local ev = session:await(session.client:nack(rawget(lease, "id"), floor(delay * 1000 + 0.5)))
   return finish_release(lease, ev, "nacked")
@@ -141,7 +150,7 @@ end
 -- Stops renewing on purpose: the message comes back when its lease ends.
 function message_methods:let_expire()
   local lease = self.lease
-  local session = rawget(lease, "_session")
+  local session = session_of(lease)
   if session.client:closed() then return nil, "the consumer is closed", "CLOSED" end
   if session.client:let_expire(rawget(lease, "id")) then return true end
   local err, code = gone_reason(lease, "no lease", "NO_LEASE")
