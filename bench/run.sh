@@ -15,7 +15,9 @@
 # Part 1 also runs that throughput case on RocketMQ against the Java PushConsumer and
 # SimpleConsumer (CPU seconds per 10,000 messages of each client process).
 #
-# QUICK=1 runs part 2 only, once per row (under 3 minutes on 2 cores).
+# BENCH_PARTS picks what runs: "lease" (part 2), "throughput" and "java" (part 1: the
+# backlog throughput, and the produce/consume/hold table); default all three.
+# QUICK=1 is BENCH_PARTS=lease with one run per row (under 3 minutes on 2 cores).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 COUNT=${BENCH_COUNT:-2000}
@@ -25,7 +27,10 @@ HOLD_S=${BENCH_HOLD_S:-25}
 HOLD_BIG=${BENCH_HOLD_BIG:-1000}
 OUT=${BENCH_OUT:-bench/results.md}
 QUICK=${QUICK:-0}
-if [[ $QUICK == 1 ]]; then RUNS=${BENCH_RUNS:-1}; else RUNS=${BENCH_RUNS:-3}; fi
+if [[ $QUICK == 1 ]]; then RUNS=${BENCH_RUNS:-1}; PARTS=${BENCH_PARTS:-lease}
+else RUNS=${BENCH_RUNS:-3}; PARTS=${BENCH_PARTS:-lease throughput java}; fi
+part() { [[ " $PARTS " == *" $1 "* ]]; }
+ROCKETMQ=0
 LEASES=${BENCH_LEASES:-1000 10000 100000}
 RUN_COUNT=${BENCH_RUN_COUNT:-20000}
 
@@ -35,7 +40,7 @@ lease_results=$(mktemp)
 DV_PID=
 cleanup() {
   if [[ -n $DV_PID ]]; then kill "$DV_PID" 2>/dev/null || true; wait "$DV_PID" 2>/dev/null || true; fi
-  if [[ $QUICK != 1 ]]; then bash spec/support/rocketmq.sh stop >/dev/null || true; fi
+  if ((ROCKETMQ)); then bash spec/support/rocketmq.sh stop >/dev/null || true; fi
   rm -f "$results" "$lease_results"
 }
 trap cleanup EXIT
@@ -50,6 +55,7 @@ lease_row() { # n invisible hold spin run
   lua5.4 bench/lease.lua load "$DV" "$topic" "$n" >/dev/null
   echo "lease {\"row\":\"$n/$spin\",\"run\":$run,$(lua5.4 bench/lease.lua hold "$DV" "$topic" "$n" "$inv" "$hold" "$spin" | sed 's/^{//')" >>"$lease_results"
 }
+part_lease() {
 dv_log=$(mktemp)
 build/mqlease-devbroker --listen 127.0.0.1:0 --control 127.0.0.1:0 >"$dv_log" 2>&1 &
 DV_PID=$!
@@ -73,13 +79,15 @@ for run in $(seq "$RUNS"); do
 done
 kill "$DV_PID" 2>/dev/null; wait "$DV_PID" 2>/dev/null || true
 DV_PID=
-
-if [[ $QUICK == 1 ]]; then
+}
+if part lease; then part_lease; fi
+if ! part throughput && ! part java; then
   lua5.4 bench/table.lua "$results" "$COUNT" "$SIZE" "$HOLD" "$HOLD_S" "$HOLD_BIG" "$lease_results" | tee "$OUT"
   exit 0
 fi
 
 # ---- part 1 ----------------------------------------------------------------------------
+ROCKETMQ=1
 bash spec/support/rocketmq.sh start
 bash bench/java.sh fetch >/dev/null
 eval "$(bash spec/support/rocketmq.sh env)"
@@ -91,6 +99,20 @@ bash spec/support/rocketmq.sh topics "${R}_lp" "${R}_jp" "${R}_lh" "${R}_jh" "${
 lua() { lua5.4 bench/bench.lua "$@"; }
 java() { bash bench/java.sh run "$@"; }
 
+part_throughput() {
+# a pre-loaded backlog per client, each consumed by a fresh group
+note "throughput: $RUN_COUNT x $SIZE B each for mqlease.run, the Java PushConsumer and SimpleConsumer"
+for t in "${R}_lr" "${R}_jr" "${R}_js"; do lua5.4 bench/lease.lua load "$E" "$t" "$RUN_COUNT" "$SIZE" >/dev/null; done
+{ echo "luarun $(lua run "$E" "${R}_glr" "${R}_lr" "$RUN_COUNT")"; } >>"$results"
+{ echo "javarun $(java push "$E" "${R}_gjr" "${R}_jr" "$RUN_COUNT")"; } >>"$results"
+{ echo "javarun $(java consume "$E" "${R}_gjs" "${R}_js" "$RUN_COUNT" 30 32)"; } >>"$results"
+}
+if part throughput; then part_throughput; fi
+if ! part java; then
+  lua5.4 bench/table.lua "$results" "$COUNT" "$SIZE" "$HOLD" "$HOLD_S" "$HOLD_BIG" "$lease_results" | tee "$OUT"
+  exit 0
+fi
+
 # produce, then consume the backlog (a fresh group on a fresh topic starts at offset 0)
 note "produce $COUNT x $SIZE B"
 { echo "lua $(lua produce "$E" "${R}_lp" "$COUNT" "$SIZE")"; } >>"$results"
@@ -99,12 +121,6 @@ note "consume $COUNT"
 { echo "lua $(lua consume "$E" "${R}_glc" "${R}_lp" "$COUNT" 30 32)"; } >>"$results"
 { echo "java $(java consume "$E" "${R}_gjc" "${R}_jp" "$COUNT" 30 32)"; } >>"$results"
 
-# throughput: a pre-loaded backlog per client, each consumed by a fresh group
-note "throughput: $RUN_COUNT x $SIZE B each for mqlease.run, the Java PushConsumer and SimpleConsumer"
-for t in "${R}_lr" "${R}_jr" "${R}_js"; do lua5.4 bench/lease.lua load "$E" "$t" "$RUN_COUNT" "$SIZE" >/dev/null; done
-{ echo "luarun $(lua run "$E" "${R}_glr" "${R}_lr" "$RUN_COUNT")"; } >>"$results"
-{ echo "javarun $(java push "$E" "${R}_gjr" "${R}_jr" "$RUN_COUNT")"; } >>"$results"
-{ echo "javarun $(java consume "$E" "${R}_gjs" "${R}_js" "$RUN_COUNT" 30 32)"; } >>"$results"
 
 # hold: the consumer waits for the messages, then keeps them all alive for HOLD_S
 hold() { # who topic count

@@ -14,7 +14,7 @@ for line in io.lines(file) do
   local key = r.mode
   if r.mode == "hold" then key = r.count == hold and "hold" or "hold_big" end
   rows[who][key] = r
-  nrows = nrows + 1
+  if who == "lua" or who == "java" then nrows = nrows + 1 end
 end
 local function f(v, fmt) return v and (fmt or "%.0f"):format(v) or "-" end
 local function mb(kb) return kb and ("%.0f MB"):format(kb / 1024) or "-" end
@@ -90,28 +90,35 @@ local function lease_table()
   end
 end
 
-if nrows == 0 then
-  if lease_file then lease_table() end
-  return
+if nrows > 0 then
+  print("mqlease vs rocketmq-client-java 5.0.7 on RocketMQ 5.2.0 (namesrv + proxy local mode, loopback):")
+  print("")
+  print("| measure | mqlease (Lua 5.4) | Java client 5.0.7 |")
+  print("|---|---|---|")
+  print(("| produce %s x %s B, one at a time (msg/s) | %s | %s |"):format(count, size, f(L.produce and L.produce.msgs_per_s), f(J.produce and J.produce.msgs_per_s)))
+  print(("| consume + ack a backlog of %s (msg/s) | %s | %s |"):format(count, f(L.consume and L.consume.msgs_per_s), f(J.consume and J.consume.msgs_per_s)))
+  print(("| peak RSS, producer | %s | %s |"):format(mb(L.produce and L.produce.rss_kb), mb(J.produce and J.produce.rss_kb)))
+  print(("| peak RSS, consumer | %s | %s |"):format(mb(L.consume and L.consume.rss_kb), mb(J.consume and J.consume.rss_kb)))
+  local lh, jh = L.hold or {}, J.hold or {}
+  print(("| hold %d leases %s s (invisible 10 s): renewals / failed | %s / %s | %s / %s |"):format(hold, hold_s,
+    f(lh.renewals), f(lh.renew_fail), f(jh.renewals), f(jh.renew_fail)))
+  print(("| renewal latency p50 / p99 (ms) | %s / %s | %s / %s |"):format(f(lh.renew_p50_ms, "%.1f"), f(lh.renew_p99_ms, "%.1f"),
+    f(jh.renew_p50_ms, "%.1f"), f(jh.renew_p99_ms, "%.1f")))
+  print(("| renewal lateness p99 (ms) | %s | %s |"):format(f(lh.lateness_p99_ms, "%.1f"), f(jh.lateness_p99_ms, "%.1f")))
+  print(("| peak RSS, holding %d leases | %s | %s |"):format(hold, mb(lh.rss_kb), mb(jh.rss_kb)))
+  local lb = L.hold_big or {}
+  print(("| hold %d leases %s s: renewals / failed, lateness p99 / max (ms) | %s / %s, %s / ≤ %s | (not run) |"):format(
+    hold_big, hold_s, f(lb.renewals), f(lb.renew_fail), f(lb.lateness_p99_ms, "%.1f"), f(lb.lateness_max_ms, "%.1f")))
+  print("")
+  print("mqlease acks a received batch in one AckMessage (c:ack(msgs)); the Java client has no batch ack,")
+  print("so Bench.java acks with ackAsync for the whole batch and waits. mqlease renews from its C thread;")
+  print("the Java SimpleConsumer has no renewal, so Bench.java renews by hand from one thread, as its users must.")
+  print("mqlease latency percentiles are interpolated from its histogram buckets (1, 2.5, 5, 10 ms, ...).")
+  print("")
 end
-print("| measure | mqlease (Lua 5.4) | Java client 5.0.7 |")
-print("|---|---|---|")
-print(("| produce %s x %s B, one at a time (msg/s) | %s | %s |"):format(count, size, f(L.produce and L.produce.msgs_per_s), f(J.produce and J.produce.msgs_per_s)))
-print(("| consume + ack a backlog of %s (msg/s) | %s | %s |"):format(count, f(L.consume and L.consume.msgs_per_s), f(J.consume and J.consume.msgs_per_s)))
-print(("| peak RSS, producer | %s | %s |"):format(mb(L.produce and L.produce.rss_kb), mb(J.produce and J.produce.rss_kb)))
-print(("| peak RSS, consumer | %s | %s |"):format(mb(L.consume and L.consume.rss_kb), mb(J.consume and J.consume.rss_kb)))
-local lh, jh = L.hold or {}, J.hold or {}
-print(("| hold %d leases %s s (invisible 10 s): renewals / failed | %s / %s | %s / %s |"):format(hold, hold_s,
-  f(lh.renewals), f(lh.renew_fail), f(jh.renewals), f(jh.renew_fail)))
-print(("| renewal latency p50 / p99 (ms) | %s / %s | %s / %s |"):format(f(lh.renew_p50_ms, "%.1f"), f(lh.renew_p99_ms, "%.1f"),
-  f(jh.renew_p50_ms, "%.1f"), f(jh.renew_p99_ms, "%.1f")))
-print(("| renewal lateness p99 (ms) | %s | %s |"):format(f(lh.lateness_p99_ms, "%.1f"), f(jh.lateness_p99_ms, "%.1f")))
-print(("| peak RSS, holding %d leases | %s | %s |"):format(hold, mb(lh.rss_kb), mb(jh.rss_kb)))
-local lb = L.hold_big or {}
-print(("| hold %d leases %s s: renewals / failed, lateness p99 / max (ms) | %s / %s, %s / ≤ %s | (not run) |"):format(
-  hold_big, hold_s, f(lb.renewals), f(lb.renew_fail), f(lb.lateness_p99_ms, "%.1f"), f(lb.lateness_max_ms, "%.1f")))
 local LR, JR = rows.luarun, rows.javarun
 if LR.run or JR.push or JR.consume then
+  print("Throughput on RocketMQ 5.2.0 (loopback), mqlease.run vs rocketmq-client-java 5.0.7:")
   print("")
   print("| a pre-loaded backlog, no-op handler | msg/s | client CPU s per 10,000 msgs | peak RSS |")
   print("|---|---|---|---|")
@@ -122,11 +129,9 @@ if LR.run or JR.push or JR.consume then
   tp(("mqlease.run (concurrency 256), %s msgs"):format(f(LR.run and LR.run.count)), LR.run)
   tp(("Java PushConsumer (client defaults), %s msgs"):format(f(JR.push and JR.push.count)), JR.push)
   tp(("Java SimpleConsumer (receive 32 + ackAsync each), %s msgs"):format(f(JR.consume and JR.consume.count)), JR.consume)
+  print("")
+  print("Each client consumes its own pre-loaded backlog of " .. size .. "-byte messages with a fresh group; CPU is")
+  print("the client process's user+system time from before the consumer is built to the last message.")
+  print("")
 end
-print("")
-print("mqlease acks a received batch in one AckMessage (c:ack(msgs)); the Java client has no batch ack,")
-print("so Bench.java acks with ackAsync for the whole batch and waits. mqlease renews from its C thread;")
-print("the Java SimpleConsumer has no renewal, so Bench.java renews by hand from one thread, as its users must.")
-print("mqlease latency percentiles are interpolated from its histogram buckets (1, 2.5, 5, 10 ms, ...).")
-print("")
 if lease_file then lease_table() end
