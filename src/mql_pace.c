@@ -25,9 +25,10 @@ int64_t mql_pace_margin_ms(const mql_pace *p) {
     return margin > 0 ? margin : 0;
 }
 
-int64_t mql_pace_first_at(mql_pace *p, int64_t acquired_ms, int64_t deadline_ms) {
+int64_t mql_pace_first_at(mql_pace *p, int64_t acquired_ms, int64_t deadline_ms,
+                          int64_t jitter_ms) {
     int64_t latest = deadline_ms - mql_pace_margin_ms(p);
-    int64_t preferred = acquired_ms + p->every_ms;
+    int64_t preferred = acquired_ms + p->every_ms - jitter_ms;
     int64_t slot_us;
     if (preferred > latest) preferred = latest;
     slot_us = preferred * 1000 > p->cursor_us ? preferred * 1000 : p->cursor_us;

@@ -48,8 +48,10 @@ typedef struct mql_pace {
 void mql_pace_init(mql_pace *p, int64_t invisible_ms, int64_t every_ms);
 /* The margin a renewal keeps before the deadline at the latest. */
 int64_t mql_pace_margin_ms(const mql_pace *p);
-/* First renewal of a lease acquired at acquired_ms; takes a slot. */
-int64_t mql_pace_first_at(mql_pace *p, int64_t acquired_ms, int64_t deadline_ms);
+/* First renewal of a lease acquired at acquired_ms, preferably every - jitter_ms
+ * later (jitter_ms < every/10, as for every renewal); takes a slot. */
+int64_t mql_pace_first_at(mql_pace *p, int64_t acquired_ms, int64_t deadline_ms,
+                          int64_t jitter_ms);
 /* Next renewal after one sent at sent_ms succeeded (deadline_ms is the new
  * deadline); jitter_ms (< every/10) makes it a little early at random. */
 int64_t mql_pace_next_at(const mql_pace *p, int64_t sent_ms, int64_t deadline_ms,

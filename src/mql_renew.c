@@ -27,14 +27,14 @@
 #define RENEW_BACKOFF_MAX_MS 5000
 #define RENEW_BLOCKED_WAKE_MS 20   /* at the in-flight cap: look again this soon at the latest */
 
-int64_t mql_renew_next_at(mql_client *c, int64_t from_ms) {
-    return mql_pace_first_at(&c->pace, from_ms, from_ms + c->invisible_ms);
-}
-
 /* Up to a tenth of the period early, at random: phases drift apart over time. */
 static int64_t renew_jitter(mql_client *c) {
     int64_t jitter = c->renew_every_ms / 10;
     return jitter > 0 ? (int64_t)(mql_client_random(c) % (uint64_t)jitter) : 0;
+}
+
+int64_t mql_renew_next_at(mql_client *c, int64_t from_ms) {
+    return mql_pace_first_at(&c->pace, from_ms, from_ms + c->invisible_ms, renew_jitter(c));
 }
 
 void mql_lease_end(mql_client *c, mql_lease *l, mql_lease_state final) {

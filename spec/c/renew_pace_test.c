@@ -14,9 +14,9 @@ static void a_lone_lease_renews_at_the_preferred_time(void) {
     mql_pace p;
     mql_pace_init(&p, INVISIBLE, 0);
     CHECK(p.every_ms == EVERY);
-    CHECK(mql_pace_first_at(&p, 1000, 1000 + INVISIBLE) == 1000 + EVERY);
+    CHECK(mql_pace_first_at(&p, 1000, 1000 + INVISIBLE, 0) == 1000 + EVERY);
     /* one received a minute later is not held back by the first */
-    CHECK(mql_pace_first_at(&p, 61000, 61000 + INVISIBLE) == 61000 + EVERY);
+    CHECK(mql_pace_first_at(&p, 61000, 61000 + INVISIBLE, 0) == 61000 + EVERY);
 }
 
 /* 100,000 leases received within 3 s: their first renewals must not come as a
@@ -30,7 +30,7 @@ static void a_burst_of_receives_spreads_over_the_safe_part_of_the_window(void) {
     for (i = 0; i < 100000; i++) {
         int64_t acquired = (int64_t)i * 3000 / 100000;
         int64_t deadline = acquired + INVISIBLE;
-        int64_t at = mql_pace_first_at(&p, acquired, deadline);
+        int64_t at = mql_pace_first_at(&p, acquired, deadline, 0);
         if (at > deadline - INVISIBLE / 3) too_late++;
         if (at < acquired + EVERY) too_early++;
         per_second[at / 1000]++;
@@ -48,7 +48,7 @@ static void an_overload_renews_at_the_latest_safe_time(void) {
     int i, at_latest = 0, later = 0;
     mql_pace_init(&p, 15000, 0);   /* 5 s of slack: 25,000 slots */
     for (i = 0; i < 40000; i++) {
-        int64_t at = mql_pace_first_at(&p, 0, 15000);
+        int64_t at = mql_pace_first_at(&p, 0, 15000, 0);
         if (at == 10000) at_latest++;
         if (at > 10000) later++;
     }
@@ -94,13 +94,14 @@ static void a_later_renew_every_keeps_its_own_margin(void) {
     mql_pace_init(&p, 30000, 25000);   /* renew_every = 25 s: 5 s left */
     CHECK(mql_pace_margin_ms(&p) == 5000);
     CHECK(mql_pace_next_at(&p, 0, 30000, 0) == 25000);
-    CHECK(mql_pace_first_at(&p, 0, 30000) == 25000);
+    CHECK(mql_pace_first_at(&p, 0, 30000, 0) == 25000);
 }
 
 static void jitter_makes_a_renewal_early_not_late(void) {
     mql_pace p;
     mql_pace_init(&p, INVISIBLE, 0);
     CHECK(mql_pace_next_at(&p, 5000, 5000 + INVISIBLE, 700) == 5000 + EVERY - 700);
+    CHECK(mql_pace_first_at(&p, 5000, 5000 + INVISIBLE, 700) == 5000 + EVERY - 700);
 }
 
 static void no_more_renewals_start_than_the_cap_allows(void) {
