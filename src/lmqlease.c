@@ -230,9 +230,9 @@ static void push_event(lua_State *L, const mql_event *ev) {
         }
         lua_setfield(L, -2, "messages");
     }
-    if (ev->text) {
-        set_str(L, "message_id", ev->text);
-        set_int(L, "offset", (lua_Integer)ev->number);
+    if (ev->message_id) {
+        set_str(L, "message_id", ev->message_id);
+        set_int(L, "offset", (lua_Integer)ev->offset);
     }
     if (ev->reply) {
         push_reply(L, ev->reply);
@@ -496,7 +496,7 @@ static const char *signal_name(int signo) {
     return NULL;
 }
 
-/* core.watch_signals({"TERM", "INT"}, {client, ...}, grace_s, release_delay_s) -> watcher */
+/* core.watch_signals({"TERM", "INT"}, {client, ...}, deadline_s, release_delay_s) -> watcher */
 static int l_watch_signals(lua_State *L) {
     int signals[8], nsignals = 0, nclients = 0, i, n;
     mql_client *clients[16];
@@ -557,6 +557,11 @@ static int l_watcher_done(lua_State *L) {
     return 0;
 }
 
+static int l_watcher_extend(lua_State *L) {
+    mql_shutdown_extend(check_watcher(L), (int64_t)(luaL_checknumber(L, 2) * 1000));
+    return 0;
+}
+
 static int l_watcher_close(lua_State *L) {
     lwatcher *w = luaL_checkudata(L, 1, WATCHER_MT);
     if (w->s) {
@@ -568,6 +573,7 @@ static int l_watcher_close(lua_State *L) {
 
 static const luaL_Reg watcher_methods[] = {
     {"fd", l_watcher_fd}, {"signal", l_watcher_signal}, {"done", l_watcher_done},
+    {"extend", l_watcher_extend},
     {"close", l_watcher_close}, {NULL, NULL}};
 
 /* ------------------------------------------------------------ redis */

@@ -96,7 +96,7 @@ void mql_client_unlink(mql_client *c, mql_call *call) {
 }
 
 int mql_client_unary(mql_client *c, mql_call *call, const ProtobufCMessage *req) {
-    if (mql_call_start_unary(call, req) == 0) return 0;
+    if (!c->stopping && mql_call_start_unary(call, req) == 0) return 0;
     mql_client_unlink(c, call);
     mql_call_free(call);
     return -1;
@@ -296,6 +296,7 @@ mql_client *mql_client_new(const mql_config *cfg, uint64_t *start_op, char *err,
     c->id.secret_key = c->secret_key;
     c->id.security_token = c->security_token;
     pthread_mutex_init(&c->mu, NULL);
+    c->refs = 1;
     mql_lease_table_init(&c->leases);
     c->state = MQL_CLIENT_STARTING;
     c->start_op = *start_op = ++c->next_op;
@@ -316,35 +317,64 @@ mql_client *mql_client_new(const mql_config *cfg, uint64_t *start_op, char *err,
     return c;
 }
 
-void mql_client_free(mql_client *c) {
+/* Everything that needs the thread or the network ends here, once. */
+static void client_stop(mql_client *c) {
     mql_call *call;
     mql_release *rel, *next;
     grpc_event ev;
-    if (!c) return;
     pthread_mutex_lock(&c->mu);
+    if (c->stopped) {
+        pthread_mutex_unlock(&c->mu);
+        return;
+    }
     c->stopping = 1;
     for (call = c->calls; call; call = call->next) mql_call_cancel(call);
     pthread_mutex_unlock(&c->mu);
     if (c->thread_started) pthread_join(c->thread, NULL);
+    pthread_mutex_lock(&c->mu);
     for (rel = c->deferred; rel; rel = next) {
         next = rel->next;
         mql_release_free(rel);
     }
+    c->deferred = NULL;
     if (c->broker && c->broker != c->access) grpc_channel_destroy(c->broker);
     if (c->access) grpc_channel_destroy(c->access);
+    c->broker = c->access = NULL;
     if (c->cq) {
         grpc_completion_queue_shutdown(c->cq);
         do {
             ev = grpc_completion_queue_next(c->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
         } while (ev.type != GRPC_QUEUE_SHUTDOWN);
         grpc_completion_queue_destroy(c->cq);
+        c->cq = NULL;
         grpc_shutdown();
     }
+    c->stopped = 1;
+    pthread_mutex_unlock(&c->mu);
+}
+
+void mql_client_ref(mql_client *c) {
+    __atomic_add_fetch(&c->refs, 1, __ATOMIC_ACQ_REL);
+}
+
+void mql_client_unref(mql_client *c) {
+    if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
+    client_stop(c);
     mql_lease_table_free(&c->leases);
     mql_events_destroy(&c->events);
     pthread_mutex_destroy(&c->mu);
     client_free_fields(c);
     free(c);
+}
+
+void mql_client_free(mql_client *c) {
+    if (!c) return;
+    client_stop(c);
+    mql_client_unref(c);
+}
+
+int64_t mql_client_request_timeout_ms(const mql_client *c) {
+    return c->request_timeout_ms;
 }
 
 int mql_client_fd(const mql_client *c) {

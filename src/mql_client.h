@@ -70,9 +70,16 @@ typedef struct mql_client mql_client;
 /* Creates the client and starts its session; the start finishes as an event
  * whose op is *start_op. NULL only if the thread or descriptor cannot be made. */
 mql_client *mql_client_new(const mql_config *cfg, uint64_t *start_op, char *err, size_t errlen);
-/* Cancels what is in flight, stops the thread and frees everything. Leases
- * still held are left to expire (the host releases them first if it wants). */
+/* Cancels what is in flight, stops the thread, tears grpc down, and drops the
+ * host's reference. Leases still held are left to expire (the host nacks them
+ * first if it wants). Whoever else holds a reference (a signal watcher) may
+ * still call it: operations then answer CLOSED without touching the network.
+ * The memory goes with the last reference. */
 void mql_client_free(mql_client *c);
+void mql_client_ref(mql_client *c);
+void mql_client_unref(mql_client *c);
+/* The per-call deadline, for those who wait for the client's calls. */
+int64_t mql_client_request_timeout_ms(const mql_client *c);
 
 int mql_client_fd(const mql_client *c);
 mql_event *mql_client_take_events(mql_client *c);

@@ -86,7 +86,9 @@ struct mql_client {
     mql_call *telemetry;
     int64_t telemetry_retry_at; /* 0: not scheduled */
     int64_t heartbeat_at;       /* 0: not scheduled */
-    int stopping;
+    int stopping;               /* set once by close: no call starts from then on */
+    int stopped;                /* the thread is joined and grpc is torn down */
+    int refs;                   /* the host's one, plus one per signal watcher */
     mql_release *deferred;
 };
 

@@ -348,10 +348,13 @@ int mql_client_wait_released(mql_client *c, int64_t timeout_ms) {
     int64_t deadline = mql_now_ms() + timeout_ms;
     size_t left;
     for (;;) {
+        int stopped;
         pthread_mutex_lock(&c->mu);
         left = c->leases.count;
+        stopped = c->stopped;
         pthread_mutex_unlock(&c->mu);
-        if (left == 0 || mql_now_ms() >= deadline) return (int)left;
+        /* a stopped client answers nothing more: no reply will shrink the table */
+        if (left == 0 || stopped || mql_now_ms() >= deadline) return (int)left;
         usleep(20000);
     }
 }

@@ -226,6 +226,8 @@ static void telemetry_send_settings(mql_client *c) {
 static void telemetry_open(mql_client *c) {
     mql_result r;
     c->telemetry_retry_at = 0;
+    /* a stream has no deadline: one opened after close would keep the thread alive */
+    if (c->stopping) return;
     c->telemetry = mql_client_call(c, c->broker, MQL_M_TELEMETRY, -1, MQL_K_TELEMETRY, 0, NULL);
     if (mql_call_start_bidi(c->telemetry) < 0) {
         mql_client_unlink(c, c->telemetry);
