@@ -9,7 +9,8 @@ local core = require "mqlease.core"
 local config = require "mqlease.config"
 local session_mod = require "mqlease.session"
 
-local setmetatable, rawget, type, error, ipairs, pairs = setmetatable, rawget, type, error, ipairs, pairs
+local setmetatable, getmetatable, rawget, type, error, ipairs, pairs =
+  setmetatable, getmetatable, rawget, type, error, ipairs, pairs
 local floor = math.floor
 
 local _M = {}
@@ -36,8 +37,32 @@ local lease_mt = {
   end,
 }
 
-local function new_lease(session, id)
-  local lease = setmetatable({ id = id, _session = session, _final = nil, _renewals = 0 }, lease_mt)
+-- A lease whose message nobody references any more can never be acked: a
+-- handler dropped it. Without this its core lease would be renewed until
+-- max_lease (an hour by default). It is nacked instead (visible again after
+-- release_delay) and counted as leases_dropped.
+local function collect_lease(lease)
+  if rawget(lease, "_final") then return end
+  local session = rawget(lease, "_session")
+  local client = session.client
+  if client:closed() or not client:lease(rawget(lease, "id")) then return end
+  local consumer = rawget(lease, "_consumer")
+  session:forget(client:nack(rawget(lease, "id"), floor(consumer.options.release_delay * 1000)))
+  consumer:count("leases_dropped")
+end
+
+lease_mt.__gc = collect_lease
+
+local newproxy = newproxy   -- Lua 5.1/LuaJIT: tables have no __gc, a proxy userdata does
+
+local function new_lease(session, consumer, id)
+  local lease = setmetatable({ id = id, _session = session, _consumer = consumer, _final = nil,
+    _renewals = 0 }, lease_mt)
+  if newproxy then
+    local proxy = newproxy(true)
+    getmetatable(proxy).__gc = function() collect_lease(lease) end
+    lease._proxy = proxy
+  end
   session.leases[id] = lease
   return lease
 end
@@ -185,7 +210,7 @@ function _M.new(opts)
 end
 
 local function wrap_message(session, consumer, m)
-  m.lease = new_lease(session, m.lease_id)
+  m.lease = new_lease(session, consumer, m.lease_id)
   m.lease_id = nil
   m.consumer = consumer
   return setmetatable(m, message_mt)
