@@ -385,7 +385,8 @@ static int l_lease(lua_State *L) {
     lua_pushnumber(L, (lua_Number)info.remaining_ms / 1000.0);
     lua_pushinteger(L, info.renewals);
     lua_pushnumber(L, (lua_Number)info.held_ms / 1000.0);
-    return 4;
+    lua_pushboolean(L, info.uncertain);
+    return 5;
 }
 
 static void push_hist(lua_State *L, const char *key, const mql_hist *h) {

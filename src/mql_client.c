@@ -401,6 +401,7 @@ int mql_client_lease_info(mql_client *c, uint64_t lease_id, mql_lease_info *out)
         out->remaining_ms = l->deadline_ms - now;
         out->renewals = l->renewals;
         out->held_ms = now - l->acquired_ms;
+        out->uncertain = l->uncertain;
     }
     pthread_mutex_unlock(&c->mu);
     return found;

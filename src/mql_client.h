@@ -104,6 +104,7 @@ typedef struct mql_lease_info {
     int64_t remaining_ms;
     int renewals;
     int64_t held_ms;
+    int uncertain;            /* a renewal went unanswered: may come back once more */
 } mql_lease_info;
 int mql_client_lease_info(mql_client *c, uint64_t lease_id, mql_lease_info *out);
 

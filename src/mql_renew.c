@@ -148,8 +148,18 @@ void mql_renew_on_done(mql_client *c, mql_call *call) {
          * the message may come back once more. Count it apart. */
         int uncertain = strcmp(r.code, "TIMEOUT") == 0 || strcmp(r.code, "CANCELLED") == 0;
         int64_t backoff = RENEW_BACKOFF_MIN_MS << (l->attempts < 5 ? l->attempts : 5);
-        if (uncertain) c->metrics.renew_uncertain++;
-        else c->metrics.renew_fail++;
+        /* The change may have been applied: then the broker minted a handle we
+         * never saw, and armed a deadline that our handle cannot cancel. No
+         * handle we hold can undo that, so we keep renewing with the one we
+         * have (the message stays hidden through it) and say so: the message
+         * may come back once more, which the exactly-once policy's done
+         * marker turns into a plain ack. */
+        if (uncertain) {
+            c->metrics.renew_uncertain++;
+            l->uncertain = 1;
+        } else {
+            c->metrics.renew_fail++;
+        }
         mql_metrics_error(&c->metrics, "renew", r.code);
         if (backoff > RENEW_BACKOFF_MAX_MS) backoff = RENEW_BACKOFF_MAX_MS;
         l->attempts++;

@@ -29,6 +29,10 @@ local lease_mt = {
     elseif k == "renewals" then
       local _, _, renewals = self:_info()
       return renewals
+    elseif k == "uncertain" then
+      -- true once a renewal went unanswered: the message may come back once more
+      local _, _, _, uncertain = self:_info()
+      return uncertain
     end
     return lease_methods[k]
   end,
@@ -71,20 +75,21 @@ end
 -- else the final state the core reported when it let go.
 function lease_methods:_info()
   local final = rawget(self, "_final")
-  if final then return final, 0, rawget(self, "_renewals") end
+  if final then return final, 0, rawget(self, "_renewals"), rawget(self, "_uncertain") == true end
   local session = rawget(self, "_session")
   local client = session.client
   if not client:closed() then
-    local state, remaining, renewals = client:lease(rawget(self, "id"))
+    local state, remaining, renewals, _, uncertain = client:lease(rawget(self, "id"))
     if state then
       self._renewals = renewals
-      return state, remaining, renewals
+      if uncertain then self._uncertain = true end
+      return state, remaining, renewals, uncertain
     end
     session:pump()   -- the event that ended it is waiting
     final = rawget(self, "_final")
-    if final then return final, 0, rawget(self, "_renewals") end
+    if final then return final, 0, rawget(self, "_renewals"), rawget(self, "_uncertain") == true end
   end
-  return "lost", 0, rawget(self, "_renewals")
+  return "lost", 0, rawget(self, "_renewals"), rawget(self, "_uncertain") == true
 end
 
 function lease_methods:_set_state(state, renewals)
