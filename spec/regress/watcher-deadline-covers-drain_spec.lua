@@ -23,6 +23,8 @@ describe("the signal watcher under a slow drain", function()
     producer = assert(mqlease.producer { endpoints = dv.endpoints, topics = { "slow" } })
   end)
   after_each(function()
+    -- a worker a failed assertion left behind must not outlive the spec
+    os.execute("pkill -KILL -f '^lua5.4 spec/support/storm_worker.lua " .. dv.endpoints .. "' 2>/dev/null")
     producer:close()
     dv.stop()
   end)
