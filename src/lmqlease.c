@@ -188,6 +188,8 @@ static void push_message(lua_State *L, const mql_message *m) {
 
 static void push_reply(lua_State *L, const mql_reply *r) {
     size_t i;
+    /* nested arrays recurse: make room for each level (hiredis bounds the depth) */
+    luaL_checkstack(L, 3, "mqlease: Redis reply nested too deeply");
     switch (r->type) {
     case MQL_REPLY_NIL: PUSH_NULL(L); break;
     case MQL_REPLY_INTEGER: lua_pushinteger(L, (lua_Integer)r->integer); break;
@@ -250,22 +252,44 @@ static void push_event(lua_State *L, const mql_event *ev) {
     }
 }
 
-/* Pushes an array of event tables (possibly empty) and frees the list. */
-static void push_events(lua_State *L, mql_event *ev) {
-    mql_event *next;
+static int push_event_list(lua_State *L) {
+    const mql_event *ev = lua_touserdata(L, 1);
     int n = 0;
     lua_newtable(L);
-    for (; ev; ev = next) {
-        next = ev->next;
+    for (; ev; ev = ev->next) {
         push_event(L, ev);
         lua_rawseti(L, -2, ++n);
+    }
+    return 1;
+}
+
+/* Pushes an array of event tables (possibly empty) and frees the list. The
+ * tables are built in a protected call: if Lua runs out of memory halfway,
+ * the whole list goes back to its queue (requeue) -- no event, and so no
+ * waiting coroutine's result, is lost -- and the error is raised again. */
+static void push_events(lua_State *L, mql_event *list, void (*requeue)(void *, mql_event *),
+                        void *owner) {
+    mql_event *ev, *next;
+    lua_pushcfunction(L, push_event_list);
+    lua_pushlightuserdata(L, list);
+    if (lua_pcall(L, 1, 1, 0) != 0) {
+        if (requeue) requeue(owner, list);
+        lua_error(L);
+    }
+    for (ev = list; ev; ev = next) {
+        next = ev->next;
         mql_event_free(ev);
     }
 }
 
+static void requeue_client_events(void *c, mql_event *list) {
+    mql_client_requeue_events(c, list);
+}
+
 /* client:events() -> array of event tables; drains the fd. */
 static int l_events(lua_State *L) {
-    push_events(L, mql_client_take_events(check_client(L)));
+    mql_client *c = check_client(L);
+    push_events(L, mql_client_take_events(c), requeue_client_events, c);
     return 1;
 }
 
@@ -666,7 +690,7 @@ static int l_redis_fd(lua_State *L) {
 }
 
 static int l_redis_events(lua_State *L) {
-    push_events(L, mql_redis_take_events(check_redis(L)));
+    push_events(L, mql_redis_take_events(check_redis(L)), NULL, NULL);
     return 1;
 }
 

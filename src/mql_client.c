@@ -385,6 +385,10 @@ mql_event *mql_client_take_events(mql_client *c) {
     return mql_events_take(&c->events);
 }
 
+void mql_client_requeue_events(mql_client *c, mql_event *list) {
+    mql_events_requeue(&c->events, list);
+}
+
 const char *mql_client_id(const mql_client *c) {
     return c->client_id;
 }

@@ -83,6 +83,7 @@ int64_t mql_client_request_timeout_ms(const mql_client *c);
 
 int mql_client_fd(const mql_client *c);
 mql_event *mql_client_take_events(mql_client *c);
+void mql_client_requeue_events(mql_client *c, mql_event *list);
 const char *mql_client_id(const mql_client *c);
 
 /* Operations: each returns the op id of its event. */
