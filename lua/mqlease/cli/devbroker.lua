@@ -6,7 +6,7 @@
 
 local options = require "mqlease.cli.options"
 
-local ipairs, tostring = ipairs, tostring
+local ipairs, tostring, type = ipairs, tostring, type
 local concat = table.concat
 local EXIT = options.EXIT
 
@@ -18,8 +18,20 @@ local function shell_quote(s)
   return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
 end
 
+-- os.execute's result as an exit code, on Lua 5.4 (ok, how, n) and on
+-- LuaJIT / Lua 5.1 (a wait status).
+local function exit_code(ok, how, n)
+  if type(ok) == "number" then
+    if ok % 256 == 0 then return math.floor(ok / 256) end
+    return 128 + ok % 128
+  end
+  if how == "signal" then return 128 + n end
+  return ok and 0 or (n or 1)
+end
+_M.exit_code = exit_code
+
 local function executable(path)
-  return os.execute("test -x " .. shell_quote(path)) == true
+  return exit_code(os.execute("test -x " .. shell_quote(path))) == 0
 end
 
 -- The path of mqlease-devbroker, or nil, message.
@@ -56,10 +68,7 @@ function _M.main(opts, root)
   local words = { "exec", shell_quote(path) }
   for _, a in ipairs(_M.arguments(opts.args)) do words[#words + 1] = shell_quote(a) end
   io.stdout:flush()
-  local ok, how, status = os.execute(concat(words, " "))
-  if how == "signal" then return 128 + status end
-  if ok then return EXIT.ok end
-  return status or EXIT.failure
+  return exit_code(os.execute(concat(words, " ")))
 end
 
 return _M
