@@ -56,6 +56,8 @@ local DEFS = {
   prop = { kind = "property", list = true, arg = "K=V", help = "user property (repeatable)" },
   file = { kind = "string", arg = "FILE", help = "send the whole file as one message" },
   quiet = { kind = "flag", help = "no progress or summary line on stderr" },
+  progress = { kind = "number", arg = "SECONDS", default = "2", range = { min = 0, max = 3600 },
+    help = "seconds between progress lines on stderr (0: none)" },
   count = { kind = "integer", short = "-n", arg = "N", default = "10", range = { min = 1, max = 10000 },
     help = "messages to show" },
   wait = { kind = "number", arg = "SECONDS", default = "5", range = { min = 0, max = 20 },
@@ -74,7 +76,7 @@ local COMMANDS = {
     description = "Prints the id of each message sent, one per line. With no BODY and no --file, "
       .. "or with BODY '-', each line of stdin is one message (empty lines are skipped). "
       .. "Stops at the first failure.",
-    options = { "endpoints", "namespace", "topic", "tag", "key", "prop", "file", "quiet" },
+    options = { "endpoints", "namespace", "topic", "tag", "key", "prop", "file", "progress", "quiet" },
     arguments = { { "body", "message body, or - for stdin", "?" } } },
   { name = "peek", summary = "Show messages without consuming them: receive, print, give back.",
     description = "Prints id, delivery attempt, tag, keys, properties and the start of the body; "
@@ -203,7 +205,7 @@ local function merge(c, raw, env)
   local opts = {}
   for _, key in ipairs(c.options) do
     local d = DEFS[key]
-    local flag = "--" .. key
+    local flag = (d.short and (d.short .. "/") or "") .. "--" .. key
     local v, source = raw[key], "option '" .. flag .. "'"
     if d.kind == "flag" then
       opts[key] = v and true or false

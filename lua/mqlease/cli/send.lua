@@ -12,8 +12,6 @@ local EXIT = options.EXIT
 
 local _M = {}
 
-local PROGRESS_EVERY = 2   -- seconds between progress lines
-
 -- An iterator over the bodies to send, or nil, message.
 function _M.bodies(opts, stdin)
   if opts.file then
@@ -44,16 +42,17 @@ function _M.bodies(opts, stdin)
   end
 end
 
--- A progress reporter: step(n) at each message, finish(n) at the end.
-local function progress(quiet, out)
+-- A progress reporter: step(n) at each message, a line every `every` seconds
+-- (0: never); finish(n) at the end.
+local function progress(quiet, every, out)
   local started = mqlease.now()
-  local next_at = started + PROGRESS_EVERY
+  local next_at = started + every
   local r = {}
   function r.step(n)
-    if quiet then return end
+    if quiet or every == 0 then return end
     local now = mqlease.now()
     if now >= next_at then
-      next_at = now + PROGRESS_EVERY
+      next_at = now + every
       out:write(("mqlease send: %d sent (%.0f/s)\n"):format(n, n / (now - started)))
     end
   end
@@ -84,7 +83,7 @@ function _M.main(opts)
     io.stderr:write(("mqlease send: cannot start the producer: %s (%s)\n"):format(tostring(err), tostring(code)))
     return EXIT.failure
   end
-  local report = progress(opts.quiet, io.stderr)
+  local report = progress(opts.quiet, opts.progress, io.stderr)
   local n, failed = 0, false
   for body in bodies do
     local id
