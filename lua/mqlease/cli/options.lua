@@ -225,7 +225,7 @@ local function merge(c, raw, env)
         v = env[name]
         if v ~= nil then source = name end
       end
-      if v == nil then v = d.default end
+      if v == nil then v = d.default or (d.range and d.range.default) end
       if v ~= nil then
         local checked, want = check(d, v)
         if checked == nil then
