@@ -96,7 +96,7 @@ local function scrape(port, path)
   return body, status
 end
 
--- The counts of the summary line ("given back N" as back).
+-- The counts of the summary line.
 local function summary_of(stderr)
   local line = stderr:match("mqlease run: stopped [^\n]*")
   if not line then return nil end
@@ -249,7 +249,7 @@ end
     assert.equal(3, s.acked, line)
     assert.equal(s.failed, count(h.stderr(), "handler failed for "), "one log line per failure")
     assert.is_true(s.failed >= 1)
-    assert.equal(s.acked + s.nacked + s.back + s.skipped, s.received, line)
+    assert.equal(s.acked + s.nacked + s.drained + s.skipped, s.received, line)
   end)
 
   it("runs a handler file returning {handler=, policy=, on_error=}: its policy and on_error are used", function()

@@ -113,9 +113,9 @@ function _M.main(opts)
     log("stopped by an error: %s", tostring(summary))
     return EXIT.failure
   end
-  log("stopped (%s) after %.1f s: received %d, acked %d, nacked %d, failed %d, given back %d, skipped %d",
+  log("stopped (%s) after %.1f s: received %d, acked %d, nacked %d, failed %d, drained %d, skipped %d",
     tostring(summary.reason), mqlease.now() - started, summary.received, summary.acked, summary.nacked,
-    summary.failed, summary.released, summary.skipped)
+    summary.failed, summary.drained, summary.skipped)
   return EXIT.ok
 end
 
