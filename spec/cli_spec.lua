@@ -313,6 +313,47 @@ return function(m) log:write("handled ", m.id, "\n") return true end
     r:close()
   end)
 
+  it("exits 143 when a handler outlives --grace after SIGTERM, and its message is given back", function()
+    local topic = env.topic("cli_run_stuck")
+    local group = env.name("g_cli_run_stuck")
+    subscribe(group, topic)
+    local log = os.tmpname()
+    local handler = write_file(([[
+local core = require "mqlease.core"
+local log = assert(io.open(%q, "a"))
+log:setvbuf("line")
+return function(m)
+  log:write("start ", m.id, "\n")
+  core.sleep(60)   -- blocks the whole process: only the core's watcher can end it
+  return true
+end
+]]):format(log))
+    local h = start({ "run", handler, "--topic", topic, "--group", group, "--grace", "1" })
+    finally(function() h.cleanup(); os.remove(handler); os.remove(log) end)
+    local id = assert(producer:send(topic, "stuck"))
+    wait_for(function() return read(log):find("start " .. id, 1, true) end, 30, "the stuck handler")
+    h.term()
+    assert.equal(143, h.wait(15))
+    assert.matches("ran out; releasing leases and exiting", h.stderr(), 1, true)
+    -- given back, not left to expire: within 15 s, while its 30 s lease would still hide it
+    local c = env.consumer { group = group, topic = topic }
+    local got = env.collect(c, 15, function(m) m:ack() end, function(all) return #all >= 1 end)
+    c:close()
+    assert.equal(1, #got)
+    assert.equal(id, got[1].id)
+  end)
+
+  it("exits 1 naming --metrics when its port is taken", function()
+    local taken = assert(require("socket").bind("127.0.0.1", 0))
+    local _, port = taken:getsockname()
+    local handler = write_file("return function() return true end\n")
+    local rc, _, err = cli({ "run", handler, "--group", "g", "--topic", "t", "--metrics", "127.0.0.1:" .. port })
+    taken:close()
+    os.remove(handler)
+    assert.equal(1, rc)
+    assert.matches("option '--metrics': cannot listen on 127.0.0.1:" .. port, err, 1, true)
+  end)
+
   it("rejects bad flags and variables with exit code 2 and a message naming them", function()
     local rc, out, err = cli({ "run", "h.lua", "--group", "g", "--topic", "t", "--bogus" })
     assert.equal(2, rc)
