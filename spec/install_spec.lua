@@ -112,8 +112,10 @@ describe("the luarocks install", function()
     assert.equal(0, (run("command -v luajit >/dev/null")), "luajit is missing: make deps installs it")
     -- the layout of OpenResty's /usr/local/openresty/luajit, from Debian's luajit
     local lua_dir = tmp .. "/luajit"
+    -- (headers where pkg-config says: Debian's luajit and OpenResty's luajit2 agree on it)
     local rc, out = run(("mkdir -p %s/bin %s/include && ln -s \"$(command -v luajit)\" %s/bin/luajit"
-      .. " && ln -s /usr/include/luajit-2.1 %s/include/luajit-2.1"):format(lua_dir, lua_dir, lua_dir, lua_dir))
+      .. " && ln -s \"$(pkg-config --variable=includedir luajit || echo /usr/include/luajit-2.1)\""
+      .. " %s/include/luajit-2.1"):format(lua_dir, lua_dir, lua_dir, lua_dir))
     assert.equal(0, rc, out)
     local tree = tmp .. "/tree51"
     local flags = ("--lua-dir=%s --lua-version=5.1 --tree %s"):format(lua_dir, tree)
