@@ -359,6 +359,7 @@ end
     assert.equal(2, rc)
     assert.equal("", out)
     assert.matches("unknown option '--bogus'", err, 1, true)
+    local _
     rc, _, err = cli({ "peek", "--topic", "t", "--group", "g", "-n", "zero" })
     assert.equal(2, rc)
     assert.matches("option '-n/--count' must be an integer", err, 1, true)

@@ -136,6 +136,7 @@ describe("mqlease command flags", function()
     local ok, r = parse({ "devbroker", "--help" })
     assert.is_true(ok)
     assert.matches("^Usage: mqlease devbroker", r.help)
+    local _
     _, r = parse({ "run", "-h" })
     assert.matches("[env MQLEASE_ENDPOINTS]", r.help, 1, true)
     _, r = parse({ "--help" })

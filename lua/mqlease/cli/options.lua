@@ -13,7 +13,7 @@
 local argparse = require "argparse"
 local config = require "mqlease.config"
 
-local type, tostring, tonumber, ipairs, pairs, error = type, tostring, tonumber, ipairs, pairs, error
+local tostring, tonumber, ipairs, pairs, error = tostring, tonumber, ipairs, pairs, error
 local floor = math.floor
 local concat = table.concat
 
