@@ -231,6 +231,10 @@ static void client_free_fields(mql_client *c) {
     free(c->access_key);
     free(c->secret_key);
     free(c->security_token);
+    free(c->tls_ca_pem);
+    free(c->tls_cert_pem);
+    free(c->tls_key_pem);
+    free(c->tls_server_name);
     free(c->group);
     free(c->topic);
     free(c->filter);
@@ -247,6 +251,12 @@ static void copy_config(mql_client *c, const mql_config *cfg) {
     c->access_key = cfg->access_key ? mql_strdup(cfg->access_key) : NULL;
     c->secret_key = cfg->secret_key ? mql_strdup(cfg->secret_key) : NULL;
     c->security_token = cfg->security_token ? mql_strdup(cfg->security_token) : NULL;
+    c->tls = cfg->tls;
+    c->tls_insecure = cfg->tls_insecure;
+    c->tls_ca_pem = cfg->tls_ca_pem ? mql_strdup(cfg->tls_ca_pem) : NULL;
+    c->tls_cert_pem = cfg->tls_cert_pem ? mql_strdup(cfg->tls_cert_pem) : NULL;
+    c->tls_key_pem = cfg->tls_key_pem ? mql_strdup(cfg->tls_key_pem) : NULL;
+    c->tls_server_name = cfg->tls_server_name ? mql_strdup(cfg->tls_server_name) : NULL;
     c->request_timeout_ms = cfg->request_timeout_ms > 0 ? cfg->request_timeout_ms : 3000;
     c->group = dup_or_empty(cfg->group);
     c->topic = dup_or_empty(cfg->topic);
@@ -304,7 +314,7 @@ mql_client *mql_client_new(const mql_config *cfg, uint64_t *start_op, char *err,
     mql_signals_block(&old);
     grpc_init();
     c->cq = grpc_completion_queue_create_for_next(NULL);
-    c->access = mql_session_channel_new(c->endpoint);
+    c->access = mql_session_channel_new(c, c->endpoint);
     c->broker = c->access;
     c->thread_started = mql_thread_start(&c->thread, thread_main, c) == 0;
     mql_signals_restore(&old);

@@ -59,6 +59,8 @@ struct mql_client {
     int filter_sql;
     char **topics;
     size_t ntopics;
+    int tls, tls_insecure;
+    char *tls_ca_pem, *tls_cert_pem, *tls_key_pem, *tls_server_name;   /* NULL: not given */
     int64_t request_timeout_ms, invisible_ms, renew_every_ms, max_lease_ms, budget_nack_delay_ms;
     int renew, max_renewals;
     mql_budget_action on_budget;
@@ -118,8 +120,9 @@ void mql_reply_free(void *reply);
 /* ------------------------------------------------------ mql_session.c */
 
 void mql_session_begin(mql_client *c);
-/* A channel to target with the client's channel arguments. */
-grpc_channel *mql_session_channel_new(const char *target);
+/* A channel to target with the client's channel arguments and credentials
+ * (plaintext, or TLS as configured). */
+grpc_channel *mql_session_channel_new(const mql_client *c, const char *target);
 /* Runs the session's due timers (heartbeat, Telemetry re-open); returns the
  * earlier of wake and its next timer. */
 int64_t mql_session_timers(mql_client *c, int64_t now, int64_t wake);

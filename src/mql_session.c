@@ -50,9 +50,15 @@ static void set_endpoints(endpoints_buf *b, const char *host, int port) {
 
 
 static void fail_start(mql_client *c, const mql_result *r) {
+    mql_result named = *r;
     if (c->state != MQL_CLIENT_STARTING) return;
     c->state = MQL_CLIENT_FAILED;
-    mql_post_op(c, c->start_op, r);
+    /* grpc reports a refused certificate as UNAVAILABLE, like a dead proxy:
+     * give it a code of its own so nobody waits for the proxy to come back */
+    if (c->tls && strcmp(r->code, "UNAVAILABLE") == 0 &&
+        (strstr(r->msg, "andshake") || strstr(r->msg, "erification")))
+        snprintf(named.code, sizeof(named.code), "%s", "TLS_HANDSHAKE");
+    mql_post_op(c, c->start_op, &named);
 }
 
 static void telemetry_open(mql_client *c);
@@ -99,9 +105,41 @@ static int queue_readable(const Apache__Rocketmq__V2__MessageQueue *q) {
             q->permission == APACHE__ROCKETMQ__V2__PERMISSION__READ_WRITE);
 }
 
-grpc_channel *mql_session_channel_new(const char *target) {
-    grpc_channel_credentials *cr = grpc_insecure_credentials_create();
-    grpc_arg args[2];
+/* TLS credentials as configured. The proxy serves TLS and plaintext on one
+ * port (its ProxyAndTlsProtocolNegotiator), so tls only changes how we dial.
+ * grpc's TLS options, not its SSL ones: only they can skip the check of the
+ * proxy's certificate (insecure), which the official Java client does by
+ * default (trust-all) and a proxy in test mode needs (self-signed). */
+static grpc_channel_credentials *tls_credentials(const mql_client *c) {
+    grpc_tls_credentials_options *o = grpc_tls_credentials_options_create();
+    grpc_tls_identity_pairs *pairs = NULL;
+    if (c->tls_cert_pem && c->tls_key_pem) {
+        pairs = grpc_tls_identity_pairs_create();
+        grpc_tls_identity_pairs_add_pair(pairs, c->tls_key_pem, c->tls_cert_pem);
+    }
+    if (c->tls_ca_pem || pairs) {
+        /* the provider copies the CA and takes the pairs */
+        grpc_tls_certificate_provider *p =
+            grpc_tls_certificate_provider_static_data_create(c->tls_ca_pem, pairs);
+        grpc_tls_credentials_options_set_certificate_provider(o, p);
+        grpc_tls_certificate_provider_release(p);
+        if (c->tls_ca_pem) grpc_tls_credentials_options_watch_root_certs(o);
+        if (pairs) grpc_tls_credentials_options_watch_identity_key_cert_pairs(o);
+    }
+    if (c->tls_insecure) {
+        grpc_tls_certificate_verifier *v = grpc_tls_certificate_verifier_no_op_create();
+        grpc_tls_credentials_options_set_verify_server_cert(o, 0);
+        grpc_tls_credentials_options_set_certificate_verifier(o, v);
+        grpc_tls_certificate_verifier_release(v);
+        grpc_tls_credentials_options_set_check_call_host(o, 0);
+    }
+    return grpc_tls_credentials_create(o);   /* takes o */
+}
+
+grpc_channel *mql_session_channel_new(const mql_client *c, const char *target) {
+    grpc_channel_credentials *cr =
+        c->tls ? tls_credentials(c) : grpc_insecure_credentials_create();
+    grpc_arg args[3];
     grpc_channel_args ca;
     grpc_channel *ch;
     args[0].type = GRPC_ARG_INTEGER;
@@ -111,6 +149,12 @@ grpc_channel *mql_session_channel_new(const char *target) {
     args[1].key = GRPC_ARG_KEEPALIVE_TIME_MS;
     args[1].value.integer = 30000;
     ca.num_args = 2;
+    if (c->tls && c->tls_server_name) {
+        args[2].type = GRPC_ARG_STRING;
+        args[2].key = GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
+        args[2].value.string = c->tls_server_name;
+        ca.num_args = 3;
+    }
     ca.args = args;
     ch = grpc_channel_create(target, cr, &ca);
     grpc_channel_credentials_release(cr);
@@ -144,7 +188,7 @@ void mql_session_on_route_done(mql_client *c, mql_call *call) {
                 char target[300];
                 snprintf(target, sizeof(target), "%s:%d", ep->addresses[0]->host,
                          ep->addresses[0]->port);
-                if (strcmp(target, c->endpoint) != 0) c->broker = mql_session_channel_new(target);
+                if (strcmp(target, c->endpoint) != 0) c->broker = mql_session_channel_new(c, target);
             }
         }
     }
