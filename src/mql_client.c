@@ -107,8 +107,12 @@ void mql_call_result(mql_call *call, const mql_pb_status *st, mql_result *r) {
     what = what ? what + 1 : call->method;
     if (call->status != GRPC_STATUS_OK) {
         char *details = grpc_slice_to_c_string(call->details);
+        /* a 5.2.0 proxy denies an ACL check with no description at all */
+        const char *none = call->status == GRPC_STATUS_PERMISSION_DENIED
+            ? "denied by the proxy's ACL (unknown access key, wrong secret or missing permission)"
+            : "transport failure";
         mql_result_fail(r, mql_grpc_code_name(call->status), "%s: %s", what,
-                        details && *details ? details : "transport failure");
+                        details && *details ? details : none);
         gpr_free(details);
         return;
     }
