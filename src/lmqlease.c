@@ -436,6 +436,10 @@ static int l_metrics(lua_State *L) {
     set_int(L, "budget_nack", (lua_Integer)m.budget_nack);
     set_int(L, "sent_ok", (lua_Integer)m.sent_ok);
     set_int(L, "sent_fail", (lua_Integer)m.sent_fail);
+    set_int(L, "reconnects", (lua_Integer)m.reconnects);
+    set_str(L, "session_state", m.session_state == MQL_CLIENT_READY ? "ready"
+                                : m.session_state == MQL_CLIENT_STARTING ? "starting"
+                                : m.session_state == MQL_CLIENT_FAILED ? "failed" : "closing");
     set_int(L, "inflight", (lua_Integer)inflight);
     push_hist(L, "renew_latency", &m.renew_latency);
     push_hist(L, "renew_lateness", &m.renew_lateness);

@@ -196,26 +196,6 @@ static char *dup_or_empty(const char *s) {
     return mql_strdup(s ? s : "");
 }
 
-static int parse_endpoint(mql_client *c, const char *endpoint, char *err, size_t errlen) {
-    const char *colon = strrchr(endpoint, ':');
-    char *end;
-    long port;
-    if (!colon || colon == endpoint) {
-        snprintf(err, errlen, "endpoints: expected host:port, got '%s'", endpoint);
-        return -1;
-    }
-    port = strtol(colon + 1, &end, 10);
-    if (*end || port <= 0 || port > 65535) {
-        snprintf(err, errlen, "endpoints: bad port in '%s'", endpoint);
-        return -1;
-    }
-    c->host = mql_xmalloc((size_t)(colon - endpoint) + 1);
-    memcpy(c->host, endpoint, (size_t)(colon - endpoint));
-    c->host[colon - endpoint] = '\0';
-    c->port = (int)port;
-    return 0;
-}
-
 static void base36(uint64_t v, char *out) {
     char tmp[16];
     int n = 0, i;
@@ -229,6 +209,7 @@ static void base36(uint64_t v, char *out) {
 
 static void client_free_fields(mql_client *c) {
     size_t i;
+    free(c->endpoint_list);
     free(c->endpoint);
     free(c->host);
     free(c->namespace_);
@@ -250,7 +231,7 @@ static void client_free_fields(mql_client *c) {
 static void copy_config(mql_client *c, const mql_config *cfg) {
     size_t i;
     c->type = cfg->type;
-    c->endpoint = dup_or_empty(cfg->endpoint);
+    c->endpoint_list = dup_or_empty(cfg->endpoint);
     c->namespace_ = dup_or_empty(cfg->namespace_);
     c->access_key = cfg->access_key ? mql_strdup(cfg->access_key) : NULL;
     c->secret_key = cfg->secret_key ? mql_strdup(cfg->secret_key) : NULL;
@@ -285,7 +266,7 @@ mql_client *mql_client_new(const mql_config *cfg, uint64_t *start_op, char *err,
     uint32_t salt = 0;
 
     copy_config(c, cfg);
-    if (parse_endpoint(c, c->endpoint, err, errlen) < 0) {
+    if (mql_session_endpoints_init(c, err, errlen) < 0) {
         client_free_fields(c);
         free(c);
         return NULL;
@@ -393,6 +374,7 @@ int mql_client_lease_info(mql_client *c, uint64_t lease_id, mql_lease_info *out)
 void mql_client_metrics(mql_client *c, mql_metrics *out, size_t *inflight) {
     pthread_mutex_lock(&c->mu);
     *out = c->metrics;
+    out->session_state = (int)c->state;
     *inflight = c->leases.count;
     pthread_mutex_unlock(&c->mu);
 }

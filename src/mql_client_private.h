@@ -53,8 +53,11 @@ struct mql_release {
 
 struct mql_client {
     mql_client_type type;
-    char *endpoint, *host, *namespace_, *access_key, *secret_key, *security_token;
+    char *endpoint_list;        /* as configured: "host:port;host:port" */
+    size_t nendpoints, endpoint_at;
+    char *endpoint, *host;      /* the one in use: endpoint_at's "host:port" */
     int port;
+    char *namespace_, *access_key, *secret_key, *security_token;
     char *group, *topic, *filter;
     int filter_sql;
     char **topics;
@@ -119,6 +122,9 @@ void mql_reply_free(void *reply);
 
 /* ------------------------------------------------------ mql_session.c */
 
+/* Checks every entry of c->endpoint_list and takes the first; -1 and err if
+ * one is not host:port. Runs before the thread, without c->mu. */
+int mql_session_endpoints_init(mql_client *c, char *err, size_t errlen);
 void mql_session_begin(mql_client *c);
 /* A channel to target with the client's channel arguments and credentials
  * (plaintext, or TLS as configured). */

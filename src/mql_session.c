@@ -49,9 +49,85 @@ static void set_endpoints(endpoints_buf *b, const char *host, int port) {
 }
 
 
+/* ------------------------------------------------------------ endpoints */
+
+/* Takes entry i of c->endpoint_list (entries split by ';', blanks around them
+ * dropped) as the endpoint in use; -1 and err if it is not host:port. */
+static int endpoint_use(mql_client *c, size_t i, char *err, size_t errlen) {
+    const char *p = c->endpoint_list, *end, *colon;
+    size_t n, k;
+    long port;
+    char *tail;
+    for (k = 0;; k++, p = end + 1) {
+        while (*p == ' ' || *p == '\t') p++;
+        end = strchr(p, ';');
+        if (!end) end = p + strlen(p);
+        if (k == i) break;
+        if (!*end) {
+            snprintf(err, errlen, "endpoints: no entry %zu", i + 1);
+            return -1;
+        }
+    }
+    n = (size_t)(end - p);
+    while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t')) n--;
+    colon = memrchr(p, ':', n);
+    if (!colon || colon == p) {
+        snprintf(err, errlen, "endpoints: expected host:port, got '%.*s'", (int)(n > 200 ? 200 : n), p);
+        return -1;
+    }
+    port = strtol(colon + 1, &tail, 10);
+    if (tail != p + n || tail == colon + 1 || port <= 0 || port > 65535) {
+        snprintf(err, errlen, "endpoints: bad port in '%.*s'", (int)(n > 200 ? 200 : n), p);
+        return -1;
+    }
+    free(c->endpoint);
+    free(c->host);
+    c->endpoint = mql_xmalloc(n + 1);
+    memcpy(c->endpoint, p, n);
+    c->endpoint[n] = '\0';
+    c->host = mql_xmalloc((size_t)(colon - p) + 1);
+    memcpy(c->host, p, (size_t)(colon - p));
+    c->host[colon - p] = '\0';
+    c->port = (int)port;
+    c->endpoint_at = i;
+    return 0;
+}
+
+int mql_session_endpoints_init(mql_client *c, char *err, size_t errlen) {
+    size_t i, n = 1;
+    const char *p;
+    for (p = c->endpoint_list; *p; p++) n += *p == ';';
+    /* checks them all, from the last, and ends on the first */
+    for (i = n; i-- > 0;)
+        if (endpoint_use(c, i, err, errlen) < 0) return -1;
+    c->nendpoints = n;
+    return 0;
+}
+
+/* A start that failed for want of a connection (nothing answered, or the call
+ * ran out of time) goes on with the next endpoint, as the official clients go
+ * through theirs; a proxy that answered with an error would answer the same
+ * anywhere. 1 if the session started again there. */
+static int start_next_endpoint(mql_client *c, const mql_result *r) {
+    char err[MQL_ERRLEN];
+    if (c->stopping || c->endpoint_at + 1 >= c->nendpoints) return 0;
+    if (strcmp(r->code, "UNAVAILABLE") != 0 && strcmp(r->code, "TIMEOUT") != 0) return 0;
+    if (endpoint_use(c, c->endpoint_at + 1, err, sizeof(err)) < 0) return 0;
+    /* nothing else is in flight before the start ends; a call would keep
+     * its channel alive anyway */
+    if (c->broker != c->access) grpc_channel_destroy(c->broker);
+    grpc_channel_destroy(c->access);
+    c->access = c->broker = mql_session_channel_new(c, c->endpoint);
+    c->metrics.reconnects++;
+    mql_metrics_error(&c->metrics, "start", r->code);
+    mql_session_begin(c);
+    return 1;
+}
+
 static void fail_start(mql_client *c, const mql_result *r) {
     mql_result named = *r;
     if (c->state != MQL_CLIENT_STARTING) return;
+    if (start_next_endpoint(c, r)) return;
     c->state = MQL_CLIENT_FAILED;
     /* grpc reports a refused certificate as UNAVAILABLE, like a dead proxy:
      * give it a code of its own so nobody waits for the proxy to come back */
@@ -376,7 +452,10 @@ void mql_session_begin(mql_client *c) {
 }
 
 int64_t mql_session_timers(mql_client *c, int64_t now, int64_t wake) {
-    if (c->telemetry_retry_at && now >= c->telemetry_retry_at) telemetry_open(c);
+    if (c->telemetry_retry_at && now >= c->telemetry_retry_at) {
+        c->metrics.reconnects++;
+        telemetry_open(c);
+    }
     if (c->heartbeat_at && now >= c->heartbeat_at && c->state == MQL_CLIENT_READY) {
         heartbeat_start(c);
         c->heartbeat_at = now + HEARTBEAT_EVERY_MS;

@@ -29,7 +29,7 @@ end
 -- kind: "string" | "number" | "integer" | "boolean" | "table" | "enum" | "name" | "strings" | "tls"
 local common = {
   endpoints = { kind = "string", required = true,
-    doc = "host:port of the RocketMQ proxy (gRPC port); several may be given separated by ';', the first is used" },
+    doc = "host:port of the RocketMQ proxy (gRPC port); several joined by ';' are tried in order at start" },
   namespace = { kind = "string", doc = "resource namespace (RocketMQ 5 namespaces)" },
   credentials = { kind = "table", doc = "{access_key=, secret_key=, security_token=} for ACL-enabled proxies" },
   request_timeout = { kind = "number", default = 3, min = 0.1, max = 60,
@@ -248,13 +248,19 @@ function _M.tls_core(where, tls)
   }
 end
 
--- The first endpoint of "host:port;host:port".
-function _M.first_endpoint(endpoints)
-  local first = endpoints:match("^%s*([^;%s]+)")
-  if not first or not first:match("^[^:]+:%d+$") then
-    error(("mqlease: option 'endpoints' must look like host:port (got %q)"):format(endpoints), 3)
+-- "host:port;host:port" checked entry by entry, joined again without blanks.
+-- The core tries them in order at start (see README, several endpoints).
+function _M.endpoint_list(endpoints)
+  local out = {}
+  for entry in (endpoints .. ";"):gmatch("([^;]*);") do
+    entry = entry:match("^%s*(.-)%s*$")
+    local port = tonumber(entry:match("^[^:%s][^%s]*:(%d+)$") or "")
+    if not port or port < 1 or port > 65535 then
+      error(("mqlease: option 'endpoints' must be host:port, or several joined by ';' (got %q)"):format(endpoints), 3)
+    end
+    out[#out + 1] = entry
   end
-  return first
+  return concat(out, ";")
 end
 
 -- Checks the arguments of producer:send; raises naming the bad one.

@@ -16,7 +16,7 @@ function _M.new(opts)
   local cr = o.credentials or {}
   local tls = config.tls_core("mqlease.producer", o.tls)
   local client, start_op = core.producer {
-    endpoint = config.first_endpoint(o.endpoints),
+    endpoint = config.endpoint_list(o.endpoints),
     namespace = o.namespace,
     access_key = cr.access_key, secret_key = cr.secret_key, security_token = cr.security_token,
     tls = tls.tls, tls_insecure = tls.tls_insecure, tls_ca_pem = tls.tls_ca_pem,
