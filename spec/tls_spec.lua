@@ -33,6 +33,11 @@ describe("mqlease over TLS", function()
     -- a CA of our own, which never signed the proxy's certificate
     env.sh(("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost "
       .. "-keyout %s/other-ca.key -out %s/other-ca.pem"):format(dir, dir))
+    -- a client certificate, and a key of another pair
+    for _, name in ipairs({ "client", "stranger" }) do
+      env.sh(("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=%s "
+        .. "-keyout %s/%s.key -out %s/%s.pem"):format(name, dir, name, dir, name))
+    end
     -- the proxy's own self-signed certificate, as it serves it now
     env.sh(("openssl s_client -connect %s:%s -servername localhost </dev/null 2>/dev/null "
       .. "| openssl x509 -out %s/proxy.pem"):format(host, port, dir))
@@ -88,6 +93,23 @@ describe("mqlease over TLS", function()
     local p, _, code = mqlease.producer { endpoints = env.endpoints, start_timeout = 5, tls = true }
     assert.is_nil(p)
     assert.equal("TLS_HANDSHAKE", code)
+  end)
+
+  it("loads the client certificate and key it is given: a key of another pair fails the start", function()
+    -- the 5.2.0 proxy never asks for a client certificate (ClientAuth.NONE in
+    -- ProxyAndTlsProtocolNegotiator), so a matching pair just works
+    local p = assert(mqlease.producer {
+      endpoints = env.endpoints, start_timeout = 5,
+      tls = { insecure = true, cert_file = dir .. "/client.pem", key_file = dir .. "/client.key" },
+    })
+    p:close()
+    local bad, err, code = mqlease.producer {
+      endpoints = env.endpoints, start_timeout = 5,
+      tls = { insecure = true, cert_file = dir .. "/client.pem", key_file = dir .. "/stranger.key" },
+    }
+    assert.is_nil(bad)
+    assert.equal("TLS_HANDSHAKE", code)
+    assert.is_string(err)
   end)
 
   it("still speaks plaintext to the same port", function()
