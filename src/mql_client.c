@@ -207,6 +207,13 @@ static void base36(uint64_t v, char *out) {
     out[n] = '\0';
 }
 
+/* Secrets are wiped before their memory goes back to the allocator. */
+static void free_secret(char *s) {
+    if (!s) return;
+    explicit_bzero(s, strlen(s));
+    free(s);
+}
+
 static void client_free_fields(mql_client *c) {
     size_t i;
     free(c->endpoint_list);
@@ -214,11 +221,11 @@ static void client_free_fields(mql_client *c) {
     free(c->host);
     free(c->namespace_);
     free(c->access_key);
-    free(c->secret_key);
-    free(c->security_token);
+    free_secret(c->secret_key);
+    free_secret(c->security_token);
     free(c->tls_ca_pem);
     free(c->tls_cert_pem);
-    free(c->tls_key_pem);
+    free_secret(c->tls_key_pem);
     free(c->tls_server_name);
     free(c->group);
     free(c->topic);

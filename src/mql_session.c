@@ -8,6 +8,10 @@
  * dies, and NotifyClientTermination says goodbye so the proxy gives our
  * messages back at once instead of waiting for their deadlines.
  *
+ * The session also owns how we reach the proxy: the channels (plaintext or
+ * TLS, same port) and the endpoint list, tried in order while the start fails
+ * for want of a connection. Once started, the session stays on its endpoint.
+ *
  * Every function here runs with c->mu held unless it says otherwise.
  */
 #include "mql_client_private.h"
