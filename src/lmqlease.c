@@ -82,6 +82,12 @@ static int new_client(lua_State *L, mql_client_type type) {
     cfg.access_key = opt_string(L, 1, "access_key");
     cfg.secret_key = opt_string(L, 1, "secret_key");
     cfg.security_token = opt_string(L, 1, "security_token");
+    cfg.tls = opt_bool(L, 1, "tls", 0);
+    cfg.tls_insecure = opt_bool(L, 1, "tls_insecure", 0);
+    cfg.tls_ca_pem = opt_string(L, 1, "tls_ca_pem");
+    cfg.tls_cert_pem = opt_string(L, 1, "tls_cert_pem");
+    cfg.tls_key_pem = opt_string(L, 1, "tls_key_pem");
+    cfg.tls_server_name = opt_string(L, 1, "tls_server_name");
     cfg.request_timeout_ms = opt_int(L, 1, "request_timeout_ms", 3000);
     cfg.group = opt_string(L, 1, "group");
     cfg.topic = opt_string(L, 1, "topic");
@@ -455,6 +461,10 @@ static int l_metrics(lua_State *L) {
     set_int(L, "budget_nack", (lua_Integer)m.budget_nack);
     set_int(L, "sent_ok", (lua_Integer)m.sent_ok);
     set_int(L, "sent_fail", (lua_Integer)m.sent_fail);
+    set_int(L, "reconnects", (lua_Integer)m.reconnects);
+    set_str(L, "session_state", m.session_state == MQL_CLIENT_READY ? "ready"
+                                : m.session_state == MQL_CLIENT_STARTING ? "starting"
+                                : m.session_state == MQL_CLIENT_FAILED ? "failed" : "closing");
     set_int(L, "inflight", (lua_Integer)inflight);
     push_hist(L, "renew_latency", &m.renew_latency);
     push_hist(L, "renew_lateness", &m.renew_lateness);
