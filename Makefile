@@ -56,12 +56,13 @@ $(BUILD)/luajit/mqlease/core.so: $(CORE_SRC) $(GEN_SRC) $(HEADERS)
 
 # The dev broker: its own files plus the core's codec and helpers.
 DEVBROKER_SRC = src/devbroker/dv_main.c src/devbroker/dv_server.c src/devbroker/dv_store.c \
-                src/devbroker/dv_control.c src/mql_codec.c src/mql_util.c src/mql_events.c
+                src/devbroker/dv_control.c src/devbroker/dv_command.c src/devbroker/dv_wire.c \
+                src/mql_codec.c src/mql_util.c src/mql_events.c
 devbroker: $(BUILD)/mqlease-devbroker
 
 $(BUILD)/mqlease-devbroker: $(DEVBROKER_SRC) $(GEN_SRC) $(HEADERS) $(wildcard src/devbroker/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) -Isrc/devbroker $(CFLAGS_WARN) $(OPT) $(CFLAGS) -o $@ $(DEVBROKER_SRC) $(GEN_SRC) -lgrpc -lgpr -lprotobuf-c -lcrypto -lpthread $(LDFLAGS)
+	$(CC) $(CFLAGS_BASE) -Isrc/devbroker $(CFLAGS_WARN) $(OPT) $(CFLAGS) -o $@ $(DEVBROKER_SRC) $(GEN_SRC) -lgrpc -lgpr -lprotobuf-c -lcrypto -lz -lpthread $(LDFLAGS)
 
 # The test build: same sources, sanitizers on, loaded into a stock lua5.4 with libasan preloaded.
 SAN_FLAGS = -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined

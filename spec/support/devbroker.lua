@@ -1,7 +1,9 @@
 -- spec/support/devbroker.lua: starts build/mqlease-devbroker on free loopback
 -- ports for a spec and talks to its control port.
 --   local dv = devbroker.start({ "topicA", "topicB" }, { "--fail-change", "0.5" })
---   dv.endpoints, dv.control("set paused 1") -> "ok ...", dv.stop()
+--   dv.endpoints, dv.control("set paused 1") -> "ok ..." (nil: no answer in 5 s), dv.stop()
+--   dv.idle_client(seconds) -> pid of a control client that connects and says nothing
+--   dv.alive() -> whether the process still runs
 local mqlease = require "mqlease"
 
 local _M = {}
@@ -34,9 +36,26 @@ function _M.start(topics, flags)
   local port, cport = line:match("127%.0%.0%.1:(%d+) control 127%.0%.0%.1:(%d+)")
   local dv = { endpoints = "127.0.0.1:" .. port, pid = pid, control_port = tonumber(cport) }
   function dv.control(cmd) return control(dv.control_port, cmd) end
+  function dv.alive()
+    local r = os.execute(("kill -0 %d 2>/dev/null"):format(pid))
+    return r == true or r == 0
+  end
+  function dv.idle_client(seconds)
+    local q = assert(io.popen(("bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d; sleep %d' >/dev/null 2>&1 & echo $!")
+      :format(dv.control_port, seconds)))
+    local cpid = tonumber(q:read("l"))
+    q:close()
+    mqlease.sleep(0.3)   -- connected by now
+    return cpid
+  end
+  -- SIGTERM, 5 s to exit, then SIGKILL: a wedged broker never outlives its spec.
+  -- Returns whether it exited on SIGTERM.
   function dv.stop()
     os.execute(("kill %d 2>/dev/null; for i in $(seq 50); do kill -0 %d 2>/dev/null || break; sleep 0.1; done"):format(pid, pid))
+    local clean = not dv.alive()
+    if not clean then os.execute(("kill -9 %d 2>/dev/null; sleep 0.2"):format(pid)) end
     os.remove(out)
+    return clean
   end
   return dv
 end

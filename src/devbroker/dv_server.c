@@ -12,12 +12,12 @@
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
 #include <grpc/support/time.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dv_store.h"
+#include "dv_wire.h"
 #include "mql.h"
 #include "mql_codec.h"
 
@@ -51,6 +51,7 @@ struct dv_call {
     grpc_byte_buffer **out;     /* replies waiting to be sent, in order */
     size_t nout, iout, capout;
     int md_sent, sending, finishing, status_sent, closed, cancelled, in_flight;
+    int listed;                 /* on the waiting list: a call is listed at most once */
     grpc_status_code status;
     int64_t poll_until;         /* receive: wall ms when the long poll ends */
     int64_t answer_at;          /* delayed answer: wall ms */
@@ -73,6 +74,7 @@ struct dv_server {
     int port;
     unsigned int seed;
     uint64_t served, changes, acks, sent, received;
+    dv_wire_stats wire;
 };
 
 /* ------------------------------------------------------------ helpers */
@@ -286,65 +288,38 @@ static void on_send(dv_server *s, dv_call *c) {
     finish(c, GRPC_STATUS_OK);
 }
 
-static void md5_upper_hex(const uint8_t *data, size_t len, char out[33]) {
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int n = 0, i;
-    static const char d[] = "0123456789ABCDEF";
-    EVP_Digest(data, len, md, &n, EVP_md5(), NULL);
-    for (i = 0; i < 16; i++) {
-        out[2 * i] = d[md[i] >> 4];
-        out[2 * i + 1] = d[md[i] & 15];
-    }
-    out[32] = '\0';
-}
-
-/* Queues one delivered message as the proxy writes it. */
+/* Queues one delivered message as the proxy writes it, with the wire cases
+ * the faults ask for (dv_wire.c); the bytes go out as they are, so a frame
+ * cut short reaches the client as it would from a broken proxy. */
 static void queue_delivery(dv_server *s, dv_call *c, dv_topic *t, const char *group, size_t index) {
     dv_message *dm = &t->msgs[index];
     dv_view *v = dv_view_of(t, group, index);
-    Apache__Rocketmq__V2__Message *m = (void *)protobuf_c_message_unpack(
-        &apache__rocketmq__v2__message__descriptor, NULL, dm->wire_len, dm->wire);
-    Apache__Rocketmq__V2__ReceiveMessageResponse resp =
-        APACHE__ROCKETMQ__V2__RECEIVE_MESSAGE_RESPONSE__INIT;
-    Apache__Rocketmq__V2__SystemProperties *sp, sp_empty = APACHE__ROCKETMQ__V2__SYSTEM_PROPERTIES__INIT;
-    Apache__Rocketmq__V2__Digest digest = APACHE__ROCKETMQ__V2__DIGEST__INIT;
-    Google__Protobuf__Timestamp stored = GOOGLE__PROTOBUF__TIMESTAMP__INIT;
-    char handle[128], md5[33], host[32];
-    char *saved_handle, *saved_host;
-    Apache__Rocketmq__V2__Digest *saved_digest;
-    Google__Protobuf__Timestamp *saved_store;
-    if (!m) return;
-    sp = m->system_properties ? m->system_properties : &sp_empty;
+    char handle[128], host[32];
+    dv_delivery d;
+    size_t len;
+    uint8_t *bytes;
+    grpc_slice slice;
     dv_handle_format(handle, sizeof(handle), &s->store, t, group, index);
-    md5_upper_hex(m->body.data, m->body.len, md5);
-    digest.type = APACHE__ROCKETMQ__V2__DIGEST_TYPE__MD5;
-    digest.checksum = md5;   /* clients dereference it unconditionally */
-    stored.seconds = dm->store_ms / 1000;
-    stored.nanos = (int32_t)(dm->store_ms % 1000) * 1000000;
     snprintf(host, sizeof(host), "127.0.0.1:%d", s->port);
-    saved_handle = sp->receipt_handle;
-    saved_host = sp->store_host;
-    saved_digest = sp->body_digest;
-    saved_store = sp->store_timestamp;
-    sp->receipt_handle = handle;
-    sp->store_host = host;
-    sp->body_digest = &digest;
-    sp->store_timestamp = &stored;
-    sp->delivery_attempt = v->attempts;
-    sp->queue_id = dm->queue_id;
-    sp->queue_offset = dm->offset;
-    sp->body_encoding = APACHE__ROCKETMQ__V2__ENCODING__IDENTITY;
-    m->system_properties = sp;
-    resp.content_case = APACHE__ROCKETMQ__V2__RECEIVE_MESSAGE_RESPONSE__CONTENT_MESSAGE;
-    resp.message = m;
-    queue_reply(c, &resp.base);
-    /* give the unpacked tree its own pointers back before freeing it */
-    sp->receipt_handle = saved_handle;
-    sp->store_host = saved_host;
-    sp->body_digest = saved_digest;
-    sp->store_timestamp = saved_store;
-    if (sp == &sp_empty) m->system_properties = NULL;
-    protobuf_c_message_free_unpacked(&m->base, NULL);
+    d.wire = dm->wire;
+    d.wire_len = dm->wire_len;
+    d.handle = handle;
+    d.store_host = host;
+    d.store_ms = dm->store_ms;
+    d.attempts = v->attempts;
+    d.queue_id = dm->queue_id;
+    d.offset = dm->offset;
+    bytes = dv_wire_delivery(&d, &s->faults, &s->seed, &len, &s->wire);
+    if (!bytes) return;
+    if (c->nout == c->capout) {
+        c->capout = c->capout ? c->capout * 2 : 4;
+        c->out = realloc(c->out, c->capout * sizeof(*c->out));
+        if (!c->out) abort();
+    }
+    slice = grpc_slice_from_copied_buffer((const char *)bytes, len);
+    c->out[c->nout++] = grpc_raw_byte_buffer_create(&slice, 1);
+    grpc_slice_unref(slice);
+    free(bytes);
 }
 
 static void queue_status_and_stamp(dv_call *c, int code, const char *msg) {
@@ -372,8 +347,7 @@ static int try_receive(dv_server *s, dv_call *c, int64_t now) {
     Google__Protobuf__Timestamp stamp = GOOGLE__PROTOBUF__TIMESTAMP__INIT;
     dv_topic *t = dv_topic_find(&s->store, rx->message_queue->topic->name);
     size_t idx[32], n, i, batch = rx->batch_size > 0 ? (size_t)rx->batch_size : 1;
-    int64_t invisible = (int64_t)rx->invisible_duration->seconds * 1000 +
-                        rx->invisible_duration->nanos / 1000000;
+    int64_t invisible = mql_duration_ms(rx->invisible_duration->seconds, rx->invisible_duration->nanos);
     if (batch > 32) batch = 32;
     n = dv_pop(&s->store, t, rx->group->name,
                rx->filter_expression ? rx->filter_expression->expression : "*", batch,
@@ -397,8 +371,18 @@ static int try_receive(dv_server *s, dv_call *c, int64_t now) {
 }
 
 static void wait_list_add(dv_server *s, dv_call *c) {
+    if (c->listed) return;
+    c->listed = 1;
     c->next = s->waiting;
     s->waiting = c;
+}
+
+static void wait_list_remove(dv_server *s, dv_call *c) {
+    dv_call **pp = &s->waiting;
+    if (!c->listed) return;
+    while (*pp && *pp != c) pp = &(*pp)->next;
+    if (*pp) *pp = c->next;
+    c->listed = 0;
 }
 
 static void on_receive(dv_server *s, dv_call *c) {
@@ -419,8 +403,8 @@ static void on_receive(dv_server *s, dv_call *c) {
         code = APACHE__ROCKETMQ__V2__CODE__TOPIC_NOT_FOUND;
         err = "topic not found (dev broker)";
     } else if (!rx->invisible_duration ||
-               (invisible = (int64_t)rx->invisible_duration->seconds * 1000 +
-                            rx->invisible_duration->nanos / 1000000) < s->faults.min_invisible_ms) {
+               (invisible = mql_duration_ms(rx->invisible_duration->seconds,
+                                            rx->invisible_duration->nanos)) < s->faults.min_invisible_ms) {
         code = APACHE__ROCKETMQ__V2__CODE__ILLEGAL_INVISIBLE_TIME;
         err = "the invisibleTime is too small. min is 10000";
     } else if (invisible > 43200000) {
@@ -432,12 +416,14 @@ static void on_receive(dv_server *s, dv_call *c) {
         finish(c, GRPC_STATUS_OK);
         return;
     }
-    poll = rx->long_polling_timeout ? (int64_t)rx->long_polling_timeout->seconds * 1000 : 20000;
+    poll = rx->long_polling_timeout
+               ? mql_duration_ms(rx->long_polling_timeout->seconds, rx->long_polling_timeout->nanos)
+               : 20000;
     if (poll < 5000) poll = 5000;   /* the proxy's clamp: [5 s, 20 s] */
     if (poll > 20000) poll = 20000;
     deadline = gpr_time_cmp(d, gpr_inf_future(GPR_CLOCK_REALTIME)) == 0
                    ? now + poll
-                   : (int64_t)d.tv_sec * 1000 + d.tv_nsec / 1000000 - 300;
+                   : mql_add_ms(mql_timestamp_ms(d.tv_sec, d.tv_nsec), -300);
     c->poll_until = now + poll < deadline ? now + poll : deadline;
     if (!try_receive(s, c, now)) wait_list_add(s, c);
 }
@@ -498,7 +484,7 @@ static void on_change(dv_server *s, dv_call *c) {
     char handle[128];
     int capped = 0;
     int64_t d = req && req->invisible_duration
-                    ? (int64_t)req->invisible_duration->seconds * 1000 + req->invisible_duration->nanos / 1000000
+                    ? mql_duration_ms(req->invisible_duration->seconds, req->invisible_duration->nanos)
                     : -1;
     s->changes++;
     if (!req || !req->receipt_handle) {
@@ -531,7 +517,7 @@ static void on_change(dv_server *s, dv_call *c) {
     queue_reply(c, &resp.base);
     if (req) protobuf_c_message_free_unpacked(&req->base, NULL);
     if (s->faults.delay_change_ms > 0) {
-        c->answer_at = wall_ms() + s->faults.delay_change_ms;
+        c->answer_at = mql_add_ms(wall_ms(), s->faults.delay_change_ms);
         wait_list_add(s, c);
         return;
     }
@@ -693,16 +679,17 @@ static void on_event(dv_server *s, tag *t, int success) {
     }
     if (c->in_flight == 0 && c->closed && (c->status_sent || c->cancelled)) {
         /* off the waiting list before freeing */
-        dv_call **pp = &s->waiting;
-        while (*pp && *pp != c) pp = &(*pp)->next;
-        if (*pp) *pp = c->next;
+        wait_list_remove(s, c);
         call_free(c);
     }
 }
 
-/* Long polls, delayed answers, paused calls, dropped streams. */
+/* Long polls, delayed answers, paused calls, dropped streams.
+ * A call leaves the list before anything can answer or re-list it: calls
+ * parked during a pause are taken off first and dispatched after the walk,
+ * and a call that has its answer (finishing) is never served again. */
 static void tick(dv_server *s) {
-    dv_call **pp = &s->waiting;
+    dv_call **pp = &s->waiting, *parked = NULL;
     int64_t now = wall_ms();
     int drop = s->faults.drop_streams;
     s->faults.drop_streams = 0;
@@ -719,20 +706,33 @@ static void tick(dv_server *s) {
                 finish(c, GRPC_STATUS_OK);
                 done = 1;
             }
-        } else if (!c->rx && !c->finishing) {
-            dispatch(s, c);   /* parked while paused */
-            done = !c->rx;
-        } else if (c->rx) {
-            if (drop) {
-                grpc_call_cancel_with_status(c->call, GRPC_STATUS_UNAVAILABLE,
-                                             "stream dropped (dev broker fault)", NULL);
-                done = 1;
-            } else {
-                done = try_receive(s, c, now);
-            }
+        } else if (c->finishing) {
+            done = 1;   /* answered: nothing more for it here */
+        } else if (!c->rx) {
+            *pp = c->next;   /* parked while paused: dispatched after the walk */
+            c->listed = 0;
+            c->next = parked;
+            parked = c;
+            continue;
+        } else if (drop) {
+            grpc_call_cancel_with_status(c->call, GRPC_STATUS_UNAVAILABLE,
+                                         "stream dropped (dev broker fault)", NULL);
+            done = 1;
+        } else {
+            done = try_receive(s, c, now);
         }
-        if (done) *pp = c->next;
-        else pp = &c->next;
+        if (done) {
+            *pp = c->next;
+            c->listed = 0;
+        } else {
+            pp = &c->next;
+        }
+    }
+    while (parked) {
+        dv_call *c = parked;
+        parked = c->next;
+        c->next = NULL;
+        dispatch(s, c);   /* a long poll it cannot answer yet lists it again */
     }
 }
 
@@ -765,9 +765,7 @@ dv_server *dv_server_new(const char *listen, int *port) {
     *port = s->port;
     dv_store_init(&s->store);
     pthread_mutex_init(&s->mu, NULL);
-    s->faults.max_renewals = -1;
-    s->faults.min_invisible_ms = 10000;
-    s->faults.time_scale = 1.0;
+    dv_faults_init(&s->faults);
     s->seed = 12345;
     grpc_server_start(s->server);
     request_new(s);
@@ -780,14 +778,44 @@ void dv_server_add_topic(dv_server *s, const char *name) {
     pthread_mutex_unlock(&s->mu);
 }
 
+void dv_server_add_topic_locked(dv_server *s, const char *name) { dv_topic_create(&s->store, name); }
+
+int dv_server_publish_locked(dv_server *s, const char *topic, int64_t delay_ms, char *msg, size_t len) {
+    dv_topic *t = dv_topic_find(&s->store, topic);
+    Apache__Rocketmq__V2__Message *m;
+    int64_t now = wall_ms();
+    uint8_t *bytes;
+    size_t n;
+    char id[48];
+    if (!t) {
+        snprintf(msg, len, "topic not found '%.64s'", topic);
+        return -1;
+    }
+    snprintf(id, sizeof(id), "DVPUBLISH%012llu", (unsigned long long)++s->store.next_id);
+    bytes = dv_wire_full_message(topic, id, now, mql_add_ms(now, delay_ms), &n);
+    m = (void *)protobuf_c_message_unpack(&apache__rocketmq__v2__message__descriptor, NULL, n, bytes);
+    free(bytes);
+    if (!m) abort();   /* we packed it ourselves */
+    dv_topic_append(t, m, id, now);
+    protobuf_c_message_free_unpacked(&m->base, NULL);
+    s->sent++;
+    snprintf(msg, len, "id=%s", id);
+    return 0;
+}
+
 pthread_mutex_t *dv_server_lock(dv_server *s) { return &s->mu; }
 dv_faults *dv_server_faults(dv_server *s) { return &s->faults; }
 
 void dv_server_stats(dv_server *s, char *buf, size_t len) {
-    snprintf(buf, len, "calls=%llu sent=%llu delivered=%llu acks=%llu changes=%llu topics=%zu clients=%zu",
+    snprintf(buf, len,
+             "calls=%llu sent=%llu delivered=%llu acks=%llu changes=%llu topics=%zu clients=%zu"
+             " gzip=%llu corrupt_digest=%llu bomb=%llu malformed=%llu truncated_frame=%llu",
              (unsigned long long)s->served, (unsigned long long)s->sent,
              (unsigned long long)s->received, (unsigned long long)s->acks,
-             (unsigned long long)s->changes, s->store.ntopics, s->nclients);
+             (unsigned long long)s->changes, s->store.ntopics, s->nclients,
+             (unsigned long long)s->wire.gzip, (unsigned long long)s->wire.corrupt,
+             (unsigned long long)s->wire.bomb, (unsigned long long)s->wire.malformed,
+             (unsigned long long)s->wire.truncated);
 }
 
 void dv_server_run(dv_server *s, volatile int *stop) {

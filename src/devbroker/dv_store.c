@@ -103,8 +103,11 @@ size_t dv_topic_append(dv_topic *t, const Apache__Rocketmq__V2__Message *m, cons
     d->wire = mql_xmalloc(d->wire_len);
     protobuf_c_message_pack(&m->base, d->wire);
     d->born_ms = sp && sp->born_timestamp
-                     ? (int64_t)sp->born_timestamp->seconds * 1000 + sp->born_timestamp->nanos / 1000000
+                     ? mql_timestamp_ms(sp->born_timestamp->seconds, sp->born_timestamp->nanos)
                      : now_ms;
+    d->deliver_ms = sp && sp->delivery_timestamp
+                        ? mql_timestamp_ms(sp->delivery_timestamp->seconds, sp->delivery_timestamp->nanos)
+                        : 0;
     d->store_ms = now_ms;
     d->queue_id = (int)(t->n % 4);
     d->offset = (int64_t)(t->n / 4);
@@ -136,7 +139,7 @@ size_t dv_pop(dv_store *s, dv_topic *t, const char *group, const char *filter, s
     for (i = 0; i < t->n && n < batch; i++) {
         dv_view *v = dv_view_of(t, group, i);
         if (v->state == DV_INFLIGHT && v->visible_at <= now_ms) v->state = DV_READY;
-        if (v->state != DV_READY) continue;
+        if (v->state != DV_READY || t->msgs[i].deliver_ms > now_ms) continue;
         if (!tag_matches(filter, t->msgs[i].tag)) {
             v->state = DV_ACKED;   /* the proxy acks what the filter drops */
             continue;
@@ -148,7 +151,7 @@ size_t dv_pop(dv_store *s, dv_topic *t, const char *group, const char *filter, s
         v->state = DV_INFLIGHT;
         v->attempts++;
         v->token = s->next_token++;
-        v->visible_at = now_ms + invisible_ms;
+        v->visible_at = mql_add_ms(now_ms, invisible_ms);
         v->changes = 0;
         out[n++] = i;
     }
@@ -208,7 +211,7 @@ dv_handle_result dv_change(dv_store *s, const char *handle, int64_t duration_ms,
     }
     p.v->changes++;
     p.v->token = s->next_token++;
-    p.v->visible_at = now_ms + duration_ms;
+    p.v->visible_at = mql_add_ms(now_ms, duration_ms);
     snprintf(out, outlen, "dv %zu %zu %zu %" PRIu64 " %" PRId64, p.ti, p.gi, p.index, p.v->token,
              p.v->visible_at);
     return DV_HANDLE_OK;
