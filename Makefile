@@ -55,7 +55,8 @@ $(BUILD)/luajit/mqlease/core.so: $(CORE_SRC) $(GEN_SRC) $(HEADERS)
 	$(CC) $(subst $(LUA_INC),$(LUAJIT_INC),$(CFLAGS_BASE)) $(CFLAGS_WARN) $(OPT) $(CFLAGS) -shared -o $@ $(CORE_SRC) $(GEN_SRC) $(LIBS) $(LDFLAGS)
 
 # The dev broker: its own files plus the core's codec and helpers.
-DEVBROKER_SRC = src/devbroker/dv_main.c src/devbroker/dv_server.c src/devbroker/dv_store.c \
+DEVBROKER_SRC = src/devbroker/dv_main.c src/devbroker/dv_server.c src/devbroker/dv_call.c \
+                src/devbroker/dv_handlers.c src/devbroker/dv_store.c \
                 src/devbroker/dv_control.c src/devbroker/dv_command.c src/devbroker/dv_wire.c \
                 src/mql_codec.c src/mql_util.c src/mql_events.c
 devbroker: $(BUILD)/mqlease-devbroker

@@ -57,7 +57,7 @@ typedef enum dv_cmd_kind {
 typedef struct dv_command {
     dv_cmd_kind kind;
     char name[128];            /* topic, or the setting's key */
-    char value[64];            /* the setting's value */
+    char value[128];           /* the setting's value */
     int64_t delay_ms;          /* publish: delivery time from now */
 } dv_command;
 

@@ -35,4 +35,13 @@ void dv_server_stats(dv_server *s, char *buf, size_t len);
 void dv_server_run(dv_server *s, volatile int *stop);
 void dv_server_free(dv_server *s);
 
+/* Runs one request (rpc as "SendMessage", "Telemetry", ...) as if it had
+ * arrived on a call from client_id, without a transport: what it answers is
+ * built and dropped, a long poll ends at once. For the fuzz target; the
+ * server loop must not be running. */
+void dv_server_handle(dv_server *s, const char *rpc, const char *client_id, const uint8_t *req,
+                      size_t len);
+/* Forgets every topic, message, client and setting (the fuzz target's reset). */
+void dv_server_reset(dv_server *s);
+
 #endif /* DV_SERVER_H */
