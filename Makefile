@@ -67,11 +67,16 @@ $(BUILD)/mqlease-devbroker: $(DEVBROKER_SRC) $(GEN_SRC) $(HEADERS) $(wildcard sr
 
 # The test build: same sources, sanitizers on, loaded into a stock lua5.4 with libasan preloaded.
 SAN_FLAGS = -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
-sanitize: $(BUILD)/san/mqlease/core.so
+sanitize: $(BUILD)/san/mqlease/core.so $(BUILD)/san/mqlease-devbroker
 
 $(BUILD)/san/mqlease/core.so: $(CORE_SRC) $(GEN_SRC) $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS_WARN) $(SAN_FLAGS) -shared -o $@ $(CORE_SRC) $(GEN_SRC) $(LIBS)
+
+# The dev broker with the same sanitizers; spec/support/devbroker.lua prefers it when built.
+$(BUILD)/san/mqlease-devbroker: $(DEVBROKER_SRC) $(GEN_SRC) $(HEADERS) $(wildcard src/devbroker/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) -Isrc/devbroker $(CFLAGS_WARN) $(SAN_FLAGS) -o $@ $(DEVBROKER_SRC) $(GEN_SRC) -lgrpc -lgpr -lprotobuf-c -lcrypto -lz -lpthread
 
 proto:
 	@command -v protoc-c >/dev/null || { echo "protoc-c missing: apt-get install -y protobuf-c-compiler libprotobuf-dev"; exit 1; }

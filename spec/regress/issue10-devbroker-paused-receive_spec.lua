@@ -21,9 +21,10 @@ describe("dev broker regression (issue 10, paused receive)", function()
     return c
   end
 
-  -- unpauses from another process `after` seconds from now
+  -- unpauses from another process `after` seconds from now (returns at once: the
+  -- background job keeps no pipe of ours open)
   local function unpause_in(after)
-    env.sh(("(sleep %s; bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d; echo \"set paused 0\" >&3; head -n1 <&3' >/dev/null) &")
+    env.sh(("(sleep %s; bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d; echo \"set paused 0\" >&3; head -n1 <&3') >/dev/null 2>&1 &")
       :format(after, dv.control_port))
   end
 

@@ -8,6 +8,15 @@ local mqlease = require "mqlease"
 
 local _M = {}
 
+-- The sanitizer build (make sanitize, part of make test) when there is one.
+local function binary()
+  local env = os.getenv("MQLEASE_DEVBROKER")
+  if env then return env end
+  local f = io.open("build/san/mqlease-devbroker")
+  if f then f:close(); return "build/san/mqlease-devbroker" end
+  return "build/mqlease-devbroker"
+end
+
 local function control(port, line)
   local p = assert(io.popen(("timeout 5 bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d; printf \"%%s\\n\" \"$0\" >&3; head -n1 <&3' %q")
     :format(port, line)))
@@ -21,7 +30,7 @@ function _M.start(topics, flags)
   local args = { "--listen", "127.0.0.1:0", "--control", "127.0.0.1:0" }
   for _, t in ipairs(topics or {}) do args[#args + 1] = "--topic"; args[#args + 1] = t end
   for _, f in ipairs(flags or {}) do args[#args + 1] = f end
-  local p = assert(io.popen(("build/mqlease-devbroker %s >%s 2>&1 & echo $!"):format(table.concat(args, " "), out)))
+  local p = assert(io.popen(("%s %s >%s 2>&1 & echo $!"):format(binary(), table.concat(args, " "), out)))
   local pid = tonumber(p:read("l"))
   p:close()
   local deadline = mqlease.now() + 10
