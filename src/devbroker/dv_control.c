@@ -11,7 +11,6 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -196,9 +195,7 @@ static int listen_on(const char *listen_addr, int *port) {
 
 dv_control *dv_control_start(dv_server *s, const char *listen_addr, int *port) {
     dv_control *c = mql_xcalloc(1, sizeof(*c));
-    sigset_t all, old;
     size_t i;
-    int ok;
     c->srv = s;
     for (i = 0; i < MAX_CLIENTS; i++) c->clients[i].fd = -1;
     c->fd = listen_on(listen_addr, port);
@@ -211,11 +208,7 @@ dv_control *dv_control_start(dv_server *s, const char *listen_addr, int *port) {
         free(c);
         return NULL;
     }
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &old);   /* signals go to the main thread */
-    ok = pthread_create(&c->thread, NULL, control_main, c) == 0;
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (!ok) {
+    if (mql_thread_start(&c->thread, control_main, c) < 0) {   /* signals stay with main */
         close(c->fd);
         close(c->wake[0]);
         close(c->wake[1]);
