@@ -101,6 +101,12 @@ $(BUILD)/check/%: spec/c/%.c spec/c/mql_test.h $(CHECK_SRC) $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) -Ispec/c $(CFLAGS_WARN) $(SAN_FLAGS) -o $@ $< $(CHECK_SRC) $(LIBS)
 
+# spec/c/dv_*_test.c test the dev broker's pure parts (no grpc server) the same way.
+DV_CHECK_SRC = src/devbroker/dv_command.c src/devbroker/dv_store.c src/devbroker/dv_wire.c
+$(BUILD)/check/dv_%: spec/c/dv_%.c spec/c/mql_test.h $(CHECK_SRC) $(DV_CHECK_SRC) $(HEADERS) $(wildcard src/devbroker/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) -Ispec/c -Isrc/devbroker $(CFLAGS_WARN) $(SAN_FLAGS) -o $@ $< $(DV_CHECK_SRC) $(CHECK_SRC) $(LIBS) -lz
+
 check: $(C_TESTS) sanitize
 	@bash spec/support/run-check.sh $(C_TESTS)
 

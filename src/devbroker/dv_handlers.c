@@ -285,9 +285,9 @@ static void on_change(dv_server *s, dv_call *c) {
     pb_status st;
     char handle[128];
     int capped = 0;
-    int64_t d = req && req->invisible_duration
-                    ? mql_duration_ms(req->invisible_duration->seconds, req->invisible_duration->nanos)
-                    : -1;
+    const Google__Protobuf__Duration *dur = req ? req->invisible_duration : NULL;
+    /* negative: refused as the proxy does (mql_duration_ms would read it as 0) */
+    int64_t d = dur && dur->seconds >= 0 && dur->nanos >= 0 ? mql_duration_ms(dur->seconds, dur->nanos) : -1;
     s->changes++;
     if (!req || !req->receipt_handle) {
         dv_set_status(&st, APACHE__ROCKETMQ__V2__CODE__BAD_REQUEST, "malformed request");

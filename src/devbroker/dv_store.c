@@ -7,6 +7,7 @@
  */
 #include "dv_store.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -176,10 +177,34 @@ typedef struct parsed {
     int64_t deadline;
 } parsed;
 
+/* Reads one unsigned decimal field and the space after it; -1 on anything
+ * else, an overflow included (sscanf's %zu would make that undefined). */
+static int field(const char **p, uint64_t max, uint64_t *out) {
+    char *end;
+    unsigned long long v;
+    if (**p < '0' || **p > '9') return -1;
+    errno = 0;
+    v = strtoull(*p, &end, 10);
+    if (errno || v > max || (*end != ' ' && *end != '\0')) return -1;
+    *out = v;
+    *p = *end ? end + 1 : end;
+    return 0;
+}
+
 static dv_handle_result parse(dv_store *s, const char *handle, parsed *p) {
-    if (sscanf(handle, "dv %zu %zu %zu %" SCNu64 " %" SCNd64, &p->ti, &p->gi, &p->index,
-               &p->token, &p->deadline) != 5)
-        return DV_HANDLE_MALFORMED;
+    const char *c = handle;
+    uint64_t v[5];
+    int i;
+    if (strncmp(c, "dv ", 3) != 0) return DV_HANDLE_MALFORMED;
+    c += 3;
+    for (i = 0; i < 5; i++)
+        if (field(&c, i == 4 ? (uint64_t)INT64_MAX : UINT64_MAX, &v[i]) < 0) return DV_HANDLE_MALFORMED;
+    if (*c) return DV_HANDLE_MALFORMED;
+    p->ti = v[0] < SIZE_MAX ? (size_t)v[0] : SIZE_MAX;
+    p->gi = v[1] < SIZE_MAX ? (size_t)v[1] : SIZE_MAX;
+    p->index = v[2] < SIZE_MAX ? (size_t)v[2] : SIZE_MAX;
+    p->token = v[3];
+    p->deadline = (int64_t)v[4];
     if (p->ti >= s->ntopics) return DV_HANDLE_MALFORMED;
     p->t = &s->topics[p->ti];
     if (p->gi >= p->t->ngroups || p->index >= p->t->n) return DV_HANDLE_MALFORMED;
