@@ -154,37 +154,9 @@ sys.stdout.buffer.write(str(n).encode() if sys.argv[2] == "1" else b"".join(out)
     return count_only and tonumber(out) or out
   end
 
-  -- The official Node.js client's view of each message: it checks MD5 and SHA1
-  -- digests as the Java client does (CRC32 it compares as a decimal number).
+  -- The official Node.js client's view of each message (support/devbroker.lua)
   local function node_view(group, expect)
-    local base = os.tmpname()
-    local script = base .. ".js"
-    local f = assert(io.open(script, "w"))
-    f:write([==[
-const { SimpleConsumer } = require('rocketmq-client-nodejs');
-const { makeLogger } = require(process.cwd() + '/spec/support/node/common');
-(async () => {
-  const [endpoint, group, topic, expect] = process.argv.slice(2);
-  const c = new SimpleConsumer({ endpoints: endpoint, namespace: '', sslEnabled: false, consumerGroup: group,
-    subscriptions: new Map([[topic, '*']]), awaitDuration: 5000, logger: makeLogger('view') });
-  await c.startup();
-  const out = [];
-  const deadline = Date.now() + 20000;
-  while (out.length < Number(expect) && Date.now() < deadline) {
-    for (const m of await c.receive(16, 15000)) {
-      out.push({ id: m.messageId, corrupted: !!m.corrupted });
-      await c.ack(m);
-    }
-  }
-  process.stdout.write(JSON.stringify(out) + '\n', () => process.exit(0));
-})().catch(e => { process.stderr.write(String(e && e.stack) + '\n'); process.exit(1); });
-]==])
-    f:close()
-    local out = env.sh(("NODE_PATH=spec/support/node/node_modules timeout 60 node %s %s %s t1 %d")
-      :format(script, dv.endpoints, group, expect))
-    os.remove(script)
-    os.remove(base)
-    return cjson.decode(out:match("(%[.*%])%s*$"))
+    return devbroker.node_view(dv.endpoints, group, "t1", expect, 20)()
   end
 
   local text = ("a compressible line of text, as a remoting producer would compress it\n"):rep(150)

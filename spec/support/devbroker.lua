@@ -4,6 +4,9 @@
 --   dv.endpoints, dv.control("set paused 1") -> "ok ..." (nil: no answer in 5 s), dv.stop()
 --   dv.idle_client(seconds) -> pid of a control client that connects and says nothing
 --   dv.alive() -> whether the process still runs
+--   devbroker.node_view(endpoints, group, topic, n, seconds) -> wait(): the official
+--     Node.js client receives (and acks) up to n messages in the background; wait()
+--     returns { { id =, corrupted = }, ... } -- corrupted is its body-digest check
 local mqlease = require "mqlease"
 
 local _M = {}
@@ -67,6 +70,51 @@ function _M.start(topics, flags)
     return clean
   end
   return dv
+end
+
+local node_script = [==[
+const { SimpleConsumer } = require('rocketmq-client-nodejs');
+const { makeLogger } = require(process.cwd() + '/spec/support/node/common');
+(async () => {
+  const [endpoint, group, topic, expect, seconds] = process.argv.slice(2);
+  const c = new SimpleConsumer({ endpoints: endpoint, namespace: '', sslEnabled: false, consumerGroup: group,
+    subscriptions: new Map([[topic, '*']]), awaitDuration: 5000, logger: makeLogger('view') });
+  await c.startup();
+  const out = [];
+  const deadline = Date.now() + Number(seconds) * 1000;
+  while (out.length < Number(expect) && Date.now() < deadline) {
+    for (const m of await c.receive(16, 15000)) {
+      out.push({ id: m.messageId, corrupted: !!m.corrupted });
+      await c.ack(m);
+    }
+  }
+  process.stdout.write(JSON.stringify(out) + '\n', () => process.exit(0));
+})().catch(e => { process.stderr.write(String(e && e.stack) + '\n'); process.exit(1); });
+]==]
+
+function _M.node_view(endpoints, group, topic, n, seconds)
+  local base = os.tmpname()
+  local f = assert(io.open(base .. ".js", "w"))
+  f:write(node_script)
+  f:close()
+  os.execute(("(NODE_PATH=spec/support/node/node_modules timeout %d node %s.js %s %s %s %d %d >%s.out 2>%s.err &)")
+    :format(seconds + 30, base, endpoints, group, topic, n, seconds, base, base))
+  return function()
+    local deadline = mqlease.now() + seconds + 35
+    local text
+    repeat
+      mqlease.sleep(0.2)
+      local o = io.open(base .. ".out")
+      text = o and o:read("a") or ""
+      if o then o:close() end
+    until text:match("%]%s*$") or mqlease.now() > deadline
+    local e = io.open(base .. ".err")
+    local err = e and e:read("a") or ""
+    if e then e:close() end
+    for _, suffix in ipairs({ "", ".js", ".out", ".err" }) do os.remove(base .. suffix) end
+    assert(text:match("%]%s*$"), "the Node.js client gave no answer: " .. err)
+    return require("cjson").decode(text:match("(%[.*%])%s*$"))
+  end
 end
 
 return _M
