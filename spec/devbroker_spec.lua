@@ -314,4 +314,38 @@ sys.stdout.buffer.write(str(n).encode() if sys.argv[2] == "1" else b"".join(out)
     assert.matches("^error bad value for 'paused'", dv.control("set paused yes"))
     assert.matches("^error usage: set KEY VALUE", dv.control("set gzip"))
   end)
+
+  it("survives durations no client should send (10^16 s), answering ILLEGAL_INVISIBLE_TIME", function()
+    local _, p = pair()
+    assert(p:send("t1", "held"))
+    p:close()
+    -- the official Node.js client sends what it is given: receive, then change and receive with 10^19 ms
+    local base = os.tmpname()
+    local f = assert(io.open(base .. ".js", "w"))
+    f:write([==[
+const { SimpleConsumer } = require('rocketmq-client-nodejs');
+const { makeLogger } = require(process.cwd() + '/spec/support/node/common');
+(async () => {
+  const c = new SimpleConsumer({ endpoints: process.argv[2], namespace: '', sslEnabled: false,
+    consumerGroup: 'g_huge', subscriptions: new Map([['t1', '*']]), awaitDuration: 5000, logger: makeLogger('huge') });
+  await c.startup();
+  const out = {};
+  const [m] = await c.receive(1, 15000);
+  try { await c.changeInvisibleDuration(m, 1e19); out.change = 'ok'; } catch (e) { out.change = String(e.message); }
+  try { await c.receive(1, 1e19); out.receive = 'ok'; } catch (e) { out.receive = String(e.message); }
+  process.stdout.write(JSON.stringify(out) + '\n', () => process.exit(0));
+})().catch(e => { process.stderr.write(String(e && e.stack) + '\n'); process.exit(1); });
+]==])
+    f:close()
+    local ok, out = pcall(env.sh, ("NODE_PATH=spec/support/node/node_modules timeout 60 node %s.js %s")
+      :format(base, dv.endpoints))
+    os.remove(base .. ".js")
+    os.remove(base)
+    assert.is_true(dv.alive(), "the dev broker died")
+    assert.is_true(ok, out)
+    local answers = cjson.decode(out:match("({.*})%s*$"))
+    assert.matches("invisibleTime", answers.change)
+    assert.matches("invisibleTime is too large", answers.receive)
+    assert.matches("^ok calls=", dv.control("stats"))
+  end)
 end)
