@@ -128,12 +128,13 @@ function _M.start(opts)
   return true
 end
 
--- The Prometheus text of every consumer of this worker, labelled with its
--- group, topic and worker id; each metric family appears once.
-function _M.metrics_text()
+-- The Prometheus text of every consumer of this worker (or of the array
+-- list), labelled with its group, topic and worker id; each metric family
+-- appears once.
+function _M.metrics_text(list)
   local order, families = {}, {}
   local worker = ngx.worker.id() or 0
-  for _, c in pairs(consumers) do
+  for _, c in pairs(list or consumers) do
     local current
     local text = metrics_mod.text(c, { group = c.group, topic = c.topic, worker = worker })
     for line in text:gmatch("[^\n]+") do
