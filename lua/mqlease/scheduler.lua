@@ -15,7 +15,7 @@ local run_adapter = require "mqlease.loop.run"
 local coroutine_create, coroutine_resume, coroutine_status = coroutine.create, coroutine.resume, coroutine.status
 local coroutine_yield = coroutine.yield
 local coroutine_close = coroutine.close   -- nil on LuaJIT
-local setmetatable, pairs, next, type, select = setmetatable, pairs, next, type, select
+local setmetatable, pairs, type, select = setmetatable, pairs, type, select
 local unpack = table.unpack or unpack   -- LuaJIT
 
 local _M = {}
@@ -135,12 +135,6 @@ function methods:poll(max_wait)
   end
 end
 
--- One loop turn: run what is ready, then wait at most max_wait seconds.
-function methods:step(max_wait)
-  self:run_ready()
-  self:poll(max_wait)
-end
-
 -- Runs until every task has finished, or until stop() returns true; stop is
 -- asked after every round of tasks, so it is never late by a poll.
 function methods:loop(stop)
@@ -151,10 +145,6 @@ function methods:loop(stop)
     self:poll(1)
   end
   run_adapter.set_scheduler(previous)
-end
-
-function methods:empty()
-  return next(self.tasks) == nil
 end
 
 return _M
