@@ -100,7 +100,7 @@ local function serve(spec, handler, run_opts, slot)
         pause(1)
       else
         ngx.log(ngx.NOTICE, "mqlease: ", tostring(c), " ended (", tostring(res.reason), "): received ", res.received,
-          ", acked ", res.acked, ", nacked ", res.nacked, ", released ", res.released)
+          ", acked ", res.acked, ", nacked ", res.nacked, ", given back by the drain ", res.drained)
         if not exiting() then return end   -- the user's stop()
       end
     end
