@@ -204,7 +204,7 @@ http {
   fastcgi_temp_path @PREFIX@/tmp_fastcgi;
   uwsgi_temp_path @PREFIX@/tmp_uwsgi;
   scgi_temp_path @PREFIX@/tmp_scgi;
-  lua_package_path "@REPO@/lua/?.lua;@REPO@/lua/?/init.lua;@EXTRA_LUA@;";
+  lua_package_path "@REPO@/lua/?.lua;@REPO@/lua/?/init.lua;@EXTRA_LUA@;;";
   lua_package_cpath "@REPO@/build/luajit/?.so;;";
   init_worker_by_lua_block {
     local mqlease = require "mqlease"
