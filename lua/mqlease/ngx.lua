@@ -70,6 +70,9 @@ local function split(opts)
   run_opts.signals = false
   run_opts.on_error = run_opts.on_error or log_handler_error
   local user_stop = run_opts.stop
+  if user_stop ~= nil and type(user_stop) ~= "function" then
+    error("mqlease.ngx.start: option 'stop' must be a function", 3)
+  end
   run_opts.stop = function() return exiting() or (user_stop ~= nil and user_stop()) end
   config.run_options(run_opts)
   return specs, handler, run_opts, pool
