@@ -330,5 +330,6 @@ http {
     local log = env.read(server.prefix .. "/logs/error.log")
     assert.is_true(env.count(log, "ended %(stop%)") >= 6, "fewer drains than workers:\n" .. log:sub(-3000))
     assert.is_nil(log:find("run_worker_thread failed", 1, true))
+    env.sh("rm -rf " .. server.prefix)   -- kept for a look when the spec fails
   end)
 end)
