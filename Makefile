@@ -31,13 +31,15 @@ GEN_SRC  = proto/gen/apache/rocketmq/v2/definition.pb-c.c \
            proto/gen/google/protobuf/timestamp.pb-c.c
 HEADERS  = $(wildcard src/*.h) $(GEN_SRC:.c=.h)
 
-# Debian 12 packages: build, tests (busted, redis, RocketMQ via Java + Maven, the Node peer).
+# Debian 12 packages: build, tests (busted, redis, RocketMQ via Java + Maven, the Node peer, nginx
+# with its Lua module). LuaJIT is OpenResty's branch (luajit2): Debian's nginx Lua module needs
+# lua-resty-core, which conflicts with the plain luajit packages.
 # DEB_CLI: what the mqlease command needs (flags, the /metrics listener) and luarocks.
-DEB_BUILD = gcc make pkg-config lua5.4 liblua5.4-dev luajit libluajit-5.1-dev libgrpc-dev libprotobuf-c-dev \
+DEB_BUILD = gcc make pkg-config lua5.4 liblua5.4-dev luajit2 libluajit2-5.1-dev libgrpc-dev libprotobuf-c-dev \
             protobuf-c-compiler libprotobuf-dev libhiredis-dev libssl-dev $(DEB_CLI)
 DEB_CLI   = lua-argparse lua-socket luarocks
 DEB_TEST  = lua-busted lua-cjson lua-cqueues redis-server java=openjdk-17-jdk-headless mvn=maven \
-            node=nodejs npm=npm
+            node=nodejs npm=npm nginx libnginx-mod-http-lua
 
 .PHONY: all core devbroker luajit sanitize deps deps-build deps-test proto check test demo bench clean
 

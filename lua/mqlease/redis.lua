@@ -3,8 +3,8 @@
 --   local r = mqlease.redis("127.0.0.1:6379")      -- or "unix:/run/redis.sock",
 --   r:call("INCR", "k")                             -- or { address=, password=, db=, timeout= }
 --
--- Commands run on a C thread (hiredis); inside mqlease.run or cqueues a call
--- yields until its reply, elsewhere it blocks. Replies: strings, integers,
+-- Commands run on a C thread (hiredis); a call waits for its reply through
+-- mqlease.wait: it yields inside mqlease.run, cqueues or nginx, else blocks. Replies: strings, integers,
 -- arrays (tables), mqlease.null for a nil reply, "OK" for a status. A Redis
 -- error reply returns nil, message, "REDIS_ERROR"; no connection returns
 -- nil, message, "UNAVAILABLE" (or "TIMEOUT"); bad arguments raise.
