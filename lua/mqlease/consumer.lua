@@ -191,24 +191,17 @@ end
 
 function _M.new(opts)
   local o = config.consumer_options(opts)
-  local cr = o.credentials or {}
-  local tls = config.tls_core("mqlease.consumer", o.tls)
-  local client, start_op = core.consumer {
-    endpoint = config.endpoint_list(o.endpoints),
-    namespace = o.namespace,
-    access_key = cr.access_key, secret_key = cr.secret_key, security_token = cr.security_token,
-    tls = tls.tls, tls_insecure = tls.tls_insecure, tls_ca_pem = tls.tls_ca_pem,
-    tls_cert_pem = tls.tls_cert_pem, tls_key_pem = tls.tls_key_pem, tls_server_name = tls.tls_server_name,
-    request_timeout_ms = floor(o.request_timeout * 1000),
-    group = o.group, topic = o.topic, filter = o.filter, filter_sql = o.filter_type == "sql",
-    invisible_ms = floor(o.invisible * 1000),
-    renew = o.renew,
-    renew_every_ms = o.renew_every and floor(o.renew_every * 1000) or 0,
-    max_renewals = o.max_renewals or -1,
-    max_lease_ms = floor(o.max_lease * 1000),
-    on_budget = o.on_budget,
-    budget_nack_delay_ms = floor(o.release_delay * 1000),
-  }
+  local args = config.client_core("mqlease.consumer", o)
+  args.group, args.topic, args.filter = o.group, o.topic, o.filter
+  args.filter_sql = o.filter_type == "sql"
+  args.invisible_ms = floor(o.invisible * 1000)
+  args.renew = o.renew
+  args.renew_every_ms = o.renew_every and floor(o.renew_every * 1000) or 0
+  args.max_renewals = o.max_renewals or -1
+  args.max_lease_ms = floor(o.max_lease * 1000)
+  args.on_budget = o.on_budget
+  args.budget_nack_delay_ms = floor(o.release_delay * 1000)
+  local client, start_op = core.consumer(args)
   local session, err, code = session_mod.start(client, start_op, o.start_timeout, "mqlease.consumer")
   if not session then return nil, err, code end
   return setmetatable({
