@@ -40,6 +40,9 @@ local HISTOGRAMS = {
 local function num(v)
   if v == math.huge then return "+Inf" end
   if v == math.floor(v) and v < 1e15 then return format("%d", v) end
+  -- the shortest form that reads back as the same number (0.1, not 0.10000000000000001)
+  local short = format("%.15g", v)
+  if tonumber(short) == v then return short end
   return format("%.17g", v)
 end
 
