@@ -111,7 +111,7 @@ $(BUILD)/check/dv_%: spec/c/dv_%.c spec/c/mql_test.h $(CHECK_SRC) $(DV_CHECK_SRC
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) -Ispec/c -Isrc/devbroker $(CFLAGS_WARN) $(SAN_FLAGS) -o $@ $< $(DV_CHECK_SRC) $(CHECK_SRC) $(LIBS) -lz
 
-check: $(C_TESTS) sanitize
+check: $(C_TESTS) sanitize luajit
 	@bash spec/support/run-check.sh $(C_TESTS)
 
 # SPEC selects spec files (default: all, plus a LuaJIT pass); the servers are always stopped.
