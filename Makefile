@@ -100,16 +100,26 @@ deps-test:
 # sanitizers on); spec/unit holds busted specs that need no broker and no Redis.
 C_TESTS   = $(patsubst spec/c/%.c,$(BUILD)/check/%,$(wildcard spec/c/*_test.c))
 CHECK_SRC = $(filter-out src/lmqlease.c,$(CORE_SRC)) $(GEN_SRC)
+# The core is compiled once into a static library; each test links against it.
+CHECK_LIB = $(BUILD)/check/libmql-check.a
+CHECK_OBJ = $(patsubst %.c,$(BUILD)/check/obj/%.o,$(CHECK_SRC))
 
-$(BUILD)/check/%: spec/c/%.c spec/c/mql_test.h $(CHECK_SRC) $(HEADERS)
+$(BUILD)/check/obj/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) -Ispec/c $(CFLAGS_WARN) $(SAN_FLAGS) -o $@ $< $(CHECK_SRC) $(LIBS)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS_WARN) $(SAN_FLAGS) -c -o $@ $<
+
+$(CHECK_LIB): $(CHECK_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/check/%: spec/c/%.c spec/c/mql_test.h $(CHECK_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) -Ispec/c $(CFLAGS_WARN) $(SAN_FLAGS) -o $@ $< $(CHECK_LIB) $(LIBS)
 
 # spec/c/dv_*_test.c test the dev broker's pure parts (no grpc server) the same way.
 DV_CHECK_SRC = src/devbroker/dv_command.c src/devbroker/dv_store.c src/devbroker/dv_wire.c
-$(BUILD)/check/dv_%: spec/c/dv_%.c spec/c/mql_test.h $(CHECK_SRC) $(DV_CHECK_SRC) $(HEADERS) $(wildcard src/devbroker/*.h)
+$(BUILD)/check/dv_%: spec/c/dv_%.c spec/c/mql_test.h $(CHECK_LIB) $(DV_CHECK_SRC) $(wildcard src/devbroker/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) -Ispec/c -Isrc/devbroker $(CFLAGS_WARN) $(SAN_FLAGS) -o $@ $< $(DV_CHECK_SRC) $(CHECK_SRC) $(LIBS) -lz
+	$(CC) $(CFLAGS_BASE) -Ispec/c -Isrc/devbroker $(CFLAGS_WARN) $(SAN_FLAGS) -o $@ $< $(DV_CHECK_SRC) $(CHECK_LIB) $(LIBS) -lz
 
 check: $(C_TESTS) sanitize luajit
 	@bash spec/support/run-check.sh $(C_TESTS)
