@@ -30,8 +30,12 @@ function _M.plain(m, lease, handler)
   return "nack", nil, err ~= nil and tostring(err) or "handler returned false"
 end
 
--- SET lock NX PX ttl and INCR the fence in one round trip. -> {1, fence} | {0, owner}
+-- One atomic step: refuse when the done marker exists, else SET lock NX PX ttl
+-- and INCR the fence. -> {1, fence} | {0, owner} | {2, ''} (done before).
+-- Checking the marker in its own round trip would let an owner finish (mark,
+-- ack, unlock) in between, and this caller would run the handler again.
 local ACQUIRE = [[
+if redis.call('exists', KEYS[3]) == 1 then return {2, ''} end
 if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local fence = redis.call('incr', KEYS[2])
   redis.call('pexpire', KEYS[2], ARGV[3])
@@ -113,18 +117,14 @@ function _M.exactly_once(opts)
     local lock_key = o.prefix .. "lock:" .. id
     local fence_key = o.prefix .. "fence:" .. id
 
-    local done, err = rc:call("EXISTS", done_key)
-    if done == nil then return unreachable(m, lease, handler, err) end
-    if done == 1 then
-      -- done before (this is a redelivery): ack without running it again
+    local owner = m.consumer:id() .. "/" .. token()
+    local got, err = rc:eval(ACQUIRE, { lock_key, fence_key, done_key }, { owner, ttl_ms, done_ttl * 1000 })
+    if got == nil then return unreachable(m, lease, handler, err) end
+    if got[1] == 2 then
+      -- done before (a redelivery, or its owner just finished): a known duplicate
       m.consumer:count("duplicate_skipped")
       return "ack"
     end
-
-    local owner = m.consumer:id() .. "/" .. token()
-    local got
-    got, err = rc:eval(ACQUIRE, { lock_key, fence_key }, { owner, ttl_ms, done_ttl * 1000 })
-    if got == nil then return unreachable(m, lease, handler, err) end
     if got[1] == 0 then
       -- another live owner holds it: the take-over race
       m.consumer:count("handoff")
