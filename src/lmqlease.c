@@ -592,6 +592,7 @@ static int l_redis(lua_State *L) {
     cfg.host = opt_string(L, 1, "host");
     cfg.port = (int)opt_int(L, 1, "port", 6379);
     cfg.unix_path = opt_string(L, 1, "unix");
+    cfg.username = opt_string(L, 1, "username");
     cfg.password = opt_string(L, 1, "password");
     cfg.db = (int)opt_int(L, 1, "db", 0);
     cfg.timeout_ms = opt_int(L, 1, "timeout_ms", 1000);
@@ -649,8 +650,8 @@ static int l_redis_keepalive(lua_State *L) {
 }
 
 static int l_redis_keepalive_stop(lua_State *L) {
-    mql_redis_keepalive_stop(check_redis(L), (uint64_t)luaL_checkinteger(L, 2));
-    return 0;
+    lua_pushboolean(L, mql_redis_keepalive_stop(check_redis(L), (uint64_t)luaL_checkinteger(L, 2)));
+    return 1;
 }
 
 static int l_redis_fd(lua_State *L) {

@@ -52,6 +52,12 @@ return 0
 
 _M.scripts = { acquire = ACQUIRE, release = RELEASE }
 
+-- The keys of one message: { done =, lock =, fence = } (README "Key layout").
+function _M.keys(id, prefix)
+  prefix = prefix or "mqlease:"
+  return { done = prefix .. "done:" .. id, lock = prefix .. "lock:" .. id, fence = prefix .. "fence:" .. id }
+end
+
 local defaults = {
   redis = "127.0.0.1:6379", prefix = "mqlease:", done_ttl = 7 * 86400, lock_ttl = 30,
   on_locked = "defer", fail = "closed", defer_delay = 5, fail_delay = 5, max_hold = 3600,
@@ -113,9 +119,8 @@ function _M.exactly_once(opts)
   return function(m, lease, handler)
     local rc = client()
     local id = m.id
-    local done_key = o.prefix .. "done:" .. id
-    local lock_key = o.prefix .. "lock:" .. id
-    local fence_key = o.prefix .. "fence:" .. id
+    local keys = _M.keys(id, o.prefix)
+    local done_key, lock_key, fence_key = keys.done, keys.lock, keys.fence
 
     local owner = m.consumer:id() .. "/" .. token()
     local got, err = rc:eval(ACQUIRE, { lock_key, fence_key, done_key }, { owner, ttl_ms, done_ttl * 1000 })
@@ -136,7 +141,12 @@ function _M.exactly_once(opts)
       function() lease:_lock_lost() end)
 
     local ok, res, herr = pcall(handler, m, lease)
-    rc:keepalive_stop(keepalive)
+    if rc:keepalive_stop(keepalive) then
+      -- the lock lapsed or was taken while the handler ran (a slow or failed-over
+      -- Redis): another instance may have run it too; its fence is the newer one
+      lease:_lock_lost()
+      m.consumer:count("lock_lost")
+    end
     local function release() rc:eval(RELEASE, { lock_key }, { owner }) end
     if ok and res then
       -- the done marker first: a redelivery from now on is acked without running

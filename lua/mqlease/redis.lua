@@ -109,13 +109,15 @@ function methods:keepalive(key, owner, ttl, every, max, on_lost)
   return id
 end
 
--- Stops a keepalive; returns true if it had been lost meanwhile.
+-- Stops a keepalive; returns true if it had been lost meanwhile (a renewal
+-- found the key gone or taken, or the TTL ran out since the last renewal).
 function methods:keepalive_stop(id)
+  local lapsed = false
   if not self._session.client:closed() then
-    self._session.client:keepalive_stop(id)
+    lapsed = self._session.client:keepalive_stop(id)
     self._session:pump()
   end
-  local lost = self._lost[id] == true
+  local lost = lapsed or self._lost[id] == true
   self._lost[id], self._on_lost[id] = nil, nil
   return lost
 end
