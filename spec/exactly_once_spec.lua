@@ -65,8 +65,8 @@ describe("mqlease.policy.exactly_once", function()
     assert.is_true(metric(a, "duplicate_skipped") + metric(b, "duplicate_skipped") >= 1,
       "the done message was never skipped")
     assert.equal(1, metric(a, "expire_while_alive"))
-    assert.equal(1, r:call("EXISTS", "mqlease:done:" .. id))
-    assert.equal(0, r:call("EXISTS", "mqlease:lock:" .. id))   -- released
+    assert.equal(1, r:call("EXISTS", mqlease.policy.keys(id).done))
+    assert.equal(0, r:call("EXISTS", mqlease.policy.keys(id).lock))   -- released
   end)
 
   it("shows the risk of on_locked = \"ack\": if the owner then fails, the message is lost", function()
@@ -102,7 +102,7 @@ describe("mqlease.policy.exactly_once", function()
     assert.equal(3, #fences)
     assert.is_true(fences[1] < fences[2] and fences[2] < fences[3],
       ("fences %s, %s, %s"):format(fences[1], fences[2], fences[3]))
-    assert.equal(1, r:call("EXISTS", "mqlease:done:" .. id))
+    assert.equal(1, r:call("EXISTS", mqlease.policy.keys(id).done))
   end)
 
   it("with fail = \"closed\" runs nothing while Redis is down, and completes everything after", function()

@@ -53,9 +53,11 @@ return 0
 _M.scripts = { acquire = ACQUIRE, release = RELEASE }
 
 -- The keys of one message: { done =, lock =, fence = } (README "Key layout").
+-- They share the hash tag {<id>}, so a Redis Cluster keeps them in one slot
+-- and the lock script, which touches all three, can run there.
 function _M.keys(id, prefix)
-  prefix = prefix or "mqlease:"
-  return { done = prefix .. "done:" .. id, lock = prefix .. "lock:" .. id, fence = prefix .. "fence:" .. id }
+  local base = (prefix or "mqlease:") .. "{" .. id .. "}:"
+  return { done = base .. "done", lock = base .. "lock", fence = base .. "fence" }
 end
 
 local defaults = {

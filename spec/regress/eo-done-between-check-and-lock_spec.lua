@@ -32,15 +32,13 @@ describe("mqlease regression: exactly_once and an owner that finishes mid-check"
   it("does not run the handler when the owner finished between the done check and the lock", function()
     local id = env.name("regress_eo_finished")
     local prefix = "mqlease:regress:"
-    -- the owner (another instance) finishes just before our first script:
-    -- it writes every done-marker spelling the policy may use and unlocks
+    -- the owner (another instance) finishes (marks done, unlocks) just before our lock script
     local finished = false
     local wrapper = setmetatable({
       eval = function(_, script, keys, args)
         if not finished then
           finished = true
-          assert(real:call("SET", prefix .. "done:" .. id, "1", "EX", 60))
-          assert(real:call("SET", prefix .. "{" .. id .. "}:done", "1", "EX", 60))
+          assert(real:call("SET", mqlease.policy.keys(id, prefix).done, "1", "EX", 60))
         end
         return real:eval(script, keys, args)
       end,
