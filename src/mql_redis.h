@@ -27,6 +27,12 @@ typedef struct mql_redis_config {
     const char *password;        /* AUTH after each connect, if set */
     int db;                      /* SELECT after each connect, if > 0 */
     int64_t timeout_ms;          /* connect and command timeout */
+    /* Sentinel: master names the monitored master, nodes are the sentinels.
+     * Cluster: cluster != 0, nodes are seed nodes. Each node "host:port". */
+    const char *master;
+    int cluster;
+    const char *const *nodes;
+    int nnodes;
 } mql_redis_config;
 
 typedef struct mql_redis mql_redis;
