@@ -7,6 +7,9 @@
 #                                (monitoring "mqmaster", quorum 2, down after 1 s)
 #   redis-ha.sh master           print the host:port the sentinels name now
 #   redis-ha.sh kill-master      SIGKILL the master the sentinels name now
+#   redis-ha.sh cut-replica      SIGSTOP the replica and drop its link on the master: the
+#                                master's writes from now on never reach it
+#   redis-ha.sh thaw-replica     SIGCONT the replica (it then waits for a master again)
 #   redis-ha.sh start-cluster    6 nodes :16420-16425 (3 masters, 3 replicas)
 #   redis-ha.sh reshard N        move N slots from the first master to the second, live
 #   redis-ha.sh kill-node PORT   SIGKILL one cluster node
@@ -93,6 +96,12 @@ cmd_kill_port() {
   log "killed the redis-server on :$1 (pid $pid)"
 }
 
+cmd_signal_port() {   # cmd_signal_port PORT SIGNAL
+  local pid
+  pid=$(pid_of "$1") || die "nothing of ours runs on :$1"
+  kill -"$2" "$pid"
+}
+
 cmd_kill_master() {
   local m
   m=$(sentinel_master)
@@ -139,6 +148,7 @@ cmd_stop() {
   local p pid n=0
   for p in $MASTER_PORT $REPLICA_PORT "${SENTINEL_PORTS[@]}" "${CLUSTER_PORTS[@]}"; do
     if pid=$(pid_of "$p"); then
+      kill -CONT "$pid" 2>/dev/null || true
       kill -TERM "$pid" 2>/dev/null || true
       n=$((n + 1))
     fi
@@ -156,6 +166,11 @@ case ${1:-} in
   start-sentinel) cmd_start_sentinel ;;
   master) sentinel_master ;;
   kill-master) cmd_kill_master ;;
+  cut-replica)
+    cmd_signal_port $REPLICA_PORT STOP
+    m=$(sentinel_master)
+    cli -p "${m##*:}" client kill type replica >/dev/null ;;
+  thaw-replica) cmd_signal_port $REPLICA_PORT CONT ;;
   start-cluster) cmd_start_cluster ;;
   reshard) cmd_reshard "${2:?slots}" ;;
   kill-node) cmd_kill_port "${2:?port}" ;;

@@ -44,7 +44,7 @@ function _M.run(opts)
   c:close()
   local logs = {}
   for i = 1, 3 do
-    local vars = { EO_FENCED = 1, EO_WORK = 0.4, EO_CONCURRENCY = 4, EO_RUN_FOR = 45, EO_GRACE = 10 }
+    local vars = { EO_FENCED = 1, EO_WORK = 0.4, EO_CONCURRENCY = 4, EO_RUN_FOR = 35, EO_GRACE = 10 }
     for k, v in pairs(opts.worker_env) do vars[k] = v end
     logs[i] = worker(group, topic, vars)
   end
@@ -52,7 +52,12 @@ function _M.run(opts)
   local ids = {}
   for i = 1, opts.messages do ids[i] = assert(producer:send(topic, opts.name .. " " .. i)) end
   producer:close()
-  wait_for(function() return sum(logs, "effect ") >= opts.fault_after end, 60, "the first effects")
+  local ok = pcall(wait_for, function() return sum(logs, "effect ") >= opts.fault_after end, 90, "")
+  if not ok then
+    local tails = {}
+    for _, l in ipairs(logs) do tails[#tails + 1] = l .. ": " .. read(l):sub(-300) .. read(l .. ".out"):sub(-600) end
+    error(("only %d effects within 90 s; the workers:\n%s"):format(sum(logs, "effect "), table.concat(tails, "\n")))
+  end
   opts.fault()
   local business = mqlease.redis("127.0.0.1:" .. env.redis_port)
   local applied = {}
