@@ -230,9 +230,9 @@ static void push_event(lua_State *L, const mql_event *ev) {
         }
         lua_setfield(L, -2, "messages");
     }
-    if (ev->text) {
-        set_str(L, "message_id", ev->text);
-        set_int(L, "offset", (lua_Integer)ev->number);
+    if (ev->message_id) {
+        set_str(L, "message_id", ev->message_id);
+        set_int(L, "offset", (lua_Integer)ev->offset);
     }
     if (ev->reply) {
         push_reply(L, ev->reply);
@@ -385,7 +385,8 @@ static int l_lease(lua_State *L) {
     lua_pushnumber(L, (lua_Number)info.remaining_ms / 1000.0);
     lua_pushinteger(L, info.renewals);
     lua_pushnumber(L, (lua_Number)info.held_ms / 1000.0);
-    return 4;
+    lua_pushboolean(L, info.uncertain);
+    return 5;
 }
 
 static void push_hist(lua_State *L, const char *key, const mql_hist *h) {
@@ -446,9 +447,9 @@ static int l_metrics(lua_State *L) {
     return 1;
 }
 
-static int l_release_all(lua_State *L) {
+static int l_nack_all(lua_State *L) {
     mql_client *c = check_client(L);
-    return push_op(L, mql_client_release_all(c, luaL_checkinteger(L, 2)));
+    return push_op(L, mql_client_nack_all(c, luaL_checkinteger(L, 2)));
 }
 
 static int l_cancel_receives(lua_State *L) {
@@ -496,7 +497,7 @@ static const char *signal_name(int signo) {
     return NULL;
 }
 
-/* core.watch_signals({"TERM", "INT"}, {client, ...}, grace_s, release_delay_s) -> watcher */
+/* core.watch_signals({"TERM", "INT"}, {client, ...}, deadline_s, release_delay_s) -> watcher */
 static int l_watch_signals(lua_State *L) {
     int signals[8], nsignals = 0, nclients = 0, i, n;
     mql_client *clients[16];
@@ -557,6 +558,11 @@ static int l_watcher_done(lua_State *L) {
     return 0;
 }
 
+static int l_watcher_extend(lua_State *L) {
+    mql_shutdown_extend(check_watcher(L), (int64_t)(luaL_checknumber(L, 2) * 1000));
+    return 0;
+}
+
 static int l_watcher_close(lua_State *L) {
     lwatcher *w = luaL_checkudata(L, 1, WATCHER_MT);
     if (w->s) {
@@ -568,6 +574,7 @@ static int l_watcher_close(lua_State *L) {
 
 static const luaL_Reg watcher_methods[] = {
     {"fd", l_watcher_fd}, {"signal", l_watcher_signal}, {"done", l_watcher_done},
+    {"extend", l_watcher_extend},
     {"close", l_watcher_close}, {NULL, NULL}};
 
 /* ------------------------------------------------------------ redis */
@@ -777,7 +784,7 @@ static const luaL_Reg client_methods[] = {
     {"events", l_events},   {"fd", l_fd},         {"id", l_id},
     {"receive", l_receive}, {"ack", l_ack},       {"nack", l_nack},
     {"let_expire", l_let_expire}, {"send", l_send}, {"terminate", l_terminate},
-    {"route", l_route}, {"release_all", l_release_all}, {"cancel_receives", l_cancel_receives},
+    {"route", l_route}, {"nack_all", l_nack_all}, {"cancel_receives", l_cancel_receives},
     {"lease", l_lease},     {"metrics", l_metrics},
     {"close", l_close},     {"closed", l_closed}, {NULL, NULL}};
 

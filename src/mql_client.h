@@ -70,9 +70,16 @@ typedef struct mql_client mql_client;
 /* Creates the client and starts its session; the start finishes as an event
  * whose op is *start_op. NULL only if the thread or descriptor cannot be made. */
 mql_client *mql_client_new(const mql_config *cfg, uint64_t *start_op, char *err, size_t errlen);
-/* Cancels what is in flight, stops the thread and frees everything. Leases
- * still held are left to expire (the host releases them first if it wants). */
+/* Cancels what is in flight, stops the thread, tears grpc down, and drops the
+ * host's reference. Leases still held are left to expire (the host nacks them
+ * first if it wants). Whoever else holds a reference (a signal watcher) may
+ * still call it: operations then answer CLOSED without touching the network.
+ * The memory goes with the last reference. */
 void mql_client_free(mql_client *c);
+void mql_client_ref(mql_client *c);
+void mql_client_unref(mql_client *c);
+/* The per-call deadline, for those who wait for the client's calls. */
+int64_t mql_client_request_timeout_ms(const mql_client *c);
 
 int mql_client_fd(const mql_client *c);
 mql_event *mql_client_take_events(mql_client *c);
@@ -97,13 +104,15 @@ typedef struct mql_lease_info {
     int64_t remaining_ms;
     int renewals;
     int64_t held_ms;
+    int uncertain;            /* a renewal went unanswered: may come back once more */
 } mql_lease_info;
 int mql_client_lease_info(mql_client *c, uint64_t lease_id, mql_lease_info *out);
 
 void mql_client_metrics(mql_client *c, mql_metrics *out, size_t *inflight);
-/* Gives back every lease not already being released (nack after delay_ms);
- * for shutdown. Returns the op of the last nack (0 if none). */
-uint64_t mql_client_release_all(mql_client *c, int64_t delay_ms);
+/* Gives back every lease the table holds that is not already being released
+ * (a nack to delay_ms), whether or not the host still references it: for close
+ * and shutdown. One op answers for all of them. */
+uint64_t mql_client_nack_all(mql_client *c, int64_t delay_ms);
 /* Waits (blocking, up to timeout_ms) until no lease is held; returns how many remain. */
 int mql_client_wait_released(mql_client *c, int64_t timeout_ms);
 /* Ends the receives in flight at once (they finish with CANCELLED). */

@@ -45,7 +45,7 @@ void mql_event_free(mql_event *ev) {
     if (!ev) return;
     for (i = 0; i < ev->nmsgs; i++) mql_message_clear(&ev->msgs[i]);
     free(ev->msgs);
-    free(ev->text);
+    free(ev->message_id);
     free(ev->entries);
     if (ev->reply) {
         mql_reply_clear(ev->reply);

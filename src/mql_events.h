@@ -79,8 +79,8 @@ typedef struct mql_event {
     /* MQL_EV_OP payloads, by operation */
     mql_message *msgs;          /* receive */
     size_t nmsgs;
-    char *text;                 /* send: the message id */
-    int64_t number;             /* send: the queue offset */
+    char *message_id;           /* send: the id of the message sent */
+    int64_t offset;             /* send: its queue offset */
     mql_result *entries;        /* ack: one result per lease, in request order */
     size_t nentries;
     mql_reply *reply;           /* redis command */

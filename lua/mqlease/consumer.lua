@@ -9,14 +9,15 @@ local core = require "mqlease.core"
 local config = require "mqlease.config"
 local session_mod = require "mqlease.session"
 
-local setmetatable, rawget, type, error, ipairs, pairs = setmetatable, rawget, type, error, ipairs, pairs
+local setmetatable, getmetatable, rawget, type, error, ipairs, pairs =
+  setmetatable, getmetatable, rawget, type, error, ipairs, pairs
 local floor = math.floor
 
 local _M = {}
 
 -- ---------------------------------------------------------------- lease
 
-local FINAL = { acked = true, released = true, lost = true }
+local FINAL = { acked = true, nacked = true, lost = true }
 local ALIVE = { held = true, renewing = true, expiring = true }
 
 local lease_methods = {}
@@ -28,6 +29,10 @@ local lease_mt = {
     elseif k == "renewals" then
       local _, _, renewals = self:_info()
       return renewals
+    elseif k == "uncertain" then
+      -- true once a renewal went unanswered: the message may come back once more
+      local _, _, _, uncertain = self:_info()
+      return uncertain
     end
     return lease_methods[k]
   end,
@@ -36,8 +41,32 @@ local lease_mt = {
   end,
 }
 
-local function new_lease(session, id)
-  local lease = setmetatable({ id = id, _session = session, _final = nil, _renewals = 0 }, lease_mt)
+-- A lease whose message nobody references any more can never be acked: a
+-- handler dropped it. Without this its core lease would be renewed until
+-- max_lease (an hour by default). It is nacked instead (visible again after
+-- release_delay) and counted as leases_dropped.
+local function collect_lease(lease)
+  if rawget(lease, "_final") then return end
+  local session = rawget(lease, "_session")
+  local client = session.client
+  if client:closed() or not client:lease(rawget(lease, "id")) then return end
+  local consumer = rawget(lease, "_consumer")
+  session:forget(client:nack(rawget(lease, "id"), floor(consumer.options.release_delay * 1000)))
+  consumer:count("leases_dropped")
+end
+
+lease_mt.__gc = collect_lease
+
+local newproxy = newproxy   -- Lua 5.1/LuaJIT: tables have no __gc, a proxy userdata does
+
+local function new_lease(session, consumer, id)
+  local lease = setmetatable({ id = id, _session = session, _consumer = consumer, _final = nil,
+    _renewals = 0 }, lease_mt)
+  if newproxy then
+    local proxy = newproxy(true)
+    getmetatable(proxy).__gc = function() collect_lease(lease) end
+    lease._proxy = proxy
+  end
   session.leases[id] = lease
   return lease
 end
@@ -46,20 +75,21 @@ end
 -- else the final state the core reported when it let go.
 function lease_methods:_info()
   local final = rawget(self, "_final")
-  if final then return final, 0, rawget(self, "_renewals") end
+  if final then return final, 0, rawget(self, "_renewals"), rawget(self, "_uncertain") == true end
   local session = rawget(self, "_session")
   local client = session.client
   if not client:closed() then
-    local state, remaining, renewals = client:lease(rawget(self, "id"))
+    local state, remaining, renewals, _, uncertain = client:lease(rawget(self, "id"))
     if state then
       self._renewals = renewals
-      return state, remaining, renewals
+      if uncertain then self._uncertain = true end
+      return state, remaining, renewals, uncertain
     end
     session:pump()   -- the event that ended it is waiting
     final = rawget(self, "_final")
-    if final then return final, 0, rawget(self, "_renewals") end
+    if final then return final, 0, rawget(self, "_renewals"), rawget(self, "_uncertain") == true end
   end
-  return "lost", 0, rawget(self, "_renewals")
+  return "lost", 0, rawget(self, "_renewals"), rawget(self, "_uncertain") == true
 end
 
 function lease_methods:_set_state(state, renewals)
@@ -101,7 +131,7 @@ local function gone_reason(lease, err, code)
   if code ~= "NO_LEASE" then return err, code end
   local final = rawget(lease, "_final")
   if final == "acked" then return "the message was already acked", "ALREADY_ACKED" end
-  if final == "released" then return "the message was already released", "RELEASED" end
+  if final == "nacked" then return "the message was already nacked", "ALREADY_NACKED" end
   return "the lease was lost: the broker may have redelivered the message", "LEASE_LOST"
 end
 
@@ -133,11 +163,11 @@ function message_methods:nack(delay)
   local session = rawget(lease, "_session")
   if session.client:closed() then return nil, "the consumer is closed", "CLOSED" end
   local ev = session:await(session.client:nack(rawget(lease, "id"), floor(delay * 1000 + 0.5)))
-  return finish_release(lease, ev, "released")
+  return finish_release(lease, ev, "nacked")
 end
 
 -- Stops renewing on purpose: the message comes back when its lease ends.
-function message_methods:release()
+function message_methods:let_expire()
   local lease = self.lease
   local session = rawget(lease, "_session")
   if session.client:closed() then return nil, "the consumer is closed", "CLOSED" end
@@ -185,7 +215,7 @@ function _M.new(opts)
 end
 
 local function wrap_message(session, consumer, m)
-  m.lease = new_lease(session, m.lease_id)
+  m.lease = new_lease(session, consumer, m.lease_id)
   m.lease_id = nil
   m.consumer = consumer
   return setmetatable(m, message_mt)
@@ -279,25 +309,17 @@ function consumer_methods:timeout()
   return nil
 end
 
--- Closes the consumer: every lease still held is given back (visible again
--- after release_delay seconds) so another instance takes over quickly, then
--- the proxy is told and the session ends. Safe to call twice.
+-- Closes the consumer: every lease the core still holds is nacked (visible
+-- again after release_delay seconds), including those of messages Lua no
+-- longer references, so another instance takes over quickly; then the proxy
+-- is told and the session ends. Safe to call twice.
 function consumer_methods:close()
   if closed_guard(self) then return true end
   self._closed = true
   local session = self._session
   local client = session.client
-  local delay = floor(self.options.release_delay * 1000)
-  local ops = {}
-  for id, lease in pairs(session.leases) do
-    if not rawget(lease, "_final") and client:lease(id) then
-      ops[#ops + 1] = { lease = lease, op = client:nack(id, delay) }
-    end
-  end
-  for _, p in ipairs(ops) do
-    local ev = session:await(p.op)
-    if ev.ok then p.lease:_set_state("released") end
-  end
+  session:await(client:nack_all(floor(self.options.release_delay * 1000)))
+  session:pump()
   session:await(client:terminate())
   self._last_metrics = client:metrics()
   session:close()

@@ -21,6 +21,8 @@ local COUNTERS = {
   { "mqlease_lease_budget_exhausted_total", "Leases whose renewal budget ran out, by the decision taken.",
     { { 'decision="expire"', "budget_expire" }, { 'decision="nack"', "budget_nack" } } },
   { "mqlease_lease_handoff_total", "Messages found locked by another live owner (take-over race).", { { nil, "handoff" } } },
+  { "mqlease_leases_dropped_total", "Messages collected by Lua while their lease was held (never acked or nacked); nacked by the finalizer.",
+    { { nil, "leases_dropped" } } },
   { "mqlease_duplicates_skipped_total", "Redeliveries of messages already done, acked without running.", { { nil, "duplicate_skipped" } } },
   { "mqlease_messages_sent_total", "Messages sent by result.", { { 'result="ok"', "sent_ok" }, { 'result="fail"', "sent_fail" } } },
 }
