@@ -82,6 +82,12 @@ static int new_client(lua_State *L, mql_client_type type) {
     cfg.access_key = opt_string(L, 1, "access_key");
     cfg.secret_key = opt_string(L, 1, "secret_key");
     cfg.security_token = opt_string(L, 1, "security_token");
+    cfg.tls = opt_bool(L, 1, "tls", 0);
+    cfg.tls_insecure = opt_bool(L, 1, "tls_insecure", 0);
+    cfg.tls_ca_pem = opt_string(L, 1, "tls_ca_pem");
+    cfg.tls_cert_pem = opt_string(L, 1, "tls_cert_pem");
+    cfg.tls_key_pem = opt_string(L, 1, "tls_key_pem");
+    cfg.tls_server_name = opt_string(L, 1, "tls_server_name");
     cfg.request_timeout_ms = opt_int(L, 1, "request_timeout_ms", 3000);
     cfg.group = opt_string(L, 1, "group");
     cfg.topic = opt_string(L, 1, "topic");
@@ -188,6 +194,8 @@ static void push_message(lua_State *L, const mql_message *m) {
 
 static void push_reply(lua_State *L, const mql_reply *r) {
     size_t i;
+    /* nested arrays recurse: make room for each level (hiredis bounds the depth) */
+    luaL_checkstack(L, 3, "mqlease: Redis reply nested too deeply");
     switch (r->type) {
     case MQL_REPLY_NIL: PUSH_NULL(L); break;
     case MQL_REPLY_INTEGER: lua_pushinteger(L, (lua_Integer)r->integer); break;
@@ -250,22 +258,44 @@ static void push_event(lua_State *L, const mql_event *ev) {
     }
 }
 
-/* Pushes an array of event tables (possibly empty) and frees the list. */
-static void push_events(lua_State *L, mql_event *ev) {
-    mql_event *next;
+static int push_event_list(lua_State *L) {
+    const mql_event *ev = lua_touserdata(L, 1);
     int n = 0;
     lua_newtable(L);
-    for (; ev; ev = next) {
-        next = ev->next;
+    for (; ev; ev = ev->next) {
         push_event(L, ev);
         lua_rawseti(L, -2, ++n);
+    }
+    return 1;
+}
+
+/* Pushes an array of event tables (possibly empty) and frees the list. The
+ * tables are built in a protected call: if Lua runs out of memory halfway,
+ * the whole list goes back to its queue (requeue) -- no event, and so no
+ * waiting coroutine's result, is lost -- and the error is raised again. */
+static void push_events(lua_State *L, mql_event *list, void (*requeue)(void *, mql_event *),
+                        void *owner) {
+    mql_event *ev, *next;
+    lua_pushcfunction(L, push_event_list);
+    lua_pushlightuserdata(L, list);
+    if (lua_pcall(L, 1, 1, 0) != 0) {
+        if (requeue) requeue(owner, list);
+        lua_error(L);
+    }
+    for (ev = list; ev; ev = next) {
+        next = ev->next;
         mql_event_free(ev);
     }
 }
 
+static void requeue_client_events(void *c, mql_event *list) {
+    mql_client_requeue_events(c, list);
+}
+
 /* client:events() -> array of event tables; drains the fd. */
 static int l_events(lua_State *L) {
-    push_events(L, mql_client_take_events(check_client(L)));
+    mql_client *c = check_client(L);
+    push_events(L, mql_client_take_events(c), requeue_client_events, c);
     return 1;
 }
 
@@ -431,6 +461,10 @@ static int l_metrics(lua_State *L) {
     set_int(L, "budget_nack", (lua_Integer)m.budget_nack);
     set_int(L, "sent_ok", (lua_Integer)m.sent_ok);
     set_int(L, "sent_fail", (lua_Integer)m.sent_fail);
+    set_int(L, "reconnects", (lua_Integer)m.reconnects);
+    set_str(L, "session_state", m.session_state == MQL_CLIENT_READY ? "ready"
+                                : m.session_state == MQL_CLIENT_STARTING ? "starting"
+                                : m.session_state == MQL_CLIENT_FAILED ? "failed" : "closing");
     set_int(L, "inflight", (lua_Integer)inflight);
     push_hist(L, "renew_latency", &m.renew_latency);
     push_hist(L, "renew_lateness", &m.renew_lateness);
@@ -693,7 +727,7 @@ static int l_redis_fd(lua_State *L) {
 }
 
 static int l_redis_events(lua_State *L) {
-    push_events(L, mql_redis_take_events(check_redis(L)));
+    push_events(L, mql_redis_take_events(check_redis(L)), NULL, NULL);
     return 1;
 }
 

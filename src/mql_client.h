@@ -41,6 +41,12 @@ typedef struct mql_config {
     const char *namespace_;
     const char *access_key, *secret_key, *security_token;
     int64_t request_timeout_ms;  /* unary RPCs and the receive margin */
+    /* TLS to the proxy (tls = 0: plaintext). PEM text, not paths: the host
+     * reads the files, so a bad path fails where the option is checked. No CA:
+     * the system's roots. insecure: no check of the proxy's certificate. */
+    int tls, tls_insecure;
+    const char *tls_ca_pem, *tls_cert_pem, *tls_key_pem;
+    const char *tls_server_name; /* name the certificate must carry (default: the host) */
     /* consumer */
     const char *group;
     const char *topic;
@@ -83,6 +89,7 @@ int64_t mql_client_request_timeout_ms(const mql_client *c);
 
 int mql_client_fd(const mql_client *c);
 mql_event *mql_client_take_events(mql_client *c);
+void mql_client_requeue_events(mql_client *c, mql_event *list);
 const char *mql_client_id(const mql_client *c);
 
 /* Operations: each returns the op id of its event. */

@@ -105,5 +105,8 @@ void mql_events_destroy(mql_events *q);
 void mql_events_push(mql_events *q, mql_event *ev);
 /* Drains the descriptor, then takes every queued event as a list (oldest first). */
 mql_event *mql_events_take(mql_events *q);
+/* Puts a taken list back in front of the queue (the host could not take it,
+ * e.g. out of memory) and makes the descriptor readable again. */
+void mql_events_requeue(mql_events *q, mql_event *list);
 
 #endif /* MQL_EVENTS_H */

@@ -42,6 +42,14 @@ static int budget_spent(const mql_client *c, const mql_lease *l, int64_t now) {
 /* One timer of one lease is due: the deadline passed, or it is time to renew. */
 static void lease_timer(mql_client *c, mql_lease *l, int64_t now) {
     mql_lease_disarm(&c->leases, l);
+    if (now >= l->deadline_ms && l->pending != MQL_PENDING_NONE &&
+        now < l->deadline_ms + 2 * c->request_timeout_ms) {
+        /* An ack or nack is on the wire: its reply decides the lease's one
+         * outcome (the broker may well have taken it in time). The call ends
+         * within its own deadline; this is only the safety net. */
+        mql_lease_arm(&c->leases, l, now + c->request_timeout_ms);
+        return;
+    }
     if (now >= l->deadline_ms) {
         /* The broker has given the message to someone else by now. */
         if (l->state != MQL_LEASE_EXPIRING || !l->let_go) c->metrics.expire_while_alive++;

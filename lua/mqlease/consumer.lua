@@ -192,10 +192,13 @@ end
 function _M.new(opts)
   local o = config.consumer_options(opts)
   local cr = o.credentials or {}
+  local tls = config.tls_core("mqlease.consumer", o.tls)
   local client, start_op = core.consumer {
-    endpoint = config.first_endpoint(o.endpoints),
+    endpoint = config.endpoint_list(o.endpoints),
     namespace = o.namespace,
     access_key = cr.access_key, secret_key = cr.secret_key, security_token = cr.security_token,
+    tls = tls.tls, tls_insecure = tls.tls_insecure, tls_ca_pem = tls.tls_ca_pem,
+    tls_cert_pem = tls.tls_cert_pem, tls_key_pem = tls.tls_key_pem, tls_server_name = tls.tls_server_name,
     request_timeout_ms = floor(o.request_timeout * 1000),
     group = o.group, topic = o.topic, filter = o.filter, filter_sql = o.filter_type == "sql",
     invisible_ms = floor(o.invisible * 1000),
