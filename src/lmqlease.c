@@ -217,7 +217,7 @@ static void push_event(lua_State *L, const mql_event *ev) {
     lua_createtable(L, 0, 8);
     if (ev->kind == MQL_EV_LOCK_LOST) {
         set_str(L, "kind", "lock_lost");
-        set_int(L, "keepalive", (lua_Integer)ev->lease_id);
+        set_int(L, "keepalive", (lua_Integer)ev->keepalive_id);
         return;
     }
     if (ev->kind == MQL_EV_LEASE) {
@@ -290,6 +290,10 @@ static void push_events(lua_State *L, mql_event *list, void (*requeue)(void *, m
 
 static void requeue_client_events(void *c, mql_event *list) {
     mql_client_requeue_events(c, list);
+}
+
+static void requeue_redis_events(void *r, mql_event *list) {
+    mql_redis_requeue_events(r, list);
 }
 
 /* client:events() -> array of event tables; drains the fd. */
@@ -727,7 +731,8 @@ static int l_redis_fd(lua_State *L) {
 }
 
 static int l_redis_events(lua_State *L) {
-    push_events(L, mql_redis_take_events(check_redis(L)), NULL, NULL);
+    mql_redis *r = check_redis(L);
+    push_events(L, mql_redis_take_events(r), requeue_redis_events, r);
     return 1;
 }
 

@@ -235,7 +235,7 @@ static int renew_lock(mql_redis *r, const char *key, const char *owner, int64_t 
 
 static void post_lock_lost(mql_redis *r, uint64_t id) {
     mql_event *ev = mql_event_new(MQL_EV_LOCK_LOST, 0);
-    ev->lease_id = id;
+    ev->keepalive_id = id;
     mql_events_push(&r->events, ev);
 }
 
@@ -304,13 +304,7 @@ static void *ka_thread_main(void *arg) {
 /* ------------------------------------------------------------ public */
 
 static int start_thread(pthread_t *t, void *(*fn)(void *), mql_redis *r) {
-    sigset_t all, old;
-    int ok;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &old);
-    ok = pthread_create(t, NULL, fn, r) == 0;
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    return ok;
+    return mql_thread_start(t, fn, r) == 0;
 }
 
 mql_redis *mql_redis_new(const mql_redis_config *cfg, char *err, size_t errlen) {
@@ -370,6 +364,10 @@ int mql_redis_fd(const mql_redis *r) {
 
 mql_event *mql_redis_take_events(mql_redis *r) {
     return mql_events_take(&r->events);
+}
+
+void mql_redis_requeue_events(mql_redis *r, mql_event *list) {
+    mql_events_requeue(&r->events, list);
 }
 
 static uint64_t enqueue(mql_redis *r, redis_cmd *cmd) {

@@ -41,6 +41,7 @@ mql_redis *mql_redis_new(const mql_redis_config *cfg, char *err, size_t errlen);
 void mql_redis_free(mql_redis *r);
 int mql_redis_fd(const mql_redis *r);
 mql_event *mql_redis_take_events(mql_redis *r);
+void mql_redis_requeue_events(mql_redis *r, mql_event *list);   /* see mql_events_requeue */
 
 /* A command; the arguments are copied. Its event carries the reply. */
 uint64_t mql_redis_command(mql_redis *r, int argc, const char **argv, const size_t *lens);
