@@ -46,7 +46,8 @@ local lease_mt = {
 -- max_lease (an hour by default). It is nacked instead (visible again after
 -- release_delay) and counted as leases_dropped.
 local function collect_lease(lease)
-  if rawget(lease, "_final") then return end
+  -- let expire on purpose: the handler chose the deadline, not release_delay
+  if rawget(lease, "_final") or rawget(lease, "_let_go") then return end
   local session = rawget(lease, "_session")
   local client = session.client
   if client:closed() or not client:lease(rawget(lease, "id")) then return end
@@ -171,7 +172,10 @@ function message_methods:let_expire()
   local lease = self.lease
   local session = rawget(lease, "_session")
   if session.client:closed() then return nil, "the consumer is closed", "CLOSED" end
-  if session.client:let_expire(rawget(lease, "id")) then return true end
+  if session.client:let_expire(rawget(lease, "id")) then
+    lease._let_go = true
+    return true
+  end
   local err, code = gone_reason(lease, "no lease", "NO_LEASE")
   return nil, err, code
 end
@@ -314,6 +318,9 @@ function consumer_methods:close()
   self._closed = true
   local session = self._session
   local client = session.client
+  -- no receive may bring a message after the nacks (the core also gives back
+  -- at once whatever still arrives once nack_all ran)
+  client:cancel_receives()
   session:await(client:nack_all(floor(self.options.release_delay * 1000)))
   session:pump()
   session:await(client:terminate())

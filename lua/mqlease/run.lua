@@ -136,6 +136,9 @@ return function(consumer, handler, opts)
 
   local function drain()
     local grace_deadline = core.now() + o.grace
+    -- the whole drain from here: the watcher's clock started at the signal,
+    -- ours may start later (or without a signal: run_for, stop)
+    if watcher then watcher:extend(o.grace + drain_extension) end
     client:cancel_receives()
     if receiver then sched:wake(receiver) end
     -- 1. what never started goes back at once
@@ -154,10 +157,21 @@ return function(consumer, handler, opts)
       end
     end
     -- 3. what still runs is given back; its handler's later ack will fail, never double
+    -- (all at once: one at a time, n slow nacks would outlast any deadline)
     if watcher then watcher:extend(drain_extension) end
+    local pending = 0
     for m in pairs(st.running) do
-      if m.lease:alive() and m:nack(release_delay) then st.drained = st.drained + 1 end
+      if m.lease:alive() then
+        pending = pending + 1
+        sched:spawn(function()
+          if m:nack(release_delay) then st.drained = st.drained + 1 end
+          pending = pending - 1
+          if pending == 0 and drainer then sched:wake(drainer) end
+        end)
+      end
     end
+    local nack_deadline = core.now() + drain_extension
+    while pending > 0 and core.now() < nack_deadline do sched:park(nack_deadline) end
     -- 4. wait for the receiver's cancelled call, so no lease arrives after close
     local flush_deadline = core.now() + 2
     while receiver and core.now() < flush_deadline do

@@ -69,6 +69,8 @@ function methods:await(op, deadline)
       return ev
     end
     if deadline and core.now() >= deadline then return nil end
+    -- closed by another coroutine meanwhile: no result will come
+    if self.client:closed() then return { ok = false, err = "the client is closed", code = "CLOSED" } end
     wait.wait(self.client:fd(), deadline or core.now() + 1)
   end
 end
