@@ -56,6 +56,8 @@ typedef struct mql_lease {
     uint8_t state;             /* an mql_lease_state */
     uint8_t pending;           /* an mql_lease_pending: a release is under way (or waits) */
     uint8_t let_go;            /* the host chose to let it expire: not "expired while alive" */
+    uint8_t uncertain;         /* a renewal got no reply: the broker may hold a newer handle
+                                  (and a second deadline) we never saw */
     char message_id[];         /* broker id, stable across redeliveries (same allocation) */
 } mql_lease;
 

@@ -38,6 +38,8 @@ typedef struct mql_metrics {
     uint64_t lost_expired, lost_rejected;
     uint64_t budget_expire, budget_nack;
     uint64_t sent_ok, sent_fail;
+    uint64_t reconnects;        /* next endpoint at start, Telemetry re-opened */
+    int session_state;          /* mql_client_state, set when copied out */
     mql_hist renew_latency;     /* request to reply of ChangeInvisibleDuration */
     mql_hist renew_lateness;    /* scheduled time to send time of a renewal */
     mql_hist handler;           /* receive to ack or nack */

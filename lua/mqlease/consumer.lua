@@ -9,7 +9,8 @@ local core = require "mqlease.core"
 local config = require "mqlease.config"
 local session_mod = require "mqlease.session"
 
-local setmetatable, getmetatable, rawget, type, error, ipairs, pairs, next = setmetatable, getmetatable, rawget, type, error, ipairs, pairs, next
+local setmetatable, getmetatable, rawget, type, error, ipairs, pairs, next =
+  setmetatable, getmetatable, rawget, type, error, ipairs, pairs, next
 local floor = math.floor
 
 local _M = {}
@@ -27,6 +28,10 @@ local function lease_index(self, k)
   elseif k == "renewals" then
     local _, _, renewals = self:_info()
     return renewals
+  elseif k == "uncertain" then
+    -- true once a renewal went unanswered: the message may come back once more
+    local _, _, _, uncertain = self:_info()
+    return uncertain
   end
   return lease_methods[k]
 end
@@ -36,41 +41,65 @@ local function lease_tostring(self)
 end
 
 -- A lease is held by the thousand, so every slot counts: it starts with its id
--- alone (_renewals and _final appear once known), and finds its session in
--- the metatable its session's leases share.
-local function new_lease(session, id)
+-- alone (_renewals, _final and the rest appear once known) and finds its
+-- session and consumer in the metatable all leases of its consumer share.
+local function session_of(lease)
+  return getmetatable(lease).session
+end
+
+-- A lease whose message nobody references any more can never be acked: a
+-- handler dropped it. Without this its core lease would be renewed until
+-- max_lease (an hour by default). It is nacked instead (visible again after
+-- release_delay) and counted as leases_dropped.
+local function collect_lease(lease)
+  -- let expire on purpose: the handler chose the deadline, not release_delay
+  if rawget(lease, "_final") or rawget(lease, "_let_go") then return end
+  local session = session_of(lease)
+  local client = session.client
+  if client:closed() or not client:lease(rawget(lease, "id")) then return end
+  local consumer = getmetatable(lease).consumer
+  session:forget(client:nack(rawget(lease, "id"), floor(consumer.options.release_delay * 1000)))
+  consumer:count("leases_dropped")
+end
+
+local newproxy = newproxy   -- Lua 5.1/LuaJIT: tables have no __gc, a proxy userdata does
+
+local function new_lease(session, consumer, id)
   local mt = session.lease_mt
   if not mt then
-    mt = { __name = "mqlease.lease", __index = lease_index, __tostring = lease_tostring, session = session }
+    mt = { __name = "mqlease.lease", __index = lease_index, __tostring = lease_tostring,
+      __gc = collect_lease, session = session, consumer = consumer }
     session.lease_mt = mt
   end
   local lease = setmetatable({ id = id }, mt)
+  if newproxy then
+    local proxy = newproxy(true)
+    getmetatable(proxy).__gc = function() collect_lease(lease) end
+    lease._proxy = proxy
+  end
   session.leases[id] = lease
   return lease
-end
-
-local function session_of(lease)
-  return getmetatable(lease).session
 end
 
 -- state, remaining seconds, renewals: from the core while it holds the lease,
 -- else the final state the core reported when it let go.
 function lease_methods:_info()
   local final = rawget(self, "_final")
-  if final then return final, 0, (rawget(self, "_renewals") or 0) end
+  if final then return final, 0, (rawget(self, "_renewals") or 0), rawget(self, "_uncertain") == true end
   local session = session_of(self)
   local client = session.client
   if not client:closed() then
-    local state, remaining, renewals = client:lease(rawget(self, "id"))
+    local state, remaining, renewals, _, uncertain = client:lease(rawget(self, "id"))
     if state then
       self._renewals = renewals
-      return state, remaining, renewals
+      if uncertain then self._uncertain = true end
+      return state, remaining, renewals, uncertain
     end
     session:pump()   -- the event that ended it is waiting
     final = rawget(self, "_final")
-    if final then return final, 0, (rawget(self, "_renewals") or 0) end
+    if final then return final, 0, (rawget(self, "_renewals") or 0), rawget(self, "_uncertain") == true end
   end
-  return "lost", 0, (rawget(self, "_renewals") or 0)
+  return "lost", 0, (rawget(self, "_renewals") or 0), rawget(self, "_uncertain") == true
 end
 
 function lease_methods:_set_state(state, renewals)
@@ -152,7 +181,10 @@ function message_methods:let_expire()
   local lease = self.lease
   local session = session_of(lease)
   if session.client:closed() then return nil, "the consumer is closed", "CLOSED" end
-  if session.client:let_expire(rawget(lease, "id")) then return true end
+  if session.client:let_expire(rawget(lease, "id")) then
+    lease._let_go = true
+    return true
+  end
   local err, code = gone_reason(lease, "no lease", "NO_LEASE")
   return nil, err, code
 end
@@ -172,21 +204,17 @@ end
 
 function _M.new(opts)
   local o = config.consumer_options(opts)
-  local cr = o.credentials or {}
-  local client, start_op = core.consumer {
-    endpoint = config.first_endpoint(o.endpoints),
-    namespace = o.namespace,
-    access_key = cr.access_key, secret_key = cr.secret_key, security_token = cr.security_token,
-    request_timeout_ms = floor(o.request_timeout * 1000),
-    group = o.group, topic = o.topic, filter = o.filter, filter_sql = o.filter_type == "sql",
-    invisible_ms = floor(o.invisible * 1000),
-    renew = o.renew,
-    renew_every_ms = o.renew_every and floor(o.renew_every * 1000) or 0,
-    max_renewals = o.max_renewals or -1,
-    max_lease_ms = floor(o.max_lease * 1000),
-    on_budget = o.on_budget,
-    budget_nack_delay_ms = floor(o.release_delay * 1000),
-  }
+  local args = config.client_core("mqlease.consumer", o)
+  args.group, args.topic, args.filter = o.group, o.topic, o.filter
+  args.filter_sql = o.filter_type == "sql"
+  args.invisible_ms = floor(o.invisible * 1000)
+  args.renew = o.renew
+  args.renew_every_ms = o.renew_every and floor(o.renew_every * 1000) or 0
+  args.max_renewals = o.max_renewals or -1
+  args.max_lease_ms = floor(o.max_lease * 1000)
+  args.on_budget = o.on_budget
+  args.budget_nack_delay_ms = floor(o.release_delay * 1000)
+  local client, start_op = core.consumer(args)
   local session, err, code = session_mod.start(client, start_op, o.start_timeout, "mqlease.consumer")
   if not session then return nil, err, code end
   return setmetatable({
@@ -208,7 +236,7 @@ local NO_KEYS, NO_PROPERTIES = read_only("keys"), read_only("properties")
 local function wrap_message(session, consumer, m)
   if next(m.keys) == nil then m.keys = NO_KEYS end
   if next(m.properties) == nil then m.properties = NO_PROPERTIES end
-  m.lease = new_lease(session, m.lease_id)
+  m.lease = new_lease(session, consumer, m.lease_id)
   m.lease_id = nil
   m.consumer = consumer
   return setmetatable(m, message_mt)
@@ -311,6 +339,9 @@ function consumer_methods:close()
   self._closed = true
   local session = self._session
   local client = session.client
+  -- no receive may bring a message after the nacks (the core also gives back
+  -- at once whatever still arrives once nack_all ran)
+  client:cancel_receives()
   session:await(client:nack_all(floor(self.options.release_delay * 1000)))
   session:pump()
   session:await(client:terminate())

@@ -21,9 +21,19 @@ local COUNTERS = {
   { "mqlease_lease_budget_exhausted_total", "Leases whose renewal budget ran out, by the decision taken.",
     { { 'decision="expire"', "budget_expire" }, { 'decision="nack"', "budget_nack" } } },
   { "mqlease_lease_handoff_total", "Messages found locked by another live owner (take-over race).", { { nil, "handoff" } } },
+  { "mqlease_leases_dropped_total", "Messages collected by Lua while their lease was held (never acked or nacked); nacked by the finalizer.",
+    { { nil, "leases_dropped" } } },
+  { "mqlease_lock_lost_total", "Redis locks lost while their handler ran (exactly-once policy): lease:alive() turned false.",
+    { { nil, "lock_lost" } } },
+  { "mqlease_redis_unavailable_total", "Messages the exactly-once policy could not lock because Redis did not answer.",
+    { { nil, "redis_unavailable" } } },
   { "mqlease_duplicates_skipped_total", "Redeliveries of messages already done, acked without running.", { { nil, "duplicate_skipped" } } },
   { "mqlease_messages_sent_total", "Messages sent by result.", { { 'result="ok"', "sent_ok" }, { 'result="fail"', "sent_fail" } } },
+  { "mqlease_session_reconnects_total", "Times the session connected again: the next endpoint at start, Telemetry re-opened.",
+    { { nil, "reconnects" } } },
 }
+
+local SESSION_STATES = { "starting", "ready", "failed", "closing" }
 
 local HISTOGRAMS = {
   { "mqlease_renew_latency_seconds", "Time from sending a renewal to its reply.", "renew_latency" },
@@ -34,6 +44,9 @@ local HISTOGRAMS = {
 local function num(v)
   if v == math.huge then return "+Inf" end
   if v == math.floor(v) and v < 1e15 then return format("%d", v) end
+  -- the shortest form that reads back as the same number (0.1, not 0.10000000000000001)
+  local short = format("%.15g", v)
+  if tonumber(short) == v then return short end
   return format("%.17g", v)
 end
 
@@ -69,6 +82,11 @@ function _M.text(c, labels)
   line("# HELP mqlease_inflight_leases Leases held right now.")
   line("# TYPE mqlease_inflight_leases gauge")
   line(format("mqlease_inflight_leases%s %s", label(nil, base), num(m.inflight or 0)))
+  line("# HELP mqlease_session_state The session's state: 1 for the one it is in.")
+  line("# TYPE mqlease_session_state gauge")
+  for _, st in ipairs(SESSION_STATES) do
+    line(format('mqlease_session_state%s %d', label(format('state="%s"', st), base), m.session_state == st and 1 or 0))
+  end
   line("# HELP mqlease_errors_total Failed operations by operation and code.")
   line("# TYPE mqlease_errors_total counter")
   for _, e in ipairs(m.errors or {}) do

@@ -13,13 +13,11 @@
 
 local core = require "mqlease.core"
 local config = require "mqlease.config"
-local scheduler_mod = require "mqlease.scheduler"
 local wait = require "mqlease.wait"
 local policy_mod = require "mqlease.policy"
 
 local min, floor = math.min, math.floor
-local PARK = scheduler_mod.PARK
-local coroutine_yield, coroutine_running = coroutine.yield, coroutine.running
+local coroutine_running = coroutine.running
 local pcall, type = pcall, type
 
 local ACK_BATCH = 32   -- entries per coalesced AckMessage
@@ -49,7 +47,11 @@ return function(consumer, handler, opts)
   local batch = consumer.options.batch
   local client = consumer._session.client
 
-  local sched = scheduler_mod.new()
+  -- tasks in the caller's event loop (mqlease.scheduler in plain Lua)
+  local sched = wait.scheduler()
+  if o.signals and not sched.watch then
+    error("mqlease.run: option 'signals' must be false in this event loop (it owns the signals; use 'stop')", 2)
+  end
   local st = {
     stopping = false, done = false, reason = nil,
     queue = {}, qhead = 1, qtail = 0,   -- received, not started yet (still leases, renewed)
@@ -114,7 +116,7 @@ return function(consumer, handler, opts)
       ack_flush_queued = true
       sched:spawn(ack_flush)
     end
-    while not e.done do coroutine_yield(PARK) end
+    while not e.done do sched:park() end
     if e.ok then return true end
     return nil, e.err, e.code
   end
@@ -152,7 +154,7 @@ return function(consumer, handler, opts)
   receiver = sched:spawn(function()
     while not st.stopping do
       if st.inflight >= o.max_inflight or st.bytes >= o.max_inflight_bytes then
-        coroutine_yield(PARK)   -- a finishing handler wakes us
+        sched:park()   -- a finishing handler wakes us
       else
         local msgs, err, code = consumer:receive(min(batch, o.max_inflight - st.inflight))
         if msgs then
@@ -176,10 +178,20 @@ return function(consumer, handler, opts)
       end
     end
     receiver = nil
+    if drainer then sched:wake(drainer) end
   end)
+
+  local watcher
+  -- What the rest of a live drain may take once grace is over: the nacks of
+  -- running handlers (one request timeout, two if a renewal is in flight
+  -- first), up to 2 s for the cancelled receive, and the goodbye to the proxy.
+  local drain_extension = 3 * consumer.options.request_timeout + 2.5
 
   local function drain()
     local grace_deadline = core.now() + o.grace
+    -- the whole drain from here: the watcher's clock started at the signal,
+    -- ours may start later (or without a signal: run_for, stop)
+    if watcher then watcher:extend(o.grace + drain_extension) end
     client:cancel_receives()
     if receiver then sched:wake(receiver) end
     -- 1. what never started goes back at once
@@ -194,17 +206,29 @@ return function(consumer, handler, opts)
     -- 2. running handlers may finish until grace (mode "wait")
     if o.mode == "wait" then
       while st.nrunning > 0 and core.now() < grace_deadline do
-        coroutine_yield(wait.pollable(nil, grace_deadline))
+        sched:park(grace_deadline)   -- a finishing handler wakes us
       end
     end
     -- 3. what still runs is given back; its handler's later ack will fail, never double
+    -- (all at once: one at a time, n slow nacks would outlast any deadline)
+    if watcher then watcher:extend(drain_extension) end
+    local pending = 0
     for m in pairs(st.running) do
-      if m.lease:alive() and m:nack(release_delay) then st.drained = st.drained + 1 end
+      if m.lease:alive() then
+        pending = pending + 1
+        sched:spawn(function()
+          if m:nack(release_delay) then st.drained = st.drained + 1 end
+          pending = pending - 1
+          if pending == 0 and drainer then sched:wake(drainer) end
+        end)
+      end
     end
+    local nack_deadline = core.now() + drain_extension
+    while pending > 0 and core.now() < nack_deadline do sched:park(nack_deadline) end
     -- 4. wait for the receiver's cancelled call, so no lease arrives after close
     local flush_deadline = core.now() + 2
     while receiver and core.now() < flush_deadline do
-      coroutine_yield(wait.pollable(nil, min(flush_deadline, core.now() + 0.05)))
+      sched:park(flush_deadline)   -- the receiver wakes us when it ends
     end
     st.done = true
   end
@@ -216,9 +240,10 @@ return function(consumer, handler, opts)
     drainer = sched:spawn(drain)
   end
 
-  local watcher
   if o.signals then
-    -- the C watcher enforces grace even if a handler never yields
+    -- The C watcher enforces grace even if a handler never yields; a drain
+    -- that is alive past grace says so (drain_extension), and a second signal
+    -- ends the wait at once.
     watcher = core.watch_signals({ "TERM", "INT" }, { client }, o.grace + 0.5, release_delay)
     sched:watch(watcher:fd(), function()
       local sig = watcher:signal()

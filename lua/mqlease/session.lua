@@ -18,6 +18,7 @@ function _M.new(client)
   return setmetatable({
     client = client,
     results = {},                          -- op id -> event, until its waiter takes it
+    forgotten = {},                        -- op ids nobody will wait for
     leases = setmetatable({}, { __mode = "v" }), -- lease id -> lease object (weak)
     on_lock_lost = nil,                    -- fn(keepalive id), for Redis clients
   }, mt)
@@ -41,7 +42,7 @@ function methods:pump()
   if client:closed() then return end
   for _, ev in ipairs(client:events()) do
     if ev.kind == "op" then
-      self.results[ev.op] = ev
+      if self.forgotten[ev.op] then self.forgotten[ev.op] = nil else self.results[ev.op] = ev end
     elseif ev.kind == "lock_lost" then
       if self.on_lock_lost then self.on_lock_lost(ev.keepalive) end
     else
@@ -68,8 +69,15 @@ function methods:await(op, deadline)
       return ev
     end
     if deadline and core.now() >= deadline then return nil end
-    wait.wait(self.client:fd(), deadline and deadline or core.now() + 1)
+    -- closed by another coroutine meanwhile: no result will come
+    if self.client:closed() then return { ok = false, err = "the client is closed", code = "CLOSED" } end
+    wait.wait(self.client:fd(), deadline or core.now() + 1)
   end
+end
+
+-- Nobody will wait for op (started from a finalizer): drop its event.
+function methods:forget(op)
+  self.forgotten[op] = true
 end
 
 -- Runs op and returns ok, or nil, message, code.
@@ -82,10 +90,8 @@ end
 function methods:close()
   local client = self.client
   if client:closed() then return end
-  local cq = package.loaded.cqueues
-  -- cqueues must forget the descriptor before it is closed, or its next
-  -- update fails with EBADF
-  if cq and cq.cancel then pcall(cq.cancel, client:fd()) end
+  -- every event loop must forget the descriptor before it is closed
+  wait.forget(client:fd())
   client:close()
 end
 

@@ -8,7 +8,7 @@ local wait = require "mqlease.wait"
 -- the ids in fail.
 local function fake_consumer(n, fail)
   local c = {
-    options = { release_delay = 1, batch = 32 },
+    options = { release_delay = 1, batch = 32, request_timeout = 3 },
     _session = { client = { cancel_receives = function() end } },
     requests = {}, acked = {}, nacked = {}, given = 0,
   }
