@@ -18,6 +18,9 @@
 # BENCH_PARTS picks what runs: "lease" (part 2), "throughput" and "java" (part 1: the
 # backlog throughput, and the produce/consume/hold table); default all three.
 # QUICK=1 is BENCH_PARTS=lease with one run per row (under 3 minutes on 2 cores).
+# BENCH_RAW=DIR keeps the raw JSON lines (DIR/results, DIR/leases; appended), so rows of
+# several invocations can be tabled together: lua5.4 bench/table.lua DIR/results 2000 1024
+# 200 25 1000 DIR/leases.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 COUNT=${BENCH_COUNT:-2000}
@@ -41,6 +44,11 @@ DV_PID=
 cleanup() {
   if [[ -n $DV_PID ]]; then kill "$DV_PID" 2>/dev/null || true; wait "$DV_PID" 2>/dev/null || true; fi
   if ((ROCKETMQ)); then bash spec/support/rocketmq.sh stop >/dev/null || true; fi
+  if [[ -n ${BENCH_RAW:-} ]]; then
+    mkdir -p "$BENCH_RAW"
+    cat "$results" >>"$BENCH_RAW/results"
+    cat "$lease_results" >>"$BENCH_RAW/leases"
+  fi
   rm -f "$results" "$lease_results"
 }
 trap cleanup EXIT
