@@ -1,0 +1,173 @@
+-- The chaos matrix (issue 10): servers that are not there, that stop
+-- answering, that die and come back mid-run. Every server a spec kills here is
+-- one it started itself (a dev broker, a private redis-server, a private
+-- RocketMQ); the shared ones are never touched. Every process is tracked by
+-- pid and stopped in a finally/teardown, even when the spec fails.
+local mqlease = require "mqlease"
+local socket = require "socket"
+local env = require "support.env"
+local devbroker = require "support.devbroker"
+local read, wait_for, count = env.read, env.wait_for, env.count
+
+-- CPU seconds (user + system) this process has used so far.
+local function cpu_seconds()
+  local stat = read("/proc/self/stat")
+  -- fields after the "(comm)" part: state is field 3, utime 14, stime 15
+  local rest = stat:match("^%d+ %b() (.*)$")
+  local fields = {}
+  for f in rest:gmatch("%S+") do fields[#fields + 1] = f end
+  return (tonumber(fields[12]) + tonumber(fields[13])) / 100   -- CLK_TCK is 100 on Linux
+end
+
+-- Runs fn, returns the seconds it took and its results.
+local function timed(fn)
+  local t0 = mqlease.now()
+  local r = table.pack(fn())
+  return mqlease.now() - t0, table.unpack(r, 1, r.n)
+end
+
+-- A process that has exited (or is a zombie) counts as gone.
+local function alive(pid)
+  local f = io.open(("/proc/%d/stat"):format(pid))
+  if not f then return false end
+  local stat = f:read("a")
+  f:close()
+  return stat:match("^%d+ %b() (%a)") ~= "Z"
+end
+
+local function signal(pid, sig)
+  os.execute(("kill -%s %d 2>/dev/null"):format(sig, pid))
+end
+
+-- A loopback port nothing listens on (bound, read, closed again).
+local function closed_port()
+  local s = assert(socket.bind("127.0.0.1", 0))
+  local _, port = s:getsockname()
+  s:close()
+  return tonumber(port)
+end
+
+-- A margin for every "within the timeout" check: the sanitizer build on a
+-- shared 2-core machine is slow, and no check here is a performance goal.
+local MARGIN = 1.5
+-- A waiting client may use some CPU for its threads' wake-ups, never a core.
+local MAX_CPU_SHARE = 0.25
+
+describe("chaos: a proxy that is unreachable or black-holed", function()
+  it("consumer and producer fail with nil, err, code within start_timeout when nothing listens", function()
+    local port = closed_port()
+    local ep = "127.0.0.1:" .. port
+    local took, c, err, code = timed(function()
+      return mqlease.consumer { endpoints = ep, group = "g", topic = "t", start_timeout = 2 }
+    end)
+    assert.is_nil(c)
+    assert.is_string(err)
+    assert.is_string(code)
+    assert.is_true(took <= 2 + MARGIN, ("consumer start took %.1f s"):format(took))
+    local p
+    took, p, err, code = timed(function()
+      return mqlease.producer { endpoints = ep, start_timeout = 2 }
+    end)
+    assert.is_nil(p)
+    assert.is_string(err)
+    assert.is_string(code)
+    assert.is_true(took <= 2 + MARGIN, ("producer start took %.1f s"):format(took))
+  end)
+
+  it("fails with TIMEOUT within start_timeout, without spinning, when a socket accepts but never answers", function()
+    -- the kernel completes the TCP handshake (backlog); nobody ever reads or writes
+    local server = assert(socket.bind("127.0.0.1", 0))
+    local _, port = server:getsockname()
+    local ok, failure = pcall(function()
+      local cpu0 = cpu_seconds()
+      local took, c, err, code = timed(function()
+        return mqlease.consumer { endpoints = "127.0.0.1:" .. port, group = "g", topic = "t", start_timeout = 3 }
+      end)
+      local cpu = cpu_seconds() - cpu0
+      assert.is_nil(c)
+      assert.equal("TIMEOUT", code, err)
+      assert.is_true(took >= 2.5 and took <= 3 + MARGIN, ("start took %.1f s"):format(took))
+      assert.is_true(cpu <= MAX_CPU_SHARE * took, ("%.2f s of CPU in %.1f s of waiting"):format(cpu, took))
+      local p
+      took, p, err, code = timed(function()
+        return mqlease.producer { endpoints = "127.0.0.1:" .. port, start_timeout = 2 }
+      end)
+      assert.is_nil(p)
+      assert.equal("TIMEOUT", code, err)
+      assert.is_true(took <= 2 + MARGIN, ("producer start took %.1f s"):format(took))
+    end)
+    server:close()
+    assert(ok, failure)
+  end)
+
+  it("fails within start_timeout when the broker process is stopped (SIGSTOP) before the start", function()
+    local dv = devbroker.start({ "t" })
+    local ok, failure = pcall(function()
+      signal(dv.pid, "STOP")
+      local cpu0 = cpu_seconds()
+      local took, c, err, code = timed(function()
+        return mqlease.consumer { endpoints = dv.endpoints, group = "g", topic = "t", start_timeout = 2 }
+      end)
+      local cpu = cpu_seconds() - cpu0
+      assert.is_nil(c)
+      assert.equal("TIMEOUT", code, err)
+      assert.is_true(took <= 2 + MARGIN, ("start took %.1f s"):format(took))
+      assert.is_true(cpu <= MAX_CPU_SHARE * took, ("%.2f s of CPU in %.1f s of waiting"):format(cpu, took))
+    end)
+    signal(dv.pid, "CONT")
+    dv.stop()
+    assert(ok, failure)
+  end)
+
+  it("answers TIMEOUT within request_timeout when the broker stops answering under a live consumer", function()
+    local dv = devbroker.start({ "t" })
+    local c, p
+    local ok, failure = pcall(function()
+      c = assert(mqlease.consumer { endpoints = dv.endpoints, group = "g", topic = "t", await = 5,
+        request_timeout = 1, invisible = 10 })
+      p = assert(mqlease.producer { endpoints = dv.endpoints, request_timeout = 1 })
+      assert(p:send("t", "one"))
+      assert(p:send("t", "two"))
+      local msgs = assert(c:receive(2))
+      wait_for(function()
+        if #msgs >= 2 then return true end
+        for _, m in ipairs(assert(c:receive(2, { await = 1 }))) do msgs[#msgs + 1] = m end
+      end, 15, "two messages")
+      signal(dv.pid, "STOP")
+      local cpu0 = cpu_seconds()
+      local t0 = mqlease.now()
+      -- an ack: one unary call
+      local took, acked, err, code = timed(function() return msgs[1]:ack() end)
+      assert.is_nil(acked)
+      assert.equal("TIMEOUT", code, err)
+      assert.is_true(took <= 1 + MARGIN, ("ack took %.1f s"):format(took))
+      -- a send
+      local id
+      took, id, err, code = timed(function() return p:send("t", "three") end)
+      assert.is_nil(id)
+      assert.equal("TIMEOUT", code, err)
+      assert.is_true(took <= 1 + MARGIN, ("send took %.1f s"):format(took))
+      -- a receive: its long poll (the proxy's is at least 5 s) plus one request timeout
+      local got
+      took, got, err, code = timed(function() return c:receive(1, { await = 1 }) end)
+      assert.is_nil(got)
+      assert.equal("TIMEOUT", code, err)
+      assert.is_true(took <= 5 + 1 + MARGIN, ("receive took %.1f s"):format(took))
+      -- the other lease's renewals cannot get through either; waiting costs no CPU
+      mqlease.sleep(3)
+      local waited = mqlease.now() - t0
+      local cpu = cpu_seconds() - cpu0
+      assert.is_true(cpu <= MAX_CPU_SHARE * waited, ("%.2f s of CPU in %.1f s of waiting"):format(cpu, waited))
+      local m = c:metrics()
+      assert.is_true(m.renew_fail + m.renew_uncertain >= 1, "no renewal failed while the broker was stopped")
+      -- closing while the broker is stopped is bounded too (a nack of every lease, the goodbye)
+      took = timed(function() c:close(); p:close() end)
+      assert.is_true(took <= 3 * 1 + MARGIN + 2, ("close took %.1f s"):format(took))
+    end)
+    signal(dv.pid, "CONT")
+    if c then c:close() end
+    if p then p:close() end
+    dv.stop()
+    assert(ok, failure)
+  end)
+end)
