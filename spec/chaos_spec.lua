@@ -171,3 +171,118 @@ describe("chaos: a proxy that is unreachable or black-holed", function()
     assert(ok, failure)
   end)
 end)
+
+-- ------------------------------------------------------------------ processes of our own
+
+-- Runs cmd in the background; returns its pid (the command itself, not a shell).
+local function spawn(cmd, out)
+  return tonumber(env.sh(("%s >>%s 2>&1 & echo $!"):format(cmd, out)):match("%d+"))
+end
+
+-- SIGTERM, up to `patience` seconds, then SIGKILL.
+local function stop_pid(pid, patience)
+  if not pid or not alive(pid) then return end
+  signal(pid, "TERM")
+  local deadline = mqlease.now() + (patience or 5)
+  while alive(pid) and mqlease.now() < deadline do mqlease.sleep(0.1) end
+  if alive(pid) then signal(pid, "KILL") end
+end
+
+-- A private redis-server with every write on disk before its reply (AOF, fsync
+-- always), so what it acknowledged survives kill -9.
+local function start_redis(port, dir)
+  os.execute(("mkdir -p %s"):format(dir))
+  local pid = spawn(("redis-server --bind 127.0.0.1 --port %d --dir %s --appendonly yes --appendfsync always --save ''")
+    :format(port, dir), dir .. "/redis.out")
+  wait_for(function()
+    return env.sh(("redis-cli -p %d ping 2>/dev/null || true"):format(port)):match("PONG") ~= nil
+  end, 15, "redis-server on port " .. port)
+  return pid
+end
+
+local function start_chaos_worker(group, topic, lock_redis, logfile, vars)
+  local prefix = {}
+  for k, v in pairs(vars or {}) do prefix[#prefix + 1] = ("%s=%s"):format(k, v) end
+  local pid = spawn(("env %s lua5.4 spec/support/chaos_worker.lua %s %s %s %s 127.0.0.1:%d %s"):format(
+    table.concat(prefix, " "), env.endpoints, group, topic, lock_redis, env.redis_port, logfile), logfile .. ".out")
+  return pid
+end
+
+-- Sums "name=N" over the metrics lines of a worker log.
+local function metric_sum(text, name)
+  local n = 0
+  for v in text:gmatch(name .. "=(%d+)") do n = n + tonumber(v) end
+  return n
+end
+
+describe("chaos: Redis killed and restarted under the exactly-once policy", function()
+  local REDIS_PORT = 16451
+  local dir = "/tmp/mqlease-chaos-redis-" .. env.run_id
+  local redis_pid, workers, logfile = nil, {}, os.tmpname()
+  local biz, producer
+
+  setup(function()
+    biz = mqlease.redis("127.0.0.1:" .. env.redis_port)
+    producer = env.producer()
+  end)
+  teardown(function()
+    for _, pid in ipairs(workers) do stop_pid(pid, 5) end
+    if redis_pid then signal(redis_pid, "KILL") end
+    biz:close()
+    producer:close()
+    os.execute("rm -rf " .. dir)
+    os.remove(logfile)
+    os.remove(logfile .. ".out")
+  end)
+
+  it("runs 100 messages' business effect once each across a kill -9 of Redis, none lost", function()
+    local topic, group = env.topic("chaos_redis"), env.name("g_chaos_redis")
+    local prefix = "chaos:" .. env.run_id .. ":"
+    redis_pid = start_redis(REDIS_PORT, dir)
+    local lock_redis = "127.0.0.1:" .. REDIS_PORT
+    local c = env.consumer { group = group, topic = topic, await = 5 }
+    assert(c:receive(1, { await = 0 }))   -- the group subscribes before anything is sent
+    c:close()
+    for i = 1, 2 do
+      workers[i] = start_chaos_worker(group, topic, lock_redis, logfile,
+        { CW_WORK = 1, CW_CONCURRENCY = 4, CW_PREFIX = prefix })
+    end
+    wait_for(function() return count(read(logfile), "ready ") >= 2 end, 30, "both workers")
+    local ids = {}
+    for i = 1, 100 do ids[i] = assert(producer:send(topic, "redis chaos " .. i)) end
+    -- mid-run: a quarter of the effects are done
+    wait_for(function() return count(read(logfile), "effect ") >= 25 end, 60, "25 effects")
+    signal(redis_pid, "KILL")
+    wait_for(function() return not alive(redis_pid) end, 5, "redis-server's death")
+    local effects_at_kill = count(read(logfile), "effect ")
+    mqlease.sleep(3)
+    redis_pid = start_redis(REDIS_PORT, dir)
+    local function done()
+      for _, id in ipairs(ids) do
+        if biz:call("GET", prefix .. "biz:" .. id) == mqlease.null then return false end
+      end
+      return true
+    end
+    wait_for(done, 120, "every business effect")
+    mqlease.sleep(3)   -- a late duplicate would show by now
+    for _, pid in ipairs(workers) do signal(pid, "TERM") end
+    wait_for(function() return count(read(logfile), "metrics ") >= 2 end, 20, "both workers' drain")
+    local text = read(logfile)
+    local runs = count(text, "run %x+ ")
+    local lost, doubled = 0, 0
+    for _, id in ipairs(ids) do
+      local n = tonumber(biz:call("GET", prefix .. "biz:" .. id))
+      if not n then lost = lost + 1
+      elseif n > 1 or count(text, "effect " .. id) > 1 then doubled = doubled + 1 end
+    end
+    print(("\n  chaos redis: 100 messages, %d handler runs, %d effects before the kill, " ..
+      "redis_unavailable=%d done_marker_failed=%d handoff=%d duplicate_skipped=%d, %d doubled, %d lost")
+      :format(runs, effects_at_kill, metric_sum(text, "redis_unavailable"), metric_sum(text, "done_marker_failed"),
+        metric_sum(text, "handoff"), metric_sum(text, "duplicate_skipped"), doubled, lost))
+    assert.equal(0, doubled)
+    assert.equal(0, lost)
+    assert.equal(100, count(text, "effect "))
+    assert.is_true(effects_at_kill < 100, "the kill came after the run")
+    assert.is_true(metric_sum(text, "redis_unavailable") >= 1, "no handler noticed Redis was gone")
+  end)
+end)
