@@ -286,3 +286,81 @@ describe("chaos: Redis killed and restarted under the exactly-once policy", func
     assert.is_true(metric_sum(text, "redis_unavailable") >= 1, "no handler noticed Redis was gone")
   end)
 end)
+
+describe("chaos: the proxy JVM killed (SIGKILL) and restarted mid-stream", function()
+  -- our own RocketMQ, on ports of its own, started once for this block
+  local RMQ = "MQLEASE_RUN=/tmp/mqlease-chaos-rmq-" .. env.run_id .. " MQLEASE_GRPC_PORT=18581 " ..
+    "MQLEASE_REMOTING_PORT=18580 MQLEASE_NAMESRV_PORT=19581 MQLEASE_BROKER_PORT=20581 MQLEASE_STOP_GRACE=5 "
+  local ENDPOINTS = "127.0.0.1:18581"
+  local function rmq(args) return env.sh(RMQ .. "bash spec/support/rocketmq.sh " .. args) end
+  local function proxy_pid() return tonumber(read(RMQ:match("MQLEASE_RUN=(%S+)") .. "/proxy.pid"):match("%d+")) end
+  local worker, producer
+  local logfile = os.tmpname()
+
+  setup(function()
+    rmq("start")
+  end)
+  teardown(function()
+    stop_pid(worker, 15)
+    if producer then producer:close() end
+    rmq("stop")
+    os.execute("rm -rf " .. RMQ:match("MQLEASE_RUN=(%S+)"))
+    os.remove(logfile)
+    os.remove(logfile .. ".out")
+  end)
+
+  it("reconnects and resumes: every message sent is handled, leases that could not be renewed are lost", function()
+    local topic, group = env.name("chaos_proxy"), env.name("g_chaos_proxy")
+    rmq(("topics %s --group %s"):format(topic, group))
+    producer = assert(mqlease.producer { endpoints = ENDPOINTS, request_timeout = 2 })
+    -- 1 in 10 handlers works 15 s, longer than the 10 s lease: renewals must carry it
+    worker = spawn(("env CW_POLICY=plain CW_WORK=0.3 CW_SLOW_SHARE=0.1 CW_SLOW=15 CW_CONCURRENCY=8 lua5.4 spec/support/chaos_worker.lua " ..
+      "%s %s %s - - %s"):format(ENDPOINTS, group, topic, logfile), logfile .. ".out")
+    wait_for(function() return read(logfile):match("ready") end, 30, "the worker")
+    local ids, send_failures = {}, 0
+    local function send(n)
+      for i = 1, n do
+        local deadline = mqlease.now() + 60
+        while true do
+          local id = producer:send(topic, "proxy chaos " .. (#ids + 1))
+          if id then ids[#ids + 1] = id; break end
+          send_failures = send_failures + 1
+          assert(mqlease.now() < deadline, "the producer never recovered")
+          mqlease.sleep(0.5)
+        end
+      end
+    end
+    send(150)
+    wait_for(function() return count(read(logfile), "ack ") >= 40 end, 60, "40 acks")
+    -- mid-stream: messages running, queued and not yet received
+    signal(proxy_pid(), "KILL")
+    local acks_at_kill = count(read(logfile), "ack ")
+    local t_kill = mqlease.now()
+    rmq("restart-proxy")
+    local down = mqlease.now() - t_kill
+    send(50)
+    local function handled()
+      local text = read(logfile)
+      for _, id in ipairs(ids) do
+        if not text:find("ack " .. id, 1, true) then return false end
+      end
+      return true
+    end
+    local ok_all = pcall(wait_for, handled, 120, "every message acked")
+    stop_pid(worker, 15)
+    local text = read(logfile)
+    local missing, dups = 0, 0
+    for _, id in ipairs(ids) do
+      if not text:find("ack " .. id, 1, true) then missing = missing + 1 end
+      local runs = count(text, "run " .. id)
+      if runs > 1 then dups = dups + runs - 1 end
+    end
+    local metrics = text:match("metrics ([^\n]*)") or "(none: the worker did not drain)"
+    print(("\n  chaos proxy: %d sent (%d send failures while down), %d acked before the kill, proxy down %.1f s, " ..
+      "%d missing, %d duplicate runs; worker %s"):format(#ids, send_failures, acks_at_kill, down, missing, dups, metrics))
+    assert.is_true(ok_all, ("%d of %d messages never acked; worker: %s"):format(missing, #ids, metrics))
+    assert.equal(0, missing)
+    assert.is_truthy(text:match("metrics "), "the worker did not drain on SIGTERM")
+    assert.is_true(acks_at_kill < #ids, "the kill came after the stream")
+  end)
+end)
