@@ -305,8 +305,12 @@ start_proxy() {
 cmd_restart_proxy() {
   lock
   our_pid namesrv >/dev/null || die "restart-proxy: no namesrv of ours runs in $RUN; use start"
+  local t0=$EPOCHREALTIME deadline=$((SECONDS + 10))
+  # a JVM just sent SIGKILL may take a moment to go
+  while our_pid proxy >/dev/null && ((SECONDS < deadline)); do sleep 0.1; done
   ! our_pid proxy >/dev/null || die "restart-proxy: the proxy (pid $(our_pid proxy)) is still running"
-  local t0=$EPOCHREALTIME
+  # launch waits for a fresh pid file: the dead JVM's must go first
+  rm -f "$(pid_file proxy)"
   export ROCKETMQ_HOME=$RUN
   start_proxy
   log "restarted the proxy in $(elapsed "$t0")s (pid $(our_pid proxy)); store $RUN/store kept"
