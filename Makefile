@@ -136,8 +136,7 @@ bench: deps
 
 # The optimised build and dev broker: the soak measures memory, not sanitizers.
 SOAK_N ?= 1000000
-soak: deps-build
-	@$(MAKE) --no-print-directory core
+soak: core
 	@MQLEASE_DEVBROKER=$(BUILD)/mqlease-devbroker $(LUA) bench/soak.lua $(SOAK_N)
 
 clean:

@@ -408,7 +408,7 @@ describe("chaos: a kill storm under mqlease.run and the exactly-once policy", fu
     for i = 1, 300 do ids[i] = assert(producer:send(topic, "storm " .. i)) end
     local kills, terms = 0, 0
     for round = 1, 20 do
-      mqlease.sleep(2)
+      mqlease.sleep(1.5)
       local slot = round % 3 + 1
       local pid = workers[slot]
       local sig = round % 2 == 1 and "KILL" or "TERM"
