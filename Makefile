@@ -7,6 +7,8 @@
 #                 (a sanitizer build: AddressSanitizer + UndefinedBehaviorSanitizer)
 #   make demo     the dev broker + Redis + two workers, one killed mid-task (BROKER=rocketmq: real one)
 #   make bench    the benchmark against the official Java client (table in README)
+#   make soak     SOAK_N (default 1,000,000) messages through mqlease.run on the dev broker: the
+#                 RSS curve and the lease tables back to zero (not part of make test)
 #   make proto    regenerate proto/gen from proto/*.proto
 #   make deps     install the Debian packages the build and the tests need
 #
@@ -41,7 +43,7 @@ DEB_CLI   = lua-argparse lua-socket luarocks
 DEB_TEST  = lua-busted lua-cjson lua-cqueues redis-server java=openjdk-17-jdk-headless mvn=maven \
             node=nodejs npm=npm nginx libnginx-mod-http-lua
 
-.PHONY: all core devbroker luajit sanitize deps deps-build deps-test proto check test demo bench clean
+.PHONY: all core devbroker luajit sanitize deps deps-build deps-test proto check test demo bench soak clean
 
 all: core
 
@@ -141,6 +143,11 @@ demo: deps-build
 bench: deps
 	@$(MAKE) --no-print-directory core
 	@bash bench/run.sh
+
+# The optimised build and dev broker: the soak measures memory, not sanitizers.
+SOAK_N ?= 1000000
+soak: core
+	@MQLEASE_DEVBROKER=$(BUILD)/mqlease-devbroker $(LUA) bench/soak.lua $(SOAK_N)
 
 clean:
 	rm -rf $(BUILD)
