@@ -9,6 +9,7 @@
 #   make bench    the benchmark against the official Java client (table in README)
 #   make proto    regenerate proto/gen from proto/*.proto
 #   make deps     install the Debian packages the build and the tests need
+#   make fuzz     run every libFuzzer target in spec/fuzz for FUZZ_SECONDS each (default 60)
 #
 # make test SPEC=spec/roundtrip_spec.lua runs one file.
 
@@ -34,10 +35,13 @@ HEADERS  = $(wildcard src/*.h) $(GEN_SRC:.c=.h)
 # Debian 12 packages: build, tests (busted, redis, RocketMQ via Java + Maven, the Node peer).
 DEB_BUILD = gcc make pkg-config lua5.4 liblua5.4-dev luajit libluajit-5.1-dev libgrpc-dev libprotobuf-c-dev \
             protobuf-c-compiler libprotobuf-dev libhiredis-dev libssl-dev
+# libFuzzer's runtime is only a Recommends of Debian's clang, hence named.
+DEB_FUZZ  = clang libclang-rt-14-dev
 DEB_TEST  = lua-busted lua-cjson lua-cqueues redis-server java=openjdk-17-jdk-headless mvn=maven \
             node=nodejs npm=npm
 
-.PHONY: all core devbroker luajit sanitize deps deps-build deps-test proto check test demo bench clean
+.PHONY: all core devbroker luajit sanitize deps deps-build deps-test deps-fuzz proto check test demo bench clean \
+        fuzz fuzz-build
 
 all: core
 
@@ -79,11 +83,13 @@ proto:
 	  proto/apache/rocketmq/v2/definition.proto proto/apache/rocketmq/v2/service.proto \
 	  /usr/include/google/protobuf/duration.proto /usr/include/google/protobuf/timestamp.proto
 
-deps: deps-build deps-test
+deps: deps-build deps-test deps-fuzz
 deps-build:
 	@sh spec/support/deps.sh $(DEB_BUILD)
 deps-test:
 	@sh spec/support/deps.sh $(DEB_TEST)
+deps-fuzz:
+	@sh spec/support/deps.sh $(DEB_FUZZ)
 
 # The server-free tier: each spec/c/*_test.c is a program linked against the core (no Lua,
 # sanitizers on); spec/unit holds busted specs that need no broker and no Redis.
@@ -97,11 +103,38 @@ $(BUILD)/check/%: spec/c/%.c spec/c/mql_test.h $(CHECK_SRC) $(HEADERS)
 check: $(C_TESTS) sanitize
 	@bash spec/support/run-check.sh $(C_TESTS)
 
+# Fuzzing: spec/fuzz/mql_*_fuzz.c link the core (without the Lua binding),
+# spec/fuzz/dv_*_fuzz.c the dev broker (without its main); each defines
+# LLVMFuzzerTestOneInput. Every target runs FUZZ_SECONDS from a copy of its seed
+# corpus spec/fuzz/corpus/<name>/ (the repo's corpus is never written) and any
+# crash, leak or sanitizer report fails the run. `make test` runs each briefly.
+FUZZ_SECONDS      ?= 60
+TEST_FUZZ_SECONDS ?= 10
+FUZZ_CC     ?= clang
+FUZZ_FLAGS   = -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+FUZZ_CORE    = $(filter-out src/lmqlease.c,$(CORE_SRC)) $(GEN_SRC)
+FUZZ_DV      = $(filter-out src/devbroker/dv_main.c,$(DEVBROKER_SRC)) $(GEN_SRC)
+FUZZ_TARGETS = $(patsubst spec/fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard spec/fuzz/mql_*_fuzz.c spec/fuzz/dv_*_fuzz.c))
+
+$(BUILD)/fuzz/mql_%_fuzz: spec/fuzz/mql_%_fuzz.c $(FUZZ_CORE) $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(CFLAGS_BASE) -Wall -Wextra $(FUZZ_FLAGS) -o $@ $< $(FUZZ_CORE) $(LIBS)
+
+$(BUILD)/fuzz/dv_%_fuzz: spec/fuzz/dv_%_fuzz.c $(FUZZ_DV) $(HEADERS) $(wildcard src/devbroker/*.h)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(CFLAGS_BASE) -Isrc/devbroker -Wall -Wextra $(FUZZ_FLAGS) -o $@ $< $(FUZZ_DV) $(LIBS)
+
+fuzz-build: deps-fuzz $(FUZZ_TARGETS)
+
+fuzz: fuzz-build
+	@bash spec/support/run-fuzz.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
 # SPEC selects spec files (default: all, plus a LuaJIT pass); the servers are always stopped.
 SPEC ?=
 test: deps
 	@$(MAKE) --no-print-directory core sanitize luajit
 	@$(MAKE) --no-print-directory check
+	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(TEST_FUZZ_SECONDS)
 	@bash spec/support/run-specs.sh $(SPEC)
 
 # The demo needs no JVM unless BROKER=rocketmq (rocketmq.sh then says what to install).
