@@ -156,14 +156,29 @@ static void push_result_fields(lua_State *L, const mql_result *r) {
     }
 }
 
+static const char *message_type_name(int t) {
+    switch (t) {
+    case 1: return "NORMAL";
+    case 2: return "FIFO";
+    case 3: return "DELAY";
+    case 4: return "TRANSACTION";
+    default: return NULL;
+    }
+}
+
+/* Field names follow the Java client's MessageView getters in snake_case;
+ * times are epoch seconds (like os.time(), with milliseconds as fractions). */
 static void push_message(lua_State *L, const mql_message *m) {
     size_t i;
-    lua_createtable(L, 0, 16);
+    lua_createtable(L, 0, 24);
     set_str(L, "id", m->id);
     set_str(L, "topic", m->topic);
     set_str(L, "tag", m->tag);
     set_str(L, "message_group", m->message_group);
     set_str(L, "born_host", m->born_host);
+    set_str(L, "store_host", m->store_host);
+    set_str(L, "trace_context", m->trace_context);
+    set_str(L, "message_type", message_type_name(m->message_type));
     lua_pushlstring(L, (const char *)m->body, m->body_len);
     lua_setfield(L, -2, "body");
     lua_createtable(L, (int)m->nkeys, 0);
@@ -174,7 +189,7 @@ static void push_message(lua_State *L, const mql_message *m) {
     lua_setfield(L, -2, "keys");
     lua_createtable(L, 0, (int)m->nprops);
     for (i = 0; i < m->nprops; i++) {
-        lua_pushstring(L, m->props[i].value);
+        lua_pushlstring(L, m->props[i].value, m->props[i].value_len);
         lua_setfield(L, -2, m->props[i].key);
     }
     lua_setfield(L, -2, "properties");
@@ -182,7 +197,8 @@ static void push_message(lua_State *L, const mql_message *m) {
     set_int(L, "queue_id", m->queue_id);
     set_int(L, "offset", (lua_Integer)m->queue_offset);
     set_num(L, "born_at", (lua_Number)m->born_ms / 1000.0);
-    if (m->store_ms) set_num(L, "stored_at", (lua_Number)m->store_ms / 1000.0);
+    if (m->store_ms) set_num(L, "store_at", (lua_Number)m->store_ms / 1000.0);
+    if (m->delivery_ms) set_num(L, "delivery_timestamp", (lua_Number)m->delivery_ms / 1000.0);
     set_int(L, "lease_id", (lua_Integer)m->lease_id);
 }
 
