@@ -128,7 +128,7 @@ describe("mqlease lease engine", function()
     assert.equal(2, got[1].delivery_attempt)
     -- 2 renewal periods (~6.7 s) plus the broker's revive lag, well before the 13 s deadline
     assert.is_true(waited < 12.5, ("came back after %.1f s"):format(waited))
-    assert.equal("released", m.lease.state)
+    assert.equal("nacked", m.lease.state)
     local metrics = a:metrics()
     assert.equal(1, metrics.budget_nack)
     assert.equal(0, metrics.expire_while_alive)

@@ -33,7 +33,7 @@ describe("mqlease nack and expiry", function()
     assert.is_not_nil(first, "the message never arrived")
     assert.equal(1, first.delivery_attempt)
     assert.is_true(first:nack(0))
-    assert.equal("released", first.lease.state)
+    assert.equal("nacked", first.lease.state)
     assert.is_false(first.lease:alive())
 
     local t0 = mqlease.now()

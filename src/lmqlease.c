@@ -462,9 +462,9 @@ static int l_metrics(lua_State *L) {
     return 1;
 }
 
-static int l_release_all(lua_State *L) {
+static int l_nack_all(lua_State *L) {
     mql_client *c = check_client(L);
-    return push_op(L, mql_client_release_all(c, luaL_checkinteger(L, 2)));
+    return push_op(L, mql_client_nack_all(c, luaL_checkinteger(L, 2)));
 }
 
 static int l_cancel_receives(lua_State *L) {
@@ -766,7 +766,7 @@ static const luaL_Reg client_methods[] = {
     {"events", l_events},   {"fd", l_fd},         {"id", l_id},
     {"receive", l_receive}, {"ack", l_ack},       {"nack", l_nack},
     {"let_expire", l_let_expire}, {"send", l_send}, {"terminate", l_terminate},
-    {"route", l_route}, {"release_all", l_release_all}, {"cancel_receives", l_cancel_receives},
+    {"route", l_route}, {"nack_all", l_nack_all}, {"cancel_receives", l_cancel_receives},
     {"lease", l_lease},     {"metrics", l_metrics},
     {"close", l_close},     {"closed", l_closed}, {NULL, NULL}};
 

@@ -10,6 +10,8 @@
 #ifndef MQL_H
 #define MQL_H
 
+#include <pthread.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -51,6 +53,11 @@ void mql_abstime_after(struct timespec *ts, int64_t ms);
 
 /* Name of a RocketMQ v2 status code (20000 -> "OK"); "CODE_<n>" if unknown. */
 const char *mql_code_name(int code, char *buf, size_t len);
+
+/* Threads started with every signal blocked (signals belong to the host). */
+void mql_signals_block(sigset_t *old);
+void mql_signals_restore(const sigset_t *old);
+int mql_thread_start(pthread_t *t, void *(*fn)(void *), void *arg);   /* 0 or -1 */
 
 char *mql_strdup(const char *s);
 void *mql_xmalloc(size_t n);     /* aborts on OOM: the core has no partial-failure path for it */

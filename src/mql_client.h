@@ -101,9 +101,10 @@ typedef struct mql_lease_info {
 int mql_client_lease_info(mql_client *c, uint64_t lease_id, mql_lease_info *out);
 
 void mql_client_metrics(mql_client *c, mql_metrics *out, size_t *inflight);
-/* Gives back every lease not already being released (nack after delay_ms);
- * for shutdown. Returns the op of the last nack (0 if none). */
-uint64_t mql_client_release_all(mql_client *c, int64_t delay_ms);
+/* Gives back every lease the table holds that is not already being released
+ * (a nack to delay_ms), whether or not the host still references it: for close
+ * and shutdown. One op answers for all of them. */
+uint64_t mql_client_nack_all(mql_client *c, int64_t delay_ms);
 /* Waits (blocking, up to timeout_ms) until no lease is held; returns how many remain. */
 int mql_client_wait_released(mql_client *c, int64_t timeout_ms);
 /* Ends the receives in flight at once (they finish with CANCELLED). */

@@ -139,3 +139,23 @@ char *mql_handle_after_change(const char *handle) {
     *w = '\0';
     return out;
 }
+
+/* ---------------------------------------------- request fields from values */
+
+void mql_set_resource(mql_pb_resource *r, const char *ns, const char *name) {
+    apache__rocketmq__v2__resource__init(r);
+    r->resource_namespace = (char *)(ns ? ns : "");
+    r->name = (char *)(name ? name : "");
+}
+
+void mql_set_duration(Google__Protobuf__Duration *d, int64_t ms) {
+    google__protobuf__duration__init(d);
+    d->seconds = ms / 1000;
+    d->nanos = (int32_t)((ms % 1000) * 1000000);
+}
+
+void mql_set_timestamp(Google__Protobuf__Timestamp *t, int64_t epoch_ms) {
+    google__protobuf__timestamp__init(t);
+    t->seconds = epoch_ms / 1000;
+    t->nanos = (int32_t)((epoch_ms % 1000) * 1000000);
+}

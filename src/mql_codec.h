@@ -35,4 +35,10 @@ void mql_result_from_status(mql_result *r, const mql_pb_status *st, const char *
  * the checkpoint the broker wrote; returns a new string (see mql_codec.c). */
 char *mql_handle_after_change(const char *handle);
 
+/* Request fields from plain values: a resource (namespace may be NULL), a
+ * duration or a timestamp from milliseconds. */
+void mql_set_resource(mql_pb_resource *r, const char *ns, const char *name);
+void mql_set_duration(Google__Protobuf__Duration *d, int64_t ms);
+void mql_set_timestamp(Google__Protobuf__Timestamp *t, int64_t epoch_ms);
+
 #endif /* MQL_CODEC_H */

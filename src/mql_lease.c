@@ -13,7 +13,7 @@ const char *mql_lease_state_name(mql_lease_state s) {
     case MQL_LEASE_EXPIRING: return "expiring";
     case MQL_LEASE_LOST: return "lost";
     case MQL_LEASE_ACKED: return "acked";
-    case MQL_LEASE_RELEASED: return "released";
+    case MQL_LEASE_NACKED: return "nacked";
     }
     return "unknown";
 }

@@ -27,7 +27,7 @@ typedef enum mql_lease_state {
     MQL_LEASE_EXPIRING,   /* no more renewals (budget spent, or let go on purpose) */
     MQL_LEASE_LOST,       /* deadline passed while held, or the handle was rejected */
     MQL_LEASE_ACKED,      /* final: acknowledged */
-    MQL_LEASE_RELEASED    /* final: given back early (nack) */
+    MQL_LEASE_NACKED      /* final: given back early (nack) */
 } mql_lease_state;
 
 const char *mql_lease_state_name(mql_lease_state s);

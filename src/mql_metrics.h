@@ -2,7 +2,7 @@
  *
  * Plain numbers updated under the client's lock and copied out on request;
  * the Lua layer turns them into a table or the Prometheus text format. Names
- * follow DESIGN.md 5b. Histograms use one fixed set of buckets (seconds) that
+ * follow the Prometheus conventions (README lists them). Histograms use one fixed set of buckets (seconds) that
  * spans both a 2 ms renewal and an hour-long handler.
  */
 #ifndef MQL_METRICS_H

@@ -86,7 +86,7 @@ static void *watch_main(void *arg) {
      * it is not stuck for a whole invisible duration, and leave. */
     fprintf(stderr, "mqlease: shutdown grace of %lld ms ran out; releasing leases and exiting\n",
             (long long)s->grace_ms);
-    for (i = 0; i < s->nclients; i++) mql_client_release_all(s->clients[i], s->release_delay_ms);
+    for (i = 0; i < s->nclients; i++) mql_client_nack_all(s->clients[i], s->release_delay_ms);
     for (i = 0; i < s->nclients; i++) mql_client_wait_released(s->clients[i], 1000);
     _exit(128 + s->signo);
     return NULL;

@@ -1,6 +1,8 @@
 /* mql_util.c -- results, clocks and allocation helpers shared by the core. */
 #include "mql.h"
 
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,4 +82,26 @@ char *mql_strdup(const char *s) {
     d = mql_xmalloc(n);
     memcpy(d, s, n);
     return d;
+}
+
+/* Threads of the core must never take the host's signals (SIGTERM belongs to
+ * the host's drain); grpc's own threads inherit the mask of whoever starts
+ * them, so callers block around grpc_init and channel creation too. */
+void mql_signals_block(sigset_t *old) {
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, old);
+}
+
+void mql_signals_restore(const sigset_t *old) {
+    pthread_sigmask(SIG_SETMASK, old, NULL);
+}
+
+int mql_thread_start(pthread_t *t, void *(*fn)(void *), void *arg) {
+    sigset_t old;
+    int rc;
+    mql_signals_block(&old);
+    rc = pthread_create(t, NULL, fn, arg);
+    mql_signals_restore(&old);
+    return rc == 0 ? 0 : -1;
 }

@@ -11,7 +11,7 @@ local concat, sort = table.concat, table.sort
 
 local _M = {}
 
--- RocketMQ's own limits (see shared/reference/rocketmq-wire.md):
+-- RocketMQ's own limits (proxy ProxyConfig and ReceiveMessageActivity / ChangeInvisibleDurationActivity):
 local MIN_INVISIBLE = 10        -- the proxy's minimum for ReceiveMessage
 local MAX_INVISIBLE = 43200     -- 12 h, the proxy's maximum per call
 local NAME_PATTERN = "^[%%|%w_%-]+$"

@@ -16,7 +16,7 @@ local _M = {}
 
 -- ---------------------------------------------------------------- lease
 
-local FINAL = { acked = true, released = true, lost = true }
+local FINAL = { acked = true, nacked = true, lost = true }
 local ALIVE = { held = true, renewing = true, expiring = true }
 
 local lease_methods = {}
@@ -101,7 +101,7 @@ local function gone_reason(lease, err, code)
   if code ~= "NO_LEASE" then return err, code end
   local final = rawget(lease, "_final")
   if final == "acked" then return "the message was already acked", "ALREADY_ACKED" end
-  if final == "released" then return "the message was already released", "RELEASED" end
+  if final == "nacked" then return "the message was already nacked", "ALREADY_NACKED" end
   return "the lease was lost: the broker may have redelivered the message", "LEASE_LOST"
 end
 
@@ -133,11 +133,11 @@ function message_methods:nack(delay)
   local session = rawget(lease, "_session")
   if session.client:closed() then return nil, "the consumer is closed", "CLOSED" end
   local ev = session:await(session.client:nack(rawget(lease, "id"), floor(delay * 1000 + 0.5)))
-  return finish_release(lease, ev, "released")
+  return finish_release(lease, ev, "nacked")
 end
 
 -- Stops renewing on purpose: the message comes back when its lease ends.
-function message_methods:release()
+function message_methods:let_expire()
   local lease = self.lease
   local session = rawget(lease, "_session")
   if session.client:closed() then return nil, "the consumer is closed", "CLOSED" end
@@ -279,25 +279,17 @@ function consumer_methods:timeout()
   return nil
 end
 
--- Closes the consumer: every lease still held is given back (visible again
--- after release_delay seconds) so another instance takes over quickly, then
--- the proxy is told and the session ends. Safe to call twice.
+-- Closes the consumer: every lease the core still holds is nacked (visible
+-- again after release_delay seconds), including those of messages Lua no
+-- longer references, so another instance takes over quickly; then the proxy
+-- is told and the session ends. Safe to call twice.
 function consumer_methods:close()
   if closed_guard(self) then return true end
   self._closed = true
   local session = self._session
   local client = session.client
-  local delay = floor(self.options.release_delay * 1000)
-  local ops = {}
-  for id, lease in pairs(session.leases) do
-    if not rawget(lease, "_final") and client:lease(id) then
-      ops[#ops + 1] = { lease = lease, op = client:nack(id, delay) }
-    end
-  end
-  for _, p in ipairs(ops) do
-    local ev = session:await(p.op)
-    if ev.ok then p.lease:_set_state("released") end
-  end
+  session:await(client:nack_all(floor(self.options.release_delay * 1000)))
+  session:pump()
   session:await(client:terminate())
   self._last_metrics = client:metrics()
   session:close()

@@ -52,7 +52,7 @@ return function(consumer, handler, opts)
     queue = {}, qhead = 1, qtail = 0,   -- received, not started yet (still leases, renewed)
     running = {},                      -- message -> true while its handler runs
     nrunning = 0, inflight = 0, bytes = 0,
-    received = 0, acked = 0, nacked = 0, failed = 0, released = 0, skipped = 0,
+    received = 0, acked = 0, nacked = 0, failed = 0, drained = 0, skipped = 0,
   }
   local receiver, drainer
 
@@ -108,7 +108,7 @@ return function(consumer, handler, opts)
             st.received = st.received + 1
             if st.stopping then
               -- arrived after the stop: it never ran, give it straight back
-              if m:nack(release_delay) then st.released = st.released + 1 end
+              if m:nack(release_delay) then st.drained = st.drained + 1 end
             else
               st.qtail = st.qtail + 1
               st.queue[st.qtail] = m
@@ -137,7 +137,7 @@ return function(consumer, handler, opts)
       st.qhead = st.qhead + 1
       st.inflight = st.inflight - 1
       st.bytes = st.bytes - #m.body
-      if m:nack(release_delay) then st.released = st.released + 1 end
+      if m:nack(release_delay) then st.drained = st.drained + 1 end
     end
     -- 2. running handlers may finish until grace (mode "wait")
     if o.mode == "wait" then
@@ -147,7 +147,7 @@ return function(consumer, handler, opts)
     end
     -- 3. what still runs is given back; its handler's later ack will fail, never double
     for m in pairs(st.running) do
-      if m.lease:alive() and m:nack(release_delay) then st.released = st.released + 1 end
+      if m.lease:alive() and m:nack(release_delay) then st.drained = st.drained + 1 end
     end
     -- 4. wait for the receiver's cancelled call, so no lease arrives after close
     local flush_deadline = core.now() + 2
@@ -190,6 +190,6 @@ return function(consumer, handler, opts)
   if not ok then error(err, 0) end
   return {
     reason = st.reason, received = st.received, acked = st.acked, nacked = st.nacked,
-    failed = st.failed, released = st.released, skipped = st.skipped,
+    failed = st.failed, drained = st.drained, skipped = st.skipped,
   }
 end

@@ -13,7 +13,7 @@ local wait = require "mqlease.wait"
 
 local coroutine_create, coroutine_resume, coroutine_status = coroutine.create, coroutine.resume, coroutine.status
 local coroutine_close = coroutine.close   -- nil on LuaJIT
-local setmetatable, pairs, next, type, select = setmetatable, pairs, next, type, select
+local setmetatable, pairs, type, select = setmetatable, pairs, type, select
 local unpack = table.unpack or unpack   -- LuaJIT
 
 local _M = {}
@@ -127,12 +127,6 @@ function methods:poll(max_wait)
   end
 end
 
--- One loop turn: run what is ready, then wait at most max_wait seconds.
-function methods:step(max_wait)
-  self:run_ready()
-  self:poll(max_wait)
-end
-
 -- Runs until every task has finished, or until stop() returns true; stop is
 -- asked after every round of tasks, so it is never late by a poll.
 function methods:loop(stop)
@@ -143,10 +137,6 @@ function methods:loop(stop)
     self:poll(1)
   end
   wait.set_scheduler(previous)
-end
-
-function methods:empty()
-  return next(self.tasks) == nil
 end
 
 return _M

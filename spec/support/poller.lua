@@ -18,7 +18,7 @@ while mqlease.now() < deadline do
   local msgs = assert(c:receive(32, { await = math.max(0, math.min(5, left)) }))
   for _, m in ipairs(msgs) do
     out:write(("%s %d\n"):format(m.id, m.delivery_attempt))
-    m:release()
+    m:let_expire()
   end
 end
 c:close()

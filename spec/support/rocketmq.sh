@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Test harness: a real Apache RocketMQ 5.x (name server + gRPC proxy with the broker inside
 # the proxy JVM, "local" mode) on loopback, built from Maven Central jars (no binary zip,
-# no Docker). Recipe: /work/shared/reference/rocketmq-local.md, sections 3-7.
+# no Docker): the classes NamesrvStartup and ProxyStartup (local mode) on one flat classpath.
 #
 #   rocketmq.sh fetch                  copy the jars into the cache (once)
 #   rocketmq.sh start                  start namesrv + proxy/broker (or reuse a running one);

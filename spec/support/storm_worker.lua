@@ -43,5 +43,5 @@ end, { concurrency = 16, grace = grace, nack_delay = 1, on_error = function() en
     if m:ack() then log:write(("ack %s\n"):format(m.id)) end
     return "skip"
   end })
-log:write(("exit %s acked=%d released=%d nacked=%d\n"):format(summary.reason, summary.acked, summary.released, summary.nacked))
+log:write(("exit %s acked=%d drained=%d nacked=%d\n"):format(summary.reason, summary.acked, summary.drained, summary.nacked))
 log:close()

@@ -1,0 +1,170 @@
+/* mql_client_private.h -- what the files of one client share, and nobody else.
+ *
+ * A client is split along the life of a message, one file per stage:
+ *
+ *   mql_client.c    the hub: new/free, the thread, call plumbing, dispatch of
+ *                   finished calls to the stage that started them
+ *   mql_session.c   before any message: route, Telemetry settings, heartbeat,
+ *                   terminate
+ *   mql_receive.c   where a message enters: ReceiveMessage turns each message
+ *                   into a lease in the table
+ *   mql_renew.c     where its lease lives: timers, budget, ChangeInvisibleDuration
+ *   mql_release.c   where it leaves: ack, nack, let expire, nack-all at shutdown
+ *   mql_producer.c  the producer's one job: SendMessage
+ *
+ * (hiredis shares its async internals between files through async_private.h
+ * in the same way.) Every function declared here runs with c->mu held unless
+ * it says otherwise.
+ */
+#ifndef MQL_CLIENT_PRIVATE_H
+#define MQL_CLIENT_PRIVATE_H
+
+#include "mql_client.h"
+#include "mql_codec.h"
+
+#define MQL_M_QUERY_ROUTE "/apache.rocketmq.v2.MessagingService/QueryRoute"
+#define MQL_M_HEARTBEAT "/apache.rocketmq.v2.MessagingService/Heartbeat"
+#define MQL_M_SEND "/apache.rocketmq.v2.MessagingService/SendMessage"
+#define MQL_M_RECEIVE "/apache.rocketmq.v2.MessagingService/ReceiveMessage"
+#define MQL_M_ACK "/apache.rocketmq.v2.MessagingService/AckMessage"
+#define MQL_M_TELEMETRY "/apache.rocketmq.v2.MessagingService/Telemetry"
+#define MQL_M_TERMINATE "/apache.rocketmq.v2.MessagingService/NotifyClientTermination"
+#define MQL_M_CHANGE "/apache.rocketmq.v2.MessagingService/ChangeInvisibleDuration"
+
+/* What a call is for; its finished handler is chosen by this. */
+typedef enum mql_call_kind {
+    MQL_K_ROUTE = 1, MQL_K_TELEMETRY, MQL_K_HEARTBEAT, MQL_K_RECEIVE, MQL_K_ACK, MQL_K_NACK,
+    MQL_K_BUDGET_NACK, MQL_K_RENEW, MQL_K_SEND, MQL_K_TERMINATE
+} mql_call_kind;
+
+/* A release the host asked for (an ack of one or more leases, or a nack of
+ * one): the leases and the op to answer, with one result per lease. */
+typedef struct mql_release mql_release;
+struct mql_release {
+    uint64_t op;
+    int is_ack;
+    int64_t delay_ms;           /* nack */
+    uint64_t *ids;
+    size_t n;
+    mql_result *entries;        /* one result per lease, filled as they settle */
+    int *settled;
+    mql_release *next;          /* on c->deferred while renewals are in flight */
+};
+
+struct mql_client {
+    mql_client_type type;
+    char *endpoint, *host, *namespace_, *access_key, *secret_key, *security_token;
+    int port;
+    char *group, *topic, *filter;
+    int filter_sql;
+    char **topics;
+    size_t ntopics;
+    int64_t request_timeout_ms, invisible_ms, renew_every_ms, max_lease_ms, budget_nack_delay_ms;
+    int renew, max_renewals;
+    mql_budget_action on_budget;
+    char client_id[192];
+    char hostname[128];
+    mql_identity id;
+    uint8_t id_node[6];         /* message-id node bytes (random, in place of a MAC) */
+    uint32_t id_seq;
+    uint64_t rand_state;
+
+    pthread_mutex_t mu;
+    pthread_t thread;
+    int thread_started;
+    grpc_completion_queue *cq;
+    grpc_channel *access;       /* the configured endpoint: routes */
+    grpc_channel *broker;       /* the route's broker endpoint: everything else */
+    char *broker_name;
+    mql_events events;
+    mql_lease_table leases;
+    mql_metrics metrics;
+    mql_client_state state;
+    uint64_t start_op;
+    uint64_t next_op;
+    mql_call *calls;            /* every live call, so close can cancel them */
+    mql_call *telemetry;
+    int64_t telemetry_retry_at; /* 0: not scheduled */
+    int64_t heartbeat_at;       /* 0: not scheduled */
+    int stopping;
+    mql_release *deferred;
+};
+
+/* ------------------------------------------------------- mql_client.c */
+
+uint64_t mql_client_random(mql_client *c);
+/* Events for the host: an op's result, an op refused at once, a lease's new state. */
+void mql_post_op(mql_client *c, uint64_t op, const mql_result *r);
+uint64_t mql_post_refusal(mql_client *c, const char *code, const char *msg);
+void mql_post_lease(mql_client *c, const mql_lease *l, mql_lease_state state);
+/* The guard of every operation the host starts: 1 (and *op set to a refusal)
+ * when the client is stopping or not ready, or is not of the given type. */
+int mql_client_refuses(mql_client *c, mql_client_type type, const char *what, uint64_t *op);
+
+/* A call linked into c->calls; its handler is chosen by kind when it finishes. */
+mql_call *mql_client_call(mql_client *c, grpc_channel *ch, const char *method,
+                          int64_t timeout_ms, mql_call_kind kind, uint64_t op, void *ctx);
+void mql_client_unlink(mql_client *c, mql_call *call);
+/* Starts a unary call; on a refused start the call is dropped and -1 returned. */
+int mql_client_unary(mql_client *c, mql_call *call, const ProtobufCMessage *req);
+/* The result of a finished call: the transport status first, then the in-band one. */
+void mql_call_result(mql_call *call, const mql_pb_status *st, mql_result *r);
+/* A finished unary call's reply, unpacked, with its result in r (the transport
+ * status, then the reply's own status field). NULL if there is no reply;
+ * free it with mql_reply_free. */
+void *mql_reply_take(mql_call *call, const ProtobufCMessageDescriptor *desc, mql_result *r);
+void mql_reply_free(void *reply);
+
+/* ------------------------------------------------------ mql_session.c */
+
+void mql_session_begin(mql_client *c);
+/* A channel to target with the client's channel arguments. */
+grpc_channel *mql_session_channel_new(const char *target);
+/* Runs the session's due timers (heartbeat, Telemetry re-open); returns the
+ * earlier of wake and its next timer. */
+int64_t mql_session_timers(mql_client *c, int64_t now, int64_t wake);
+void mql_session_on_route_done(mql_client *c, mql_call *call);
+void mql_session_on_telemetry_message(mql_client *c, grpc_byte_buffer *reply);
+void mql_session_on_telemetry_done(mql_client *c, mql_call *call);
+void mql_session_on_heartbeat_done(mql_client *c, mql_call *call);
+void mql_session_on_terminate_done(mql_client *c, mql_call *call);
+
+/* ------------------------------------------------------ mql_receive.c */
+
+void mql_receive_on_message(mql_client *c, mql_call *call, grpc_byte_buffer *reply);
+void mql_receive_on_done(mql_client *c, mql_call *call);
+
+/* -------------------------------------------------------- mql_renew.c */
+
+/* When a lease renewed (or acquired) at from_ms renews next. */
+int64_t mql_renew_next_at(mql_client *c, int64_t from_ms);
+/* Runs every due lease timer; returns the earlier of wake and the next one. */
+int64_t mql_renew_timers(mql_client *c, int64_t now, int64_t wake);
+/* ChangeInvisibleDuration with the lease's newest handle. A host's nack passes
+ * its own context; a renewal or the budget's nack passes NULL and gets the
+ * lease id as context. */
+int mql_renew_change_start(mql_client *c, mql_lease *l, int64_t duration_ms,
+                           mql_call_kind kind, void *ctx);
+void mql_renew_on_done(mql_client *c, mql_call *call);
+/* The lease leaves the table in its final state; the host is told. */
+void mql_lease_end(mql_client *c, mql_lease *l, mql_lease_state final);
+/* After a release failed for a reason that leaves the lease ours, keep renewing. */
+void mql_lease_resume(mql_client *c, mql_lease *l);
+
+/* ------------------------------------------------------ mql_release.c */
+
+/* A lease that ended on its own fails every deferred release that waits for it. */
+void mql_release_fail_lease(mql_client *c, uint64_t lease_id, const char *code,
+                            const char *msg);
+/* Sends the deferred releases whose renewals have come back. */
+void mql_release_run_deferred(mql_client *c);
+void mql_release_free(mql_release *rel);
+void mql_release_on_ack_done(mql_client *c, mql_call *call);
+void mql_release_on_nack_done(mql_client *c, mql_call *call);
+void mql_release_on_budget_nack_done(mql_client *c, mql_call *call);
+
+/* ----------------------------------------------------- mql_producer.c */
+
+void mql_producer_on_send_done(mql_client *c, mql_call *call);
+
+#endif /* MQL_CLIENT_PRIVATE_H */

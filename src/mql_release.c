@@ -1,0 +1,357 @@
+/* mql_release.c -- where a message leaves: ack, nack, let expire.
+ *
+ * A release is an ack (of one or more leases, in one AckMessage) or a nack (a
+ * ChangeInvisibleDuration to the delay the host asked for). It always uses the
+ * lease's newest receipt handle, so it never races a renewal: while any of its
+ * leases is being renewed, the release waits on c->deferred and goes out when
+ * the renewal's reply has come back. From the moment the host asks, nothing
+ * renews the lease: the release decides its fate. A lease that ends on its own
+ * meanwhile (lost, expired) fails the releases that wait for it.
+ *
+ * Every function here runs with c->mu held unless it says otherwise.
+ */
+#include "mql_client_private.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void mql_release_free(mql_release *rel) {
+    free(rel->ids);
+    free(rel->entries);
+    free(rel->settled);
+    free(rel);
+}
+
+static int release_done(const mql_release *rel) {
+    size_t i;
+    for (i = 0; i < rel->n; i++)
+        if (!rel->settled[i]) return 0;
+    return 1;
+}
+
+static void release_post(mql_client *c, mql_release *rel) {
+    mql_event *ev = mql_event_new(MQL_EV_OP, rel->op);
+    size_t i;
+    for (i = 0; i < rel->n; i++) {
+        if (!rel->entries[i].ok) {
+            ev->result = rel->entries[i];
+            break;
+        }
+    }
+    ev->entries = rel->entries;
+    ev->nentries = rel->n;
+    rel->entries = NULL;
+    mql_events_push(&c->events, ev);
+}
+
+static void settle(mql_client *c, mql_release *rel, size_t i, const mql_result *r) {
+    if (rel->settled[i]) return;
+    rel->settled[i] = 1;
+    rel->entries[i] = *r;
+    if (rel->is_ack) {
+        if (r->ok) c->metrics.acks_ok++;
+        else c->metrics.acks_fail++;
+    } else {
+        if (r->ok) c->metrics.nacks_ok++;
+        else c->metrics.nacks_fail++;
+    }
+    if (!r->ok) mql_metrics_error(&c->metrics, rel->is_ack ? "ack" : "nack", r->code);
+}
+
+void mql_release_fail_lease(mql_client *c, uint64_t lease_id, const char *code,
+                            const char *msg) {
+    mql_release **pp = &c->deferred;
+    mql_result r;
+    size_t i;
+    mql_result_fail(&r, code, "%s", msg);
+    while (*pp) {
+        mql_release *rel = *pp;
+        for (i = 0; i < rel->n; i++)
+            if (rel->ids[i] == lease_id) settle(c, rel, i, &r);
+        if (release_done(rel)) {
+            *pp = rel->next;
+            release_post(c, rel);
+            mql_release_free(rel);
+        } else {
+            pp = &rel->next;
+        }
+    }
+}
+
+static void release_settle_lease(mql_client *c, mql_release *rel, size_t i, mql_lease *l,
+                                 const mql_result *r) {
+    settle(c, rel, i, r);
+    if (!l) return;
+    if (r->ok) {
+        mql_hist_observe(&c->metrics.handler,
+                         (double)(mql_now_ms() - l->acquired_ms) / 1000.0);
+        mql_lease_end(c, l, rel->is_ack ? MQL_LEASE_ACKED : MQL_LEASE_NACKED);
+    } else if (strcmp(r->code, "INVALID_RECEIPT_HANDLE") == 0) {
+        c->metrics.lost_rejected++;
+        mql_lease_end(c, l, MQL_LEASE_LOST);
+    } else {
+        mql_lease_resume(c, l);
+    }
+}
+
+static void ack_send(mql_client *c, mql_release *rel) {
+    Apache__Rocketmq__V2__AckMessageRequest req = APACHE__ROCKETMQ__V2__ACK_MESSAGE_REQUEST__INIT;
+    Apache__Rocketmq__V2__AckMessageEntry *store, **entries;
+    mql_pb_resource group, topic;
+    mql_call *call;
+    size_t i, n = 0;
+    const char *topic_name = NULL;
+    mql_result r;
+    store = mql_xcalloc(rel->n, sizeof(*store));
+    entries = mql_xcalloc(rel->n, sizeof(*entries));
+    for (i = 0; i < rel->n; i++) {
+        mql_lease *l;
+        if (rel->settled[i]) continue;
+        l = mql_lease_find(&c->leases, rel->ids[i]);
+        apache__rocketmq__v2__ack_message_entry__init(&store[n]);
+        store[n].message_id = l->message_id;
+        store[n].receipt_handle = l->handle;   /* the newest: renewals are done by now */
+        entries[n] = &store[n];
+        topic_name = l->topic;
+        n++;
+    }
+    mql_set_resource(&group, c->namespace_, c->group);
+    mql_set_resource(&topic, c->namespace_, topic_name);
+    req.group = &group;
+    req.topic = &topic;
+    req.n_entries = n;
+    req.entries = entries;
+    call = mql_client_call(c, c->broker, MQL_M_ACK, c->request_timeout_ms, MQL_K_ACK, rel->op, rel);
+    if (mql_client_unary(c, call, &req.base) < 0) {
+        mql_result_fail(&r, "INTERNAL", "ack: grpc refused to start the call");
+        for (i = 0; i < rel->n; i++)
+            release_settle_lease(c, rel, i, mql_lease_find(&c->leases, rel->ids[i]), &r);
+        release_post(c, rel);
+        mql_release_free(rel);
+    }
+    free(store);
+    free(entries);
+}
+
+void mql_release_on_ack_done(mql_client *c, mql_call *call) {
+    mql_release *rel = call->ctx;
+    mql_result top, r;
+    Apache__Rocketmq__V2__AckMessageResponse *resp =
+        mql_reply_take(call, &apache__rocketmq__v2__ack_message_response__descriptor, &top);
+    size_t i, j;
+    for (i = 0; i < rel->n; i++) {
+        mql_lease *l;
+        if (rel->settled[i]) continue;
+        l = mql_lease_find(&c->leases, rel->ids[i]);
+        r = top;
+        /* Entries are answered in parallel by the proxy: match them by message id. */
+        if (resp && call->status == GRPC_STATUS_OK && l) {
+            for (j = 0; j < resp->n_entries; j++) {
+                if (resp->entries[j]->message_id &&
+                    strcmp(resp->entries[j]->message_id, l->message_id) == 0) {
+                    mql_result_from_status(&r, resp->entries[j]->status, "AckMessage");
+                    break;
+                }
+            }
+        }
+        release_settle_lease(c, rel, i, l, &r);
+    }
+    mql_reply_free(resp);
+    call->ctx = NULL;
+    release_post(c, rel);
+    mql_release_free(rel);
+}
+
+/* One lease of a nack: the proxy has no batch ChangeInvisibleDuration, so a
+ * nack of n leases is n calls, each answering for its own entry. */
+typedef struct nack_part {
+    mql_release *rel;
+    size_t i;
+} nack_part;
+
+static void nack_part_settle(mql_client *c, mql_release *rel, size_t i, const mql_result *r) {
+    release_settle_lease(c, rel, i, mql_lease_find(&c->leases, rel->ids[i]), r);
+    if (release_done(rel)) {
+        release_post(c, rel);
+        mql_release_free(rel);
+    }
+}
+
+static void nack_send(mql_client *c, mql_release *rel) {
+    size_t i, left = 0;
+    mql_result r;
+    mql_result_fail(&r, "INTERNAL", "nack: grpc refused to start the call");
+    for (i = 0; i < rel->n; i++) left += !rel->settled[i];
+    /* A refused start settles its entry at once, and the last settle frees
+     * rel: stop touching it once every entry is sent or settled. */
+    for (i = 0; left > 0; i++) {
+        nack_part *part;
+        if (rel->settled[i]) continue;
+        left--;
+        part = mql_xmalloc(sizeof(*part));
+        part->rel = rel;
+        part->i = i;
+        if (mql_renew_change_start(c, mql_lease_find(&c->leases, rel->ids[i]), rel->delay_ms,
+                                   MQL_K_NACK, part) < 0) {
+            free(part);
+            nack_part_settle(c, rel, i, &r);
+        }
+    }
+}
+
+void mql_release_on_nack_done(mql_client *c, mql_call *call) {
+    nack_part *part = call->ctx;
+    mql_result r;
+    void *resp = mql_reply_take(
+        call, &apache__rocketmq__v2__change_invisible_duration_response__descriptor, &r);
+    nack_part_settle(c, part->rel, part->i, &r);
+    free(part);
+    call->ctx = NULL;
+    mql_reply_free(resp);
+}
+
+/* The budget's own nack: no host op waits for it. */
+void mql_release_on_budget_nack_done(mql_client *c, mql_call *call) {
+    mql_result r;
+    void *resp = mql_reply_take(
+        call, &apache__rocketmq__v2__change_invisible_duration_response__descriptor, &r);
+    mql_lease *l = mql_lease_find(&c->leases, *(uint64_t *)call->ctx);
+    free(call->ctx);
+    call->ctx = NULL;
+    if (l && r.ok) mql_lease_end(c, l, MQL_LEASE_NACKED);
+    else if (l) mql_lease_resume(c, l);
+    mql_reply_free(resp);
+}
+
+/* Sends the release if none of its leases is being renewed; else keeps it
+ * deferred. Returns 1 if it was sent (or finished). */
+static int release_try(mql_client *c, mql_release *rel) {
+    size_t i;
+    for (i = 0; i < rel->n; i++) {
+        mql_lease *l;
+        if (rel->settled[i]) continue;
+        l = mql_lease_find(&c->leases, rel->ids[i]);
+        if (l && l->state == MQL_LEASE_RENEWING) return 0;
+    }
+    if (release_done(rel)) {
+        release_post(c, rel);
+        mql_release_free(rel);
+    } else if (rel->is_ack) {
+        ack_send(c, rel);
+    } else {
+        nack_send(c, rel);
+    }
+    return 1;
+}
+
+void mql_release_run_deferred(mql_client *c) {
+    mql_release **pp = &c->deferred;
+    while (*pp) {
+        mql_release *rel = *pp;
+        mql_release *next = rel->next;
+        if (release_try(c, rel)) *pp = next;
+        else pp = &rel->next;
+    }
+}
+
+static uint64_t release_start(mql_client *c, const uint64_t *ids, size_t n, int is_ack,
+                              int64_t delay_ms) {
+    mql_release *rel = mql_xcalloc(1, sizeof(*rel));
+    mql_result r;
+    uint64_t op;
+    size_t i;
+    rel->op = ++c->next_op;
+    rel->is_ack = is_ack;
+    rel->delay_ms = delay_ms;
+    rel->n = n;
+    rel->ids = mql_xcalloc(n, sizeof(*rel->ids));
+    rel->entries = mql_xcalloc(n, sizeof(*rel->entries));
+    rel->settled = mql_xcalloc(n, sizeof(*rel->settled));
+    for (i = 0; i < n; i++) {
+        mql_lease *l = mql_lease_find(&c->leases, ids[i]);
+        rel->ids[i] = ids[i];
+        if (c->stopping) {
+            mql_result_fail(&r, "CLOSED", "the consumer is closed");
+            settle(c, rel, i, &r);
+        } else if (!l) {
+            mql_result_fail(&r, "NO_LEASE", "no lease %llu: already acked, released or lost",
+                            (unsigned long long)ids[i]);
+            settle(c, rel, i, &r);
+        } else if (l->pending != MQL_PENDING_NONE) {
+            mql_result_fail(&r, "BUSY", "a release of this lease is already under way");
+            settle(c, rel, i, &r);
+        } else {
+            /* from now on nothing renews it: the release decides its fate */
+            l->pending = is_ack ? MQL_PENDING_ACK : MQL_PENDING_NACK;
+            if (l->state != MQL_LEASE_RENEWING) mql_lease_arm(&c->leases, l, l->deadline_ms);
+        }
+    }
+    op = rel->op;   /* rel may be gone once tried */
+    if (!release_try(c, rel)) {
+        rel->next = c->deferred;
+        c->deferred = rel;
+    }
+    return op;
+}
+
+uint64_t mql_client_ack(mql_client *c, const uint64_t *lease_ids, size_t n) {
+    uint64_t op;
+    pthread_mutex_lock(&c->mu);
+    op = release_start(c, lease_ids, n, 1, 0);
+    pthread_mutex_unlock(&c->mu);
+    return op;
+}
+
+uint64_t mql_client_nack(mql_client *c, uint64_t lease_id, int64_t delay_ms) {
+    uint64_t op;
+    pthread_mutex_lock(&c->mu);
+    op = release_start(c, &lease_id, 1, 0, delay_ms);
+    pthread_mutex_unlock(&c->mu);
+    return op;
+}
+
+int mql_client_let_expire(mql_client *c, uint64_t lease_id) {
+    mql_lease *l;
+    int found = 0;
+    pthread_mutex_lock(&c->mu);
+    l = mql_lease_find(&c->leases, lease_id);
+    if (l && l->pending == MQL_PENDING_NONE) {
+        found = 1;
+        l->let_go = 1;
+        if (l->state == MQL_LEASE_HELD) l->state = MQL_LEASE_EXPIRING;
+        if (l->state != MQL_LEASE_RENEWING) mql_lease_arm(&c->leases, l, l->deadline_ms);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return found;
+}
+
+static void collect_held(mql_lease *l, void *ud) {
+    struct { uint64_t *ids; size_t n; } *acc = ud;
+    if (l->pending == MQL_PENDING_NONE) acc->ids[acc->n++] = l->id;
+}
+
+uint64_t mql_client_nack_all(mql_client *c, int64_t delay_ms) {
+    struct { uint64_t *ids; size_t n; } acc;
+    uint64_t op;
+    pthread_mutex_lock(&c->mu);
+    acc.ids = mql_xcalloc(c->leases.count, sizeof(uint64_t));
+    acc.n = 0;
+    mql_lease_each(&c->leases, collect_held, &acc);
+    op = release_start(c, acc.ids, acc.n, 0, delay_ms);
+    free(acc.ids);
+    pthread_mutex_unlock(&c->mu);
+    return op;
+}
+
+int mql_client_wait_released(mql_client *c, int64_t timeout_ms) {
+    int64_t deadline = mql_now_ms() + timeout_ms;
+    size_t left;
+    for (;;) {
+        pthread_mutex_lock(&c->mu);
+        left = c->leases.count;
+        pthread_mutex_unlock(&c->mu);
+        if (left == 0 || mql_now_ms() >= deadline) return (int)left;
+        usleep(20000);
+    }
+}

@@ -1,0 +1,178 @@
+/* mql_renew.c -- where a lease lives: its timers, its budget, its renewals.
+ *
+ * Each lease in the table has one timer in the heap: its next renewal, or the
+ * check that its deadline has passed. A renewal is ChangeInvisibleDuration with
+ * the newest receipt handle; only a successful reply replaces the handle (the
+ * proxy would still accept the old one, but an ack with it does nothing and a
+ * change arms a second deadline). Failures retry with backoff while the
+ * deadline allows; a rejected handle ends the lease at once (no retry storm).
+ * The budget (max_renewals, max_lease) ends renewing with one decision:
+ * let it expire, or nack it.
+ *
+ * Every function here runs with c->mu held unless it says otherwise.
+ */
+#include "mql_client_private.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define RENEW_BACKOFF_MIN_MS 200
+#define RENEW_BACKOFF_MAX_MS 5000
+
+/* A little before renew_every at random, so leases received together do not
+ * renew in lock-step. */
+int64_t mql_renew_next_at(mql_client *c, int64_t from_ms) {
+    int64_t every = c->renew_every_ms, jitter = every / 10;
+    return from_ms + every - (jitter > 0 ? (int64_t)(mql_client_random(c) % (uint64_t)jitter) : 0);
+}
+
+void mql_lease_end(mql_client *c, mql_lease *l, mql_lease_state final) {
+    mql_post_lease(c, l, final);
+    mql_lease_remove(&c->leases, l);
+}
+
+static void renew_start(mql_client *c, mql_lease *l, int64_t now);
+
+static int budget_spent(const mql_client *c, const mql_lease *l, int64_t now) {
+    if (c->max_renewals >= 0 && l->renewals >= c->max_renewals) return 1;
+    if (c->max_lease_ms > 0 && now + c->invisible_ms - l->acquired_ms > c->max_lease_ms) return 1;
+    return 0;
+}
+
+/* One timer of one lease is due: the deadline passed, or it is time to renew. */
+static void lease_timer(mql_client *c, mql_lease *l, int64_t now) {
+    mql_lease_disarm(&c->leases, l);
+    if (now >= l->deadline_ms) {
+        /* The broker has given the message to someone else by now. */
+        if (l->state != MQL_LEASE_EXPIRING || !l->let_go) c->metrics.expire_while_alive++;
+        c->metrics.lost_expired++;
+        mql_release_fail_lease(c, l->id, "LEASE_LOST", "the lease expired before the release");
+        mql_lease_end(c, l, MQL_LEASE_LOST);
+        return;
+    }
+    if (l->state != MQL_LEASE_HELD || l->pending != MQL_PENDING_NONE || !c->renew) {
+        mql_lease_arm(&c->leases, l, l->deadline_ms);
+        return;
+    }
+    if (budget_spent(c, l, now)) {
+        l->state = MQL_LEASE_EXPIRING;
+        mql_post_lease(c, l, MQL_LEASE_EXPIRING);
+        if (c->on_budget == MQL_BUDGET_NACK) {
+            c->metrics.budget_nack++;
+            l->pending = MQL_PENDING_NACK;
+            if (mql_renew_change_start(c, l, c->budget_nack_delay_ms, MQL_K_BUDGET_NACK, NULL) == 0) return;
+            l->pending = MQL_PENDING_NONE;
+        } else {
+            c->metrics.budget_expire++;
+        }
+        mql_lease_arm(&c->leases, l, l->deadline_ms);
+        return;
+    }
+    renew_start(c, l, now);
+}
+
+int mql_renew_change_start(mql_client *c, mql_lease *l, int64_t duration_ms,
+                           mql_call_kind kind, void *ctx) {
+    Apache__Rocketmq__V2__ChangeInvisibleDurationRequest req =
+        APACHE__ROCKETMQ__V2__CHANGE_INVISIBLE_DURATION_REQUEST__INIT;
+    mql_pb_resource group, topic;
+    Google__Protobuf__Duration d;
+    int own_ctx = ctx == NULL;
+    mql_set_resource(&group, c->namespace_, c->group);
+    mql_set_resource(&topic, c->namespace_, l->topic);
+    mql_set_duration(&d, duration_ms);
+    req.group = &group;
+    req.topic = &topic;
+    req.receipt_handle = l->handle;
+    req.message_id = l->message_id;
+    req.invisible_duration = &d;
+    if (own_ctx) {
+        uint64_t *id = mql_xmalloc(sizeof(*id));
+        *id = l->id;
+        ctx = id;
+    }
+    if (mql_client_unary(c, mql_client_call(c, c->broker, MQL_M_CHANGE, c->request_timeout_ms,
+                                            kind, 0, ctx),
+                         &req.base) < 0) {
+        if (own_ctx) free(ctx);
+        return -1;
+    }
+    return 0;
+}
+
+static void renew_start(mql_client *c, mql_lease *l, int64_t now) {
+    l->renew_sent_ms = now;
+    mql_hist_observe(&c->metrics.renew_lateness, (double)(now - l->timer_ms) / 1000.0);
+    if (mql_renew_change_start(c, l, c->invisible_ms, MQL_K_RENEW, NULL) < 0) {
+        mql_lease_arm(&c->leases, l, now + RENEW_BACKOFF_MIN_MS);
+        return;
+    }
+    l->state = MQL_LEASE_RENEWING;
+    /* no timer while renewing: the reply (or the call's own deadline) re-arms it */
+}
+
+void mql_renew_on_done(mql_client *c, mql_call *call) {
+    mql_result r;
+    Apache__Rocketmq__V2__ChangeInvisibleDurationResponse *resp = mql_reply_take(
+        call, &apache__rocketmq__v2__change_invisible_duration_response__descriptor, &r);
+    uint64_t id = *(uint64_t *)call->ctx;
+    mql_lease *l = mql_lease_find(&c->leases, id);
+    int64_t now = mql_now_ms();
+    free(call->ctx);
+    call->ctx = NULL;
+    if (!l || l->state != MQL_LEASE_RENEWING) goto out;   /* gone meanwhile */
+    l->state = MQL_LEASE_HELD;
+    if (r.ok && resp->receipt_handle && *resp->receipt_handle) {
+        /* The old handle is dead to us from this instant: the proxy would still
+         * accept it, but an ack with it does nothing and a change arms a
+         * second deadline. */
+        char *handle = mql_handle_after_change(resp->receipt_handle);
+        mql_lease_set_handle(l, handle);
+        free(handle);
+        l->deadline_ms = l->renew_sent_ms + c->invisible_ms;
+        l->renewals++;
+        l->attempts = 0;
+        c->metrics.renew_success++;
+        mql_hist_observe(&c->metrics.renew_latency, (double)(now - l->renew_sent_ms) / 1000.0);
+        mql_lease_arm(&c->leases, l, mql_renew_next_at(c, l->renew_sent_ms));
+    } else if (strcmp(r.code, "INVALID_RECEIPT_HANDLE") == 0) {
+        /* final: the broker no longer knows this delivery; no retry storm */
+        c->metrics.renew_fail++;
+        c->metrics.lost_rejected++;
+        if (l->pending == MQL_PENDING_NONE) c->metrics.expire_while_alive++;
+        mql_release_fail_lease(c, l->id, "LEASE_LOST", "the broker rejected the receipt handle");
+        mql_lease_end(c, l, MQL_LEASE_LOST);
+        l = NULL;
+    } else {
+        /* A reply that never came may still have minted a handle we never saw;
+         * the message may come back once more. Count it apart. */
+        int uncertain = strcmp(r.code, "TIMEOUT") == 0 || strcmp(r.code, "CANCELLED") == 0;
+        int64_t backoff = RENEW_BACKOFF_MIN_MS << (l->attempts < 5 ? l->attempts : 5);
+        if (uncertain) c->metrics.renew_uncertain++;
+        else c->metrics.renew_fail++;
+        mql_metrics_error(&c->metrics, "renew", r.code);
+        if (backoff > RENEW_BACKOFF_MAX_MS) backoff = RENEW_BACKOFF_MAX_MS;
+        l->attempts++;
+        if (now + backoff + c->request_timeout_ms < l->deadline_ms)
+            mql_lease_arm(&c->leases, l, now + backoff);
+        else
+            mql_lease_arm(&c->leases, l, l->deadline_ms);
+    }
+out:
+    mql_reply_free(resp);
+    mql_release_run_deferred(c);
+}
+
+int64_t mql_renew_timers(mql_client *c, int64_t now, int64_t wake) {
+    mql_lease *l;
+    while ((l = mql_lease_next(&c->leases)) && l->timer_ms <= now) lease_timer(c, l, now);
+    if ((l = mql_lease_next(&c->leases)) && l->timer_ms < wake) wake = l->timer_ms;
+    return wake;
+}
+
+void mql_lease_resume(mql_client *c, mql_lease *l) {
+    int64_t now = mql_now_ms();
+    l->pending = MQL_PENDING_NONE;
+    if (l->state == MQL_LEASE_EXPIRING || !c->renew) mql_lease_arm(&c->leases, l, l->deadline_ms);
+    else mql_lease_arm(&c->leases, l, now);
+}

@@ -1,0 +1,343 @@
+/* mql_session.c -- what a client does before and around any message.
+ *
+ * A session is QueryRoute (which broker serves the topic), then a Telemetry
+ * stream whose first command sends our Settings: the proxy refuses receives
+ * from a client id it has no settings for. The client is ready when the
+ * settings come back. A Heartbeat every 10 s keeps the proxy from dropping
+ * the client (ClientActivity's expiry), Telemetry is re-opened 1 s after it
+ * dies, and NotifyClientTermination says goodbye so the proxy gives our
+ * messages back at once instead of waiting for their deadlines.
+ *
+ * Every function here runs with c->mu held unless it says otherwise.
+ */
+#include "mql_client_private.h"
+
+#include <grpc/grpc_security.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define HEARTBEAT_EVERY_MS 10000
+#define TELEMETRY_RETRY_MS 1000
+
+static int is_ipv4(const char *h) {
+    int dots = 0;
+    for (; *h; h++) {
+        if (*h == '.') dots++;
+        else if (*h < '0' || *h > '9') return 0;
+    }
+    return dots == 3;
+}
+
+/* Endpoints as the proxy wants them: the scheme must never be UNSPECIFIED. */
+typedef struct endpoints_buf {
+    Apache__Rocketmq__V2__Endpoints ep;
+    Apache__Rocketmq__V2__Address addr;
+    Apache__Rocketmq__V2__Address *addrs[1];
+} endpoints_buf;
+
+static void set_endpoints(endpoints_buf *b, const char *host, int port) {
+    apache__rocketmq__v2__endpoints__init(&b->ep);
+    apache__rocketmq__v2__address__init(&b->addr);
+    b->ep.scheme = is_ipv4(host) ? APACHE__ROCKETMQ__V2__ADDRESS_SCHEME__IPv4
+                                 : APACHE__ROCKETMQ__V2__ADDRESS_SCHEME__DOMAIN_NAME;
+    b->addr.host = (char *)host;
+    b->addr.port = port;
+    b->addrs[0] = &b->addr;
+    b->ep.n_addresses = 1;
+    b->ep.addresses = b->addrs;
+}
+
+
+static void fail_start(mql_client *c, const mql_result *r) {
+    if (c->state != MQL_CLIENT_STARTING) return;
+    c->state = MQL_CLIENT_FAILED;
+    mql_post_op(c, c->start_op, r);
+}
+
+static void telemetry_open(mql_client *c);
+
+/* QueryRoute for topic: the session's own (op 0) picks the broker; a host's
+ * op only learns whether the topic exists. */
+static int route_start(mql_client *c, const char *topic_name, uint64_t op) {
+    Apache__Rocketmq__V2__QueryRouteRequest req = APACHE__ROCKETMQ__V2__QUERY_ROUTE_REQUEST__INIT;
+    mql_pb_resource topic;
+    endpoints_buf ep;
+    mql_set_resource(&topic, c->namespace_, topic_name);
+    set_endpoints(&ep, c->host, c->port);
+    req.topic = &topic;
+    req.endpoints = &ep.ep;
+    return mql_client_unary(c, mql_client_call(c, c->access, MQL_M_QUERY_ROUTE, c->request_timeout_ms, MQL_K_ROUTE, op, NULL),
+                 &req.base);
+}
+
+static void session_route_start(mql_client *c) {
+    mql_result r;
+    if (route_start(c, c->topic, 0) < 0) {
+        mql_result_fail(&r, "INTERNAL", "QueryRoute: grpc refused to start the call");
+        fail_start(c, &r);
+    }
+}
+
+uint64_t mql_client_route(mql_client *c, const char *topic) {
+    uint64_t op;
+    pthread_mutex_lock(&c->mu);
+    if (c->stopping) {
+        op = mql_post_refusal(c, "CLOSED", "route: the client is closed");
+    } else {
+        op = ++c->next_op;
+        if (route_start(c, topic, op) < 0)
+            op = mql_post_refusal(c, "INTERNAL", "QueryRoute: grpc refused to start the call");
+    }
+    pthread_mutex_unlock(&c->mu);
+    return op;
+}
+
+static int queue_readable(const Apache__Rocketmq__V2__MessageQueue *q) {
+    return q->broker && q->broker->id == 0 &&
+           (q->permission == APACHE__ROCKETMQ__V2__PERMISSION__READ ||
+            q->permission == APACHE__ROCKETMQ__V2__PERMISSION__READ_WRITE);
+}
+
+grpc_channel *mql_session_channel_new(const char *target) {
+    grpc_channel_credentials *cr = grpc_insecure_credentials_create();
+    grpc_arg args[2];
+    grpc_channel_args ca;
+    grpc_channel *ch;
+    args[0].type = GRPC_ARG_INTEGER;
+    args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+    args[0].value.integer = 130 * 1024 * 1024;   /* the proxy's own inbound limit */
+    args[1].type = GRPC_ARG_INTEGER;
+    args[1].key = GRPC_ARG_KEEPALIVE_TIME_MS;
+    args[1].value.integer = 30000;
+    ca.num_args = 2;
+    ca.args = args;
+    ch = grpc_channel_create(target, cr, &ca);
+    grpc_channel_credentials_release(cr);
+    return ch;
+}
+
+void mql_session_on_route_done(mql_client *c, mql_call *call) {
+    mql_result r;
+    Apache__Rocketmq__V2__QueryRouteResponse *resp =
+        mql_reply_take(call, &apache__rocketmq__v2__query_route_response__descriptor, &r);
+    size_t i;
+    if (call->op) {
+        /* a host's question: does the topic exist? */
+        mql_reply_free(resp);
+        if (!r.ok) mql_metrics_error(&c->metrics, "route", r.code);
+        mql_post_op(c, call->op, &r);
+        return;
+    }
+    if (r.ok) {
+        const Apache__Rocketmq__V2__MessageQueue *q = NULL;
+        for (i = 0; i < resp->n_message_queues && !q; i++)
+            if (queue_readable(resp->message_queues[i])) q = resp->message_queues[i];
+        if (!q) {
+            mql_result_fail(&r, "FORBIDDEN", "QueryRoute: topic %s has no readable queue",
+                            c->topic);
+        } else {
+            const Apache__Rocketmq__V2__Endpoints *ep = q->broker->endpoints;
+            free(c->broker_name);
+            c->broker_name = mql_strdup(q->broker->name);
+            if (ep && ep->n_addresses > 0) {
+                char target[300];
+                snprintf(target, sizeof(target), "%s:%d", ep->addresses[0]->host,
+                         ep->addresses[0]->port);
+                if (strcmp(target, c->endpoint) != 0) c->broker = mql_session_channel_new(target);
+            }
+        }
+    }
+    mql_reply_free(resp);
+    if (!r.ok) {
+        fail_start(c, &r);
+        return;
+    }
+    telemetry_open(c);
+}
+
+static void telemetry_send_settings(mql_client *c) {
+    Apache__Rocketmq__V2__TelemetryCommand cmd = APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__INIT;
+    Apache__Rocketmq__V2__Settings s = APACHE__ROCKETMQ__V2__SETTINGS__INIT;
+    Apache__Rocketmq__V2__UA ua = APACHE__ROCKETMQ__V2__UA__INIT;
+    Apache__Rocketmq__V2__Subscription sub = APACHE__ROCKETMQ__V2__SUBSCRIPTION__INIT;
+    Apache__Rocketmq__V2__SubscriptionEntry entry = APACHE__ROCKETMQ__V2__SUBSCRIPTION_ENTRY__INIT;
+    Apache__Rocketmq__V2__SubscriptionEntry *entries[1] = {&entry};
+    Apache__Rocketmq__V2__FilterExpression fe = APACHE__ROCKETMQ__V2__FILTER_EXPRESSION__INIT;
+    Apache__Rocketmq__V2__Publishing pub = APACHE__ROCKETMQ__V2__PUBLISHING__INIT;
+    Apache__Rocketmq__V2__RetryPolicy retry = APACHE__ROCKETMQ__V2__RETRY_POLICY__INIT;
+    Apache__Rocketmq__V2__ExponentialBackoff backoff = APACHE__ROCKETMQ__V2__EXPONENTIAL_BACKOFF__INIT;
+    mql_pb_resource group, topic, *pub_topics[64], pub_topic_store[64];
+    Google__Protobuf__Duration timeout, poll, b_init, b_max;
+    endpoints_buf ep;
+    size_t i;
+
+    set_endpoints(&ep, c->host, c->port);
+    mql_set_duration(&timeout, c->request_timeout_ms);
+    s.access_point = &ep.ep;
+    s.request_timeout = &timeout;
+    ua.language = APACHE__ROCKETMQ__V2__LANGUAGE__CPP;
+    ua.version = (char *)MQL_VERSION;
+    ua.platform = (char *)"Linux (mqlease)";
+    ua.hostname = c->hostname;
+    s.user_agent = &ua;
+    if (c->type == MQL_CONSUMER) {
+        s.client_type = APACHE__ROCKETMQ__V2__CLIENT_TYPE__SIMPLE_CONSUMER;
+        mql_set_resource(&group, c->namespace_, c->group);
+        mql_set_resource(&topic, c->namespace_, c->topic);
+        fe.type = c->filter_sql ? APACHE__ROCKETMQ__V2__FILTER_TYPE__SQL
+                                : APACHE__ROCKETMQ__V2__FILTER_TYPE__TAG;
+        fe.expression = c->filter;
+        entry.topic = &topic;
+        entry.expression = &fe;
+        sub.group = &group;
+        sub.n_subscriptions = 1;
+        sub.subscriptions = entries;
+        mql_set_duration(&poll, 20000);
+        sub.long_polling_timeout = &poll;
+        s.pub_sub_case = APACHE__ROCKETMQ__V2__SETTINGS__PUB_SUB_SUBSCRIPTION;
+        s.subscription = &sub;
+    } else {
+        s.client_type = APACHE__ROCKETMQ__V2__CLIENT_TYPE__PRODUCER;
+        for (i = 0; i < c->ntopics && i < 64; i++) {
+            mql_set_resource(&pub_topic_store[i], c->namespace_, c->topics[i]);
+            pub_topics[i] = &pub_topic_store[i];
+        }
+        pub.n_topics = i;
+        pub.topics = pub_topics;
+        s.pub_sub_case = APACHE__ROCKETMQ__V2__SETTINGS__PUB_SUB_PUBLISHING;
+        s.publishing = &pub;
+        /* the official producers send their retry policy; the proxy answers with its own */
+        mql_set_duration(&b_init, 10);
+        mql_set_duration(&b_max, 1000);
+        backoff.initial = &b_init;
+        backoff.max = &b_max;
+        backoff.multiplier = 2;
+        retry.max_attempts = 3;
+        retry.strategy_case = APACHE__ROCKETMQ__V2__RETRY_POLICY__STRATEGY_EXPONENTIAL_BACKOFF;
+        retry.exponential_backoff = &backoff;
+        s.backoff_policy = &retry;
+    }
+    cmd.command_case = APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND_SETTINGS;
+    cmd.settings = &s;
+    mql_call_send(c->telemetry, &cmd.base);
+}
+
+static void telemetry_open(mql_client *c) {
+    mql_result r;
+    c->telemetry_retry_at = 0;
+    c->telemetry = mql_client_call(c, c->broker, MQL_M_TELEMETRY, -1, MQL_K_TELEMETRY, 0, NULL);
+    if (mql_call_start_bidi(c->telemetry) < 0) {
+        mql_client_unlink(c, c->telemetry);
+        mql_call_free(c->telemetry);
+        c->telemetry = NULL;
+        mql_result_fail(&r, "INTERNAL", "Telemetry: grpc refused to start the stream");
+        fail_start(c, &r);
+        c->telemetry_retry_at = mql_now_ms() + TELEMETRY_RETRY_MS;
+        return;
+    }
+    telemetry_send_settings(c);
+}
+
+void mql_session_on_telemetry_message(mql_client *c, grpc_byte_buffer *reply) {
+    Apache__Rocketmq__V2__TelemetryCommand *cmd = (void *)mql_unpack(
+        &apache__rocketmq__v2__telemetry_command__descriptor, reply);
+    mql_result r;
+    if (!cmd) return;
+    if (cmd->status && cmd->status->code != APACHE__ROCKETMQ__V2__CODE__OK) {
+        mql_result_from_status(&r, cmd->status, "Telemetry");
+        fail_start(c, &r);
+    } else if (cmd->command_case == APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND_SETTINGS &&
+               c->state == MQL_CLIENT_STARTING) {
+        /* the proxy stored our settings: receives and heartbeats work from now on */
+        c->state = MQL_CLIENT_READY;
+        c->heartbeat_at = mql_now_ms();
+        mql_result_ok(&r);
+        mql_post_op(c, c->start_op, &r);
+    }
+    protobuf_c_message_free_unpacked(&cmd->base, NULL);
+}
+
+void mql_session_on_telemetry_done(mql_client *c, mql_call *call) {
+    mql_result r;
+    c->telemetry = NULL;
+    mql_call_result(call, NULL, &r);
+    if (r.ok) mql_result_fail(&r, "UNAVAILABLE", "Telemetry: the server closed the stream");
+    fail_start(c, &r);
+    if (!c->stopping && c->state == MQL_CLIENT_READY)
+        c->telemetry_retry_at = mql_now_ms() + TELEMETRY_RETRY_MS;
+}
+
+static void heartbeat_start(mql_client *c) {
+    Apache__Rocketmq__V2__HeartbeatRequest req = APACHE__ROCKETMQ__V2__HEARTBEAT_REQUEST__INIT;
+    mql_pb_resource group;
+    if (c->type == MQL_CONSUMER) {
+        mql_set_resource(&group, c->namespace_, c->group);
+        req.group = &group;
+        req.client_type = APACHE__ROCKETMQ__V2__CLIENT_TYPE__SIMPLE_CONSUMER;
+    } else {
+        req.client_type = APACHE__ROCKETMQ__V2__CLIENT_TYPE__PRODUCER;
+    }
+    mql_client_unary(c, mql_client_call(c, c->broker, MQL_M_HEARTBEAT, c->request_timeout_ms, MQL_K_HEARTBEAT, 0, NULL),
+          &req.base);
+}
+
+void mql_session_on_heartbeat_done(mql_client *c, mql_call *call) {
+    mql_result r;
+    void *resp = mql_reply_take(call, &apache__rocketmq__v2__heartbeat_response__descriptor, &r);
+    if (!r.ok && !c->stopping) mql_metrics_error(&c->metrics, "heartbeat", r.code);
+    mql_reply_free(resp);
+}
+
+/* -------------------------------------------------------------- terminate */
+
+uint64_t mql_client_terminate(mql_client *c) {
+    Apache__Rocketmq__V2__NotifyClientTerminationRequest req =
+        APACHE__ROCKETMQ__V2__NOTIFY_CLIENT_TERMINATION_REQUEST__INIT;
+    mql_pb_resource group;
+    mql_call *call;
+    uint64_t op;
+    pthread_mutex_lock(&c->mu);
+    if (mql_client_refuses(c, 0, "terminate", &op)) {
+        pthread_mutex_unlock(&c->mu);
+        return op;
+    }
+    op = ++c->next_op;
+    if (c->type == MQL_CONSUMER) {
+        mql_set_resource(&group, c->namespace_, c->group);
+        req.group = &group;
+    }
+    call = mql_client_call(c, c->broker, MQL_M_TERMINATE, c->request_timeout_ms, MQL_K_TERMINATE, op, NULL);
+    if (mql_client_unary(c, call, &req.base) < 0) {
+        op = mql_post_refusal(c, "INTERNAL", "terminate: grpc refused to start the call");
+    } else {
+        c->heartbeat_at = 0;   /* a heartbeat now would register us again */
+    }
+    pthread_mutex_unlock(&c->mu);
+    return op;
+}
+
+void mql_session_on_terminate_done(mql_client *c, mql_call *call) {
+    mql_result r;
+    mql_reply_free(mql_reply_take(
+        call, &apache__rocketmq__v2__notify_client_termination_response__descriptor, &r));
+    mql_post_op(c, call->op, &r);
+}
+
+/* ------------------------------------------------------------ the timers */
+
+void mql_session_begin(mql_client *c) {
+    if (c->type == MQL_CONSUMER) session_route_start(c);
+    else telemetry_open(c);
+}
+
+int64_t mql_session_timers(mql_client *c, int64_t now, int64_t wake) {
+    if (c->telemetry_retry_at && now >= c->telemetry_retry_at) telemetry_open(c);
+    if (c->heartbeat_at && now >= c->heartbeat_at && c->state == MQL_CLIENT_READY) {
+        heartbeat_start(c);
+        c->heartbeat_at = now + HEARTBEAT_EVERY_MS;
+    }
+    if (c->telemetry_retry_at && c->telemetry_retry_at < wake) wake = c->telemetry_retry_at;
+    if (c->heartbeat_at && c->heartbeat_at < wake) wake = c->heartbeat_at;
+    return wake;
+}
