@@ -95,6 +95,10 @@ static int new_client(lua_State *L, mql_client_type type) {
     budget = opt_string(L, 1, "on_budget");
     cfg.on_budget = budget && strcmp(budget, "nack") == 0 ? MQL_BUDGET_NACK : MQL_BUDGET_EXPIRE;
     cfg.budget_nack_delay_ms = opt_int(L, 1, "budget_nack_delay_ms", 0);
+    budget = opt_string(L, 1, "on_corrupt");
+    cfg.on_corrupt_dlq = !(budget && strcmp(budget, "nack") == 0);
+    cfg.corrupt_nack_delay_ms = opt_int(L, 1, "corrupt_nack_delay_ms", 0);
+    cfg.max_body = opt_int(L, 1, "max_body", 0);
     lua_getfield(L, 1, "topics");
     if (lua_istable(L, -1)) {
         n = lua_rawlen(L, -1);
@@ -324,6 +328,12 @@ static int l_ack(lua_State *L) {
     return push_op(L, mql_client_ack(c, ids, n));
 }
 
+static int l_dead_letter(lua_State *L) {
+    mql_client *c = check_client(L);
+    uint64_t id = (uint64_t)luaL_checkinteger(L, 2);
+    return push_op(L, mql_client_dead_letter(c, id, luaL_optstring(L, 3, NULL)));
+}
+
 static int l_nack(lua_State *L) {
     mql_client *c = check_client(L);
     uint64_t id = (uint64_t)luaL_checkinteger(L, 2);
@@ -424,6 +434,14 @@ static void push_hist(lua_State *L, const char *key, const mql_hist *h) {
     lua_setfield(L, -2, key);
 }
 
+/* A reason table as { reason = n, ... }. */
+static void push_reasons(lua_State *L, const char *key, const mql_reason_table *t) {
+    int i;
+    lua_createtable(L, 0, t->n);
+    for (i = 0; i < t->n; i++) set_int(L, t->r[i].reason, (lua_Integer)t->r[i].n);
+    lua_setfield(L, -2, key);
+}
+
 static int l_metrics(lua_State *L) {
     mql_client *c = check_client(L);
     mql_metrics m;
@@ -447,6 +465,10 @@ static int l_metrics(lua_State *L) {
     set_int(L, "sent_ok", (lua_Integer)m.sent_ok);
     set_int(L, "sent_fail", (lua_Integer)m.sent_fail);
     set_int(L, "inflight", (lua_Integer)inflight);
+    push_reasons(L, "corrupted", &m.corrupted);
+    push_reasons(L, "malformed", &m.malformed);
+    push_reasons(L, "dead_lettered", &m.dead_lettered);
+    set_int(L, "dead_letter_fail", (lua_Integer)m.dead_letter_fail);
     push_hist(L, "renew_latency", &m.renew_latency);
     push_hist(L, "renew_lateness", &m.renew_lateness);
     push_hist(L, "handler", &m.handler);
@@ -767,7 +789,7 @@ static const luaL_Reg client_methods[] = {
     {"receive", l_receive}, {"ack", l_ack},       {"nack", l_nack},
     {"let_expire", l_let_expire}, {"send", l_send}, {"terminate", l_terminate},
     {"route", l_route}, {"nack_all", l_nack_all}, {"cancel_receives", l_cancel_receives},
-    {"lease", l_lease},     {"metrics", l_metrics},
+    {"lease", l_lease},     {"metrics", l_metrics}, {"dead_letter", l_dead_letter},
     {"close", l_close},     {"closed", l_closed}, {NULL, NULL}};
 
 static const luaL_Reg module_functions[] = {

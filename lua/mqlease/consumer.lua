@@ -16,7 +16,7 @@ local _M = {}
 
 -- ---------------------------------------------------------------- lease
 
-local FINAL = { acked = true, nacked = true, lost = true }
+local FINAL = { acked = true, nacked = true, lost = true, dead_lettered = true }
 local ALIVE = { held = true, renewing = true, expiring = true }
 
 local lease_methods = {}
@@ -136,6 +136,21 @@ function message_methods:nack(delay)
   return finish_release(lease, ev, "nacked")
 end
 
+-- Forwards the message to the group's dead-letter queue (%DLQ%<group>) with
+-- ForwardMessageToDeadLetterQueue; the proxy acks the original. reason is a
+-- short word counted in metrics (mqlease_messages_dead_lettered_total).
+-- true, or nil, message, code.
+function message_methods:dead_letter(reason)
+  if reason ~= nil and (type(reason) ~= "string" or not reason:match("^[%w_%-]+$") or #reason > 31) then
+    error(("bad argument #1 to 'dead_letter' (reason: a word of at most 31 letters, digits, '_' or '-' expected, got %s)"):format(tostring(reason)), 2)
+  end
+  local lease = self.lease
+  local session = rawget(lease, "_session")
+  if session.client:closed() then return nil, "the consumer is closed", "CLOSED" end
+  local ev = session:await(session.client:dead_letter(rawget(lease, "id"), reason or "handler"))
+  return finish_release(lease, ev, "dead_lettered")
+end
+
 -- Stops renewing on purpose: the message comes back when its lease ends.
 function message_methods:let_expire()
   local lease = self.lease
@@ -175,6 +190,9 @@ function _M.new(opts)
     max_lease_ms = floor(o.max_lease * 1000),
     on_budget = o.on_budget,
     budget_nack_delay_ms = floor(o.release_delay * 1000),
+    on_corrupt = o.on_corrupt,
+    corrupt_nack_delay_ms = floor(o.corrupt_delay * 1000),
+    max_body = o.max_body,
   }
   local session, err, code = session_mod.start(client, start_op, o.start_timeout, "mqlease.consumer")
   if not session then return nil, err, code end

@@ -25,6 +25,16 @@ local COUNTERS = {
   { "mqlease_messages_sent_total", "Messages sent by result.", { { 'result="ok"', "sent_ok" }, { 'result="fail"', "sent_fail" } } },
 }
 
+-- counters by reason: the raw table holds { reason = n } under the key
+local BY_REASON = {
+  { "mqlease_messages_corrupted_total",
+    "Messages whose digest or body failed (never handed to a handler), by reason.", "corrupted" },
+  { "mqlease_messages_malformed_total",
+    "ReceiveMessage frames that were no usable message (undecodable, no id/handle/topic), by reason.", "malformed" },
+  { "mqlease_messages_dead_lettered_total",
+    "Messages forwarded to the group's dead-letter queue, by reason.", "dead_lettered" },
+}
+
 local HISTOGRAMS = {
   { "mqlease_renew_latency_seconds", "Time from sending a renewal to its reply.", "renew_latency" },
   { "mqlease_renew_lateness_seconds", "Time from a renewal's scheduled moment to its sending.", "renew_lateness" },
@@ -73,6 +83,16 @@ function _M.text(c, labels)
   line("# TYPE mqlease_errors_total counter")
   for _, e in ipairs(m.errors or {}) do
     line(format('mqlease_errors_total%s %s', label(format('op="%s",code="%s"', escape(e.op), escape(e.code)), base), num(e.n)))
+  end
+  for _, r in ipairs(BY_REASON) do
+    line(format("# HELP %s %s", r[1], r[2]))
+    line(format("# TYPE %s counter", r[1]))
+    local reasons = {}
+    for reason in pairs(m[r[3]] or {}) do reasons[#reasons + 1] = reason end
+    table.sort(reasons)
+    for _, reason in ipairs(reasons) do
+      line(format('%s%s %s', r[1], label(format('reason="%s"', escape(reason)), base), num(m[r[3]][reason])))
+    end
   end
   for _, h in ipairs(HISTOGRAMS) do
     local hist = m[h[3]]
