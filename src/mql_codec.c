@@ -19,6 +19,14 @@ grpc_byte_buffer *mql_pack(const ProtobufCMessage *msg) {
     return bb;
 }
 
+int mql_read_all(grpc_byte_buffer *bb, grpc_slice *out) {
+    grpc_byte_buffer_reader reader;
+    if (!bb || !grpc_byte_buffer_reader_init(&reader, bb)) return -1;
+    *out = grpc_byte_buffer_reader_readall(&reader);
+    grpc_byte_buffer_reader_destroy(&reader);
+    return 0;
+}
+
 ProtobufCMessage *mql_unpack(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb) {
     grpc_byte_buffer_reader reader;
     grpc_slice slice;

@@ -18,6 +18,8 @@ typedef Apache__Rocketmq__V2__Status mql_pb_status;
 
 /* Returns a new byte buffer holding the packed message (caller destroys it). */
 grpc_byte_buffer *mql_pack(const ProtobufCMessage *msg);
+/* The bytes of a received buffer as one slice (caller unrefs it); -1 if there is none. */
+int mql_read_all(grpc_byte_buffer *bb, grpc_slice *out);
 /* Unpacks a reply; NULL if the buffer is NULL or not a valid message. */
 ProtobufCMessage *mql_unpack(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb);
 

@@ -14,8 +14,6 @@
  */
 #include "mql_client_private.h"
 
-#include <grpc/byte_buffer_reader.h>
-
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,12 +53,9 @@ static void keep_message(receive_ctx *rx, mql_message *m) {
  * itself, never the leases of the good ones around it. */
 void mql_receive_on_message(mql_client *c, mql_call *call, grpc_byte_buffer *reply) {
     receive_ctx *rx = call->ctx;
-    grpc_byte_buffer_reader reader;
     grpc_slice slice;
     mql_frame f;
-    if (!reply || !grpc_byte_buffer_reader_init(&reader, reply)) return;
-    slice = grpc_byte_buffer_reader_readall(&reader);
-    grpc_byte_buffer_reader_destroy(&reader);
+    if (mql_read_all(reply, &slice) < 0) return;
     mql_frame_decode(&f, GRPC_SLICE_START_PTR(slice), GRPC_SLICE_LENGTH(slice), c->max_body);
     grpc_slice_unref(slice);
     switch (f.kind) {
