@@ -192,12 +192,16 @@ describe("dead letters on the real RocketMQ 5.2.0", function()
     local id1 = assert(producer:send(topic, "explicit dead letter", { tag = "dl" }))
 
     -- one explicit dead letter from a plain receive
-    local done1 = false
+    local dm
     env.collect(c, 30, function(m)
-      if m.id == id1 then assert(m:dead_letter("bad_input")); done1 = true end
-    end, function() return done1 end)
-    assert.is_true(done1)
+      if m.id == id1 then assert(m:dead_letter("bad_input")); dm = m end
+    end, function() return dm ~= nil end)
+    assert.is_table(dm)
     assert.equal(1, c:metrics().dead_lettered.bad_input)
+    assert.equal("dead_lettered", dm.lease.state)
+    local ok, _, code = dm:ack()
+    assert.is_nil(ok)
+    assert.equal("ALREADY_DEAD_LETTERED", code)
     local id2 = assert(producer:send(topic, "fails on every attempt", { tag = "dl" }))
     producer:close()
 

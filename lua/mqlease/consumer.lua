@@ -102,11 +102,14 @@ local function gone_reason(lease, err, code)
   local final = rawget(lease, "_final")
   if final == "acked" then return "the message was already acked", "ALREADY_ACKED" end
   if final == "nacked" then return "the message was already nacked", "ALREADY_NACKED" end
+  if final == "dead_lettered" then return "the message was already dead-lettered", "ALREADY_DEAD_LETTERED" end
   return "the lease was lost: the broker may have redelivered the message", "LEASE_LOST"
 end
 
 local function finish_release(lease, ev, final)
   if ev.ok then
+    -- the core ends a dead-lettered lease as acked (the proxy acks it); say what happened
+    if final == "dead_lettered" then lease._final = final end
     lease:_set_state(final)
     return true
   end
