@@ -18,6 +18,7 @@ external_dependencies = {
   PROTOBUFC = { header = "protobuf-c/protobuf-c.h", library = "protobuf-c" },
   OPENSSL = { header = "openssl/evp.h", library = "crypto" },
   HIREDIS = { header = "hiredis/hiredis.h", library = "hiredis" },
+  ZLIB = { header = "zlib.h", library = "z" },
 }
 build = {
   type = "builtin",
@@ -26,15 +27,15 @@ build = {
       sources = {
         "src/mql_util.c", "src/mql_events.c", "src/mql_lease.c", "src/mql_codec.c",
         "src/mql_call.c", "src/mql_metrics.c", "src/mql_client.c", "src/mql_shutdown.c",
-        "src/mql_redis.c", "src/lmqlease.c",
+        "src/mql_redis.c", "src/lmqlease.c", "src/mql_body.c", "src/mql_inbound.c",
         "proto/gen/apache/rocketmq/v2/definition.pb-c.c",
         "proto/gen/apache/rocketmq/v2/service.pb-c.c",
         "proto/gen/google/protobuf/duration.pb-c.c",
         "proto/gen/google/protobuf/timestamp.pb-c.c",
       },
-      incdirs = { "src", "proto/gen", "$(GRPC_INCDIR)", "$(PROTOBUFC_INCDIR)", "$(OPENSSL_INCDIR)", "$(HIREDIS_INCDIR)" },
-      libdirs = { "$(GRPC_LIBDIR)", "$(PROTOBUFC_LIBDIR)", "$(OPENSSL_LIBDIR)", "$(HIREDIS_LIBDIR)" },
-      libraries = { "grpc", "gpr", "protobuf-c", "hiredis", "crypto", "pthread" },
+      incdirs = { "src", "proto/gen", "$(GRPC_INCDIR)", "$(PROTOBUFC_INCDIR)", "$(OPENSSL_INCDIR)", "$(HIREDIS_INCDIR)", "$(ZLIB_INCDIR)" },
+      libdirs = { "$(GRPC_LIBDIR)", "$(PROTOBUFC_LIBDIR)", "$(OPENSSL_LIBDIR)", "$(HIREDIS_LIBDIR)", "$(ZLIB_LIBDIR)" },
+      libraries = { "grpc", "gpr", "protobuf-c", "hiredis", "crypto", "z", "pthread" },
       defines = { "_GNU_SOURCE" },
     },
     ["mqlease"] = "lua/mqlease/init.lua",
