@@ -34,7 +34,7 @@ HEADERS  = $(wildcard src/*.h) $(GEN_SRC:.c=.h)
 
 # Debian 12 packages: build, tests (busted, redis, RocketMQ via Java + Maven, the Node peer).
 DEB_BUILD = gcc make pkg-config lua5.4 liblua5.4-dev luajit libluajit-5.1-dev libgrpc-dev libprotobuf-c-dev \
-            protobuf-c-compiler libprotobuf-dev libhiredis-dev libssl-dev
+            protobuf-c-compiler libprotobuf-dev libhiredis-dev libssl-dev zlib1g-dev
 # libFuzzer's runtime is only a Recommends of Debian's clang, hence named.
 DEB_FUZZ  = clang libclang-rt-14-dev
 DEB_TEST  = lua-busted lua-cjson lua-cqueues redis-server java=openjdk-17-jdk-headless mvn=maven \
