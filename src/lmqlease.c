@@ -378,7 +378,7 @@ static int l_send(lua_State *L) {
             /* keys and values stay referenced by the table until we return */
             if (lua_type(L, -2) == LUA_TSTRING && lua_type(L, -1) == LUA_TSTRING) {
                 props[nprops].key = (char *)lua_tostring(L, -2);
-                props[nprops].value = (char *)lua_tostring(L, -1);
+                props[nprops].value = (char *)lua_tolstring(L, -1, &props[nprops].value_len);
                 nprops++;
             }
             lua_pop(L, 1);

@@ -53,10 +53,13 @@ static void copy_properties(mql_message *out, const Apache__Rocketmq__V2__Messag
     out->nprops = in->n_user_properties;
     out->props = mql_xcalloc(in->n_user_properties, sizeof(*out->props));
     for (i = 0; i < in->n_user_properties; i++) {
-        const char *k = in->user_properties[i]->key, *v = in->user_properties[i]->value;
+        const char *k = in->user_properties[i]->key;
+        const ProtobufCBinaryData *v = &in->user_properties[i]->value;
         out->props[i].key = mql_strdup(k ? k : "");
-        out->props[i].value = mql_strdup(v ? v : "");
-        out->props[i].value_len = strlen(out->props[i].value);
+        out->props[i].value = mql_xmalloc(v->len + 1);   /* NUL-terminated too, for C callers */
+        if (v->len) memcpy(out->props[i].value, v->data, v->len);
+        out->props[i].value[v->len] = '\0';
+        out->props[i].value_len = v->len;
     }
 }
 

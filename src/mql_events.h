@@ -18,7 +18,7 @@
 typedef struct mql_kv {
     char *key;
     char *value;
-    size_t value_len;      /* a received value may hold any bytes (0 on the send path: strlen) */
+    size_t value_len;      /* values may hold any bytes (sending: 0 means strlen(value)) */
 } mql_kv;
 
 /* A received message, as the host sees it, with every system property the

@@ -40,9 +40,11 @@ static void fixture_init(fixture *fx, const char *body) {
     fx->msg.body.data = (uint8_t *)(uintptr_t)body;
     fx->msg.body.len = strlen(body);
     fx->p1.key = "city";
-    fx->p1.value = "Zürich";
-    fx->p2.key = "n";
-    fx->p2.value = "1";
+    fx->p1.value.data = (uint8_t *)(uintptr_t)"Zürich";
+    fx->p1.value.len = strlen("Zürich");
+    fx->p2.key = "nul";
+    fx->p2.value.data = (uint8_t *)(uintptr_t)"a\0b\xff";   /* a NUL and a non-UTF-8 byte */
+    fx->p2.value.len = 4;
     fx->props[0] = &fx->p1;
     fx->props[1] = &fx->p2;
     fx->msg.user_properties = fx->props;
@@ -98,6 +100,8 @@ static void copies_every_system_property(void) {
     CHECK(f.msg.nkeys == 2 && strcmp(f.msg.keys[1], "k 2") == 0);
     CHECK(f.msg.nprops == 2 && strcmp(f.msg.props[0].value, "Zürich") == 0);
     CHECK(f.msg.props[0].value_len == strlen("Zürich"));
+    CHECK(strcmp(f.msg.props[1].key, "nul") == 0 && f.msg.props[1].value_len == 4);
+    CHECK(memcmp(f.msg.props[1].value, "a\0b\xff", 4) == 0);
     CHECK(f.msg.message_type == 2 && f.msg.delivery_attempt == 3 && f.msg.queue_id == 5);
     CHECK(f.msg.queue_offset == 12345678901LL);
     CHECK(f.msg.born_ms == 1700000000250LL && f.msg.store_ms == 1700000001000LL);
