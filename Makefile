@@ -3,7 +3,8 @@
 #   make          build build/mqlease/core.so for Lua 5.4 and build/mqlease-devbroker
 #   make luajit   build build/luajit/mqlease/core.so for LuaJIT 2.1 (OpenResty)
 #   make check    the server-free tier: C tests (spec/c) and Lua unit specs (spec/unit), in seconds
-#   make test     install what is missing, run `make check`, start RocketMQ + Redis, run the specs
+#   make test     install what is missing, run `make check` and each fuzz target for 10 s,
+#                 start RocketMQ + Redis, run the specs
 #                 (a sanitizer build: AddressSanitizer + UndefinedBehaviorSanitizer)
 #   make demo     the dev broker + Redis + two workers, one killed mid-task (BROKER=rocketmq: real one)
 #   make bench    the benchmark against the official Java client (table in README)
