@@ -9,7 +9,7 @@ local cjson = require "cjson"
 local mqlease = require "mqlease"
 local env = require "support.env"
 
-local NAMESRV = os.getenv("MQLEASE_NAMESRV") or "127.0.0.1:19876"
+local NAMESRV = "127.0.0.1:" .. (os.getenv("MQLEASE_NAMESRV_PORT") or "19876")   -- as rocketmq.sh
 
 -- MD5 of a string, as hex, through md5sum (Lua has none and the spec must not trust ours).
 local function md5(s)
