@@ -34,8 +34,10 @@ GEN_SRC  = proto/gen/apache/rocketmq/v2/definition.pb-c.c \
 HEADERS  = $(wildcard src/*.h) $(GEN_SRC:.c=.h)
 
 # Debian 12 packages: build, tests (busted, redis, RocketMQ via Java + Maven, the Node peer).
+# DEB_CLI: what the mqlease command needs (flags, the /metrics listener) and luarocks.
 DEB_BUILD = gcc make pkg-config lua5.4 liblua5.4-dev luajit libluajit-5.1-dev libgrpc-dev libprotobuf-c-dev \
-            protobuf-c-compiler libprotobuf-dev libhiredis-dev libssl-dev zlib1g-dev
+            protobuf-c-compiler libprotobuf-dev libhiredis-dev libssl-dev zlib1g-dev $(DEB_CLI)
+DEB_CLI   = lua-argparse lua-socket luarocks
 # libFuzzer's runtime is only a Recommends of Debian's clang, hence named.
 DEB_FUZZ  = clang libclang-rt-14-dev
 DEB_TEST  = lua-busted lua-cjson lua-cqueues redis-server java=openjdk-17-jdk-headless mvn=maven \
@@ -61,21 +63,28 @@ $(BUILD)/luajit/mqlease/core.so: $(CORE_SRC) $(GEN_SRC) $(HEADERS)
 	$(CC) $(subst $(LUA_INC),$(LUAJIT_INC),$(CFLAGS_BASE)) $(CFLAGS_WARN) $(OPT) $(CFLAGS) -shared -o $@ $(CORE_SRC) $(GEN_SRC) $(LIBS) $(LDFLAGS)
 
 # The dev broker: its own files plus the core's codec and helpers.
-DEVBROKER_SRC = src/devbroker/dv_main.c src/devbroker/dv_server.c src/devbroker/dv_store.c \
-                src/devbroker/dv_control.c src/mql_codec.c src/mql_util.c src/mql_events.c
+DEVBROKER_SRC = src/devbroker/dv_main.c src/devbroker/dv_server.c src/devbroker/dv_call.c \
+                src/devbroker/dv_handlers.c src/devbroker/dv_store.c \
+                src/devbroker/dv_control.c src/devbroker/dv_command.c src/devbroker/dv_wire.c \
+                src/mql_codec.c src/mql_util.c src/mql_events.c
 devbroker: $(BUILD)/mqlease-devbroker
 
 $(BUILD)/mqlease-devbroker: $(DEVBROKER_SRC) $(GEN_SRC) $(HEADERS) $(wildcard src/devbroker/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) -Isrc/devbroker $(CFLAGS_WARN) $(OPT) $(CFLAGS) -o $@ $(DEVBROKER_SRC) $(GEN_SRC) -lgrpc -lgpr -lprotobuf-c -lcrypto -lpthread $(LDFLAGS)
+	$(CC) $(CFLAGS_BASE) -Isrc/devbroker $(CFLAGS_WARN) $(OPT) $(CFLAGS) -o $@ $(DEVBROKER_SRC) $(GEN_SRC) -lgrpc -lgpr -lprotobuf-c -lcrypto -lz -lpthread $(LDFLAGS)
 
 # The test build: same sources, sanitizers on, loaded into a stock lua5.4 with libasan preloaded.
 SAN_FLAGS = -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
-sanitize: $(BUILD)/san/mqlease/core.so
+sanitize: $(BUILD)/san/mqlease/core.so $(BUILD)/san/mqlease-devbroker
 
 $(BUILD)/san/mqlease/core.so: $(CORE_SRC) $(GEN_SRC) $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS_WARN) $(SAN_FLAGS) -shared -o $@ $(CORE_SRC) $(GEN_SRC) $(LIBS)
+
+# The dev broker with the same sanitizers; spec/support/devbroker.lua prefers it when built.
+$(BUILD)/san/mqlease-devbroker: $(DEVBROKER_SRC) $(GEN_SRC) $(HEADERS) $(wildcard src/devbroker/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) -Isrc/devbroker $(CFLAGS_WARN) $(SAN_FLAGS) -o $@ $(DEVBROKER_SRC) $(GEN_SRC) -lgrpc -lgpr -lprotobuf-c -lcrypto -lz -lpthread
 
 proto:
 	@command -v protoc-c >/dev/null || { echo "protoc-c missing: apt-get install -y protobuf-c-compiler libprotobuf-dev"; exit 1; }
@@ -100,6 +109,12 @@ CHECK_SRC = $(filter-out src/lmqlease.c,$(CORE_SRC)) $(GEN_SRC)
 $(BUILD)/check/%: spec/c/%.c spec/c/mql_test.h $(CHECK_SRC) $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) -Ispec/c $(CFLAGS_WARN) $(SAN_FLAGS) -o $@ $< $(CHECK_SRC) $(LIBS)
+
+# spec/c/dv_*_test.c test the dev broker's pure parts (no grpc server) the same way.
+DV_CHECK_SRC = src/devbroker/dv_command.c src/devbroker/dv_store.c src/devbroker/dv_wire.c
+$(BUILD)/check/dv_%: spec/c/dv_%.c spec/c/mql_test.h $(CHECK_SRC) $(DV_CHECK_SRC) $(HEADERS) $(wildcard src/devbroker/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) -Ispec/c -Isrc/devbroker $(CFLAGS_WARN) $(SAN_FLAGS) -o $@ $< $(DV_CHECK_SRC) $(CHECK_SRC) $(LIBS) -lz
 
 check: $(C_TESTS) sanitize
 	@bash spec/support/run-check.sh $(C_TESTS)

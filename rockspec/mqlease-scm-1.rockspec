@@ -1,18 +1,33 @@
--- luarocks make rockspec/mqlease-scm-1.rockspec
+-- The development rockspec: builds whatever is checked out.
+--
+--   luarocks --lua-version=5.4 make rockspec/mqlease-scm-1.rockspec            (from a checkout)
+--   luarocks --lua-version=5.4 install rockspec/mqlease-scm-1.rockspec         (clones main)
+--
 -- Builds mqlease.core from src/ and the committed protobuf-c code in proto/gen
--- (regenerate it with `make proto`), and installs the Lua modules.
+-- (regenerate it with `make proto`), and installs the Lua modules and the
+-- `mqlease` command. LuaJIT / OpenResty: README "Install".
+-- A release copies this file to mqlease-X.Y.Z-1.rockspec with a tag (see
+-- mqlease-0.1.0-1.rockspec); keep the build tables of both identical.
 package = "mqlease"
 version = "scm-1"
-source = { url = "git+file:///dev/null" } -- built from a checkout with `luarocks make`
+source = {
+  url = "git+https://github.com/mqlease/mqlease.git",
+  branch = "main",
+}
 description = {
   summary = "RocketMQ 5 SimpleConsumer whose in-flight messages are renewed leases",
   detailed = [[
 A Lua module with a C core (grpc C core + protobuf-c) that consumes Apache RocketMQ 5.x
 over gRPC and keeps every received message alive as a lease, renewed from a C thread,
 until the handler acks, nacks or lets it go.]],
+  homepage = "https://github.com/mqlease/mqlease",
   license = "Apache-2.0",
 }
-dependencies = { "lua >= 5.1, < 5.5" }
+dependencies = {
+  "lua >= 5.1, < 5.5",
+  "argparse >= 0.7",     -- the command's flags (Debian: lua-argparse)
+  "luasocket >= 3.0",    -- the command's /metrics listener (Debian: lua-socket)
+}
 external_dependencies = {
   GRPC = { header = "grpc/grpc.h", library = "grpc" },
   PROTOBUFC = { header = "protobuf-c/protobuf-c.h", library = "protobuf-c" },
@@ -26,8 +41,10 @@ build = {
     ["mqlease.core"] = {
       sources = {
         "src/mql_util.c", "src/mql_events.c", "src/mql_lease.c", "src/mql_codec.c",
-        "src/mql_call.c", "src/mql_metrics.c", "src/mql_client.c", "src/mql_shutdown.c",
-        "src/mql_redis.c", "src/lmqlease.c", "src/mql_body.c", "src/mql_inbound.c",
+        "src/mql_call.c", "src/mql_metrics.c", "src/mql_client.c", "src/mql_session.c",
+        "src/mql_receive.c", "src/mql_renew.c", "src/mql_release.c", "src/mql_producer.c",
+        "src/mql_shutdown.c", "src/mql_redis.c", "src/lmqlease.c", "src/mql_body.c",
+        "src/mql_inbound.c",
         "proto/gen/apache/rocketmq/v2/definition.pb-c.c",
         "proto/gen/apache/rocketmq/v2/service.pb-c.c",
         "proto/gen/google/protobuf/duration.pb-c.c",
@@ -49,5 +66,15 @@ build = {
     ["mqlease.redis"] = "lua/mqlease/redis.lua",
     ["mqlease.run"] = "lua/mqlease/run.lua",
     ["mqlease.scheduler"] = "lua/mqlease/scheduler.lua",
+    ["mqlease.cli"] = "lua/mqlease/cli/init.lua",
+    ["mqlease.cli.options"] = "lua/mqlease/cli/options.lua",
+    ["mqlease.cli.http"] = "lua/mqlease/cli/http.lua",
+    ["mqlease.cli.run"] = "lua/mqlease/cli/run.lua",
+    ["mqlease.cli.send"] = "lua/mqlease/cli/send.lua",
+    ["mqlease.cli.peek"] = "lua/mqlease/cli/peek.lua",
+    ["mqlease.cli.devbroker"] = "lua/mqlease/cli/devbroker.lua",
+  },
+  install = {
+    bin = { mqlease = "bin/mqlease" },
   },
 }

@@ -82,6 +82,12 @@ static int new_client(lua_State *L, mql_client_type type) {
     cfg.access_key = opt_string(L, 1, "access_key");
     cfg.secret_key = opt_string(L, 1, "secret_key");
     cfg.security_token = opt_string(L, 1, "security_token");
+    cfg.tls = opt_bool(L, 1, "tls", 0);
+    cfg.tls_insecure = opt_bool(L, 1, "tls_insecure", 0);
+    cfg.tls_ca_pem = opt_string(L, 1, "tls_ca_pem");
+    cfg.tls_cert_pem = opt_string(L, 1, "tls_cert_pem");
+    cfg.tls_key_pem = opt_string(L, 1, "tls_key_pem");
+    cfg.tls_server_name = opt_string(L, 1, "tls_server_name");
     cfg.request_timeout_ms = opt_int(L, 1, "request_timeout_ms", 3000);
     cfg.group = opt_string(L, 1, "group");
     cfg.topic = opt_string(L, 1, "topic");
@@ -208,6 +214,8 @@ static void push_message(lua_State *L, const mql_message *m) {
 
 static void push_reply(lua_State *L, const mql_reply *r) {
     size_t i;
+    /* nested arrays recurse: make room for each level (hiredis bounds the depth) */
+    luaL_checkstack(L, 3, "mqlease: Redis reply nested too deeply");
     switch (r->type) {
     case MQL_REPLY_NIL: PUSH_NULL(L); break;
     case MQL_REPLY_INTEGER: lua_pushinteger(L, (lua_Integer)r->integer); break;
@@ -250,9 +258,9 @@ static void push_event(lua_State *L, const mql_event *ev) {
         }
         lua_setfield(L, -2, "messages");
     }
-    if (ev->text) {
-        set_str(L, "message_id", ev->text);
-        set_int(L, "offset", (lua_Integer)ev->number);
+    if (ev->message_id) {
+        set_str(L, "message_id", ev->message_id);
+        set_int(L, "offset", (lua_Integer)ev->offset);
     }
     if (ev->reply) {
         push_reply(L, ev->reply);
@@ -270,22 +278,44 @@ static void push_event(lua_State *L, const mql_event *ev) {
     }
 }
 
-/* Pushes an array of event tables (possibly empty) and frees the list. */
-static void push_events(lua_State *L, mql_event *ev) {
-    mql_event *next;
+static int push_event_list(lua_State *L) {
+    const mql_event *ev = lua_touserdata(L, 1);
     int n = 0;
     lua_newtable(L);
-    for (; ev; ev = next) {
-        next = ev->next;
+    for (; ev; ev = ev->next) {
         push_event(L, ev);
         lua_rawseti(L, -2, ++n);
+    }
+    return 1;
+}
+
+/* Pushes an array of event tables (possibly empty) and frees the list. The
+ * tables are built in a protected call: if Lua runs out of memory halfway,
+ * the whole list goes back to its queue (requeue) -- no event, and so no
+ * waiting coroutine's result, is lost -- and the error is raised again. */
+static void push_events(lua_State *L, mql_event *list, void (*requeue)(void *, mql_event *),
+                        void *owner) {
+    mql_event *ev, *next;
+    lua_pushcfunction(L, push_event_list);
+    lua_pushlightuserdata(L, list);
+    if (lua_pcall(L, 1, 1, 0) != 0) {
+        if (requeue) requeue(owner, list);
+        lua_error(L);
+    }
+    for (ev = list; ev; ev = next) {
+        next = ev->next;
         mql_event_free(ev);
     }
 }
 
+static void requeue_client_events(void *c, mql_event *list) {
+    mql_client_requeue_events(c, list);
+}
+
 /* client:events() -> array of event tables; drains the fd. */
 static int l_events(lua_State *L) {
-    push_events(L, mql_client_take_events(check_client(L)));
+    mql_client *c = check_client(L);
+    push_events(L, mql_client_take_events(c), requeue_client_events, c);
     return 1;
 }
 
@@ -411,7 +441,8 @@ static int l_lease(lua_State *L) {
     lua_pushnumber(L, (lua_Number)info.remaining_ms / 1000.0);
     lua_pushinteger(L, info.renewals);
     lua_pushnumber(L, (lua_Number)info.held_ms / 1000.0);
-    return 4;
+    lua_pushboolean(L, info.uncertain);
+    return 5;
 }
 
 static void push_hist(lua_State *L, const char *key, const mql_hist *h) {
@@ -464,6 +495,10 @@ static int l_metrics(lua_State *L) {
     set_int(L, "budget_nack", (lua_Integer)m.budget_nack);
     set_int(L, "sent_ok", (lua_Integer)m.sent_ok);
     set_int(L, "sent_fail", (lua_Integer)m.sent_fail);
+    set_int(L, "reconnects", (lua_Integer)m.reconnects);
+    set_str(L, "session_state", m.session_state == MQL_CLIENT_READY ? "ready"
+                                : m.session_state == MQL_CLIENT_STARTING ? "starting"
+                                : m.session_state == MQL_CLIENT_FAILED ? "failed" : "closing");
     set_int(L, "inflight", (lua_Integer)inflight);
     push_reasons(L, "corrupted", &m.corrupted);
     push_reasons(L, "malformed", &m.malformed);
@@ -534,7 +569,7 @@ static const char *signal_name(int signo) {
     return NULL;
 }
 
-/* core.watch_signals({"TERM", "INT"}, {client, ...}, grace_s, release_delay_s) -> watcher */
+/* core.watch_signals({"TERM", "INT"}, {client, ...}, deadline_s, release_delay_s) -> watcher */
 static int l_watch_signals(lua_State *L) {
     int signals[8], nsignals = 0, nclients = 0, i, n;
     mql_client *clients[16];
@@ -595,6 +630,11 @@ static int l_watcher_done(lua_State *L) {
     return 0;
 }
 
+static int l_watcher_extend(lua_State *L) {
+    mql_shutdown_extend(check_watcher(L), (int64_t)(luaL_checknumber(L, 2) * 1000));
+    return 0;
+}
+
 static int l_watcher_close(lua_State *L) {
     lwatcher *w = luaL_checkudata(L, 1, WATCHER_MT);
     if (w->s) {
@@ -606,6 +646,7 @@ static int l_watcher_close(lua_State *L) {
 
 static const luaL_Reg watcher_methods[] = {
     {"fd", l_watcher_fd}, {"signal", l_watcher_signal}, {"done", l_watcher_done},
+    {"extend", l_watcher_extend},
     {"close", l_watcher_close}, {NULL, NULL}};
 
 /* ------------------------------------------------------------ redis */
@@ -697,7 +738,7 @@ static int l_redis_fd(lua_State *L) {
 }
 
 static int l_redis_events(lua_State *L) {
-    push_events(L, mql_redis_take_events(check_redis(L)));
+    push_events(L, mql_redis_take_events(check_redis(L)), NULL, NULL);
     return 1;
 }
 

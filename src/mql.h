@@ -51,6 +51,20 @@ int64_t mql_wall_ms(void);
 struct timespec;
 void mql_abstime_after(struct timespec *ts, int64_t ms);
 
+/* Saturating time arithmetic for every duration or timestamp a peer sends
+ * (protobuf Duration/Timestamp: int64 seconds + int32 nanos). A hostile or
+ * buggy value must not overflow: signed overflow is undefined behaviour and
+ * the sanitizer build aborts on it. Results stay within +-MQL_MS_MAX, so the
+ * sum of two of them still fits. Shared by the client and the dev broker:
+ * convert with these, never with seconds * 1000. */
+#define MQL_MS_MAX (INT64_MAX / 2)
+/* seconds + nanos as ms, clamped to [0, MQL_MS_MAX] (a negative duration is 0). */
+int64_t mql_duration_ms(int64_t seconds, int32_t nanos);
+/* seconds + nanos since the epoch as ms, clamped to [-MQL_MS_MAX, MQL_MS_MAX]. */
+int64_t mql_timestamp_ms(int64_t seconds, int32_t nanos);
+/* a + b clamped to [-MQL_MS_MAX, MQL_MS_MAX], for deadlines such as now + duration. */
+int64_t mql_add_ms(int64_t a, int64_t b);
+
 /* Name of a RocketMQ v2 status code (20000 -> "OK"); "CODE_<n>" if unknown. */
 const char *mql_code_name(int code, char *buf, size_t len);
 

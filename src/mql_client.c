@@ -97,7 +97,7 @@ void mql_client_unlink(mql_client *c, mql_call *call) {
 }
 
 int mql_client_unary(mql_client *c, mql_call *call, const ProtobufCMessage *req) {
-    if (mql_call_start_unary(call, req) == 0) return 0;
+    if (!c->stopping && mql_call_start_unary(call, req) == 0) return 0;
     mql_client_unlink(c, call);
     mql_call_free(call);
     return -1;
@@ -108,8 +108,12 @@ void mql_call_result(mql_call *call, const mql_pb_status *st, mql_result *r) {
     what = what ? what + 1 : call->method;
     if (call->status != GRPC_STATUS_OK) {
         char *details = grpc_slice_to_c_string(call->details);
+        /* a 5.2.0 proxy denies an ACL check with no description at all */
+        const char *none = call->status == GRPC_STATUS_PERMISSION_DENIED
+            ? "denied by the proxy's ACL (unknown access key, wrong secret or missing permission)"
+            : "transport failure";
         mql_result_fail(r, mql_grpc_code_name(call->status), "%s: %s", what,
-                        details && *details ? details : "transport failure");
+                        details && *details ? details : none);
         gpr_free(details);
         return;
     }
@@ -194,26 +198,6 @@ static char *dup_or_empty(const char *s) {
     return mql_strdup(s ? s : "");
 }
 
-static int parse_endpoint(mql_client *c, const char *endpoint, char *err, size_t errlen) {
-    const char *colon = strrchr(endpoint, ':');
-    char *end;
-    long port;
-    if (!colon || colon == endpoint) {
-        snprintf(err, errlen, "endpoints: expected host:port, got '%s'", endpoint);
-        return -1;
-    }
-    port = strtol(colon + 1, &end, 10);
-    if (*end || port <= 0 || port > 65535) {
-        snprintf(err, errlen, "endpoints: bad port in '%s'", endpoint);
-        return -1;
-    }
-    c->host = mql_xmalloc((size_t)(colon - endpoint) + 1);
-    memcpy(c->host, endpoint, (size_t)(colon - endpoint));
-    c->host[colon - endpoint] = '\0';
-    c->port = (int)port;
-    return 0;
-}
-
 static void base36(uint64_t v, char *out) {
     char tmp[16];
     int n = 0, i;
@@ -225,14 +209,26 @@ static void base36(uint64_t v, char *out) {
     out[n] = '\0';
 }
 
+/* Secrets are wiped before their memory goes back to the allocator. */
+static void free_secret(char *s) {
+    if (!s) return;
+    explicit_bzero(s, strlen(s));
+    free(s);
+}
+
 static void client_free_fields(mql_client *c) {
     size_t i;
+    free(c->endpoint_list);
     free(c->endpoint);
     free(c->host);
     free(c->namespace_);
     free(c->access_key);
-    free(c->secret_key);
-    free(c->security_token);
+    free_secret(c->secret_key);
+    free_secret(c->security_token);
+    free(c->tls_ca_pem);
+    free(c->tls_cert_pem);
+    free_secret(c->tls_key_pem);
+    free(c->tls_server_name);
     free(c->group);
     free(c->topic);
     free(c->filter);
@@ -244,11 +240,17 @@ static void client_free_fields(mql_client *c) {
 static void copy_config(mql_client *c, const mql_config *cfg) {
     size_t i;
     c->type = cfg->type;
-    c->endpoint = dup_or_empty(cfg->endpoint);
+    c->endpoint_list = dup_or_empty(cfg->endpoint);
     c->namespace_ = dup_or_empty(cfg->namespace_);
     c->access_key = cfg->access_key ? mql_strdup(cfg->access_key) : NULL;
     c->secret_key = cfg->secret_key ? mql_strdup(cfg->secret_key) : NULL;
     c->security_token = cfg->security_token ? mql_strdup(cfg->security_token) : NULL;
+    c->tls = cfg->tls;
+    c->tls_insecure = cfg->tls_insecure;
+    c->tls_ca_pem = cfg->tls_ca_pem ? mql_strdup(cfg->tls_ca_pem) : NULL;
+    c->tls_cert_pem = cfg->tls_cert_pem ? mql_strdup(cfg->tls_cert_pem) : NULL;
+    c->tls_key_pem = cfg->tls_key_pem ? mql_strdup(cfg->tls_key_pem) : NULL;
+    c->tls_server_name = cfg->tls_server_name ? mql_strdup(cfg->tls_server_name) : NULL;
     c->request_timeout_ms = cfg->request_timeout_ms > 0 ? cfg->request_timeout_ms : 3000;
     c->group = dup_or_empty(cfg->group);
     c->topic = dup_or_empty(cfg->topic);
@@ -276,7 +278,7 @@ mql_client *mql_client_new(const mql_config *cfg, uint64_t *start_op, char *err,
     uint32_t salt = 0;
 
     copy_config(c, cfg);
-    if (parse_endpoint(c, c->endpoint, err, errlen) < 0) {
+    if (mql_session_endpoints_init(c, err, errlen) < 0) {
         client_free_fields(c);
         free(c);
         return NULL;
@@ -301,6 +303,7 @@ mql_client *mql_client_new(const mql_config *cfg, uint64_t *start_op, char *err,
     c->id.secret_key = c->secret_key;
     c->id.security_token = c->security_token;
     pthread_mutex_init(&c->mu, NULL);
+    c->refs = 1;
     mql_lease_table_init(&c->leases);
     c->state = MQL_CLIENT_STARTING;
     c->start_op = *start_op = ++c->next_op;
@@ -309,7 +312,7 @@ mql_client *mql_client_new(const mql_config *cfg, uint64_t *start_op, char *err,
     mql_signals_block(&old);
     grpc_init();
     c->cq = grpc_completion_queue_create_for_next(NULL);
-    c->access = mql_session_channel_new(c->endpoint);
+    c->access = mql_session_channel_new(c, c->endpoint);
     c->broker = c->access;
     c->thread_started = mql_thread_start(&c->thread, thread_main, c) == 0;
     mql_signals_restore(&old);
@@ -321,35 +324,64 @@ mql_client *mql_client_new(const mql_config *cfg, uint64_t *start_op, char *err,
     return c;
 }
 
-void mql_client_free(mql_client *c) {
+/* Everything that needs the thread or the network ends here, once. */
+static void client_stop(mql_client *c) {
     mql_call *call;
     mql_release *rel, *next;
     grpc_event ev;
-    if (!c) return;
     pthread_mutex_lock(&c->mu);
+    if (c->stopped) {
+        pthread_mutex_unlock(&c->mu);
+        return;
+    }
     c->stopping = 1;
     for (call = c->calls; call; call = call->next) mql_call_cancel(call);
     pthread_mutex_unlock(&c->mu);
     if (c->thread_started) pthread_join(c->thread, NULL);
+    pthread_mutex_lock(&c->mu);
     for (rel = c->deferred; rel; rel = next) {
         next = rel->next;
         mql_release_free(rel);
     }
+    c->deferred = NULL;
     if (c->broker && c->broker != c->access) grpc_channel_destroy(c->broker);
     if (c->access) grpc_channel_destroy(c->access);
+    c->broker = c->access = NULL;
     if (c->cq) {
         grpc_completion_queue_shutdown(c->cq);
         do {
             ev = grpc_completion_queue_next(c->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
         } while (ev.type != GRPC_QUEUE_SHUTDOWN);
         grpc_completion_queue_destroy(c->cq);
+        c->cq = NULL;
         grpc_shutdown();
     }
+    c->stopped = 1;
+    pthread_mutex_unlock(&c->mu);
+}
+
+void mql_client_ref(mql_client *c) {
+    __atomic_add_fetch(&c->refs, 1, __ATOMIC_ACQ_REL);
+}
+
+void mql_client_unref(mql_client *c) {
+    if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
+    client_stop(c);
     mql_lease_table_free(&c->leases);
     mql_events_destroy(&c->events);
     pthread_mutex_destroy(&c->mu);
     client_free_fields(c);
     free(c);
+}
+
+void mql_client_free(mql_client *c) {
+    if (!c) return;
+    client_stop(c);
+    mql_client_unref(c);
+}
+
+int64_t mql_client_request_timeout_ms(const mql_client *c) {
+    return c->request_timeout_ms;
 }
 
 int mql_client_fd(const mql_client *c) {
@@ -358,6 +390,10 @@ int mql_client_fd(const mql_client *c) {
 
 mql_event *mql_client_take_events(mql_client *c) {
     return mql_events_take(&c->events);
+}
+
+void mql_client_requeue_events(mql_client *c, mql_event *list) {
+    mql_events_requeue(&c->events, list);
 }
 
 const char *mql_client_id(const mql_client *c) {
@@ -376,6 +412,7 @@ int mql_client_lease_info(mql_client *c, uint64_t lease_id, mql_lease_info *out)
         out->remaining_ms = l->deadline_ms - now;
         out->renewals = l->renewals;
         out->held_ms = now - l->acquired_ms;
+        out->uncertain = l->uncertain;
     }
     pthread_mutex_unlock(&c->mu);
     return found;
@@ -384,6 +421,7 @@ int mql_client_lease_info(mql_client *c, uint64_t lease_id, mql_lease_info *out)
 void mql_client_metrics(mql_client *c, mql_metrics *out, size_t *inflight) {
     pthread_mutex_lock(&c->mu);
     *out = c->metrics;
+    out->session_state = (int)c->state;
     *inflight = c->leases.count;
     pthread_mutex_unlock(&c->mu);
 }

@@ -41,6 +41,12 @@ typedef struct mql_config {
     const char *namespace_;
     const char *access_key, *secret_key, *security_token;
     int64_t request_timeout_ms;  /* unary RPCs and the receive margin */
+    /* TLS to the proxy (tls = 0: plaintext). PEM text, not paths: the host
+     * reads the files, so a bad path fails where the option is checked. No CA:
+     * the system's roots. insecure: no check of the proxy's certificate. */
+    int tls, tls_insecure;
+    const char *tls_ca_pem, *tls_cert_pem, *tls_key_pem;
+    const char *tls_server_name; /* name the certificate must carry (default: the host) */
     /* consumer */
     const char *group;
     const char *topic;
@@ -73,12 +79,20 @@ typedef struct mql_client mql_client;
 /* Creates the client and starts its session; the start finishes as an event
  * whose op is *start_op. NULL only if the thread or descriptor cannot be made. */
 mql_client *mql_client_new(const mql_config *cfg, uint64_t *start_op, char *err, size_t errlen);
-/* Cancels what is in flight, stops the thread and frees everything. Leases
- * still held are left to expire (the host releases them first if it wants). */
+/* Cancels what is in flight, stops the thread, tears grpc down, and drops the
+ * host's reference. Leases still held are left to expire (the host nacks them
+ * first if it wants). Whoever else holds a reference (a signal watcher) may
+ * still call it: operations then answer CLOSED without touching the network.
+ * The memory goes with the last reference. */
 void mql_client_free(mql_client *c);
+void mql_client_ref(mql_client *c);
+void mql_client_unref(mql_client *c);
+/* The per-call deadline, for those who wait for the client's calls. */
+int64_t mql_client_request_timeout_ms(const mql_client *c);
 
 int mql_client_fd(const mql_client *c);
 mql_event *mql_client_take_events(mql_client *c);
+void mql_client_requeue_events(mql_client *c, mql_event *list);
 const char *mql_client_id(const mql_client *c);
 
 /* Operations: each returns the op id of its event. */
@@ -104,6 +118,7 @@ typedef struct mql_lease_info {
     int64_t remaining_ms;
     int renewals;
     int64_t held_ms;
+    int uncertain;            /* a renewal went unanswered: may come back once more */
 } mql_lease_info;
 int mql_client_lease_info(mql_client *c, uint64_t lease_id, mql_lease_info *out);
 

@@ -57,12 +57,17 @@ struct mql_release {
 
 struct mql_client {
     mql_client_type type;
-    char *endpoint, *host, *namespace_, *access_key, *secret_key, *security_token;
+    char *endpoint_list;        /* as configured: "host:port;host:port" */
+    size_t nendpoints, endpoint_at;
+    char *endpoint, *host;      /* the one in use: endpoint_at's "host:port" */
     int port;
+    char *namespace_, *access_key, *secret_key, *security_token;
     char *group, *topic, *filter;
     int filter_sql;
     char **topics;
     size_t ntopics;
+    int tls, tls_insecure;
+    char *tls_ca_pem, *tls_cert_pem, *tls_key_pem, *tls_server_name;   /* NULL: not given */
     int64_t request_timeout_ms, invisible_ms, renew_every_ms, max_lease_ms, budget_nack_delay_ms;
     int renew, max_renewals;
     mql_budget_action on_budget;
@@ -90,7 +95,9 @@ struct mql_client {
     mql_call *telemetry;
     int64_t telemetry_retry_at; /* 0: not scheduled */
     int64_t heartbeat_at;       /* 0: not scheduled */
-    int stopping;
+    int stopping;               /* set once by close: no call starts from then on */
+    int stopped;                /* the thread is joined and grpc is torn down */
+    int refs;                   /* the host's one, plus one per signal watcher */
     mql_release *deferred;
     int on_corrupt_dlq;
     int64_t corrupt_nack_delay_ms;
@@ -124,9 +131,13 @@ void mql_reply_free(void *reply);
 
 /* ------------------------------------------------------ mql_session.c */
 
+/* Checks every entry of c->endpoint_list and takes the first; -1 and err if
+ * one is not host:port. Runs before the thread, without c->mu. */
+int mql_session_endpoints_init(mql_client *c, char *err, size_t errlen);
 void mql_session_begin(mql_client *c);
-/* A channel to target with the client's channel arguments. */
-grpc_channel *mql_session_channel_new(const char *target);
+/* A channel to target with the client's channel arguments and credentials
+ * (plaintext, or TLS as configured). */
+grpc_channel *mql_session_channel_new(const mql_client *c, const char *target);
 /* Runs the session's due timers (heartbeat, Telemetry re-open); returns the
  * earlier of wake and its next timer. */
 int64_t mql_session_timers(mql_client *c, int64_t now, int64_t wake);

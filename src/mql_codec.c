@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "mql.h"
-#include "mql_sat.h"
 
 grpc_byte_buffer *mql_pack(const ProtobufCMessage *msg) {
     size_t len = protobuf_c_message_get_packed_size(msg);
@@ -45,7 +44,7 @@ static char *dup_nonempty(const char *s) {
 }
 
 static int64_t timestamp_ms(const Google__Protobuf__Timestamp *ts) {
-    return ts ? mql_pb_ms(ts->seconds, ts->nanos) : 0;
+    return ts ? mql_timestamp_ms(ts->seconds, ts->nanos) : 0;   /* saturated (mql.h) */
 }
 
 static void copy_properties(mql_message *out, const Apache__Rocketmq__V2__Message *in) {

@@ -48,7 +48,7 @@ void mql_event_free(mql_event *ev) {
     if (!ev) return;
     for (i = 0; i < ev->nmsgs; i++) mql_message_clear(&ev->msgs[i]);
     free(ev->msgs);
-    free(ev->text);
+    free(ev->message_id);
     free(ev->entries);
     if (ev->reply) {
         mql_reply_clear(ev->reply);
@@ -105,4 +105,19 @@ mql_event *mql_events_take(mql_events *q) {
     q->head = q->tail = NULL;
     pthread_mutex_unlock(&q->mu);
     return list;
+}
+
+void mql_events_requeue(mql_events *q, mql_event *list) {
+    uint64_t one = 1;
+    mql_event *last = list;
+    if (!list) return;
+    while (last->next) last = last->next;
+    pthread_mutex_lock(&q->mu);
+    last->next = q->head;
+    q->head = list;
+    if (!q->tail) q->tail = last;
+    pthread_mutex_unlock(&q->mu);
+    if (write(q->fd, &one, sizeof(one)) < 0) {
+        /* EAGAIN only: the counter is saturated, so the fd is readable anyway. */
+    }
 }

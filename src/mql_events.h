@@ -89,8 +89,8 @@ typedef struct mql_event {
     /* MQL_EV_OP payloads, by operation */
     mql_message *msgs;          /* receive */
     size_t nmsgs;
-    char *text;                 /* send: the message id */
-    int64_t number;             /* send: the queue offset */
+    char *message_id;           /* send: the id of the message sent */
+    int64_t offset;             /* send: its queue offset */
     mql_result *entries;        /* ack: one result per lease, in request order */
     size_t nentries;
     mql_reply *reply;           /* redis command */
@@ -115,5 +115,8 @@ void mql_events_destroy(mql_events *q);
 void mql_events_push(mql_events *q, mql_event *ev);
 /* Drains the descriptor, then takes every queued event as a list (oldest first). */
 mql_event *mql_events_take(mql_events *q);
+/* Puts a taken list back in front of the queue (the host could not take it,
+ * e.g. out of memory) and makes the descriptor readable again. */
+void mql_events_requeue(mql_events *q, mql_event *list);
 
 #endif /* MQL_EVENTS_H */

@@ -7,7 +7,6 @@
 #include "apache/rocketmq/v2/service.pb-c.h"
 #include "mql_body.h"
 #include "mql_codec.h"
-#include "mql_sat.h"
 
 typedef Apache__Rocketmq__V2__ReceiveMessageResponse pb_receive_response;
 typedef Apache__Rocketmq__V2__Message pb_message;
@@ -70,8 +69,7 @@ void mql_frame_decode(mql_frame *f, const uint8_t *data, size_t len, size_t max_
 }
 
 static int64_t duration_ms(const Google__Protobuf__Duration *d) {
-    int64_t ms = d ? mql_pb_ms(d->seconds, d->nanos) : 0;
-    return ms < 0 ? 0 : ms;
+    return d ? mql_duration_ms(d->seconds, d->nanos) : 0;   /* saturated, never negative */
 }
 
 static void read_backoff(mql_telemetry_reply *out, const Apache__Rocketmq__V2__RetryPolicy *rp) {

@@ -55,6 +55,8 @@ typedef struct mql_lease {
     int64_t renew_sent_ms;     /* when the in-flight renewal left */
     mql_lease_pending pending; /* a release is under way (or waits for a renewal) */
     int let_go;                /* the host chose to let it expire: not "expired while alive" */
+    int uncertain;             /* a renewal got no reply: the broker may hold a newer handle
+                                  (and a second deadline) we never saw */
     size_t heap_index;         /* MQL_HEAP_NONE when no timer is armed */
     struct mql_lease *hnext;   /* hash chain */
 } mql_lease;

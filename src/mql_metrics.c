@@ -24,11 +24,16 @@ void mql_metrics_error(mql_metrics *m, const char *op, const char *code) {
             return;
         }
     }
-    if (m->nerrors == MQL_MAX_ERROR_KINDS) {
-        /* the table is full: fold the rest into the last slot */
+    /* The last slot is kept for {any, OTHER}: once the others are taken, every
+     * new kind is counted there, and no kind already listed loses its name. */
+    if (m->nerrors >= MQL_MAX_ERROR_KINDS - 1) {
         i = MQL_MAX_ERROR_KINDS - 1;
-        snprintf(m->errors[i].op, sizeof(m->errors[i].op), "%s", "any");
-        snprintf(m->errors[i].code, sizeof(m->errors[i].code), "%s", "OTHER");
+        if (m->nerrors < MQL_MAX_ERROR_KINDS) {
+            m->nerrors = MQL_MAX_ERROR_KINDS;
+            snprintf(m->errors[i].op, sizeof(m->errors[i].op), "%s", "any");
+            snprintf(m->errors[i].code, sizeof(m->errors[i].code), "%s", "OTHER");
+            m->errors[i].n = 0;
+        }
         m->errors[i].n++;
         return;
     }

@@ -53,6 +53,8 @@ typedef struct mql_metrics {
     mql_reason_table malformed;     /* frames that were not a usable message */
     mql_reason_table dead_lettered; /* forwarded to the group's DLQ, by reason */
     uint64_t dead_letter_fail;
+    uint64_t reconnects;        /* next endpoint at start, Telemetry re-opened */
+    int session_state;          /* mql_client_state, set when copied out */
     mql_hist renew_latency;     /* request to reply of ChangeInvisibleDuration */
     mql_hist renew_lateness;    /* scheduled time to send time of a renewal */
     mql_hist handler;           /* receive to ack or nack */

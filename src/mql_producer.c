@@ -100,8 +100,8 @@ void mql_producer_on_send_done(mql_client *c, mql_call *call) {
     if (ev->result.ok && resp->n_entries > 0) {
         const Apache__Rocketmq__V2__SendResultEntry *e = resp->entries[0];
         if (e->status) mql_result_from_status(&ev->result, e->status, "SendMessage");
-        ev->text = mql_strdup(e->message_id ? e->message_id : "");
-        ev->number = e->offset;
+        ev->message_id = mql_strdup(e->message_id ? e->message_id : "");
+        ev->offset = e->offset;
     } else if (ev->result.ok) {
         mql_result_fail(&ev->result, "PROTOCOL", "SendMessage: the server sent no entry");
     }

@@ -156,8 +156,7 @@ uint64_t mql_client_receive(mql_client *c, int batch, int64_t await_ms) {
         free(call->ctx);
         mql_client_unlink(c, call);
         mql_call_free(call);
-        pthread_mutex_unlock(&c->mu);
-        return mql_post_refusal(c, "INTERNAL", "receive: grpc refused to start the call");
+        op = mql_post_refusal(c, "INTERNAL", "receive: grpc refused to start the call");
     }
     pthread_mutex_unlock(&c->mu);
     return op;

@@ -152,29 +152,57 @@ static void ack_send(mql_client *c, mql_release *rel) {
     free(entries);
 }
 
+/* The response entry for the lease sent at position: the unused entry that
+ * names the same receipt handle (entries may come back in any order, and two
+ * leases of one message id differ by handle), else the unused one with its
+ * message id, else the unused one at its position. Each entry answers once. */
+static const Apache__Rocketmq__V2__AckMessageResultEntry *ack_entry_for(
+    const Apache__Rocketmq__V2__AckMessageResponse *resp, const mql_lease *l, size_t position,
+    unsigned char *used) {
+    size_t j;
+    int pass;
+    for (pass = 0; pass < 2; pass++) {
+        for (j = 0; j < resp->n_entries; j++) {
+            const char *want = pass == 0 ? l->handle : l->message_id;
+            const char *have = pass == 0 ? resp->entries[j]->receipt_handle
+                                         : resp->entries[j]->message_id;
+            if (!used[j] && have && *have && strcmp(have, want) == 0) {
+                used[j] = 1;
+                return resp->entries[j];
+            }
+        }
+    }
+    if (position < resp->n_entries && !used[position]) {
+        used[position] = 1;
+        return resp->entries[position];
+    }
+    return NULL;
+}
+
 void mql_release_on_ack_done(mql_client *c, mql_call *call) {
     mql_release *rel = call->ctx;
     mql_result top, r;
     Apache__Rocketmq__V2__AckMessageResponse *resp =
         mql_reply_take(call, &apache__rocketmq__v2__ack_message_response__descriptor, &top);
-    size_t i, j;
+    unsigned char *used = mql_xcalloc(resp ? resp->n_entries : 0, 1);
+    size_t i, sent = 0;
     for (i = 0; i < rel->n; i++) {
+        const Apache__Rocketmq__V2__AckMessageResultEntry *e = NULL;
         mql_lease *l;
         if (rel->settled[i]) continue;
+        /* no renewal runs while a release is pending: the lease still holds
+         * the handle this ack sent */
         l = mql_lease_find(&c->leases, rel->ids[i]);
         r = top;
-        /* Entries are answered in parallel by the proxy: match them by message id. */
         if (resp && call->status == GRPC_STATUS_OK && l) {
-            for (j = 0; j < resp->n_entries; j++) {
-                if (resp->entries[j]->message_id &&
-                    strcmp(resp->entries[j]->message_id, l->message_id) == 0) {
-                    mql_result_from_status(&r, resp->entries[j]->status, "AckMessage");
-                    break;
-                }
-            }
+            e = ack_entry_for(resp, l, sent, used);
+            if (e) mql_result_from_status(&r, e->status, "AckMessage");
+            else mql_result_fail(&r, "PROTOCOL", "AckMessage: no entry answered this message");
         }
+        sent++;
         release_settle_lease(c, rel, i, l, &r);
     }
+    free(used);
     mql_reply_free(resp);
     call->ctx = NULL;
     release_post(c, rel);
@@ -441,10 +469,13 @@ int mql_client_wait_released(mql_client *c, int64_t timeout_ms) {
     int64_t deadline = mql_now_ms() + timeout_ms;
     size_t left;
     for (;;) {
+        int stopped;
         pthread_mutex_lock(&c->mu);
         left = c->leases.count;
+        stopped = c->stopped;
         pthread_mutex_unlock(&c->mu);
-        if (left == 0 || mql_now_ms() >= deadline) return (int)left;
+        /* a stopped client answers nothing more: no reply will shrink the table */
+        if (left == 0 || stopped || mql_now_ms() >= deadline) return (int)left;
         usleep(20000);
     }
 }

@@ -42,6 +42,14 @@ static int budget_spent(const mql_client *c, const mql_lease *l, int64_t now) {
 /* One timer of one lease is due: the deadline passed, or it is time to renew. */
 static void lease_timer(mql_client *c, mql_lease *l, int64_t now) {
     mql_lease_disarm(&c->leases, l);
+    if (now >= l->deadline_ms && l->pending != MQL_PENDING_NONE &&
+        now < l->deadline_ms + 2 * c->request_timeout_ms) {
+        /* An ack or nack is on the wire: its reply decides the lease's one
+         * outcome (the broker may well have taken it in time). The call ends
+         * within its own deadline; this is only the safety net. */
+        mql_lease_arm(&c->leases, l, now + c->request_timeout_ms);
+        return;
+    }
     if (now >= l->deadline_ms) {
         /* The broker has given the message to someone else by now. */
         if (l->state != MQL_LEASE_EXPIRING || !l->let_go) c->metrics.expire_while_alive++;
@@ -148,8 +156,18 @@ void mql_renew_on_done(mql_client *c, mql_call *call) {
          * the message may come back once more. Count it apart. */
         int uncertain = strcmp(r.code, "TIMEOUT") == 0 || strcmp(r.code, "CANCELLED") == 0;
         int64_t backoff = RENEW_BACKOFF_MIN_MS << (l->attempts < 5 ? l->attempts : 5);
-        if (uncertain) c->metrics.renew_uncertain++;
-        else c->metrics.renew_fail++;
+        /* The change may have been applied: then the broker minted a handle we
+         * never saw, and armed a deadline that our handle cannot cancel. No
+         * handle we hold can undo that, so we keep renewing with the one we
+         * have (the message stays hidden through it) and say so: the message
+         * may come back once more, which the exactly-once policy's done
+         * marker turns into a plain ack. */
+        if (uncertain) {
+            c->metrics.renew_uncertain++;
+            l->uncertain = 1;
+        } else {
+            c->metrics.renew_fail++;
+        }
         mql_metrics_error(&c->metrics, "renew", r.code);
         if (backoff > RENEW_BACKOFF_MAX_MS) backoff = RENEW_BACKOFF_MAX_MS;
         l->attempts++;

@@ -8,6 +8,10 @@
  * dies, and NotifyClientTermination says goodbye so the proxy gives our
  * messages back at once instead of waiting for their deadlines.
  *
+ * The session also owns how we reach the proxy: the channels (plaintext or
+ * TLS, same port) and the endpoint list, tried in order while the start fails
+ * for want of a connection. Once started, the session stays on its endpoint.
+ *
  * Every function here runs with c->mu held unless it says otherwise.
  */
 #include "mql_client_private.h"
@@ -51,10 +55,92 @@ static void set_endpoints(endpoints_buf *b, const char *host, int port) {
 }
 
 
+/* ------------------------------------------------------------ endpoints */
+
+/* Takes entry i of c->endpoint_list (entries split by ';', blanks around them
+ * dropped) as the endpoint in use; -1 and err if it is not host:port. */
+static int endpoint_use(mql_client *c, size_t i, char *err, size_t errlen) {
+    const char *p = c->endpoint_list, *end, *colon;
+    size_t n, k;
+    long port;
+    char *tail;
+    for (k = 0;; k++, p = end + 1) {
+        while (*p == ' ' || *p == '\t') p++;
+        end = strchr(p, ';');
+        if (!end) end = p + strlen(p);
+        if (k == i) break;
+        if (!*end) {
+            snprintf(err, errlen, "endpoints: no entry %zu", i + 1);
+            return -1;
+        }
+    }
+    n = (size_t)(end - p);
+    while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t')) n--;
+    colon = memrchr(p, ':', n);
+    if (!colon || colon == p) {
+        snprintf(err, errlen, "endpoints: expected host:port, got '%.*s'", (int)(n > 200 ? 200 : n), p);
+        return -1;
+    }
+    port = strtol(colon + 1, &tail, 10);
+    if (tail != p + n || tail == colon + 1 || port <= 0 || port > 65535) {
+        snprintf(err, errlen, "endpoints: bad port in '%.*s'", (int)(n > 200 ? 200 : n), p);
+        return -1;
+    }
+    free(c->endpoint);
+    free(c->host);
+    c->endpoint = mql_xmalloc(n + 1);
+    memcpy(c->endpoint, p, n);
+    c->endpoint[n] = '\0';
+    c->host = mql_xmalloc((size_t)(colon - p) + 1);
+    memcpy(c->host, p, (size_t)(colon - p));
+    c->host[colon - p] = '\0';
+    c->port = (int)port;
+    c->endpoint_at = i;
+    return 0;
+}
+
+int mql_session_endpoints_init(mql_client *c, char *err, size_t errlen) {
+    size_t i, n = 1;
+    const char *p;
+    for (p = c->endpoint_list; *p; p++) n += *p == ';';
+    /* checks them all, from the last, and ends on the first */
+    for (i = n; i-- > 0;)
+        if (endpoint_use(c, i, err, errlen) < 0) return -1;
+    c->nendpoints = n;
+    return 0;
+}
+
+/* A start that failed for want of a connection (nothing answered, or the call
+ * ran out of time) goes on with the next endpoint, as the official clients go
+ * through theirs; a proxy that answered with an error would answer the same
+ * anywhere. 1 if the session started again there. */
+static int start_next_endpoint(mql_client *c, const mql_result *r) {
+    char err[MQL_ERRLEN];
+    if (c->stopping || c->endpoint_at + 1 >= c->nendpoints) return 0;
+    if (strcmp(r->code, "UNAVAILABLE") != 0 && strcmp(r->code, "TIMEOUT") != 0) return 0;
+    if (endpoint_use(c, c->endpoint_at + 1, err, sizeof(err)) < 0) return 0;
+    /* nothing else is in flight before the start ends; a call would keep
+     * its channel alive anyway */
+    if (c->broker != c->access) grpc_channel_destroy(c->broker);
+    grpc_channel_destroy(c->access);
+    c->access = c->broker = mql_session_channel_new(c, c->endpoint);
+    c->metrics.reconnects++;
+    mql_metrics_error(&c->metrics, "start", r->code);
+    mql_session_begin(c);
+    return 1;
+}
+
 static void fail_start(mql_client *c, const mql_result *r) {
+    mql_result named = *r;
     if (c->state != MQL_CLIENT_STARTING) return;
+    if (start_next_endpoint(c, r)) return;
     c->state = MQL_CLIENT_FAILED;
-    mql_post_op(c, c->start_op, r);
+    /* grpc reports a refused certificate as UNAVAILABLE, like a dead proxy:
+     * give it a code of its own so nobody waits for the proxy to come back */
+    if (c->tls && strcmp(r->code, "UNAVAILABLE") == 0 &&
+        (strstr(r->msg, "andshake") || strstr(r->msg, "erification")))
+        snprintf(named.code, sizeof(named.code), "%s", "TLS_HANDSHAKE");
+    mql_post_op(c, c->start_op, &named);
 }
 
 static void telemetry_open(mql_client *c);
@@ -101,9 +187,41 @@ static int queue_readable(const Apache__Rocketmq__V2__MessageQueue *q) {
             q->permission == APACHE__ROCKETMQ__V2__PERMISSION__READ_WRITE);
 }
 
-grpc_channel *mql_session_channel_new(const char *target) {
-    grpc_channel_credentials *cr = grpc_insecure_credentials_create();
-    grpc_arg args[2];
+/* TLS credentials as configured. The proxy serves TLS and plaintext on one
+ * port (its ProxyAndTlsProtocolNegotiator), so tls only changes how we dial.
+ * grpc's TLS options, not its SSL ones: only they can skip the check of the
+ * proxy's certificate (insecure), which the official Java client does by
+ * default (trust-all) and a proxy in test mode needs (self-signed). */
+static grpc_channel_credentials *tls_credentials(const mql_client *c) {
+    grpc_tls_credentials_options *o = grpc_tls_credentials_options_create();
+    grpc_tls_identity_pairs *pairs = NULL;
+    if (c->tls_cert_pem && c->tls_key_pem) {
+        pairs = grpc_tls_identity_pairs_create();
+        grpc_tls_identity_pairs_add_pair(pairs, c->tls_key_pem, c->tls_cert_pem);
+    }
+    if (c->tls_ca_pem || pairs) {
+        /* the provider copies the CA and takes the pairs */
+        grpc_tls_certificate_provider *p =
+            grpc_tls_certificate_provider_static_data_create(c->tls_ca_pem, pairs);
+        grpc_tls_credentials_options_set_certificate_provider(o, p);
+        grpc_tls_certificate_provider_release(p);
+        if (c->tls_ca_pem) grpc_tls_credentials_options_watch_root_certs(o);
+        if (pairs) grpc_tls_credentials_options_watch_identity_key_cert_pairs(o);
+    }
+    if (c->tls_insecure) {
+        grpc_tls_certificate_verifier *v = grpc_tls_certificate_verifier_no_op_create();
+        grpc_tls_credentials_options_set_verify_server_cert(o, 0);
+        grpc_tls_credentials_options_set_certificate_verifier(o, v);
+        grpc_tls_certificate_verifier_release(v);
+        grpc_tls_credentials_options_set_check_call_host(o, 0);
+    }
+    return grpc_tls_credentials_create(o);   /* takes o */
+}
+
+grpc_channel *mql_session_channel_new(const mql_client *c, const char *target) {
+    grpc_channel_credentials *cr =
+        c->tls ? tls_credentials(c) : grpc_insecure_credentials_create();
+    grpc_arg args[3];
     grpc_channel_args ca;
     grpc_channel *ch;
     args[0].type = GRPC_ARG_INTEGER;
@@ -113,6 +231,12 @@ grpc_channel *mql_session_channel_new(const char *target) {
     args[1].key = GRPC_ARG_KEEPALIVE_TIME_MS;
     args[1].value.integer = 30000;
     ca.num_args = 2;
+    if (c->tls && c->tls_server_name) {
+        args[2].type = GRPC_ARG_STRING;
+        args[2].key = GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
+        args[2].value.string = c->tls_server_name;
+        ca.num_args = 3;
+    }
     ca.args = args;
     ch = grpc_channel_create(target, cr, &ca);
     grpc_channel_credentials_release(cr);
@@ -146,7 +270,7 @@ void mql_session_on_route_done(mql_client *c, mql_call *call) {
                 char target[300];
                 snprintf(target, sizeof(target), "%s:%d", ep->addresses[0]->host,
                          ep->addresses[0]->port);
-                if (strcmp(target, c->endpoint) != 0) c->broker = mql_session_channel_new(target);
+                if (strcmp(target, c->endpoint) != 0) c->broker = mql_session_channel_new(c, target);
             }
         }
     }
@@ -228,6 +352,8 @@ static void telemetry_send_settings(mql_client *c) {
 static void telemetry_open(mql_client *c) {
     mql_result r;
     c->telemetry_retry_at = 0;
+    /* a stream has no deadline: one opened after close would keep the thread alive */
+    if (c->stopping) return;
     c->telemetry = mql_client_call(c, c->broker, MQL_M_TELEMETRY, -1, MQL_K_TELEMETRY, 0, NULL);
     if (mql_call_start_bidi(c->telemetry) < 0) {
         mql_client_unlink(c, c->telemetry);
@@ -335,7 +461,10 @@ void mql_session_begin(mql_client *c) {
 }
 
 int64_t mql_session_timers(mql_client *c, int64_t now, int64_t wake) {
-    if (c->telemetry_retry_at && now >= c->telemetry_retry_at) telemetry_open(c);
+    if (c->telemetry_retry_at && now >= c->telemetry_retry_at) {
+        c->metrics.reconnects++;
+        telemetry_open(c);
+    }
     if (c->heartbeat_at && now >= c->heartbeat_at && c->state == MQL_CLIENT_READY) {
         heartbeat_start(c);
         c->heartbeat_at = now + HEARTBEAT_EVERY_MS;

@@ -2,8 +2,14 @@
  * (see mql_shutdown.h).
  *
  * The one piece of process-wide state in the core lives here: a signal handler
- * cannot be given a context, so the self-pipe it writes to is a static. Only
- * one watcher may exist at a time, which mql_shutdown_new enforces.
+ * cannot be given a context, so the self-pipe it writes to is a static. It is
+ * made once and never closed, so a handler running on another thread while a
+ * watcher goes away can never write into a closed (or reused) descriptor.
+ * Only one watcher may exist at a time, which mql_shutdown_new enforces.
+ *
+ * The watcher holds a reference on each client (mql_client_ref): the host may
+ * close a client while the watcher still runs, and the watcher's emergency
+ * nack then meets a closed client that answers CLOSED, never freed memory.
  */
 #include "mql_shutdown.h"
 
@@ -11,22 +17,23 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #define MAX_SIGNALS 8
 
-static int signal_pipe_w = -1;   /* written by the handler; see the file comment */
+static int signal_pipe[2] = {-1, -1};   /* see the file comment */
+static int watcher_exists;                /* guarded by the host: one watcher at a time */
 
 static void on_signal(int signo) {
     unsigned char b = (unsigned char)signo;
     int saved = errno;
-    if (signal_pipe_w >= 0 && write(signal_pipe_w, &b, 1) < 0) {
+    if (write(signal_pipe[1], &b, 1) < 0) {
         /* pipe full: a signal is already pending, nothing is lost */
     }
     errno = saved;
@@ -34,110 +41,149 @@ static void on_signal(int signo) {
 
 struct mql_shutdown {
     int host_pipe[2];            /* readable for the host once a signal came */
-    int watch_pipe[2];           /* the handler's pipe, read by the watcher */
+    int quit_pipe[2];            /* wakes the watcher: the host is done, or frees it */
     int signals[MAX_SIGNALS];
     struct sigaction old[MAX_SIGNALS];
     int nsignals;
-    mql_client **clients;
+    mql_client **clients;        /* each referenced until mql_shutdown_free */
     int nclients;
-    int64_t grace_ms, release_delay_ms;
+    int64_t deadline_ms, release_delay_ms;
+    int64_t deadline_at;         /* monotonic; 0 until the first signal */
     pthread_t thread;
     int thread_started;
     pthread_mutex_t mu;
-    pthread_cond_t cond;
     int done;                    /* the host finished (or is freeing us) */
     int signo;                   /* first signal seen */
 };
 
-static void wait_for_done(mql_shutdown *s, int64_t ms) {
-    struct timespec ts;
-    mql_abstime_after(&ts, ms);
+static int is_done(mql_shutdown *s) {
+    int done;
     pthread_mutex_lock(&s->mu);
-    while (!s->done) {
-        if (pthread_cond_timedwait(&s->cond, &s->mu, &ts) == ETIMEDOUT) break;
-    }
+    done = s->done;
     pthread_mutex_unlock(&s->mu);
+    return done;
+}
+
+static void drain_pipe(int fd) {
+    unsigned char b[64];
+    while (read(fd, b, sizeof(b)) > 0) {
+    }
+}
+
+/* Waits for a signal until deadline (monotonic ms, < 0: forever); returns the
+ * signal, 0 if the host woke us (done or free), -1 at the deadline. */
+static int next_signal(mql_shutdown *s, int64_t deadline) {
+    struct pollfd fds[2];
+    unsigned char b;
+    for (;;) {
+        int64_t left = deadline < 0 ? -1 : deadline - mql_now_ms();
+        if (deadline >= 0 && left <= 0) return -1;
+        fds[0].fd = signal_pipe[0];
+        fds[0].events = POLLIN;
+        fds[1].fd = s->quit_pipe[0];
+        fds[1].events = POLLIN;
+        if (poll(fds, 2, left > 0x7fffffff ? 0x7fffffff : (int)left) < 0) {
+            if (errno == EINTR) continue;
+            return 0;
+        }
+        if (fds[1].revents) {
+            drain_pipe(s->quit_pipe[0]);
+            return 0;
+        }
+        if (fds[0].revents && read(signal_pipe[0], &b, 1) == 1 && b) return b;
+    }
+}
+
+/* The host did not finish in time (or was told twice): give every held
+ * message back now, so none is stuck for a whole invisible duration, and
+ * leave. The nacks get the time their calls may take, deferred ones included. */
+static void emergency_exit(mql_shutdown *s, const char *why) {
+    int i;
+    fprintf(stderr, "mqlease: %s; nacking held leases and exiting\n", why);
+    for (i = 0; i < s->nclients; i++) mql_client_nack_all(s->clients[i], s->release_delay_ms);
+    for (i = 0; i < s->nclients; i++)
+        mql_client_wait_released(s->clients[i],
+                                 2 * mql_client_request_timeout_ms(s->clients[i]) + 1000);
+    _exit(128 + s->signo);
+}
+
+static int64_t deadline_at(mql_shutdown *s) {
+    int64_t at;
+    pthread_mutex_lock(&s->mu);
+    at = s->deadline_at;
+    pthread_mutex_unlock(&s->mu);
+    return at;
 }
 
 static void *watch_main(void *arg) {
     mql_shutdown *s = arg;
-    unsigned char b;
-    int i, done;
-    for (;;) {
-        ssize_t n = read(s->watch_pipe[0], &b, 1);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0 || b == 0) return NULL;   /* 0: mql_shutdown_free wakes us to leave */
-        pthread_mutex_lock(&s->mu);
-        if (!s->signo) s->signo = b;
-        done = s->done;
-        pthread_mutex_unlock(&s->mu);
-        if (done) return NULL;
-        if (write(s->host_pipe[1], &b, 1) < 0) {
-            /* the host's pipe is full: it has been told already */
-        }
-        break;
-    }
-    wait_for_done(s, s->grace_ms);
+    int sig;
+    do {
+        sig = next_signal(s, -1);
+        if (is_done(s)) return NULL;
+    } while (sig <= 0);
     pthread_mutex_lock(&s->mu);
-    done = s->done;
+    s->signo = sig;
+    s->deadline_at = mql_now_ms() + s->deadline_ms;
     pthread_mutex_unlock(&s->mu);
-    if (done) return NULL;
-    /* The host did not finish in time: give every held message back now, so
-     * it is not stuck for a whole invisible duration, and leave. */
-    fprintf(stderr, "mqlease: shutdown grace of %lld ms ran out; releasing leases and exiting\n",
-            (long long)s->grace_ms);
-    for (i = 0; i < s->nclients; i++) mql_client_nack_all(s->clients[i], s->release_delay_ms);
-    for (i = 0; i < s->nclients; i++) mql_client_wait_released(s->clients[i], 1000);
-    _exit(128 + s->signo);
-    return NULL;
+    if (write(s->host_pipe[1], "s", 1) < 0) {
+        /* the host's pipe is full: it has been told already */
+    }
+    /* The drain runs; the host may push the deadline while it is alive. */
+    for (;;) {
+        int64_t at = deadline_at(s);
+        sig = next_signal(s, at);
+        if (is_done(s)) return NULL;
+        if (sig > 0) emergency_exit(s, "a second signal arrived during the drain");
+        if (sig < 0 && deadline_at(s) <= mql_now_ms())
+            emergency_exit(s, "the drain ran past its deadline");
+    }
 }
 
 static int make_pipe(int p[2]) {
-    if (pipe2(p, O_CLOEXEC) < 0) return -1;
-    fcntl(p[1], F_SETFL, O_NONBLOCK);
+    if (pipe2(p, O_CLOEXEC | O_NONBLOCK) < 0) return -1;
     return 0;
 }
 
 mql_shutdown *mql_shutdown_new(const int *signals, int nsignals, mql_client **clients,
-                               int nclients, int64_t grace_ms, int64_t release_delay_ms,
+                               int nclients, int64_t deadline_ms, int64_t release_delay_ms,
                                char *err, size_t errlen) {
     mql_shutdown *s;
-    sigset_t all, old;
     struct sigaction sa;
     int i;
-    if (signal_pipe_w >= 0) {
+    if (watcher_exists) {
         snprintf(err, errlen, "signals are already watched (one watcher per process)");
         return NULL;
     }
+    if (signal_pipe[0] < 0 && make_pipe(signal_pipe) < 0) {
+        snprintf(err, errlen, "pipe: %s", strerror(errno));
+        return NULL;
+    }
+    drain_pipe(signal_pipe[0]);   /* a signal of an earlier watcher is not ours */
     if (nsignals > MAX_SIGNALS) nsignals = MAX_SIGNALS;
     s = mql_xcalloc(1, sizeof(*s));
-    if (make_pipe(s->host_pipe) < 0 || make_pipe(s->watch_pipe) < 0) {
+    if (make_pipe(s->host_pipe) < 0 || make_pipe(s->quit_pipe) < 0) {
         snprintf(err, errlen, "pipe: %s", strerror(errno));
         free(s);
         return NULL;
     }
-    fcntl(s->host_pipe[0], F_SETFL, O_NONBLOCK);
     s->clients = mql_xcalloc((size_t)nclients, sizeof(*s->clients));
-    memcpy(s->clients, clients, (size_t)nclients * sizeof(*clients));
+    for (i = 0; i < nclients; i++) {
+        mql_client_ref(clients[i]);
+        s->clients[i] = clients[i];
+    }
     s->nclients = nclients;
-    s->grace_ms = grace_ms;
+    s->deadline_ms = deadline_ms;
     s->release_delay_ms = release_delay_ms;
     pthread_mutex_init(&s->mu, NULL);
-    pthread_cond_init(&s->cond, NULL);
-    signal_pipe_w = s->watch_pipe[1];
+    watcher_exists = 1;
 
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &old);
-    s->thread_started = pthread_create(&s->thread, NULL, watch_main, s) == 0;
+    s->thread_started = mql_thread_start(&s->thread, watch_main, s) == 0;
     if (!s->thread_started) {
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
-        signal_pipe_w = -1;
         snprintf(err, errlen, "cannot start the signal watcher");
         mql_shutdown_free(s);
         return NULL;
     }
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
@@ -155,42 +201,45 @@ int mql_shutdown_fd(const mql_shutdown *s) {
 }
 
 int mql_shutdown_signal(mql_shutdown *s) {
-    unsigned char b;
     int signo;
-    while (read(s->host_pipe[0], &b, 1) > 0) {
-    }
+    drain_pipe(s->host_pipe[0]);
     pthread_mutex_lock(&s->mu);
     signo = s->signo;
     pthread_mutex_unlock(&s->mu);
     return signo;
 }
 
+void mql_shutdown_extend(mql_shutdown *s, int64_t ms) {
+    pthread_mutex_lock(&s->mu);
+    if (s->deadline_at) s->deadline_at = mql_now_ms() + ms;
+    pthread_mutex_unlock(&s->mu);
+    if (write(s->quit_pipe[1], "e", 1) < 0) {
+        /* full pipe: the watcher is awake already */
+    }
+}
+
 void mql_shutdown_done(mql_shutdown *s) {
     pthread_mutex_lock(&s->mu);
     s->done = 1;
-    pthread_cond_broadcast(&s->cond);
     pthread_mutex_unlock(&s->mu);
+    if (write(s->quit_pipe[1], "q", 1) < 0) {
+        /* full pipe: the watcher is awake already */
+    }
 }
 
 void mql_shutdown_free(mql_shutdown *s) {
-    unsigned char zero = 0;
     int i;
     if (!s) return;
     for (i = 0; i < s->nsignals; i++) sigaction(s->signals[i], &s->old[i], NULL);
     mql_shutdown_done(s);
-    if (signal_pipe_w == s->watch_pipe[1]) signal_pipe_w = -1;
-    if (s->thread_started) {
-        if (write(s->watch_pipe[1], &zero, 1) < 0) {
-            /* full pipe: the watcher is awake already */
-        }
-        pthread_join(s->thread, NULL);
-    }
+    if (s->thread_started) pthread_join(s->thread, NULL);
+    for (i = 0; i < s->nclients; i++) mql_client_unref(s->clients[i]);
     close(s->host_pipe[0]);
     close(s->host_pipe[1]);
-    close(s->watch_pipe[0]);
-    close(s->watch_pipe[1]);
-    pthread_cond_destroy(&s->cond);
+    close(s->quit_pipe[0]);
+    close(s->quit_pipe[1]);
     pthread_mutex_destroy(&s->mu);
     free(s->clients);
     free(s);
+    watcher_exists = 0;
 }

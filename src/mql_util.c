@@ -48,6 +48,27 @@ void mql_abstime_after(struct timespec *ts, int64_t ms) {
     }
 }
 
+static int64_t clamp_ms(int64_t v, int64_t lo) {
+    return v > MQL_MS_MAX ? MQL_MS_MAX : v < lo ? lo : v;
+}
+
+/* |seconds| is capped first, so seconds * 1000 + nanos / 10^6 cannot overflow. */
+static int64_t to_ms(int64_t seconds, int32_t nanos, int64_t lo) {
+    if (seconds > MQL_MS_MAX / 1000) return MQL_MS_MAX;
+    if (seconds < -(MQL_MS_MAX / 1000)) return lo;
+    return clamp_ms(seconds * 1000 + nanos / 1000000, lo);
+}
+
+int64_t mql_duration_ms(int64_t seconds, int32_t nanos) { return to_ms(seconds, nanos, 0); }
+
+int64_t mql_timestamp_ms(int64_t seconds, int32_t nanos) { return to_ms(seconds, nanos, -MQL_MS_MAX); }
+
+int64_t mql_add_ms(int64_t a, int64_t b) {
+    int64_t sum;
+    if (__builtin_add_overflow(a, b, &sum)) return a > 0 ? MQL_MS_MAX : -MQL_MS_MAX;
+    return clamp_ms(sum, -MQL_MS_MAX);
+}
+
 const char *mql_code_name(int code, char *buf, size_t len) {
     const ProtobufCEnumValue *v =
         protobuf_c_enum_descriptor_get_value(&apache__rocketmq__v2__code__descriptor, code);

@@ -26,17 +26,18 @@ local function describe(v)
   return tostring(v)
 end
 
--- kind: "string" | "number" | "integer" | "boolean" | "table" | "enum" | "name" | "strings"
+-- kind: "string" | "number" | "integer" | "boolean" | "table" | "enum" | "name" | "strings" | "tls"
 local common = {
   endpoints = { kind = "string", required = true,
-    doc = "host:port of the RocketMQ proxy (gRPC port); several may be given separated by ';', the first is used" },
+    doc = "host:port of the RocketMQ proxy (gRPC port); several joined by ';' are tried in order at start" },
   namespace = { kind = "string", doc = "resource namespace (RocketMQ 5 namespaces)" },
   credentials = { kind = "table", doc = "{access_key=, secret_key=, security_token=} for ACL-enabled proxies" },
   request_timeout = { kind = "number", default = 3, min = 0.1, max = 60,
     doc = "seconds allowed to each unary RPC (ack, renew, send...)" },
   start_timeout = { kind = "number", default = 10, min = 0.1, max = 300,
     doc = "seconds allowed to the session start (route, settings)" },
-  tls = { kind = "boolean", default = false, doc = "TLS to the proxy (not supported yet: must be false)" },
+  tls = { kind = "tls", default = false,
+    doc = "TLS to the proxy: true (system CAs) or {ca_file=, cert_file=, key_file=, server_name=, insecure=}" },
 }
 
 _M.consumer = {
@@ -94,6 +95,28 @@ _M.run = {
     doc = "deliveries a message gets: after the last one fails, or when a later one arrives, it is forwarded to %DLQ%<group> instead (nil = the group's own retry limit decides)" },
 }
 
+-- The fields of a tls table and what each must be.
+local TLS_FIELDS = {
+  ca_file = "string", cert_file = "string", key_file = "string", server_name = "string", insecure = "boolean",
+}
+
+local function check_tls(v, bad)
+  if type(v) == "boolean" then return end
+  if type(v) ~= "table" then bad("true, false or a table {ca_file=, cert_file=, key_file=, server_name=, insecure=}") end
+  for k, fv in pairs(v) do
+    local want = TLS_FIELDS[k]
+    if not want then
+      bad(("a table with only ca_file, cert_file, key_file, server_name, insecure (unknown field '%s')"):format(tostring(k)))
+    end
+    if type(fv) ~= want or fv == "" then
+      bad(("a table whose field '%s' is a %s"):format(k, want == "string" and "non-empty string" or want))
+    end
+  end
+  if (v.cert_file == nil) ~= (v.key_file == nil) then
+    bad("a table with both cert_file and key_file, or neither")
+  end
+end
+
 local function check_value(where, name, spec, v)
   local function bad(expected)
     error(("%s: option '%s' must be %s (got %s)"):format(where, name, expected, describe(v)), 6)
@@ -128,6 +151,8 @@ local function check_value(where, name, spec, v)
     if not (type(v) == "function" or (type(v) == "number" and v >= 0 and v <= MAX_INVISIBLE)) then
       bad("a number of seconds (0 to 43200) or a function(attempt)")
     end
+  elseif kind == "tls" then
+    check_tls(v, bad)
   elseif kind == "strings" then
     if type(v) ~= "table" then bad("an array of strings") end
     for _, s in ipairs(v) do
@@ -176,7 +201,6 @@ end
 function _M.consumer_options(opts)
   local where = "mqlease.consumer"
   local o = _M.check(where, _M.consumer, opts)
-  if o.tls then relation_error(where, "option 'tls' is not supported yet: the proxy accepts plaintext on the same port") end
   if o.renew_every and o.renew_every >= o.invisible then
     relation_error(where, ("option 'renew_every' (%s) must be less than 'invisible' (%s)"):format(o.renew_every, o.invisible))
   end
@@ -194,9 +218,7 @@ end
 
 function _M.producer_options(opts)
   local where = "mqlease.producer"
-  local o = _M.check(where, _M.producer, opts)
-  if o.tls then relation_error(where, "option 'tls' is not supported yet: the proxy accepts plaintext on the same port") end
-  return o
+  return _M.check(where, _M.producer, opts)
 end
 
 function _M.run_options(opts)
@@ -208,13 +230,45 @@ function _M.run_options(opts)
   return o
 end
 
--- The first endpoint of "host:port;host:port".
-function _M.first_endpoint(endpoints)
-  local first = endpoints:match("^%s*([^;%s]+)")
-  if not first or not first:match("^[^:]+:%d+$") then
-    error(("mqlease: option 'endpoints' must look like host:port (got %q)"):format(endpoints), 3)
+local function read_file(where, field, path)
+  local f, err = io.open(path, "rb")
+  local text = f and f:read("a")
+  if f then f:close() end
+  if not text or text == "" then
+    error(("%s: option 'tls.%s' cannot be read: %s"):format(where, field, err or (path .. ": empty or unreadable")), 4)
   end
-  return first
+  return text
+end
+
+-- The core's TLS fields for a checked tls option: the files are read here,
+-- so a missing or unreadable one raises naming its field. The PEM text goes
+-- to the core only, never into the options a consumer keeps.
+function _M.tls_core(where, tls)
+  if not tls then return { tls = false } end
+  if tls == true then return { tls = true } end
+  return {
+    tls = true,
+    tls_insecure = tls.insecure or false,
+    tls_ca_pem = tls.ca_file and read_file(where, "ca_file", tls.ca_file),
+    tls_cert_pem = tls.cert_file and read_file(where, "cert_file", tls.cert_file),
+    tls_key_pem = tls.key_file and read_file(where, "key_file", tls.key_file),
+    tls_server_name = tls.server_name,
+  }
+end
+
+-- "host:port;host:port" checked entry by entry, joined again without blanks.
+-- The core tries them in order at start (see README, several endpoints).
+function _M.endpoint_list(endpoints)
+  local out = {}
+  for entry in (endpoints .. ";"):gmatch("([^;]*);") do
+    entry = entry:match("^%s*(.-)%s*$")
+    local port = tonumber(entry:match("^[^:%s][^%s]*:(%d+)$") or "")
+    if not port or port < 1 or port > 65535 then
+      error(("mqlease: option 'endpoints' must be host:port, or several joined by ';' (got %q)"):format(endpoints), 3)
+    end
+    out[#out + 1] = entry
+  end
+  return concat(out, ";")
 end
 
 -- Checks the arguments of producer:send; raises naming the bad one.

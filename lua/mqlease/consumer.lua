@@ -9,7 +9,8 @@ local core = require "mqlease.core"
 local config = require "mqlease.config"
 local session_mod = require "mqlease.session"
 
-local setmetatable, rawget, type, error, ipairs, pairs = setmetatable, rawget, type, error, ipairs, pairs
+local setmetatable, getmetatable, rawget, type, error, ipairs, pairs =
+  setmetatable, getmetatable, rawget, type, error, ipairs, pairs
 local floor = math.floor
 
 local _M = {}
@@ -28,6 +29,10 @@ local lease_mt = {
     elseif k == "renewals" then
       local _, _, renewals = self:_info()
       return renewals
+    elseif k == "uncertain" then
+      -- true once a renewal went unanswered: the message may come back once more
+      local _, _, _, uncertain = self:_info()
+      return uncertain
     end
     return lease_methods[k]
   end,
@@ -36,8 +41,32 @@ local lease_mt = {
   end,
 }
 
-local function new_lease(session, id)
-  local lease = setmetatable({ id = id, _session = session, _final = nil, _renewals = 0 }, lease_mt)
+-- A lease whose message nobody references any more can never be acked: a
+-- handler dropped it. Without this its core lease would be renewed until
+-- max_lease (an hour by default). It is nacked instead (visible again after
+-- release_delay) and counted as leases_dropped.
+local function collect_lease(lease)
+  if rawget(lease, "_final") then return end
+  local session = rawget(lease, "_session")
+  local client = session.client
+  if client:closed() or not client:lease(rawget(lease, "id")) then return end
+  local consumer = rawget(lease, "_consumer")
+  session:forget(client:nack(rawget(lease, "id"), floor(consumer.options.release_delay * 1000)))
+  consumer:count("leases_dropped")
+end
+
+lease_mt.__gc = collect_lease
+
+local newproxy = newproxy   -- Lua 5.1/LuaJIT: tables have no __gc, a proxy userdata does
+
+local function new_lease(session, consumer, id)
+  local lease = setmetatable({ id = id, _session = session, _consumer = consumer, _final = nil,
+    _renewals = 0 }, lease_mt)
+  if newproxy then
+    local proxy = newproxy(true)
+    getmetatable(proxy).__gc = function() collect_lease(lease) end
+    lease._proxy = proxy
+  end
   session.leases[id] = lease
   return lease
 end
@@ -46,20 +75,21 @@ end
 -- else the final state the core reported when it let go.
 function lease_methods:_info()
   local final = rawget(self, "_final")
-  if final then return final, 0, rawget(self, "_renewals") end
+  if final then return final, 0, rawget(self, "_renewals"), rawget(self, "_uncertain") == true end
   local session = rawget(self, "_session")
   local client = session.client
   if not client:closed() then
-    local state, remaining, renewals = client:lease(rawget(self, "id"))
+    local state, remaining, renewals, _, uncertain = client:lease(rawget(self, "id"))
     if state then
       self._renewals = renewals
-      return state, remaining, renewals
+      if uncertain then self._uncertain = true end
+      return state, remaining, renewals, uncertain
     end
     session:pump()   -- the event that ended it is waiting
     final = rawget(self, "_final")
-    if final then return final, 0, rawget(self, "_renewals") end
+    if final then return final, 0, rawget(self, "_renewals"), rawget(self, "_uncertain") == true end
   end
-  return "lost", 0, rawget(self, "_renewals")
+  return "lost", 0, rawget(self, "_renewals"), rawget(self, "_uncertain") == true
 end
 
 function lease_methods:_set_state(state, renewals)
@@ -180,10 +210,13 @@ end
 function _M.new(opts)
   local o = config.consumer_options(opts)
   local cr = o.credentials or {}
+  local tls = config.tls_core("mqlease.consumer", o.tls)
   local client, start_op = core.consumer {
-    endpoint = config.first_endpoint(o.endpoints),
+    endpoint = config.endpoint_list(o.endpoints),
     namespace = o.namespace,
     access_key = cr.access_key, secret_key = cr.secret_key, security_token = cr.security_token,
+    tls = tls.tls, tls_insecure = tls.tls_insecure, tls_ca_pem = tls.tls_ca_pem,
+    tls_cert_pem = tls.tls_cert_pem, tls_key_pem = tls.tls_key_pem, tls_server_name = tls.tls_server_name,
     request_timeout_ms = floor(o.request_timeout * 1000),
     group = o.group, topic = o.topic, filter = o.filter, filter_sql = o.filter_type == "sql",
     invisible_ms = floor(o.invisible * 1000),
@@ -206,7 +239,7 @@ function _M.new(opts)
 end
 
 local function wrap_message(session, consumer, m)
-  m.lease = new_lease(session, m.lease_id)
+  m.lease = new_lease(session, consumer, m.lease_id)
   m.lease_id = nil
   m.consumer = consumer
   return setmetatable(m, message_mt)

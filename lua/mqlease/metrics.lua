@@ -21,8 +21,12 @@ local COUNTERS = {
   { "mqlease_lease_budget_exhausted_total", "Leases whose renewal budget ran out, by the decision taken.",
     { { 'decision="expire"', "budget_expire" }, { 'decision="nack"', "budget_nack" } } },
   { "mqlease_lease_handoff_total", "Messages found locked by another live owner (take-over race).", { { nil, "handoff" } } },
+  { "mqlease_leases_dropped_total", "Messages collected by Lua while their lease was held (never acked or nacked); nacked by the finalizer.",
+    { { nil, "leases_dropped" } } },
   { "mqlease_duplicates_skipped_total", "Redeliveries of messages already done, acked without running.", { { nil, "duplicate_skipped" } } },
   { "mqlease_messages_sent_total", "Messages sent by result.", { { 'result="ok"', "sent_ok" }, { 'result="fail"', "sent_fail" } } },
+  { "mqlease_session_reconnects_total", "Times the session connected again: the next endpoint at start, Telemetry re-opened.",
+    { { nil, "reconnects" } } },
 }
 
 -- counters by reason: the raw table holds { reason = n } under the key
@@ -34,6 +38,8 @@ local BY_REASON = {
   { "mqlease_messages_dead_lettered_total",
     "Messages forwarded to the group's dead-letter queue, by reason.", "dead_lettered" },
 }
+
+local SESSION_STATES = { "starting", "ready", "failed", "closing" }
 
 local HISTOGRAMS = {
   { "mqlease_renew_latency_seconds", "Time from sending a renewal to its reply.", "renew_latency" },
@@ -79,6 +85,11 @@ function _M.text(c, labels)
   line("# HELP mqlease_inflight_leases Leases held right now.")
   line("# TYPE mqlease_inflight_leases gauge")
   line(format("mqlease_inflight_leases%s %s", label(nil, base), num(m.inflight or 0)))
+  line("# HELP mqlease_session_state The session's state: 1 for the one it is in.")
+  line("# TYPE mqlease_session_state gauge")
+  for _, st in ipairs(SESSION_STATES) do
+    line(format('mqlease_session_state%s %d', label(format('state="%s"', st), base), m.session_state == st and 1 or 0))
+  end
   line("# HELP mqlease_errors_total Failed operations by operation and code.")
   line("# TYPE mqlease_errors_total counter")
   for _, e in ipairs(m.errors or {}) do

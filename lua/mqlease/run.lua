@@ -141,6 +141,12 @@ return function(consumer, handler, opts)
     receiver = nil
   end)
 
+  local watcher
+  -- What the rest of a live drain may take once grace is over: the nacks of
+  -- running handlers (one request timeout, two if a renewal is in flight
+  -- first), up to 2 s for the cancelled receive, and the goodbye to the proxy.
+  local drain_extension = 3 * consumer.options.request_timeout + 2.5
+
   local function drain()
     local grace_deadline = core.now() + o.grace
     client:cancel_receives()
@@ -161,6 +167,7 @@ return function(consumer, handler, opts)
       end
     end
     -- 3. what still runs is given back; its handler's later ack will fail, never double
+    if watcher then watcher:extend(drain_extension) end
     for m in pairs(st.running) do
       if m.lease:alive() and m:nack(release_delay) then st.drained = st.drained + 1 end
     end
@@ -179,9 +186,10 @@ return function(consumer, handler, opts)
     drainer = sched:spawn(drain)
   end
 
-  local watcher
   if o.signals then
-    -- the C watcher enforces grace even if a handler never yields
+    -- The C watcher enforces grace even if a handler never yields; a drain
+    -- that is alive past grace says so (drain_extension), and a second signal
+    -- ends the wait at once.
     watcher = core.watch_signals({ "TERM", "INT" }, { client }, o.grace + 0.5, release_delay)
     sched:watch(watcher:fd(), function()
       local sig = watcher:signal()

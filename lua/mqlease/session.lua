@@ -18,6 +18,7 @@ function _M.new(client)
   return setmetatable({
     client = client,
     results = {},                          -- op id -> event, until its waiter takes it
+    forgotten = {},                        -- op ids nobody will wait for
     leases = setmetatable({}, { __mode = "v" }), -- lease id -> lease object (weak)
     on_lock_lost = nil,                    -- fn(keepalive id), for Redis clients
   }, mt)
@@ -41,7 +42,7 @@ function methods:pump()
   if client:closed() then return end
   for _, ev in ipairs(client:events()) do
     if ev.kind == "op" then
-      self.results[ev.op] = ev
+      if self.forgotten[ev.op] then self.forgotten[ev.op] = nil else self.results[ev.op] = ev end
     elseif ev.kind == "lock_lost" then
       if self.on_lock_lost then self.on_lock_lost(ev.keepalive) end
     else
@@ -70,6 +71,11 @@ function methods:await(op, deadline)
     if deadline and core.now() >= deadline then return nil end
     wait.wait(self.client:fd(), deadline and deadline or core.now() + 1)
   end
+end
+
+-- Nobody will wait for op (started from a finalizer): drop its event.
+function methods:forget(op)
+  self.forgotten[op] = true
 end
 
 -- Runs op and returns ok, or nil, message, code.

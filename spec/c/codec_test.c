@@ -221,8 +221,8 @@ static void saturates_wild_timestamps(void) {
     fx.delivery.nanos = 999999999;
     decode(&f, &fx.resp.base, 100);
     CHECK(f.kind == MQL_FRAME_MESSAGE);
-    CHECK(f.msg.born_ms == INT64_MAX && f.msg.store_ms == INT64_MIN);
-    CHECK(f.msg.delivery_ms == INT64_MAX);
+    CHECK(f.msg.born_ms == MQL_MS_MAX && f.msg.store_ms == -MQL_MS_MAX);
+    CHECK(f.msg.delivery_ms == MQL_MS_MAX);
     mql_frame_clear(&f);
 }
 
@@ -258,7 +258,7 @@ static void reads_telemetry_settings_with_saturated_durations(void) {
     mql_telemetry_decode(&r, buf, n);
     CHECK(r.decoded && r.has_settings && !r.has_status);
     CHECK(r.long_polling_ms == 20000 && r.receive_batch_size == 32 && r.max_attempts == 17);
-    CHECK(r.backoff_initial_ms == 0 && r.backoff_max_ms == INT64_MAX);
+    CHECK(r.backoff_initial_ms == 0 && r.backoff_max_ms == MQL_MS_MAX);
     free(buf);
     mql_telemetry_decode(&r, (const uint8_t *)"\x0a\xff", 2);
     CHECK(!r.decoded);

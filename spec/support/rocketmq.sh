@@ -24,6 +24,11 @@
 #   MQLEASE_GRPC_PORT      18081   (what clients dial: MQLEASE_ENDPOINTS)
 #   MQLEASE_REMOTING_PORT  18080   (proxy remoting protocol; unused by us but always bound)
 #   MQLEASE_BOOT_TIMEOUT   120     seconds to wait for each JVM's readiness line
+#   MQLEASE_ACL            0       1: the proxy checks every call's signature and permissions
+#                                  (enableACL) against two accounts in conf/plain_acl.yml:
+#                                  mqlease-admin / mqlease-admin-secret (admin) and
+#                                  mqlease-readonly / mqlease-readonly-secret (SUB on every
+#                                  topic and group, no PUB). Use it on an instance of your own.
 # Ports are deliberately not RocketMQ's defaults (9876/10911/8081/8080) so a developer's own
 # RocketMQ keeps working next to the tests. namesrv and the broker bind 127.0.0.1; the gRPC,
 # proxy-remoting and HA ports bind the wildcard (RocketMQ 5.2.0 has no setting for them).
@@ -42,6 +47,8 @@ REMOTING_PORT=${MQLEASE_REMOTING_PORT:-18080}
 HOST=127.0.0.1
 BOOT_TIMEOUT=${MQLEASE_BOOT_TIMEOUT:-120}  # s per JVM; typically a few s, more on a loaded CI box
 STOP_GRACE=${MQLEASE_STOP_GRACE:-15}  # seconds between SIGTERM and SIGKILL
+ACL=${MQLEASE_ACL:-0}
+ACL_JSON=''
 
 # JDK 17 flags: the store casts mmapped buffers to sun.nio.ch.DirectBuffer on shutdown and on
 # file deletion (IllegalAccessError without the export); the rest are what rocketmq-local.md
@@ -198,8 +205,30 @@ EOF
   "remotingListenPort": $REMOTING_PORT,
   "localServeAddr": "$HOST",
   "topicRouteServiceCacheRefreshSeconds": 2,
-  "grpcShutdownTimeSeconds": 3
+  "grpcShutdownTimeSeconds": 3$ACL_JSON
 }
+EOF
+}
+
+# ACL 1.0 as RocketMQ 5.2.0 has it: the proxy's AuthenticationInterceptor runs the plain
+# validator (PlainAccessValidator, accounts from $ROCKETMQ_HOME/conf/plain_acl.yml) on every
+# gRPC call when enableACL is true. The embedded broker keeps aclEnable=false: in local mode
+# gRPC calls reach it in-process, and the admin tool (topics, groups) talks to it directly.
+write_acl() {
+  ACL_JSON=$',\n  "enableACL": true'
+  cat >"$RUN/conf/plain_acl.yml" <<EOF
+globalWhiteRemoteAddresses: []
+accounts:
+  - accessKey: mqlease-admin
+    secretKey: mqlease-admin-secret
+    whiteRemoteAddress:
+    admin: true
+  - accessKey: mqlease-readonly
+    secretKey: mqlease-readonly-secret
+    whiteRemoteAddress:
+    admin: false
+    defaultTopicPerm: SUB
+    defaultGroupPerm: SUB
 EOF
 }
 
@@ -231,6 +260,7 @@ cmd_start() {
   # $ROCKETMQ_HOME/conf/plain_acl.yml existing (AclException otherwise). An empty file means
   # no ACL data; ACL stays disabled (enableACL/aclEnable default to false).
   : >"$RUN/conf/plain_acl.yml"
+  if [[ $ACL == 1 ]]; then write_acl; fi
   write_configs
   # ROCKETMQ_HOME must be set (namesrv/broker exit otherwise); only ACL files live there.
   export ROCKETMQ_HOME=$RUN

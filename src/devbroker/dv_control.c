@@ -1,147 +1,232 @@
-/* dv_control.c -- a line protocol on a loopback TCP port (see dv_control.h).
- * One thread accepts and serves one connection at a time: tests send a few
- * commands, nothing here needs to be fast. */
+/* dv_control.c -- the control port on a loopback TCP socket (see dv_control.h).
+ *
+ * One thread polls the listening socket, a wake-up pipe and up to
+ * MAX_CLIENTS connections. Nothing blocks: a silent client cannot hold the
+ * others off, and stop() writes to the pipe, so the thread ends at once. */
 #include "dv_control.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "dv_command.h"
 #include "mql.h"
+
+#define MAX_CLIENTS 16
+#define LINE_MAX_LEN 1024
+
+typedef struct client {
+    int fd;                    /* -1: free slot */
+    char buf[LINE_MAX_LEN];
+    size_t used;
+    int64_t last_ms;           /* monotonic: last byte read */
+} client;
 
 struct dv_control {
     dv_server *srv;
     int fd;
+    int wake[2];               /* stop() writes here */
     pthread_t thread;
-    volatile int stop;
+    client clients[MAX_CLIENTS];
 };
 
 void dv_control_apply(dv_server *s, const char *line, char *out, size_t outlen) {
-    char cmd[32] = "", key[64] = "", val[256] = "";
-    dv_faults *f = dv_server_faults(s);
-    int n = sscanf(line, "%31s %63s %255s", cmd, key, val);
+    dv_command cmd;
+    char err[160];
     pthread_mutex_t *mu = dv_server_lock(s);
-    if (n >= 2 && strcmp(cmd, "topic") == 0) {
-        dv_server_add_topic(s, key);
-        snprintf(out, outlen, "ok topic %s", key);
+    if (dv_command_parse(line, &cmd, err, sizeof(err)) < 0) {
+        snprintf(out, outlen, "error %s", err);
         return;
     }
     pthread_mutex_lock(mu);
-    if (n == 3 && strcmp(cmd, "set") == 0) {
-        double v = atof(val);
-        if (strcmp(key, "fail_change") == 0) f->fail_change = v;
-        else if (strcmp(key, "fail_ack") == 0) f->fail_ack = v;
-        else if (strcmp(key, "delay_change_ms") == 0) f->delay_change_ms = (int64_t)v;
-        else if (strcmp(key, "max_renewals") == 0) f->max_renewals = (int)v;
-        else if (strcmp(key, "paused") == 0) f->paused = (int)v;
-        else if (strcmp(key, "min_invisible_ms") == 0) f->min_invisible_ms = (int64_t)v;
-        else if (strcmp(key, "time_scale") == 0 && v > 0) f->time_scale = v;
-        else {
-            snprintf(out, outlen, "error unknown setting '%s'", key);
-            pthread_mutex_unlock(mu);
-            return;
-        }
-        snprintf(out, outlen, "ok %s=%s", key, val);
-    } else if (n >= 1 && strcmp(cmd, "drop_streams") == 0) {
-        f->drop_streams = 1;
+    switch (cmd.kind) {
+    case DV_CMD_TOPIC:
+        dv_server_add_topic_locked(s, cmd.name);
+        snprintf(out, outlen, "ok topic %s", cmd.name);
+        break;
+    case DV_CMD_PUBLISH:
+        if (dv_server_publish_locked(s, cmd.name, cmd.delay_ms, err, sizeof(err)) == 0)
+            snprintf(out, outlen, "ok %s", err);
+        else
+            snprintf(out, outlen, "error %s", err);
+        break;
+    case DV_CMD_SET:
+        if (dv_faults_set(dv_server_faults(s), cmd.name, cmd.value, err, sizeof(err)) == 0)
+            snprintf(out, outlen, "ok %s=%s", cmd.name, cmd.value);
+        else
+            snprintf(out, outlen, "error %s", err);
+        break;
+    case DV_CMD_DROP_STREAMS:
+        dv_server_faults(s)->drop_streams = 1;
         snprintf(out, outlen, "ok");
-    } else if (n >= 1 && strcmp(cmd, "stats") == 0) {
-        char buf[256];
+        break;
+    case DV_CMD_STATS: {
+        char buf[384];
         dv_server_stats(s, buf, sizeof(buf));
         snprintf(out, outlen, "ok %s", buf);
-    } else {
-        snprintf(out, outlen, "error unknown command (topic, set, drop_streams, stats)");
+        break;
+    }
     }
     pthread_mutex_unlock(mu);
 }
 
-static void serve(dv_control *c, int conn) {
-    char buf[1024], out[512];
-    size_t used = 0;
-    for (;;) {
-        ssize_t n = read(conn, buf + used, sizeof(buf) - 1 - used);
-        char *nl;
-        if (n <= 0) return;
-        used += (size_t)n;
-        buf[used] = '\0';
-        while ((nl = strchr(buf, '\n'))) {
-            *nl = '\0';
-            if (nl > buf && nl[-1] == '\r') nl[-1] = '\0';
-            dv_control_apply(c->srv, buf, out, sizeof(out) - 1);
-            strcat(out, "\n");
-            if (write(conn, out, strlen(out)) < 0) return;
-            used -= (size_t)(nl + 1 - buf);
-            memmove(buf, nl + 1, used + 1);
-        }
-        if (used == sizeof(buf) - 1) return;   /* a line too long: drop the client */
+static void drop(client *cl) {
+    close(cl->fd);
+    cl->fd = -1;
+    cl->used = 0;
+}
+
+/* Answers every complete line; drops the client on EOF, error or a line too long. */
+static void serve(dv_control *c, client *cl) {
+    char out[512];
+    char *nl;
+    ssize_t n = read(cl->fd, cl->buf + cl->used, sizeof(cl->buf) - 1 - cl->used);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+    if (n <= 0) {
+        drop(cl);
+        return;
     }
+    cl->used += (size_t)n;
+    cl->buf[cl->used] = '\0';
+    cl->last_ms = mql_now_ms();
+    while ((nl = memchr(cl->buf, '\n', cl->used))) {
+        size_t len;
+        *nl = '\0';
+        if (nl > cl->buf && nl[-1] == '\r') nl[-1] = '\0';
+        dv_control_apply(c->srv, cl->buf, out, sizeof(out) - 1);
+        len = strlen(out);
+        out[len++] = '\n';
+        if (send(cl->fd, out, len, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)len) {
+            drop(cl);   /* a client that does not read its answers */
+            return;
+        }
+        cl->used -= (size_t)(nl + 1 - cl->buf);
+        memmove(cl->buf, nl + 1, cl->used + 1);
+    }
+    if (cl->used == sizeof(cl->buf) - 1) drop(cl);
+}
+
+static void accept_one(dv_control *c) {
+    int fd = accept4(c->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    size_t i;
+    if (fd < 0) return;
+    for (i = 0; i < MAX_CLIENTS; i++) {
+        if (c->clients[i].fd < 0) {
+            c->clients[i].fd = fd;
+            c->clients[i].used = 0;
+            c->clients[i].last_ms = mql_now_ms();
+            return;
+        }
+    }
+    close(fd);   /* full: the client sees EOF */
+}
+
+static int64_t timeout_ms(dv_control *c) {
+    int64_t t;
+    pthread_mutex_lock(dv_server_lock(c->srv));
+    t = dv_server_faults(c->srv)->control_timeout_ms;
+    pthread_mutex_unlock(dv_server_lock(c->srv));
+    return t;
 }
 
 static void *control_main(void *arg) {
     dv_control *c = arg;
-    while (!c->stop) {
-        int conn = accept(c->fd, NULL, NULL);
-        if (conn < 0) {
-            if (errno == EINTR) continue;
-            break;
+    for (;;) {
+        struct pollfd pf[MAX_CLIENTS + 2];
+        client *who[MAX_CLIENTS + 2];
+        size_t n = 0, i;
+        int64_t now = mql_now_ms(), idle = timeout_ms(c);
+        pf[n].fd = c->wake[0];
+        pf[n++].events = POLLIN;
+        pf[n].fd = c->fd;
+        pf[n++].events = POLLIN;
+        for (i = 0; i < MAX_CLIENTS; i++) {
+            client *cl = &c->clients[i];
+            if (cl->fd < 0) continue;
+            if (now - cl->last_ms >= idle) {
+                drop(cl);
+                continue;
+            }
+            pf[n].fd = cl->fd;
+            pf[n].events = POLLIN;
+            who[n++] = cl;
         }
-        serve(c, conn);
-        close(conn);
+        if (poll(pf, n, 100) < 0 && errno != EINTR) break;
+        if (pf[0].revents) break;
+        if (pf[1].revents & POLLIN) accept_one(c);
+        for (i = 2; i < n; i++)
+            if (pf[i].revents) serve(c, who[i]);
     }
     return NULL;
 }
 
-dv_control *dv_control_start(dv_server *s, const char *listen_addr, int *port) {
-    dv_control *c = mql_xcalloc(1, sizeof(*c));
+static int listen_on(const char *listen_addr, int *port) {
     struct sockaddr_in sa;
     socklen_t len = sizeof(sa);
     char host[64];
     const char *colon = strrchr(listen_addr, ':');
-    int one = 1;
-    sigset_t all, old;
-    if (!colon || (size_t)(colon - listen_addr) >= sizeof(host)) goto fail;
+    int one = 1, fd;
+    if (!colon || (size_t)(colon - listen_addr) >= sizeof(host)) return -1;
     memcpy(host, listen_addr, (size_t)(colon - listen_addr));
     host[colon - listen_addr] = '\0';
     memset(&sa, 0, sizeof(sa));
     sa.sin_family = AF_INET;
     sa.sin_port = htons((uint16_t)atoi(colon + 1));
-    if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) goto fail;
-    c->srv = s;
-    c->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (c->fd < 0) goto fail;
-    setsockopt(c->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(c->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(c->fd, 8) < 0) {
-        close(c->fd);
-        goto fail;
+    if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) return -1;
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) return -1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 16) < 0) {
+        close(fd);
+        return -1;
     }
-    getsockname(c->fd, (struct sockaddr *)&sa, &len);
+    getsockname(fd, (struct sockaddr *)&sa, &len);
     *port = ntohs(sa.sin_port);
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &old);
-    if (pthread_create(&c->thread, NULL, control_main, c) != 0) {
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
-        close(c->fd);
-        goto fail;
+    return fd;
+}
+
+dv_control *dv_control_start(dv_server *s, const char *listen_addr, int *port) {
+    dv_control *c = mql_xcalloc(1, sizeof(*c));
+    size_t i;
+    c->srv = s;
+    for (i = 0; i < MAX_CLIENTS; i++) c->clients[i].fd = -1;
+    c->fd = listen_on(listen_addr, port);
+    if (c->fd < 0) {
+        free(c);
+        return NULL;
     }
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (pipe2(c->wake, O_CLOEXEC) < 0) {
+        close(c->fd);
+        free(c);
+        return NULL;
+    }
+    if (mql_thread_start(&c->thread, control_main, c) < 0) {   /* signals stay with main */
+        close(c->fd);
+        close(c->wake[0]);
+        close(c->wake[1]);
+        free(c);
+        return NULL;
+    }
     return c;
-fail:
-    free(c);
-    return NULL;
 }
 
 void dv_control_stop(dv_control *c) {
+    size_t i;
     if (!c) return;
-    c->stop = 1;
-    shutdown(c->fd, SHUT_RDWR);   /* wakes accept() */
+    if (write(c->wake[1], "x", 1) < 0) { /* the pipe cannot be full: one byte, once */ }
     pthread_join(c->thread, NULL);
+    for (i = 0; i < MAX_CLIENTS; i++)
+        if (c->clients[i].fd >= 0) close(c->clients[i].fd);
     close(c->fd);
+    close(c->wake[0]);
+    close(c->wake[1]);
     free(c);
 }

@@ -1,16 +1,9 @@
-/* dv_control.h -- the dev broker's control port: one text command per line.
+/* dv_control.h -- the dev broker's control port: one text command per line,
+ * each answered with one line, "ok ..." or "error ...". The commands are in
+ * dv_command.h; the settings in dv_faults (dv_command.h) and README.
  *
- *   topic NAME                 create a topic
- *   set fail_change P          share (0..1) of renewals answered INTERNAL_SERVER_ERROR
- *   set fail_ack P             share (0..1) of ack entries answered INTERNAL_SERVER_ERROR
- *   set delay_change_ms N      answer every renewal N ms late
- *   set max_renewals N         renewals per delivery before they fail (-1: no cap)
- *   set paused 0|1             hold every answer (a partition)
- *   set time_scale F           invisible durations last F times what is asked (0.1: 10 s -> 1 s)
- *   drop_streams               cancel the receive streams in flight
- *   stats                      one line of counters
- *
- * Each command is answered with one line, "ok ..." or "error ...".
+ * Several clients at once; a client silent for control_timeout_ms (30 s by
+ * default) is dropped; dv_control_stop returns at once whatever the clients do.
  */
 #ifndef DV_CONTROL_H
 #define DV_CONTROL_H

@@ -3,6 +3,8 @@
  *   mqlease-devbroker --listen 127.0.0.1:PORT [--control 127.0.0.1:PORT] [--topic NAME]...
  *                     [--fail-change P] [--fail-ack P] [--delay-change-ms N]
  *                     [--max-renewals N] [--min-invisible-ms N] [--time-scale F]
+ *                     [--SETTING VALUE]...   (any `set SETTING VALUE` of the control port,
+ *                                             dashes for underscores: --corrupt-digest 0.5)
  *
  * Prints "mqlease-devbroker listening on 127.0.0.1:PORT control 127.0.0.1:PORT"
  * once it accepts calls; SIGTERM or SIGINT stop it. See dv_control.h for the
@@ -27,13 +29,14 @@ static void usage(void) {
     fprintf(stderr,
             "usage: mqlease-devbroker --listen HOST:PORT [--control HOST:PORT] [--topic NAME]...\n"
             "       [--fail-change P] [--fail-ack P] [--delay-change-ms N] [--max-renewals N]\n"
-            "       [--min-invisible-ms N] [--time-scale F]\n");
+            "       [--min-invisible-ms N] [--time-scale F] [--SETTING VALUE]...\n"
+            "       (every `set` of the control port is a flag: --gzip 1, --digest sha1, ...)\n");
     exit(2);
 }
 
 int main(int argc, char **argv) {
     const char *listen = NULL, *control = NULL;
-    const char *settings[16];
+    const char *settings[64];
     const char *topics[256];
     int nsettings = 0, ntopics = 0, port = 0, cport = 0, i;
     dv_server *s;
@@ -48,7 +51,7 @@ int main(int argc, char **argv) {
         if (strcmp(a, "--listen") == 0) listen = v;
         else if (strcmp(a, "--control") == 0) control = v;
         else if (strcmp(a, "--topic") == 0 && ntopics < 256) topics[ntopics++] = v;
-        else if (nsettings < 14 && strncmp(a, "--", 2) == 0) {
+        else if (nsettings < 62 && strncmp(a, "--", 2) == 0) {
             settings[nsettings++] = a + 2;
             settings[nsettings++] = v;
         } else usage();

@@ -7,6 +7,7 @@
  */
 #include "dv_store.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,8 +104,11 @@ size_t dv_topic_append(dv_topic *t, const Apache__Rocketmq__V2__Message *m, cons
     d->wire = mql_xmalloc(d->wire_len);
     protobuf_c_message_pack(&m->base, d->wire);
     d->born_ms = sp && sp->born_timestamp
-                     ? (int64_t)sp->born_timestamp->seconds * 1000 + sp->born_timestamp->nanos / 1000000
+                     ? mql_timestamp_ms(sp->born_timestamp->seconds, sp->born_timestamp->nanos)
                      : now_ms;
+    d->deliver_ms = sp && sp->delivery_timestamp
+                        ? mql_timestamp_ms(sp->delivery_timestamp->seconds, sp->delivery_timestamp->nanos)
+                        : 0;
     d->store_ms = now_ms;
     d->queue_id = (int)(t->n % 4);
     d->offset = (int64_t)(t->n / 4);
@@ -136,7 +140,7 @@ size_t dv_pop(dv_store *s, dv_topic *t, const char *group, const char *filter, s
     for (i = 0; i < t->n && n < batch; i++) {
         dv_view *v = dv_view_of(t, group, i);
         if (v->state == DV_INFLIGHT && v->visible_at <= now_ms) v->state = DV_READY;
-        if (v->state != DV_READY) continue;
+        if (v->state != DV_READY || t->msgs[i].deliver_ms > now_ms) continue;
         if (!tag_matches(filter, t->msgs[i].tag)) {
             v->state = DV_ACKED;   /* the proxy acks what the filter drops */
             continue;
@@ -148,7 +152,7 @@ size_t dv_pop(dv_store *s, dv_topic *t, const char *group, const char *filter, s
         v->state = DV_INFLIGHT;
         v->attempts++;
         v->token = s->next_token++;
-        v->visible_at = now_ms + invisible_ms;
+        v->visible_at = mql_add_ms(now_ms, invisible_ms);
         v->changes = 0;
         out[n++] = i;
     }
@@ -173,10 +177,34 @@ typedef struct parsed {
     int64_t deadline;
 } parsed;
 
+/* Reads one unsigned decimal field and the space after it; -1 on anything
+ * else, an overflow included (sscanf's %zu would make that undefined). */
+static int field(const char **p, uint64_t max, uint64_t *out) {
+    char *end;
+    unsigned long long v;
+    if (**p < '0' || **p > '9') return -1;
+    errno = 0;
+    v = strtoull(*p, &end, 10);
+    if (errno || v > max || (*end != ' ' && *end != '\0')) return -1;
+    *out = v;
+    *p = *end ? end + 1 : end;
+    return 0;
+}
+
 static dv_handle_result parse(dv_store *s, const char *handle, parsed *p) {
-    if (sscanf(handle, "dv %zu %zu %zu %" SCNu64 " %" SCNd64, &p->ti, &p->gi, &p->index,
-               &p->token, &p->deadline) != 5)
-        return DV_HANDLE_MALFORMED;
+    const char *c = handle;
+    uint64_t v[5];
+    int i;
+    if (strncmp(c, "dv ", 3) != 0) return DV_HANDLE_MALFORMED;
+    c += 3;
+    for (i = 0; i < 5; i++)
+        if (field(&c, i == 4 ? (uint64_t)INT64_MAX : UINT64_MAX, &v[i]) < 0) return DV_HANDLE_MALFORMED;
+    if (*c) return DV_HANDLE_MALFORMED;
+    p->ti = v[0] < SIZE_MAX ? (size_t)v[0] : SIZE_MAX;
+    p->gi = v[1] < SIZE_MAX ? (size_t)v[1] : SIZE_MAX;
+    p->index = v[2] < SIZE_MAX ? (size_t)v[2] : SIZE_MAX;
+    p->token = v[3];
+    p->deadline = (int64_t)v[4];
     if (p->ti >= s->ntopics) return DV_HANDLE_MALFORMED;
     p->t = &s->topics[p->ti];
     if (p->gi >= p->t->ngroups || p->index >= p->t->n) return DV_HANDLE_MALFORMED;
@@ -208,7 +236,7 @@ dv_handle_result dv_change(dv_store *s, const char *handle, int64_t duration_ms,
     }
     p.v->changes++;
     p.v->token = s->next_token++;
-    p.v->visible_at = now_ms + duration_ms;
+    p.v->visible_at = mql_add_ms(now_ms, duration_ms);
     snprintf(out, outlen, "dv %zu %zu %zu %" PRIu64 " %" PRId64, p.ti, p.gi, p.index, p.v->token,
              p.v->visible_at);
     return DV_HANDLE_OK;

@@ -36,6 +36,7 @@ typedef struct dv_message {
     uint8_t *wire;             /* the Message as the producer sent it, packed */
     size_t wire_len;
     int64_t born_ms, store_ms;
+    int64_t deliver_ms;        /* a delay message: not delivered before (wall ms); 0: at once */
     int queue_id;
     int64_t offset;
 } dv_message;

@@ -1,0 +1,327 @@
+-- mqlease.cli.options: the flags of every `mqlease` subcommand, parsed with
+-- argparse, merged with MQLEASE_* environment variables and checked, so that a
+-- bad flag or variable is reported by its own name before anything connects.
+--
+--   local ok, parsed = options.parse({ "send", "--topic", "t", "hello" }, env)
+--   parsed.command == "send"; parsed.opts.topic == "t"; parsed.opts.body == "hello"
+--   -- or ok == false, parsed = { message = "...", code = options.EXIT.usage }
+--
+-- A flag given on the command line wins over its variable; the variable wins
+-- over the default. Ranges come from mqlease.config, so the command accepts
+-- what the library accepts.
+
+local argparse = require "argparse"
+local config = require "mqlease.config"
+
+local tostring, tonumber, ipairs, pairs, error = tostring, tonumber, ipairs, pairs, error
+local floor = math.floor
+local concat = table.concat
+
+local _M = {}
+
+-- Exit codes of the command (README "Command line").
+_M.EXIT = {
+  ok = 0,        -- done: sent, peeked, or drained after a stop
+  failure = 1,   -- the broker, Redis or the network failed (message on stderr)
+  usage = 2,     -- a bad flag, argument or MQLEASE_* variable
+  handler = 3,   -- the handler file could not be loaded or returned the wrong thing
+}
+-- 128 + N: `run` was killed by signal N after its grace ran out (the core exits so).
+
+local NAME_PATTERN = "^[%%|%w_%-]+$"
+
+-- Every option a subcommand may take: how it is written, checked and documented.
+-- env = true: also read from MQLEASE_<NAME> (upper case, '-' as '_').
+local DEFS = {
+  endpoints = { kind = "string", env = true, required = true, arg = "HOST:PORT",
+    help = "the RocketMQ 5 proxy's gRPC address" },
+  namespace = { kind = "string", env = true, arg = "NS", help = "resource namespace" },
+  group = { kind = "name", env = true, required = true, arg = "GROUP", help = "consumer group" },
+  topic = { kind = "name", env = true, required = true, arg = "TOPIC", help = "topic" },
+  filter = { kind = "string", env = true, arg = "EXPR", default = "*",
+    help = "tag expression, e.g. \"TagA || TagB\"" },
+  invisible = { kind = "number", env = true, arg = "SECONDS", range = config.consumer.invisible,
+    help = "lease length: seconds each receive and renewal hides a message" },
+  concurrency = { kind = "integer", env = true, arg = "N", range = config.run.concurrency, default = "16",
+    help = "handlers running at once" },
+  grace = { kind = "number", env = true, arg = "SECONDS", range = config.run.grace,
+    help = "seconds running handlers get to finish after SIGTERM" },
+  policy = { kind = "choice", env = true, arg = "NAME", values = { "plain", "exactly_once" },
+    help = "plain (ack on success) or exactly_once (Redis lock + done marker; needs --redis); default: the handler file's, else plain" },
+  redis = { kind = "hostport", env = true, arg = "HOST:PORT", help = "Redis for --policy exactly_once" },
+  metrics = { kind = "hostport", env = true, arg = "HOST:PORT",
+    help = "serve Prometheus text at http://HOST:PORT/metrics (port 0: any free port, printed)" },
+  tag = { kind = "tag", env = true, arg = "TAG", help = "message tag" },
+  key = { kind = "nonblank", list = true, arg = "KEY", help = "message key (repeatable)" },
+  prop = { kind = "property", list = true, arg = "K=V", help = "user property (repeatable)" },
+  file = { kind = "string", arg = "FILE", help = "send the whole file as one message" },
+  quiet = { kind = "flag", help = "no progress or summary line on stderr" },
+  progress = { kind = "number", arg = "SECONDS", default = "2", range = { min = 0, max = 3600 },
+    help = "seconds between progress lines on stderr (0: none)" },
+  count = { kind = "integer", short = "-n", arg = "N", default = "10", range = { min = 1, max = 10000 },
+    help = "messages to show" },
+  wait = { kind = "number", arg = "SECONDS", default = "5", range = { min = 0, max = 20 },
+    help = "seconds to wait for messages" },
+}
+
+local COMMANDS = {
+  { name = "run", summary = "Run a handler file on every message of a topic until SIGTERM.",
+    description = "HANDLER is a Lua file that returns a function(m, lease) -> true to ack, "
+      .. "or a table {handler=, policy=, on_error=}. SIGTERM or SIGINT drains gracefully; "
+      .. "a summary line is printed at exit.",
+    options = { "endpoints", "namespace", "group", "topic", "filter", "invisible", "concurrency",
+                "grace", "policy", "redis", "metrics" },
+    arguments = { { "handler", "Lua file returning the handler" } } },
+  { name = "send", summary = "Send messages: BODY, the whole of --file, or stdin one message per line.",
+    description = "Prints the id of each message sent, one per line. With no BODY and no --file, "
+      .. "or with BODY '-', each line of stdin is one message (empty lines are skipped). "
+      .. "Stops at the first failure.",
+    options = { "endpoints", "namespace", "topic", "tag", "key", "prop", "file", "progress", "quiet" },
+    arguments = { { "body", "message body, or - for stdin", "?" } } },
+  { name = "peek", summary = "Show messages without consuming them: receive, print, give back.",
+    description = "Prints id, delivery attempt, tag, keys, properties and the start of the body; "
+      .. "every message is given back (nack, no delay) before exit, so it is delivered again "
+      .. "(its delivery attempt grows by one).",
+    options = { "endpoints", "namespace", "group", "topic", "count", "wait" } },
+  { name = "devbroker", summary = "Run mqlease-devbroker, the in-memory dev broker.",
+    description = "Every argument goes to mqlease-devbroker (README \"Dev broker\"); "
+      .. "--listen defaults to 127.0.0.1:8081.",
+    passthrough = true },
+}
+
+_M.DEFS, _M.COMMANDS = DEFS, COMMANDS
+
+local function find_command(name)
+  for _, c in ipairs(COMMANDS) do
+    if c.name == name then return c end
+  end
+end
+_M.find_command = find_command
+
+function _M.env_name(key)
+  return "MQLEASE_" .. key:upper():gsub("-", "_")
+end
+
+local function env_doc(key)
+  return DEFS[key].env and (" [env " .. _M.env_name(key) .. "]") or ""
+end
+
+-- The argparse parser of the whole command (built once per call: it is cheap).
+function _M.parser()
+  local p = argparse("mqlease", "RocketMQ 5 messages as leases: run a handler, send, peek, or start the dev broker.")
+    :command_target("command"):help_max_width(88)
+    :epilog("Exit codes: 0 done, 1 broker/Redis/network failure, 2 bad flag or variable, "
+      .. "3 bad handler file, 128+N killed by signal N after the grace ran out.\n"
+      .. "Run 'mqlease COMMAND --help' for the flags of a command.")
+  for _, c in ipairs(COMMANDS) do
+    local cmd = p:command(c.name):summary(c.summary)
+      :description(c.summary .. "\n" .. c.description):help_max_width(88)
+    if c.passthrough then
+      cmd:handle_options(false)
+      cmd:argument("args", "arguments for mqlease-devbroker"):args("*")
+    else
+      for _, key in ipairs(c.options) do
+        local d = DEFS[key]
+        local names = (d.short and (d.short .. " ") or "") .. "--" .. key
+        local default = d.default or (d.range and d.range.default)
+        local text = d.help .. env_doc(key) .. (default and (" (default " .. default .. ")") or "")
+        if d.kind == "flag" then
+          cmd:flag(names, text)
+        else
+          local o = cmd:option(names, text):argname(d.arg)
+          if d.list then o:count("*") end
+        end
+      end
+      for _, a in ipairs(c.arguments or {}) do
+        local arg = cmd:argument(a[1], a[2])
+        if a[3] then arg:args(a[3]) end
+      end
+    end
+  end
+  return p
+end
+
+-- ------------------------------------------------------------ checking values
+
+local function quote(v)
+  return ("%q"):format(tostring(v))
+end
+
+local function in_range(v, range)
+  return not range or ((not range.min or v >= range.min) and (not range.max or v <= range.max))
+end
+
+-- Returns the checked value, or nil, what it must be.
+local function check(d, v)
+  local kind = d.kind
+  if kind == "string" then
+    if v == "" then return nil, "a non-empty string" end
+    return v
+  elseif kind == "name" then
+    if not v:match(NAME_PATTERN) then return nil, "a name of letters, digits, '%', '|', '_' or '-'" end
+    return v
+  elseif kind == "number" or kind == "integer" then
+    local n = tonumber(v)
+    local what = kind == "integer" and "an integer" or "a number"
+    if d.range and d.range.min and d.range.max then
+      what = ("%s from %s to %s"):format(what, d.range.min, d.range.max)
+    end
+    if not n or n ~= n or (kind == "integer" and n ~= floor(n)) or not in_range(n, d.range) then
+      return nil, what
+    end
+    if kind == "integer" then n = floor(n) end
+    return n
+  elseif kind == "choice" then
+    for _, allowed in ipairs(d.values) do
+      if v == allowed then return v end
+    end
+    return nil, "one of " .. concat(d.values, ", ")
+  elseif kind == "hostport" then
+    local host, port = v:match("^(.+):(%d+)$")
+    port = tonumber(port)
+    if not host or not port or port > 65535 then return nil, "HOST:PORT" end
+    return { host = host, port = port, text = v }
+  elseif kind == "tag" then
+    if v:find("|", 1, true) or not v:match("%S") then return nil, "a non-blank tag without '|'" end
+    return v
+  elseif kind == "nonblank" then
+    if not v:match("%S") then return nil, "not blank" end
+    return v
+  elseif kind == "property" then
+    local k, val = v:match("^([^=]+)=(.*)$")
+    if not k then return nil, "KEY=VALUE" end
+    return { k, val }
+  end
+  error("unknown option kind " .. tostring(kind))
+end
+_M.check = check
+
+local function usage_error(command, message)
+  return false, { command = command, message = message, code = _M.EXIT.usage }
+end
+
+-- Merges flags, environment and defaults for one command; checks every value.
+local function merge(c, raw, env)
+  local opts = {}
+  for _, key in ipairs(c.options) do
+    local d = DEFS[key]
+    local flag = (d.short and (d.short .. "/") or "") .. "--" .. key
+    local v, source = raw[key], "option '" .. flag .. "'"
+    if d.kind == "flag" then
+      opts[key] = v and true or false
+    elseif d.list then
+      local out = {}
+      for i, item in ipairs(v or {}) do
+        local checked, want = check(d, item)
+        if checked == nil then
+          return nil, ("%s must be %s (got %s)"):format(source, want, quote(item))
+        end
+        out[i] = checked
+      end
+      opts[key] = out
+    else
+      if v == nil and d.env then
+        local name = _M.env_name(key)
+        v = env[name]
+        if v ~= nil then source = name end
+      end
+      if v == nil then v = d.default or (d.range and d.range.default) end
+      if v ~= nil then
+        local checked, want = check(d, v)
+        if checked == nil then
+          return nil, ("%s must be %s (got %s)"):format(source, want, quote(v))
+        end
+        opts[key] = checked
+      elseif d.required then
+        return nil, ("option '%s' is required%s"):format(flag,
+          d.env and (" (or set " .. _M.env_name(key) .. ")") or "")
+      end
+    end
+  end
+  for _, a in ipairs(c.arguments or {}) do opts[a[1]] = raw[a[1]] end
+  return opts
+end
+
+-- Relations between options of one command.
+local function relate(command, opts)
+  if command == "run" then
+    if opts.policy == "exactly_once" and not opts.redis then
+      return "option '--redis' is required with --policy exactly_once (or set MQLEASE_REDIS)"
+    end
+    if opts.redis and opts.policy ~= "exactly_once" then
+      return "option '--redis' needs --policy exactly_once"
+    end
+  elseif command == "send" then
+    if opts.file and opts.body ~= nil then
+      return "give either BODY or option '--file', not both"
+    end
+  end
+end
+
+-- Which help, if any, argv asks for: nil, or the command name ("" for the top).
+local function wants_help(argv)
+  local first = argv[1]
+  local c = first and find_command(first)
+  if first == "-h" or first == "--help" then return "" end
+  if not c then return nil end
+  if c.passthrough then
+    if argv[2] == "-h" or argv[2] == "--help" then return c.name end
+    return nil
+  end
+  for i = 2, #argv do
+    if argv[i] == "--" then return nil end
+    if argv[i] == "-h" or argv[i] == "--help" then return c.name end
+  end
+end
+
+-- The help text of a command ("" or nil: the whole command).
+function _M.help(name)
+  local p = _M.parser()
+  if name and name ~= "" then
+    for _, cmd in ipairs(p._commands) do
+      if cmd._name == name then return cmd:get_help() end
+    end
+  end
+  return p:get_help()
+end
+
+-- parse(argv, env) -> true, { command =, opts = } | true, { help = text }
+--                   | false, { command =, message =, code = }
+-- env is a table of environment variables (os.getenv is not read here).
+function _M.parse(argv, env)
+  env = env or {}
+  local help = wants_help(argv)
+  if help then return true, { help = _M.help(help) } end
+  local args = {}
+  for i = 1, #argv do args[i] = argv[i] end
+  local first = args[1]
+  local ok, raw = _M.parser():pparse(args)
+  local c = find_command(first)
+  if not ok then
+    return usage_error(c and c.name, raw)
+  end
+  c = find_command(raw.command)
+  if c.passthrough then
+    return true, { command = c.name, opts = { args = raw.args } }
+  end
+  local opts, err = merge(c, raw, env)
+  if not opts then return usage_error(c.name, err) end
+  err = relate(c.name, opts)
+  if err then return usage_error(c.name, err) end
+  return true, { command = c.name, opts = opts }
+end
+
+-- The environment as a table, for parse: only the MQLEASE_* names it reads.
+function _M.environment(getenv)
+  getenv = getenv or os.getenv
+  local env = {}
+  for key, d in pairs(DEFS) do
+    if d.env then
+      local name = _M.env_name(key)
+      env[name] = getenv(name)
+    end
+  end
+  return env
+end
+
+return _M

@@ -1,0 +1,88 @@
+-- mqlease.cli.peek: `mqlease peek --topic T --group G [-n 10]` -- receives up
+-- to n messages, prints one line each, and gives every one back (nack, no
+-- delay) before it exits: the messages are delivered again, their delivery
+-- attempt one higher. They are held (and renewed) until the end of the peek,
+-- so one peek never shows a message twice.
+
+local mqlease = require "mqlease"
+local config = require "mqlease.config"
+local options = require "mqlease.cli.options"
+
+local tostring, pairs, ipairs, math_min = tostring, pairs, ipairs, math.min
+local concat, sort = table.concat, table.sort
+local EXIT = options.EXIT
+
+local _M = {}
+
+local PREVIEW = 64   -- bytes of body shown
+
+-- Printable text: control bytes, quotes and non-ASCII as escapes.
+local function escape(s)
+  return (s:gsub('[%c"\\\128-\255]', function(c)
+    if c == "\n" then return "\\n" elseif c == "\t" then return "\\t" elseif c == "\r" then return "\\r"
+    elseif c == '"' or c == "\\" then return "\\" .. c end
+    return ("\\x%02x"):format(c:byte())
+  end))
+end
+
+function _M.preview(body)
+  if #body <= PREVIEW then return '"' .. escape(body) .. '"' end
+  return ('"%s"... (%d bytes)'):format(escape(body:sub(1, PREVIEW)), #body)
+end
+
+-- One line per message: id, attempt, tag, keys, properties, body preview.
+function _M.format(m)
+  local props = {}
+  for k, v in pairs(m.properties or {}) do props[#props + 1] = escape(k) .. "=" .. escape(v) end
+  sort(props)
+  local keys = {}
+  for i, k in ipairs(m.keys or {}) do keys[i] = escape(k) end
+  return ("%s\tattempt=%d\ttag=%s\tkeys=%s\tprops=%s\tbody=%s"):format(m.id, m.delivery_attempt or 0,
+    m.tag and escape(m.tag) or "-", #keys > 0 and concat(keys, ",") or "-",
+    #props > 0 and concat(props, ",") or "-", _M.preview(m.body))
+end
+
+function _M.main(opts)
+  local consumer, err, code = mqlease.consumer {
+    endpoints = opts.endpoints, namespace = opts.namespace, group = opts.group, topic = opts.topic,
+    invisible = config.consumer.invisible.min,   -- if we die, they come back soon
+  }
+  if not consumer then
+    io.stderr:write(("mqlease peek: cannot start the consumer: %s (%s)\n"):format(tostring(err), tostring(code)))
+    return EXIT.failure
+  end
+  local held, seen, status = {}, {}, EXIT.ok
+  local deadline = mqlease.now() + opts.wait
+  while #held < opts.count do
+    local left = deadline - mqlease.now()
+    if left < 0 then left = 0 end
+    local msgs
+    msgs, err, code = consumer:receive(math_min(32, opts.count - #held), { await = left })
+    if not msgs then
+      io.stderr:write(("mqlease peek: receive failed: %s (%s)\n"):format(tostring(err), tostring(code)))
+      status = EXIT.failure
+      break
+    end
+    for _, m in ipairs(msgs) do
+      held[#held + 1] = m
+      if not seen[m.id] then
+        seen[m.id] = true
+        io.stdout:write(_M.format(m), "\n")
+      end
+    end
+    io.stdout:flush()
+    if #msgs == 0 or left == 0 then break end   -- the long poll ran out
+  end
+  for _, m in ipairs(held) do
+    local ok
+    ok, err, code = m:nack(0)
+    if not ok then
+      io.stderr:write(("mqlease peek: could not give %s back: %s (%s)\n"):format(m.id, tostring(err), tostring(code)))
+      status = EXIT.failure
+    end
+  end
+  consumer:close()
+  return status
+end
+
+return _M

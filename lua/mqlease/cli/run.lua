@@ -1,0 +1,122 @@
+-- mqlease.cli.run: `mqlease run HANDLER.lua ...` -- a handler file under
+-- mqlease.run: graceful SIGTERM drain, /metrics over HTTP when asked, one log
+-- line per failure (mqlease.run's on_error), one summary line at exit.
+
+local mqlease = require "mqlease"
+local wait = require "mqlease.wait"
+local http = require "mqlease.cli.http"
+local options = require "mqlease.cli.options"
+
+local type, pairs, pcall, tostring, loadfile = type, pairs, pcall, tostring, loadfile
+local EXIT = options.EXIT
+
+local _M = {}
+
+local FIELDS = { handler = "function", policy = "function", on_error = "function" }
+
+-- Loads a handler file: it returns a function, or a table {handler=, policy=,
+-- on_error=}. Returns { handler =, policy =, on_error = } or nil, message.
+function _M.load_handler(path)
+  local chunk, err = loadfile(path)
+  if not chunk then return nil, err end
+  local ok, v = pcall(chunk)
+  if not ok then return nil, ("%s: %s"):format(path, tostring(v)) end
+  if type(v) == "function" then return { handler = v } end
+  if type(v) ~= "table" then
+    return nil, ("%s must return a function or a table {handler=, policy=, on_error=} (got %s)"):format(path, type(v))
+  end
+  for k, val in pairs(v) do
+    local want = FIELDS[k]
+    if not want then
+      return nil, ("%s: unknown field '%s' in the returned table (known: handler, on_error, policy)"):format(path, tostring(k))
+    end
+    if type(val) ~= want then
+      return nil, ("%s: field '%s' must be a %s (got %s)"):format(path, k, want, type(val))
+    end
+  end
+  if not v.handler then return nil, ("%s: the returned table has no 'handler' function"):format(path) end
+  return { handler = v.handler, policy = v.policy, on_error = v.on_error }
+end
+
+-- The policy the flags ask for, else the file's, else mqlease.run's default.
+local function choose_policy(opts, loaded)
+  if opts.policy == "exactly_once" then
+    return mqlease.policy.exactly_once { redis = opts.redis.text }
+  elseif opts.policy == "plain" then
+    return mqlease.policy.plain
+  end
+  return loaded.policy
+end
+
+-- The scheduler mqlease.run is looping in: run registers it with mqlease.wait
+-- for the whole loop, and the loop's stop callback runs inside it.
+local function running_scheduler()
+  local s = wait.set_scheduler(nil)
+  wait.set_scheduler(s)
+  return s
+end
+
+local function log(fmt, ...)
+  io.stderr:write(("mqlease run: " .. fmt .. "\n"):format(...))
+end
+
+function _M.main(opts)
+  local loaded, err = _M.load_handler(opts.handler)
+  if not loaded then
+    log("%s", err)
+    return EXIT.handler
+  end
+  local policy = choose_policy(opts, loaded)
+
+  local consumer, code
+  local server
+  if opts.metrics then
+    server, err = http.listen(opts.metrics.host, opts.metrics.port, function()
+      return mqlease.metrics.text(consumer)
+    end)
+    if not server then
+      log("option '--metrics': %s", err)
+      return EXIT.failure
+    end
+  end
+
+  consumer, err, code = mqlease.consumer {
+    endpoints = opts.endpoints, namespace = opts.namespace, group = opts.group, topic = opts.topic,
+    filter = opts.filter, invisible = opts.invisible,
+  }
+  if not consumer then
+    log("cannot start the consumer: %s (%s)", tostring(err), tostring(code))
+    if server then server:close() end
+    return EXIT.failure
+  end
+  if server then log("metrics at http://%s:%d/metrics", server.host, server.port) end
+  log("consuming %s as %s from %s with %s (concurrency %d)", opts.topic, opts.group, opts.endpoints,
+    opts.handler, opts.concurrency)
+
+  local started = mqlease.now()
+  local serving = false
+  local ok, summary = pcall(mqlease.run, consumer, loaded.handler, {
+    concurrency = opts.concurrency,
+    grace = opts.grace,
+    policy = policy,
+    on_error = loaded.on_error,
+    stop = function()
+      if server and not serving then
+        serving = true
+        server:serve(running_scheduler())
+      end
+      return false
+    end,
+  })
+  if server then server:close() end
+  if not ok then
+    log("stopped by an error: %s", tostring(summary))
+    return EXIT.failure
+  end
+  log("stopped (%s) after %.1f s: received %d, acked %d, nacked %d, failed %d, drained %d, skipped %d",
+    tostring(summary.reason), mqlease.now() - started, summary.received, summary.acked, summary.nacked,
+    summary.failed, summary.drained, summary.skipped)
+  return EXIT.ok
+end
+
+return _M

@@ -1,0 +1,73 @@
+-- The rockspec of release 0.1.0, and the template of the next ones: copy it to
+-- mqlease-X.Y.Z-1.rockspec, set version and tag (the tag vX.Y.Z must exist in
+-- the repository), keep the build table identical to mqlease-scm-1.rockspec's.
+--
+--   luarocks --lua-version=5.4 install rockspec/mqlease-0.1.0-1.rockspec
+package = "mqlease"
+version = "0.1.0-1"
+source = {
+  url = "git+https://github.com/mqlease/mqlease.git",
+  tag = "v0.1.0",
+}
+description = {
+  summary = "RocketMQ 5 SimpleConsumer whose in-flight messages are renewed leases",
+  detailed = [[
+A Lua module with a C core (grpc C core + protobuf-c) that consumes Apache RocketMQ 5.x
+over gRPC and keeps every received message alive as a lease, renewed from a C thread,
+until the handler acks, nacks or lets it go.]],
+  homepage = "https://github.com/mqlease/mqlease",
+  license = "Apache-2.0",
+}
+dependencies = {
+  "lua >= 5.1, < 5.5",
+  "argparse >= 0.7",     -- the command's flags (Debian: lua-argparse)
+  "luasocket >= 3.0",    -- the command's /metrics listener (Debian: lua-socket)
+}
+external_dependencies = {
+  GRPC = { header = "grpc/grpc.h", library = "grpc" },
+  PROTOBUFC = { header = "protobuf-c/protobuf-c.h", library = "protobuf-c" },
+  OPENSSL = { header = "openssl/evp.h", library = "crypto" },
+  HIREDIS = { header = "hiredis/hiredis.h", library = "hiredis" },
+}
+build = {
+  type = "builtin",
+  modules = {
+    ["mqlease.core"] = {
+      sources = {
+        "src/mql_util.c", "src/mql_events.c", "src/mql_lease.c", "src/mql_codec.c",
+        "src/mql_call.c", "src/mql_metrics.c", "src/mql_client.c", "src/mql_session.c",
+        "src/mql_receive.c", "src/mql_renew.c", "src/mql_release.c", "src/mql_producer.c",
+        "src/mql_shutdown.c", "src/mql_redis.c", "src/lmqlease.c",
+        "proto/gen/apache/rocketmq/v2/definition.pb-c.c",
+        "proto/gen/apache/rocketmq/v2/service.pb-c.c",
+        "proto/gen/google/protobuf/duration.pb-c.c",
+        "proto/gen/google/protobuf/timestamp.pb-c.c",
+      },
+      incdirs = { "src", "proto/gen", "$(GRPC_INCDIR)", "$(PROTOBUFC_INCDIR)", "$(OPENSSL_INCDIR)", "$(HIREDIS_INCDIR)" },
+      libdirs = { "$(GRPC_LIBDIR)", "$(PROTOBUFC_LIBDIR)", "$(OPENSSL_LIBDIR)", "$(HIREDIS_LIBDIR)" },
+      libraries = { "grpc", "gpr", "protobuf-c", "hiredis", "crypto", "pthread" },
+      defines = { "_GNU_SOURCE" },
+    },
+    ["mqlease"] = "lua/mqlease/init.lua",
+    ["mqlease.config"] = "lua/mqlease/config.lua",
+    ["mqlease.consumer"] = "lua/mqlease/consumer.lua",
+    ["mqlease.producer"] = "lua/mqlease/producer.lua",
+    ["mqlease.session"] = "lua/mqlease/session.lua",
+    ["mqlease.wait"] = "lua/mqlease/wait.lua",
+    ["mqlease.metrics"] = "lua/mqlease/metrics.lua",
+    ["mqlease.policy"] = "lua/mqlease/policy.lua",
+    ["mqlease.redis"] = "lua/mqlease/redis.lua",
+    ["mqlease.run"] = "lua/mqlease/run.lua",
+    ["mqlease.scheduler"] = "lua/mqlease/scheduler.lua",
+    ["mqlease.cli"] = "lua/mqlease/cli/init.lua",
+    ["mqlease.cli.options"] = "lua/mqlease/cli/options.lua",
+    ["mqlease.cli.http"] = "lua/mqlease/cli/http.lua",
+    ["mqlease.cli.run"] = "lua/mqlease/cli/run.lua",
+    ["mqlease.cli.send"] = "lua/mqlease/cli/send.lua",
+    ["mqlease.cli.peek"] = "lua/mqlease/cli/peek.lua",
+    ["mqlease.cli.devbroker"] = "lua/mqlease/cli/devbroker.lua",
+  },
+  install = {
+    bin = { mqlease = "bin/mqlease" },
+  },
+}

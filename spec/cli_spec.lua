@@ -1,0 +1,402 @@
+-- The mqlease command, driven as a subprocess against the real broker and
+-- Redis: send from stdin, peek without consuming, run a handler file until
+-- SIGTERM (counts, exit code, drain), /metrics as Prometheus text, bad flags.
+local mqlease = require "mqlease"
+local socket_http = require "socket.http"
+local env = require "support.env"
+local read, wait_for, count = env.read, env.wait_for, env.count
+
+-- The command as a user runs it from a checkout; the sanitizer runtime the
+-- specs preload is not for it (it loads build/mqlease/core.so).
+local CMD = "env -u LD_PRELOAD lua5.4 bin/mqlease"
+
+local function shell_quote(s)
+  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
+end
+
+local function words(args)
+  local out = {}
+  for i, a in ipairs(args) do out[i] = shell_quote(a) end
+  return table.concat(out, " ")
+end
+
+-- Runs the command to its end; returns exit code, stdout, stderr.
+local function cli(args, stdin, prefix)
+  local out, err, input = os.tmpname(), os.tmpname(), os.tmpname()
+  local f = assert(io.open(input, "w"))
+  f:write(stdin or "")
+  f:close()
+  local p = assert(io.popen(("%s %s %s <%s >%s 2>%s; echo $?"):format(prefix or "", CMD, words(args), input, out, err)))
+  local rc = tonumber(p:read("a"):match("%d+"))
+  p:close()
+  local o, e = read(out), read(err)
+  os.remove(out); os.remove(err); os.remove(input)
+  return rc, o, e
+end
+
+-- Starts the command in the background; the handle knows its pid (the lua
+-- process itself, so signals reach it), its output, and its exit code once done.
+local function start(args)
+  local base = os.tmpname()
+  local h = { out = base .. ".out", err = base .. ".err", rcfile = base .. ".rc", pidfile = base .. ".pid" }
+  env.sh(("(sh -c 'echo $$ >%s; exec %s \"$@\"' mqlease %s >%s 2>%s; echo $? >%s) </dev/null >/dev/null 2>&1 &")
+    :format(h.pidfile, CMD, words(args), h.out, h.err, h.rcfile))
+  wait_for(function() return read(h.pidfile):match("%d+") ~= nil end, 10, "the command's pid")
+  h.pid = tonumber(read(h.pidfile):match("%d+"))
+  function h.stderr() return read(h.err) end
+  function h.rc() return tonumber(read(h.rcfile):match("%d+")) end
+  function h.term() os.execute(("kill -TERM %d"):format(h.pid)) end
+  function h.wait(timeout)
+    wait_for(function() return h.rc() ~= nil end, timeout, "the command's exit")
+    return h.rc()
+  end
+  function h.cleanup()
+    if not h.rc() then os.execute(("kill -KILL %d 2>/dev/null"):format(h.pid)) end
+    for _, f in ipairs({ base, h.out, h.err, h.rcfile, h.pidfile }) do os.remove(f) end
+  end
+  return h
+end
+
+-- Prometheus text format 0.0.4: every line is a HELP, a TYPE or a sample of
+-- a family that has a TYPE. Returns samples["name{labels}"] = value.
+local function parse_prometheus(text)
+  local types, samples = {}, {}
+  for line in text:gmatch("([^\n]*)\n") do
+    if line:match("^# HELP ") then
+      assert.is_truthy(line:match("^# HELP [%a_:][%w_:]* .+$"), "bad HELP line: " .. line)
+    elseif line:match("^# TYPE ") then
+      local name, kind = line:match("^# TYPE ([%a_:][%w_:]*) (%a+)$")
+      assert.is_truthy(name, "bad TYPE line: " .. line)
+      assert.is_truthy(({ counter = 1, gauge = 1, histogram = 1, summary = 1, untyped = 1 })[kind], line)
+      types[name] = kind
+    elseif line ~= "" then
+      local name, labels, value = line:match("^([%a_:][%w_:]*)(%b{}) (%S+)$")
+      if not name then
+        name, value = line:match("^([%a_:][%w_:]*) (%S+)$")
+        labels = ""
+      end
+      assert.is_truthy(name, "bad sample line: " .. line)
+      if labels ~= "" then
+        local inner = labels:sub(2, -2)
+        local rest = inner:gsub('[%a_][%w_]*="[^"]*"', ""):gsub(",", "")
+        assert.equal("", rest, "bad labels: " .. line)
+      end
+      local v = tonumber(value) or ({ ["+Inf"] = math.huge, ["-Inf"] = -math.huge })[value]
+      assert.is_truthy(v or value == "NaN", "bad value: " .. line)
+      local family = name:gsub("_bucket$", ""):gsub("_sum$", ""):gsub("_count$", "")
+      assert.is_truthy(types[name] or types[family], "sample without TYPE: " .. line)
+      samples[name .. labels] = v
+    end
+  end
+  return samples
+end
+
+local function scrape(port, path)
+  local body, status = socket_http.request(("http://127.0.0.1:%d%s"):format(port, path or "/metrics"))
+  return body, status
+end
+
+-- The counts of the summary line.
+local function summary_of(stderr)
+  local line = stderr:match("mqlease run: stopped [^\n]*")
+  if not line then return nil end
+  local s = {}
+  for k, v in line:gmatch("(%a+) (%d+)") do s[k] = tonumber(v) end
+  return s, line
+end
+
+local function write_file(text)
+  local path = os.tmpname()
+  local f = assert(io.open(path, "w"))
+  f:write(text)
+  f:close()
+  return path
+end
+
+-- Subscribes the group, so that what is sent next is delivered to it.
+local function subscribe(group, topic)
+  local c = env.consumer { group = group, topic = topic }
+  assert(c:receive(1, { await = 0 }))
+  c:close()
+end
+
+describe("the mqlease command", function()
+  local producer
+  setup(function() producer = env.producer() end)
+  teardown(function() producer:close() end)
+
+  it("sends each line of stdin as one message, prints the ids, and a consumer receives exactly those", function()
+    local topic = env.topic("cli_send")
+    local group = env.name("g_cli_send")
+    subscribe(group, topic)
+    local rc, out, err = cli({ "send", "--topic", topic, "--tag", "cli", "--key", "k1", "--prop", "color=blue" },
+      "one\ntwo\n\nthree\n")
+    assert.equal(0, rc, err)
+    local ids = {}
+    for id in out:gmatch("(%x+)\n") do ids[#ids + 1] = id end
+    assert.equal(3, #ids, out)
+    assert.matches("3 sent to " .. topic, err, 1, true)
+
+    local c = env.consumer { group = group, topic = topic }
+    local got = env.collect(c, 30, function(m) m:ack() end, function(all) return #all >= 3 end)
+    c:close()
+    assert.equal(3, #got)
+    local by_id = {}
+    for _, m in ipairs(got) do by_id[m.id] = m end
+    for i, body in ipairs({ "one", "two", "three" }) do
+      local m = by_id[ids[i]]
+      assert.is_truthy(m, "message " .. ids[i] .. " not received")
+      assert.equal(body, m.body)
+      assert.equal("cli", m.tag)
+      assert.same({ "k1" }, m.keys)
+      assert.equal("blue", m.properties.color)
+    end
+  end)
+
+  it("sends BODY and --file as one message each, with a progress line when asked", function()
+    local topic = env.topic("cli_send")
+    local rc, out, err = cli({ "send", "--topic", topic, "--progress", "0.000001", "just this" })
+    assert.equal(0, rc, err)
+    assert.equal(1, count(out, "%x+\n"))
+    assert.matches("mqlease send: 1 sent %(", err)
+    local path = write_file("line 1\nline 2\n")
+    rc, out, err = cli({ "send", "--topic", topic, "--file", path, "--quiet" })
+    os.remove(path)
+    assert.equal(0, rc, err)
+    assert.equal(1, count(out, "%x+\n"))
+    assert.equal("", err)
+  end)
+
+  it("peeks without consuming: prints the messages, and they are delivered again afterwards", function()
+    local topic = env.topic("cli_peek")
+    local group = env.name("g_cli_peek")
+    subscribe(group, topic)
+    local ids = {
+      (assert(producer:send(topic, "first\tpeek", { tag = "p", keys = { "a", "b" } }))),
+      (assert(producer:send(topic, "second peek"))),
+    }
+    local rc, out, err = cli({ "peek", "--topic", topic, "--group", group, "-n", "2", "--wait", "10" })
+    assert.equal(0, rc, err)
+    local lines = {}
+    for line in out:gmatch("[^\n]+") do lines[#lines + 1] = line end
+    assert.equal(2, #lines, out)
+    local text = table.concat(lines, "\n")
+    for _, id in ipairs(ids) do assert.matches(id .. "\tattempt=1\t", text, 1, true) end
+    assert.matches('tag=p\tkeys=a,b\tprops=-\tbody="first\\tpeek"', text, 1, true)
+
+    local c = env.consumer { group = group, topic = topic }
+    local got = env.collect(c, 30, function(m) m:ack() end, function(all) return #all >= 2 end)
+    c:close()
+    local again = {}
+    for _, m in ipairs(got) do again[m.id] = m.delivery_attempt end
+    for _, id in ipairs(ids) do
+      assert.equal(2, again[id], "peeked message " .. id .. " delivered again as attempt 2")
+    end
+  end)
+
+  it("runs a handler file until SIGTERM: serves /metrics, logs each failure, drains the running handler, exits 0 with a summary", function()
+    local topic = env.topic("cli_run")
+    local group = env.name("g_cli_run")
+    subscribe(group, topic)
+    local log = os.tmpname()
+    local handler = write_file(([[
+local mqlease = require "mqlease"
+local log = assert(io.open(%q, "a"))
+log:setvbuf("line")
+return function(m)
+  log:write("start ", m.id, " ", m.body, "\n")
+  if m.body == "slow" then mqlease.sleep(2) end
+  log:write("done ", m.id, " ", m.body, "\n")
+  if m.body == "fail" then return nil, "failing on purpose" end
+  return true
+end
+]]):format(log))
+    local h = start({ "run", handler, "--topic", topic, "--group", group, "--metrics", "127.0.0.1:0",
+      "--grace", "10", "--concurrency", "4" })
+    finally(function() h.cleanup(); os.remove(handler); os.remove(log) end)
+    wait_for(function() return h.stderr():match("metrics at http://127%.0%.0%.1:(%d+)/metrics") end, 20, "the metrics line")
+    local port = tonumber(h.stderr():match("metrics at http://127%.0%.0%.1:(%d+)/metrics"))
+
+    assert(producer:send(topic, "ok 1"))
+    assert(producer:send(topic, "ok 2"))
+    local fail_id = assert(producer:send(topic, "fail"))
+    wait_for(function() return count(read(log), "done %x+ ok") >= 2 end, 30, "both ok messages handled")
+    wait_for(function() return h.stderr():find("handler failed for " .. fail_id, 1, true) end, 30, "the failure's log line")
+
+    -- /metrics while it runs: valid Prometheus text with the acks in it
+    local samples
+    wait_for(function()
+      local body, status = scrape(port)
+      assert.equal(200, status)
+      samples = parse_prometheus(body)
+      return (samples['mqlease_acks_total{result="ok"}'] or 0) >= 2
+    end, 10, "two acks in /metrics")
+    assert.is_true(samples.mqlease_messages_received_total >= 3)
+    assert.is_true(samples['mqlease_nacks_total{result="ok"}'] >= 1)
+    local _, status = scrape(port, "/other")
+    assert.equal(404, status)
+
+    -- a handler still running at SIGTERM finishes and is acked before the exit
+    local slow_id = assert(producer:send(topic, "slow"))
+    wait_for(function() return read(log):find("start " .. slow_id, 1, true) end, 30, "the slow handler's start")
+    h.term()
+    assert.equal(0, h.wait(20))
+    assert.matches("done " .. slow_id .. " slow", read(log), 1, true)
+
+    local s, line = summary_of(h.stderr())
+    assert.is_truthy(s, h.stderr())
+    assert.matches("stopped (signal TERM)", line, 1, true)
+    assert.equal(3, s.acked, line)
+    assert.equal(s.failed, count(h.stderr(), "handler failed for "), "one log line per failure")
+    assert.is_true(s.failed >= 1)
+    assert.equal(s.acked + s.nacked + s.drained + s.skipped, s.received, line)
+  end)
+
+  it("runs a handler file returning {handler=, policy=, on_error=}: its policy and on_error are used", function()
+    local topic = env.topic("cli_run_table")
+    local group = env.name("g_cli_run_table")
+    subscribe(group, topic)
+    local log = os.tmpname()
+    local handler = write_file(([[
+local mqlease = require "mqlease"
+local log = assert(io.open(%q, "a"))
+log:setvbuf("line")
+return {
+  handler = function(m)
+    log:write("handled ", m.id, "\n")
+    if m.body == "fail" then return nil, "no" end
+    return true
+  end,
+  policy = function(m, lease, handler)
+    log:write("policy ", m.id, "\n")
+    return mqlease.policy.plain(m, lease, handler)
+  end,
+  on_error = function(m, err) log:write("on_error ", m.id, " ", tostring(err), "\n") end,
+}
+]]):format(log))
+    local h = start({ "run", handler, "--topic", topic, "--group", group })
+    finally(function() h.cleanup(); os.remove(handler); os.remove(log) end)
+    local ok_id = assert(producer:send(topic, "ok"))
+    local fail_id = assert(producer:send(topic, "fail"))
+    wait_for(function() return read(log):find("on_error " .. fail_id .. " no", 1, true) end, 30, "on_error")
+    wait_for(function() return read(log):find("handled " .. ok_id, 1, true) end, 30, "the ok message")
+    h.term()
+    assert.equal(0, h.wait(20))
+    local text = read(log)
+    assert.equal(count(text, "handled "), count(text, "policy "), "every message went through the file's policy")
+    assert.is_nil(h.stderr():find("handler failed for", 1, true), "on_error replaces the default log line")
+    local s = summary_of(h.stderr())
+    assert.equal(1, s.acked)
+    assert.equal(count(text, "on_error "), s.failed)
+  end)
+
+  it("runs with --policy exactly_once --redis: the done marker is set in Redis", function()
+    local topic = env.topic("cli_run_eo")
+    local group = env.name("g_cli_run_eo")
+    subscribe(group, topic)
+    local log = os.tmpname()
+    local handler = write_file(([[
+local log = assert(io.open(%q, "a"))
+log:setvbuf("line")
+return function(m) log:write("handled ", m.id, "\n") return true end
+]]):format(log))
+    local h = start({ "run", handler, "--topic", topic, "--group", group, "--policy", "exactly_once",
+      "--redis", "127.0.0.1:" .. env.redis_port })
+    finally(function() h.cleanup(); os.remove(handler); os.remove(log) end)
+    local id = assert(producer:send(topic, "once"))
+    wait_for(function() return read(log):find("handled " .. id, 1, true) end, 30, "the handler")
+    local r = mqlease.redis("127.0.0.1:" .. env.redis_port)
+    wait_for(function() return r:call("EXISTS", "mqlease:done:" .. id) == 1 end, 10, "the done marker")
+    h.term()
+    assert.equal(0, h.wait(20))
+    assert.equal(1, summary_of(h.stderr()).acked)
+    r:close()
+  end)
+
+  it("exits 143 when a handler outlives --grace after SIGTERM, and its message is given back", function()
+    local topic = env.topic("cli_run_stuck")
+    local group = env.name("g_cli_run_stuck")
+    subscribe(group, topic)
+    local log = os.tmpname()
+    local handler = write_file(([[
+local core = require "mqlease.core"
+local log = assert(io.open(%q, "a"))
+log:setvbuf("line")
+return function(m)
+  log:write("start ", m.id, "\n")
+  core.sleep(60)   -- blocks the whole process: only the core's watcher can end it
+  return true
+end
+]]):format(log))
+    local h = start({ "run", handler, "--topic", topic, "--group", group, "--grace", "1" })
+    finally(function() h.cleanup(); os.remove(handler); os.remove(log) end)
+    local id = assert(producer:send(topic, "stuck"))
+    wait_for(function() return read(log):find("start " .. id, 1, true) end, 30, "the stuck handler")
+    h.term()
+    assert.equal(143, h.wait(15))
+    assert.matches("ran out; releasing leases and exiting", h.stderr(), 1, true)
+    -- given back, not left to expire: within 15 s, while its 30 s lease would still hide it
+    local c = env.consumer { group = group, topic = topic }
+    local got = env.collect(c, 15, function(m) m:ack() end, function(all) return #all >= 1 end)
+    c:close()
+    assert.equal(1, #got)
+    assert.equal(id, got[1].id)
+  end)
+
+  it("exits 1 naming --metrics when its port is taken", function()
+    local taken = assert(require("socket").bind("127.0.0.1", 0))
+    local _, port = taken:getsockname()
+    local handler = write_file("return function() return true end\n")
+    local rc, _, err = cli({ "run", handler, "--group", "g", "--topic", "t", "--metrics", "127.0.0.1:" .. port })
+    taken:close()
+    os.remove(handler)
+    assert.equal(1, rc)
+    assert.matches("option '--metrics': cannot listen on 127.0.0.1:" .. port, err, 1, true)
+  end)
+
+  it("rejects bad flags and variables with exit code 2 and a message naming them", function()
+    local rc, out, err = cli({ "run", "h.lua", "--group", "g", "--topic", "t", "--bogus" })
+    assert.equal(2, rc)
+    assert.equal("", out)
+    assert.matches("unknown option '--bogus'", err, 1, true)
+    local _
+    rc, _, err = cli({ "peek", "--topic", "t", "--group", "g", "-n", "zero" })
+    assert.equal(2, rc)
+    assert.matches("option '-n/--count' must be an integer", err, 1, true)
+    rc, _, err = cli({ "run", "h.lua", "--group", "g", "--topic", "t" }, nil, "MQLEASE_INVISIBLE=5")
+    assert.equal(2, rc)
+    assert.matches("MQLEASE_INVISIBLE must be a number from 10 to 43200", err, 1, true)
+    rc, _, err = cli({ "run", "h.lua", "--group", "g", "--topic", "t", "--policy", "exactly_once" })
+    assert.equal(2, rc)
+    assert.matches("option '--redis' is required with --policy exactly_once", err, 1, true)
+    rc, _, err = cli({ "send", "hello" }, nil, "env -u MQLEASE_TOPIC")
+    assert.equal(2, rc)
+    assert.matches("option '--topic' is required (or set MQLEASE_TOPIC)", err, 1, true)
+    rc, _, err = cli({ "frobnicate" })
+    assert.equal(2, rc)
+    assert.matches("unknown command 'frobnicate'", err, 1, true)
+  end)
+
+  it("exits 3 for a handler file that does not return a handler, before connecting", function()
+    local handler = write_file("return 42\n")
+    local rc, _, err = cli({ "run", handler, "--group", "g", "--topic", "t", "--endpoints", "127.0.0.1:1" })
+    os.remove(handler)
+    assert.equal(3, rc)
+    assert.matches("must return a function or a table", err, 1, true)
+  end)
+
+  it("exits 1 when the broker cannot be reached, saying why", function()
+    local rc, out, err = cli({ "send", "--endpoints", "127.0.0.1:1", "--topic", "t", "hello" })
+    assert.equal(1, rc)
+    assert.equal("", out)
+    assert.matches("cannot start the producer: .*%(UNAVAILABLE%)", err)
+  end)
+
+  it("prints help for each subcommand with exit code 0", function()
+    for _, name in ipairs({ "run", "send", "peek", "devbroker" }) do
+      local rc, out = cli({ name, "--help" })
+      assert.equal(0, rc)
+      assert.matches("Usage: mqlease " .. name, out, 1, true)
+    end
+  end)
+end)

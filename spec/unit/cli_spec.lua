@@ -1,0 +1,312 @@
+-- The mqlease command without a server: flags, MQLEASE_* variables and their
+-- errors, help, handler files, output formats, and the /metrics listener.
+local options = require "mqlease.cli.options"
+local cli_run = require "mqlease.cli.run"
+local send = require "mqlease.cli.send"
+local peek = require "mqlease.cli.peek"
+local devbroker = require "mqlease.cli.devbroker"
+local http = require "mqlease.cli.http"
+local scheduler = require "mqlease.scheduler"
+local core = require "mqlease.core"
+local socket = require "socket"
+
+local function parse(argv, env)
+  local ok, r = options.parse(argv, env or {})
+  return ok, r
+end
+
+local function write_file(text)
+  local path = os.tmpname()
+  local f = assert(io.open(path, "w"))
+  f:write(text)
+  f:close()
+  return path
+end
+
+describe("mqlease command flags", function()
+  local RUN = { "run", "h.lua", "--endpoints", "127.0.0.1:8081", "--group", "g", "--topic", "t" }
+  local function with(extra)
+    local argv = {}
+    for i, a in ipairs(RUN) do argv[i] = a end
+    for _, a in ipairs(extra) do argv[#argv + 1] = a end
+    return argv
+  end
+
+  it("takes an option from its MQLEASE_ variable, and the flag over the variable", function()
+    local ok, r = parse({ "run", "h.lua" }, {
+      MQLEASE_ENDPOINTS = "10.0.0.1:8081", MQLEASE_GROUP = "g1", MQLEASE_TOPIC = "t1", MQLEASE_INVISIBLE = "45",
+    })
+    assert.is_true(ok, r.message)
+    assert.equal("run", r.command)
+    assert.equal("10.0.0.1:8081", r.opts.endpoints)
+    assert.equal("g1", r.opts.group)
+    assert.equal(45, r.opts.invisible)
+    assert.equal("h.lua", r.opts.handler)
+    ok, r = parse({ "run", "h.lua", "--group", "g2", "--invisible", "60" }, {
+      MQLEASE_ENDPOINTS = "10.0.0.1:8081", MQLEASE_GROUP = "g1", MQLEASE_TOPIC = "t1", MQLEASE_INVISIBLE = "45",
+    })
+    assert.is_true(ok, r.message)
+    assert.equal("g2", r.opts.group)
+    assert.equal(60, r.opts.invisible)
+  end)
+
+  it("fills defaults: invisible and grace from mqlease.config, concurrency 16, filter *", function()
+    local ok, r = parse(RUN)
+    assert.is_true(ok, r.message)
+    assert.equal(30, r.opts.invisible)
+    assert.equal(25, r.opts.grace)
+    assert.equal(16, r.opts.concurrency)
+    assert.equal("*", r.opts.filter)
+    assert.is_nil(r.opts.policy)
+  end)
+
+  it("names a missing required option and its variable", function()
+    local ok, r = parse({ "run", "h.lua", "--endpoints", "h:1", "--topic", "t" })
+    assert.is_false(ok)
+    assert.equal(options.EXIT.usage, r.code)
+    assert.equal("run", r.command)
+    assert.equal("option '--group' is required (or set MQLEASE_GROUP)", r.message)
+  end)
+
+  it("names an unknown flag and suggests the close one", function()
+    local ok, r = parse(with({ "--invisibel", "30" }))
+    assert.is_false(ok)
+    assert.equal(options.EXIT.usage, r.code)
+    assert.matches("unknown option '--invisibel'", r.message, 1, true)
+    assert.matches("'--invisible'", r.message, 1, true)
+  end)
+
+  it("names a bad value by the flag or the variable it came from", function()
+    local ok, r = parse(with({ "--invisible", "5" }))
+    assert.is_false(ok)
+    assert.equal("option '--invisible' must be a number from 10 to 43200 (got \"5\")", r.message)
+    ok, r = parse(RUN, { MQLEASE_CONCURRENCY = "many" })
+    assert.is_false(ok)
+    assert.equal("MQLEASE_CONCURRENCY must be an integer from 1 to 100000 (got \"many\")", r.message)
+    ok, r = parse(with({ "--metrics", "9464" }))
+    assert.is_false(ok)
+    assert.equal("option '--metrics' must be HOST:PORT (got \"9464\")", r.message)
+    ok, r = parse(with({ "--policy", "twice" }))
+    assert.is_false(ok)
+    assert.equal("option '--policy' must be one of plain, exactly_once (got \"twice\")", r.message)
+    ok, r = parse({ "peek", "--endpoints", "h:1", "--group", "g", "--topic", "t", "-n", "0" })
+    assert.is_false(ok)
+    assert.equal("option '-n/--count' must be an integer from 1 to 10000 (got \"0\")", r.message)
+    ok, r = parse({ "send", "--endpoints", "h:1", "--topic", "bad topic!", "x" })
+    assert.is_false(ok)
+    assert.matches("^option '%-%-topic' must be a name", r.message)
+  end)
+
+  it("ties --redis and --policy exactly_once together", function()
+    local ok, r = parse(with({ "--policy", "exactly_once" }))
+    assert.is_false(ok)
+    assert.matches("option '--redis' is required with --policy exactly_once", r.message, 1, true)
+    ok, r = parse(with({ "--redis", "127.0.0.1:6379" }))
+    assert.is_false(ok)
+    assert.equal("option '--redis' needs --policy exactly_once", r.message)
+    ok, r = parse(with({ "--policy", "exactly_once", "--redis", "127.0.0.1:6379" }))
+    assert.is_true(ok, r.message)
+    assert.same({ host = "127.0.0.1", port = 6379, text = "127.0.0.1:6379" }, r.opts.redis)
+  end)
+
+  it("collects repeated --key and --prop for send and rejects a --prop without '='", function()
+    local ok, r = parse({ "send", "--endpoints", "h:1", "--topic", "t", "--key", "a", "--key", "b",
+      "--prop", "x=1", "--prop", "y=a=b", "body" })
+    assert.is_true(ok, r.message)
+    assert.same({ "a", "b" }, r.opts.key)
+    assert.same({ { "x", "1" }, { "y", "a=b" } }, r.opts.prop)
+    assert.equal("body", r.opts.body)
+    ok, r = parse({ "send", "--endpoints", "h:1", "--topic", "t", "--prop", "novalue" })
+    assert.is_false(ok)
+    assert.equal("option '--prop' must be KEY=VALUE (got \"novalue\")", r.message)
+    ok, r = parse({ "send", "--endpoints", "h:1", "--topic", "t", "--tag", "a|b" })
+    assert.is_false(ok)
+    assert.matches("option '--tag' must be a non-blank tag without '|'", r.message, 1, true)
+    ok, r = parse({ "send", "--endpoints", "h:1", "--topic", "t", "--file", "f", "body" })
+    assert.is_false(ok)
+    assert.equal("give either BODY or option '--file', not both", r.message)
+  end)
+
+  it("answers --help with the help of that subcommand, which lists its variables", function()
+    for _, name in ipairs({ "run", "send", "peek" }) do
+      local ok, r = parse({ name, "--bogus", "--help" })
+      assert.is_true(ok)
+      assert.matches("^Usage: mqlease " .. name, r.help)
+    end
+    local ok, r = parse({ "devbroker", "--help" })
+    assert.is_true(ok)
+    assert.matches("^Usage: mqlease devbroker", r.help)
+    local _
+    _, r = parse({ "run", "-h" })
+    assert.matches("[env MQLEASE_ENDPOINTS]", r.help, 1, true)
+    _, r = parse({ "--help" })
+    assert.matches("Exit codes: 0 done, 1", r.help, 1, true)
+    for _, name in ipairs({ "run", "send", "peek", "devbroker" }) do assert.matches("\n   " .. name .. " ", r.help, 1, true) end
+    -- after "--", --help is an argument
+    ok, r = parse({ "send", "--endpoints", "h:1", "--topic", "t", "--", "--help" })
+    assert.is_true(ok, r.message)
+    assert.equal("--help", r.opts.body)
+  end)
+
+  it("hands every devbroker argument to mqlease-devbroker, adding --listen when none is given", function()
+    local ok, r = parse({ "devbroker", "--topic", "a", "--fail-ack", "0.5" })
+    assert.is_true(ok, r.message)
+    assert.same({ "--topic", "a", "--fail-ack", "0.5", "--listen", "127.0.0.1:8081" }, devbroker.arguments(r.opts.args))
+    assert.same({ "--listen", "127.0.0.1:0" }, devbroker.arguments({ "--listen", "127.0.0.1:0" }))
+  end)
+
+  it("turns os.execute results of Lua 5.4 and of LuaJIT into exit codes", function()
+    assert.equal(0, devbroker.exit_code(true, "exit", 0))
+    assert.equal(3, devbroker.exit_code(nil, "exit", 3))
+    assert.equal(143, devbroker.exit_code(nil, "signal", 15))
+    assert.equal(0, devbroker.exit_code(0))
+    assert.equal(3, devbroker.exit_code(3 * 256))
+    assert.equal(137, devbroker.exit_code(9))
+  end)
+
+  it("reads the whole environment it needs through getenv", function()
+    local env = options.environment(function(name) return name == "MQLEASE_TOPIC" and "t" or nil end)
+    assert.equal("t", env.MQLEASE_TOPIC)
+    local ok, r = parse({ "send", "--endpoints", "h:1", "x" }, env)
+    assert.is_true(ok, r.message)
+    assert.equal("t", r.opts.topic)
+  end)
+end)
+
+describe("mqlease run handler files", function()
+  it("loads a file returning a function", function()
+    local path = write_file("return function(m) return true end\n")
+    local h = assert(cli_run.load_handler(path))
+    os.remove(path)
+    assert.is_function(h.handler)
+    assert.is_nil(h.policy)
+  end)
+
+  it("loads a file returning {handler=, policy=, on_error=}", function()
+    local path = write_file("return { handler = function() end, policy = function() end, on_error = function() end }\n")
+    local h = assert(cli_run.load_handler(path))
+    os.remove(path)
+    assert.is_function(h.handler)
+    assert.is_function(h.policy)
+    assert.is_function(h.on_error)
+  end)
+
+  it("says what is wrong with a file that is not a handler", function()
+    local cases = {
+      { "return 42", "must return a function or a table" },
+      { "return { handler = function() end, retries = 3 }", "unknown field 'retries'" },
+      { "return { handler = 'x' }", "field 'handler' must be a function (got string)" },
+      { "return { policy = function() end }", "has no 'handler' function" },
+      { "return function(", "expected" },
+      { "error('boom')", "boom" },
+    }
+    for _, case in ipairs(cases) do
+      local path = write_file(case[1])
+      local h, err = cli_run.load_handler(path)
+      os.remove(path)
+      assert.is_nil(h, case[1])
+      assert.matches(case[2], err, 1, true)
+    end
+    local h, err = cli_run.load_handler("/nonexistent/handler.lua")
+    assert.is_nil(h)
+    assert.matches("/nonexistent/handler.lua", err, 1, true)
+  end)
+end)
+
+describe("mqlease send and peek output", function()
+  it("reads bodies from BODY, from --file as one message, and from stdin one per non-empty line", function()
+    local function all(it)
+      local out = {}
+      for b in it do out[#out + 1] = b end
+      return out
+    end
+    assert.same({ "hi" }, all(assert(send.bodies({ body = "hi" }))))
+    local path = write_file("a\nb\n")
+    assert.same({ "a\nb\n" }, all(assert(send.bodies({ file = path }))))
+    os.remove(path)
+    local stdin = io.tmpfile()
+    stdin:write("one\n\ntwo\nthree")
+    stdin:seek("set")
+    assert.same({ "one", "two", "three" }, all(assert(send.bodies({ body = "-" }, stdin))))
+    local it, err = send.bodies({ file = "/nonexistent/body" })
+    assert.is_nil(it)
+    assert.matches("option '--file'", err, 1, true)
+  end)
+
+  it("prints a peeked message on one line with escaped, shortened body", function()
+    local line = peek.format({
+      id = "01AB", delivery_attempt = 2, tag = "T", keys = { "k1", "k2" },
+      properties = { b = "2", a = "1" }, body = "line 1\nline \"2\"\t\0",
+    })
+    assert.equal('01AB\tattempt=2\ttag=T\tkeys=k1,k2\tprops=a=1,b=2\tbody="line 1\\nline \\"2\\"\\t\\x00"', line)
+    line = peek.format({ id = "01AC", delivery_attempt = 1, keys = {}, properties = {}, body = ("x"):rep(100) })
+    assert.equal('01AC\tattempt=1\ttag=-\tkeys=-\tprops=-\tbody="' .. ("x"):rep(64) .. '"... (100 bytes)', line)
+  end)
+end)
+
+describe("the /metrics listener", function()
+  -- Sends a request from this process and runs the scheduler until the answer is complete.
+  local function request(server, sched, text)
+    local c = assert(socket.tcp())
+    c:settimeout(2)
+    assert(c:connect("127.0.0.1", server.port))
+    assert(c:send(text))
+    c:settimeout(0)
+    local answer, deadline = "", core.now() + 5
+    sched:loop(function()
+      local data, err, partial = c:receive("*a")
+      answer = answer .. (data or partial or "")
+      return data ~= nil or err == "closed" or core.now() > deadline
+    end)
+    c:close()
+    return answer
+  end
+
+  it("answers GET /metrics with Prometheus text from inside the scheduler, 404 and 405 otherwise", function()
+    local sched = scheduler.new()
+    local scrapes = 0
+    local server = assert(http.listen("127.0.0.1", 0, function()
+      scrapes = scrapes + 1
+      return "# TYPE x_total counter\nx_total 1\n"
+    end))
+    assert.is_true(server.port > 0)
+    server:serve(sched)
+    local answer = request(server, sched, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert.matches("^HTTP/1.1 200 OK\r\n", answer)
+    assert.matches("Content-Type: text/plain; version=0.0.4", answer, 1, true)
+    assert.matches("\r\n\r\n# TYPE x_total counter\nx_total 1\n$", answer)
+    assert.equal(1, scrapes)
+    assert.matches("^HTTP/1.1 404 ", request(server, sched, "GET / HTTP/1.0\r\n\r\n"))
+    assert.matches("^HTTP/1.1 405 ", request(server, sched, "POST /metrics HTTP/1.1\r\n\r\n"))
+    assert.matches("^HTTP/1.1 400 ", request(server, sched, "hello\r\n\r\n"))
+    server:close()
+  end)
+
+  it("keeps other tasks running while a client sends nothing", function()
+    local sched = scheduler.new()
+    local server = assert(http.listen("127.0.0.1", 0, function() return "x 1\n" end))
+    server:serve(sched)
+    local silent = assert(socket.tcp())
+    assert(silent:connect("127.0.0.1", server.port))
+    local ticks = 0
+    sched:spawn(function()
+      for _ = 1, 5 do
+        ticks = ticks + 1
+        require("mqlease.wait").sleep(0.01)
+      end
+    end)
+    local stop_at = core.now() + 0.5
+    sched:loop(function() return ticks == 5 or core.now() > stop_at end)
+    assert.equal(5, ticks)
+    silent:close()
+    server:close()
+  end)
+
+  it("reports a port it cannot bind", function()
+    local first = assert(http.listen("127.0.0.1", 0, function() return "" end))
+    local second, err = http.listen("127.0.0.1", first.port, function() return "" end)
+    assert.is_nil(second)
+    assert.matches("cannot listen on 127.0.0.1:" .. first.port, err, 1, true)
+    first:close()
+  end)
+end)
