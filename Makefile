@@ -26,22 +26,24 @@ LIBS        = -lgrpc -lgpr -lprotobuf-c -lhiredis -lcrypto -lz -lpthread
 CORE_SRC = src/mql_util.c src/mql_events.c src/mql_lease.c src/mql_codec.c src/mql_body.c src/mql_inbound.c \
            src/mql_call.c src/mql_metrics.c src/mql_client.c src/mql_session.c src/mql_receive.c \
            src/mql_renew.c src/mql_release.c src/mql_producer.c src/mql_shutdown.c src/mql_redis.c \
-           src/lmqlease.c
+           src/mql_redis_link.c src/mql_redis_cluster.c src/lmqlease.c
 GEN_SRC  = proto/gen/apache/rocketmq/v2/definition.pb-c.c \
            proto/gen/apache/rocketmq/v2/service.pb-c.c \
            proto/gen/google/protobuf/duration.pb-c.c \
            proto/gen/google/protobuf/timestamp.pb-c.c
 HEADERS  = $(wildcard src/*.h) $(GEN_SRC:.c=.h)
 
-# Debian 12 packages: build, tests (busted, redis, RocketMQ via Java + Maven, the Node peer).
+# Debian 12 packages: build, tests (busted, redis, RocketMQ via Java + Maven, the Node peer, nginx
+# with its Lua module). LuaJIT is OpenResty's branch (luajit2): Debian's nginx Lua module needs
+# lua-resty-core, which conflicts with the plain luajit packages.
 # DEB_CLI: what the mqlease command needs (flags, the /metrics listener) and luarocks.
-DEB_BUILD = gcc make pkg-config lua5.4 liblua5.4-dev luajit libluajit-5.1-dev libgrpc-dev libprotobuf-c-dev \
+DEB_BUILD = gcc make pkg-config lua5.4 liblua5.4-dev luajit2 libluajit2-5.1-dev libgrpc-dev libprotobuf-c-dev \
             protobuf-c-compiler libprotobuf-dev libhiredis-dev libssl-dev zlib1g-dev $(DEB_CLI)
 DEB_CLI   = lua-argparse lua-socket luarocks
 # libFuzzer's runtime is only a Recommends of Debian's clang, hence named.
 DEB_FUZZ  = clang libclang-rt-14-dev
 DEB_TEST  = lua-busted lua-cjson lua-cqueues redis-server java=openjdk-17-jdk-headless mvn=maven \
-            node=nodejs npm=npm
+            node=nodejs npm=npm nginx libnginx-mod-http-lua
 
 .PHONY: all core devbroker luajit sanitize deps deps-build deps-test deps-fuzz proto check test demo bench clean \
         fuzz fuzz-build
@@ -105,18 +107,28 @@ deps-fuzz:
 # sanitizers on); spec/unit holds busted specs that need no broker and no Redis.
 C_TESTS   = $(patsubst spec/c/%.c,$(BUILD)/check/%,$(wildcard spec/c/*_test.c))
 CHECK_SRC = $(filter-out src/lmqlease.c,$(CORE_SRC)) $(GEN_SRC)
+# The core is compiled once into a static library; each test links against it.
+CHECK_LIB = $(BUILD)/check/libmql-check.a
+CHECK_OBJ = $(patsubst %.c,$(BUILD)/check/obj/%.o,$(CHECK_SRC))
 
-$(BUILD)/check/%: spec/c/%.c spec/c/mql_test.h $(CHECK_SRC) $(HEADERS)
+$(BUILD)/check/obj/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) -Ispec/c $(CFLAGS_WARN) $(SAN_FLAGS) -o $@ $< $(CHECK_SRC) $(LIBS)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS_WARN) $(SAN_FLAGS) -c -o $@ $<
+
+$(CHECK_LIB): $(CHECK_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/check/%: spec/c/%.c spec/c/mql_test.h $(CHECK_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) -Ispec/c $(CFLAGS_WARN) $(SAN_FLAGS) -o $@ $< $(CHECK_LIB) $(LIBS)
 
 # spec/c/dv_*_test.c test the dev broker's pure parts (no grpc server) the same way.
 DV_CHECK_SRC = src/devbroker/dv_command.c src/devbroker/dv_store.c src/devbroker/dv_wire.c
-$(BUILD)/check/dv_%: spec/c/dv_%.c spec/c/mql_test.h $(CHECK_SRC) $(DV_CHECK_SRC) $(HEADERS) $(wildcard src/devbroker/*.h)
+$(BUILD)/check/dv_%: spec/c/dv_%.c spec/c/mql_test.h $(CHECK_LIB) $(DV_CHECK_SRC) $(wildcard src/devbroker/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) -Ispec/c -Isrc/devbroker $(CFLAGS_WARN) $(SAN_FLAGS) -o $@ $< $(DV_CHECK_SRC) $(CHECK_SRC) $(LIBS) -lz
+	$(CC) $(CFLAGS_BASE) -Ispec/c -Isrc/devbroker $(CFLAGS_WARN) $(SAN_FLAGS) -o $@ $< $(DV_CHECK_SRC) $(CHECK_LIB) $(LIBS) -lz
 
-check: $(C_TESTS) sanitize
+check: $(C_TESTS) sanitize luajit
 	@bash spec/support/run-check.sh $(C_TESTS)
 
 # Fuzzing: spec/fuzz/mql_*_fuzz.c link the core (without the Lua binding),

@@ -58,7 +58,7 @@ repeat
   mqlease.sleep(1)
   done = 0
   for _, id in ipairs(ids) do
-    if r:call("EXISTS", "demo:done:" .. id) == 1 then done = done + 1 end
+    if r:call("EXISTS", mqlease.policy.keys(id, "demo:").done) == 1 then done = done + 1 end
   end
 until done == #ids or mqlease.now() > deadline
 os.execute("kill -TERM " .. b_pid)

@@ -10,51 +10,8 @@ describe("mqlease errors", function()
     assert.matches(pattern, err)
   end
 
+  -- (option checks that need no server: spec/unit/options_spec.lua)
   describe("bad options", function()
-    local base = function(extra)
-      local o = { endpoints = env.endpoints, group = "g", topic = "t" }
-      for k, v in pairs(extra) do o[k] = v end
-      return o
-    end
-
-    it("names an unknown option", function()
-      raises("unknown option 'invisibel'", function() mqlease.consumer(base { invisibel = 30 }) end)
-    end)
-
-    it("names a missing required option", function()
-      raises("option 'group' is required", function()
-        mqlease.consumer { endpoints = env.endpoints, topic = "t" }
-      end)
-    end)
-
-    it("names an option of the wrong type", function()
-      raises("option 'invisible' must be a number", function() mqlease.consumer(base { invisible = "30" }) end)
-      raises("option 'renew' must be a boolean", function() mqlease.consumer(base { renew = 1 }) end)
-    end)
-
-    it("names an option out of range, with the range", function()
-      raises("option 'invisible' must be a number between 10 and 43200", function()
-        mqlease.consumer(base { invisible = 5 })
-      end)
-      raises("option 'batch' must be a number between 1 and 32", function() mqlease.consumer(base { batch = 64 }) end)
-      raises("option 'on_budget' must be one of \"expire\", \"nack\"", function()
-        mqlease.consumer(base { on_budget = "drop" })
-      end)
-    end)
-
-    it("checks options against each other", function()
-      raises("'renew_every' %(30%) must be less than 'invisible' %(30%)", function()
-        mqlease.consumer(base { invisible = 30, renew_every = 30 })
-      end)
-      raises("'max_lease' %(20%) must be at least 'invisible' %(30%)", function()
-        mqlease.consumer(base { invisible = 30, max_lease = 20 })
-      end)
-    end)
-
-    it("rejects a malformed group or topic name", function()
-      raises("option 'topic' must be a name", function() mqlease.consumer(base { topic = "a b" }) end)
-    end)
-
     it("rejects bad send arguments before anything is sent", function()
       local p = env.producer()
       raises("body: string expected", function() p:send("t", 42) end)

@@ -65,8 +65,8 @@ describe("mqlease.policy.exactly_once", function()
     assert.is_true(metric(a, "duplicate_skipped") + metric(b, "duplicate_skipped") >= 1,
       "the done message was never skipped")
     assert.equal(1, metric(a, "expire_while_alive"))
-    assert.equal(1, r:call("EXISTS", "mqlease:done:" .. id))
-    assert.equal(0, r:call("EXISTS", "mqlease:lock:" .. id))   -- released
+    assert.equal(1, r:call("EXISTS", mqlease.policy.keys(id).done))
+    assert.equal(0, r:call("EXISTS", mqlease.policy.keys(id).lock))   -- released
   end)
 
   it("shows the risk of on_locked = \"ack\": if the owner then fails, the message is lost", function()
@@ -102,7 +102,7 @@ describe("mqlease.policy.exactly_once", function()
     assert.equal(3, #fences)
     assert.is_true(fences[1] < fences[2] and fences[2] < fences[3],
       ("fences %s, %s, %s"):format(fences[1], fences[2], fences[3]))
-    assert.equal(1, r:call("EXISTS", "mqlease:done:" .. id))
+    assert.equal(1, r:call("EXISTS", mqlease.policy.keys(id).done))
   end)
 
   it("with fail = \"closed\" runs nothing while Redis is down, and completes everything after", function()
@@ -111,7 +111,20 @@ describe("mqlease.policy.exactly_once", function()
     assert(c:receive(1, { await = 0 }))
     local ids = {}
     for i = 1, 5 do ids[i] = assert(producer:send(topic, "down " .. i)) end
-    local pid = assert(r:call("INFO", "server")):match("process_id:(%d+)")
+    -- the policy's Redis is one of this spec's own (the shared one is never stopped)
+    local port = 16402
+    env.sh(("redis-server --port %d --bind 127.0.0.1 --save '' --appendonly no --daemonize yes " ..
+      "--pidfile /tmp/mqlease-eo-down-%d.pid --dir /tmp --logfile /tmp/mqlease-eo-down-%d.log"):format(port, port, port))
+    finally(function()
+      os.execute(("kill -CONT $(cat /tmp/mqlease-eo-down-%d.pid) 2>/dev/null; " ..
+        "redis-cli -p %d shutdown nosave >/dev/null 2>&1"):format(port, port))
+    end)
+    local own
+    wait_for(function()
+      own = own or mqlease.redis("127.0.0.1:" .. port)
+      return own:call("PING") == "PONG"
+    end, 10, "the spec's own redis-server")
+    local pid = assert(own:call("INFO", "server")):match("process_id:(%d+)")
     assert.is_truthy(pid)
     local ran_while_down, ran, stopped = 0, {}, true
     os.execute("kill -STOP " .. pid)
@@ -124,7 +137,8 @@ describe("mqlease.policy.exactly_once", function()
         ran[m.id] = true
         return true
       end, { signals = false, nack_delay = 0, on_error = function() end,
-        policy = mqlease.policy.exactly_once { redis = { address = REDIS, timeout = 0.5 }, fail_delay = 1 },
+        policy = mqlease.policy.exactly_once { redis = { address = "127.0.0.1:" .. port, timeout = 0.5 },
+          fail_delay = 1 },
         stop = function()
           if stopped and mqlease.now() - t0 > 6 then
             -- 6 s of Redis down: nothing ran and nothing was acked
@@ -139,6 +153,7 @@ describe("mqlease.policy.exactly_once", function()
       business:close()
     end)
     os.execute("kill -CONT " .. pid)
+    own:close()
     assert(ok, err)
     assert.equal(0, ran_while_down)
     assert.is_true((c:metrics().redis_unavailable or 0) >= 1)

@@ -6,7 +6,7 @@ describe("mqlease.redis", function()
   local dir = os.tmpname()
   local sock = dir .. ".sock"
   local pidfile = dir .. ".pid"
-  local port = env.redis_port + 7
+  local port = 16401   -- this spec's own server (the Redis specs use 16400-16499)
 
   local function start_private()
     -- a second redis-server: unix socket plus a TCP port, with a password
@@ -66,6 +66,40 @@ describe("mqlease.redis", function()
     ok, msg = pcall(mqlease.redis, { address = "127.0.0.1:1", dbb = 1 })
     assert.is_false(ok)
     assert.matches("unknown option 'dbb'", msg)
+  end)
+
+  it("authenticates as an ACL user with username and password", function()
+    local admin = mqlease.redis { address = "unix:" .. sock, password = "s3cret" }
+    assert.equal("OK", admin:call("ACL", "SETUSER", "app", "on", ">app-pass", "~app:*", "+@all"))
+    local app = mqlease.redis { address = "127.0.0.1:" .. port, username = "app", password = "app-pass" }
+    assert.equal("OK", app:call("SET", "app:k", "v"))
+    local v, err, code = app:call("SET", "other:k", "v")   -- outside the user's key pattern
+    assert.is_nil(v)
+    assert.equal("REDIS_ERROR", code)
+    assert.matches("NOPERM", err)
+    app:close()
+    local wrong = mqlease.redis { address = "127.0.0.1:" .. port, username = "app", password = "nope" }
+    v, err, code = wrong:call("PING")
+    assert.is_nil(v)
+    assert.equal("REDIS_AUTH", code)
+    wrong:close()
+    admin:call("ACL", "DELUSER", "app")
+    admin:close()
+  end)
+
+  it("reports a lock lost when Redis is unreachable for longer than its TTL (a partition)", function()
+    local r = mqlease.redis { address = "127.0.0.1:" .. port, password = "s3cret", timeout = 0.3 }
+    assert.equal("OK", r:call("SET", "plock", "me", "PX", 1000))
+    local pid = assert(r:call("INFO", "server")):match("process_id:(%d+)")
+    local lost = false
+    local id = r:keepalive("plock", "me", 1.0, 0.3, nil, function() lost = true end)
+    os.execute("kill -STOP " .. pid)   -- this spec's own server
+    mqlease.sleep(1.6)
+    os.execute("kill -CONT " .. pid)
+    r:call("PING")   -- events are read on the next call
+    assert.is_true(lost, "no renewal reached Redis for longer than the TTL, and nobody was told")
+    assert.is_true(r:keepalive_stop(id))
+    r:close()
   end)
 
   it("reconnects after the server restarts, without re-sending a command", function()

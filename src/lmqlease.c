@@ -237,7 +237,7 @@ static void push_event(lua_State *L, const mql_event *ev) {
     lua_createtable(L, 0, 8);
     if (ev->kind == MQL_EV_LOCK_LOST) {
         set_str(L, "kind", "lock_lost");
-        set_int(L, "keepalive", (lua_Integer)ev->lease_id);
+        set_int(L, "keepalive", (lua_Integer)ev->keepalive_id);
         return;
     }
     if (ev->kind == MQL_EV_LEASE) {
@@ -310,6 +310,10 @@ static void push_events(lua_State *L, mql_event *list, void (*requeue)(void *, m
 
 static void requeue_client_events(void *c, mql_event *list) {
     mql_client_requeue_events(c, list);
+}
+
+static void requeue_redis_events(void *r, mql_event *list) {
+    mql_redis_requeue_events(r, list);
 }
 
 /* client:events() -> array of event tables; drains the fd. */
@@ -661,20 +665,47 @@ static mql_redis *check_redis(lua_State *L) {
     return lr->r;
 }
 
-/* core.redis{host=, port=, unix=, password=, db=, timeout_ms=} -> client */
+/* The strings of the array cfg[key] ("host:port" nodes); the table keeps them alive. */
+static int opt_nodes(lua_State *L, int t, const char *key, const char **out, int max) {
+    int n = 0;
+    lua_getfield(L, t, key);
+    if (lua_istable(L, -1)) {
+        for (n = 0; n < max; n++) {
+            lua_rawgeti(L, -1, n + 1);
+            if (lua_isnil(L, -1)) {
+                lua_pop(L, 1);
+                break;
+            }
+            out[n] = luaL_checkstring(L, -1);
+            lua_pop(L, 1);
+        }
+    }
+    lua_pop(L, 1);
+    return n;
+}
+
+/* core.redis{host=, port=, unix=, username=, password=, db=, timeout_ms=,
+ *            master=, cluster=, nodes={"h:p", ...}} -> client */
 static int l_redis(lua_State *L) {
     mql_redis_config cfg;
+    const char *nodes[64];
     char err[128];
     lredis *lr;
     luaL_checktype(L, 1, LUA_TTABLE);
     memset(&cfg, 0, sizeof(cfg));
+    cfg.nodes = nodes;
+    cfg.nnodes = opt_nodes(L, 1, "nodes", nodes, 64);
+    cfg.master = opt_string(L, 1, "master");
+    cfg.cluster = opt_bool(L, 1, "cluster", 0);
     cfg.host = opt_string(L, 1, "host");
     cfg.port = (int)opt_int(L, 1, "port", 6379);
     cfg.unix_path = opt_string(L, 1, "unix");
+    cfg.username = opt_string(L, 1, "username");
     cfg.password = opt_string(L, 1, "password");
     cfg.db = (int)opt_int(L, 1, "db", 0);
     cfg.timeout_ms = opt_int(L, 1, "timeout_ms", 1000);
-    if (!cfg.host && !cfg.unix_path) return luaL_error(L, "mqlease.core.redis: host or unix is required");
+    if (!cfg.host && !cfg.unix_path && !cfg.nnodes)
+        return luaL_error(L, "mqlease.core.redis: host, unix or nodes is required");
     lr = lua_newuserdata(L, sizeof(*lr));
     lr->r = NULL;
     luaL_getmetatable(L, REDIS_MT);
@@ -728,8 +759,8 @@ static int l_redis_keepalive(lua_State *L) {
 }
 
 static int l_redis_keepalive_stop(lua_State *L) {
-    mql_redis_keepalive_stop(check_redis(L), (uint64_t)luaL_checkinteger(L, 2));
-    return 0;
+    lua_pushboolean(L, mql_redis_keepalive_stop(check_redis(L), (uint64_t)luaL_checkinteger(L, 2)));
+    return 1;
 }
 
 static int l_redis_fd(lua_State *L) {
@@ -738,7 +769,8 @@ static int l_redis_fd(lua_State *L) {
 }
 
 static int l_redis_events(lua_State *L) {
-    push_events(L, mql_redis_take_events(check_redis(L)), NULL, NULL);
+    mql_redis *r = check_redis(L);
+    push_events(L, mql_redis_take_events(r), requeue_redis_events, r);
     return 1;
 }
 

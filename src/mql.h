@@ -47,9 +47,6 @@ void mql_result_fail(mql_result *r, const char *code, const char *fmt, ...)
 int64_t mql_now_ms(void);
 /* Wall-clock milliseconds since the epoch, only for what goes on the wire. */
 int64_t mql_wall_ms(void);
-/* The absolute CLOCK_REALTIME time ms from now, as pthread_cond_timedwait wants it. */
-struct timespec;
-void mql_abstime_after(struct timespec *ts, int64_t ms);
 
 /* Saturating time arithmetic for every duration or timestamp a peer sends
  * (protobuf Duration/Timestamp: int64 seconds + int32 nanos). A hostile or

@@ -96,6 +96,8 @@ struct mql_client {
     int64_t telemetry_retry_at; /* 0: not scheduled */
     int64_t heartbeat_at;       /* 0: not scheduled */
     int stopping;               /* set once by close: no call starts from then on */
+    int nacked_all;             /* nack_all ran (close, shutdown): late messages go back */
+    int64_t nacked_all_delay_ms;
     int stopped;                /* the thread is joined and grpc is torn down */
     int refs;                   /* the host's one, plus one per signal watcher */
     mql_release *deferred;

@@ -94,10 +94,12 @@ typedef struct mql_event {
     mql_result *entries;        /* ack: one result per lease, in request order */
     size_t nentries;
     mql_reply *reply;           /* redis command */
-    /* MQL_EV_LEASE payload (and MQL_EV_LOCK_LOST: lease_id is the keepalive id) */
+    /* MQL_EV_LEASE payload */
     uint64_t lease_id;
     int lease_state;            /* an mql_lease_state */
     int lease_renewals;         /* successful renewals so far */
+    /* MQL_EV_LOCK_LOST payload: the keepalive whose Redis lock was lost */
+    uint64_t keepalive_id;
 } mql_event;
 
 mql_event *mql_event_new(mql_event_kind kind, uint64_t op);

@@ -1,11 +1,13 @@
-/* mql_redis.c -- a hiredis connection on its own thread (see mql_redis.h).
+/* mql_redis.c -- a Redis client on two threads of its own (see mql_redis.h).
  *
- * The thread takes commands from a FIFO in order, one at a time, on one
- * synchronous connection: simple, ordered, and never in the way of the gRPC
- * thread or the host. Between commands it renews the registered locks that
- * are due. A broken connection is dropped and re-made by the next command; a
- * command is never sent twice, because a reply lost after the server ran it
- * (an INCR, say) must not run it again.
+ * The command thread takes commands from a FIFO in order, one at a time, on
+ * its own link: simple, ordered, and never in the way of the gRPC thread or
+ * the host. The keepalive thread renews the registered locks on a second
+ * link, earliest deadline first, so no queue of commands and no slow command
+ * can hold a renewal back past a lock's TTL. A broken connection is dropped
+ * and re-made by the next command; a command is never sent twice, because a
+ * reply lost after the server ran it (an INCR, say) must not run it again.
+ * Every wait is on the monotonic clock.
  */
 #include "mql_redis.h"
 
@@ -17,10 +19,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 #include <time.h>
 
 #include "mql.h"
+#include "mql_redis_link.h"
 
 #define RENEW_SCRIPT                                                         \
     "if redis.call('get', KEYS[1]) == ARGV[1] then "                        \
@@ -35,6 +37,8 @@ typedef struct redis_cmd {
     char *script;            /* non-NULL: an EVALSHA whose argv[1] is the SHA1 */
 } redis_cmd;
 
+enum { KA_ACTIVE, KA_LOST, KA_SPENT };
+
 typedef struct keepalive {
     struct keepalive *next;
     uint64_t id;
@@ -43,24 +47,23 @@ typedef struct keepalive {
     int64_t next_at;         /* monotonic ms of the next renewal */
     int64_t until;           /* stop renewing after this */
     int64_t last_ok;         /* the key cannot outlive last_ok + ttl */
+    int state;               /* KA_*: only KA_ACTIVE ones are renewed */
     int busy;                /* being renewed with the lock dropped */
     int cancelled;           /* stopped while busy: freed when the renewal returns */
 } keepalive;
 
 struct mql_redis {
-    char *host, *unix_path, *password;
-    int port, db;
-    int64_t timeout_ms;
-    pthread_t thread;
-    int thread_started;
+    pthread_t cmd_thread, ka_thread;
+    int cmd_started, ka_started;
     pthread_mutex_t mu;
-    pthread_cond_t cond;
+    pthread_cond_t cmd_cond, ka_cond;   /* both on CLOCK_MONOTONIC */
     int stopping;
     redis_cmd *head, *tail;
-    keepalive *alive;
+    keepalive *alive;        /* stays listed until keepalive_stop */
     uint64_t next_op;
     mql_events events;
-    redisContext *ctx;       /* the thread's own */
+    mql_redis_link *cmd_link;   /* the command thread's own */
+    mql_redis_link *ka_link;    /* the keepalive thread's own */
     char renew_sha[41];
 };
 
@@ -76,13 +79,6 @@ static void sha1_hex(const char *s, char out[41]) {
         out[2 * i + 1] = digits[md[i] & 15];
     }
     out[40] = '\0';
-}
-
-static struct timeval tv_of(int64_t ms) {
-    struct timeval tv;
-    tv.tv_sec = ms / 1000;
-    tv.tv_usec = (ms % 1000) * 1000;
-    return tv;
 }
 
 static void copy_reply(mql_reply *out, const redisReply *in) {
@@ -110,78 +106,40 @@ static void copy_reply(mql_reply *out, const redisReply *in) {
     }
 }
 
-/* ------------------------------------------------------------ connection */
-
-static void disconnect(mql_redis *r) {
-    if (r->ctx) redisFree(r->ctx);
-    r->ctx = NULL;
+static void cond_init_monotonic(pthread_cond_t *cond) {
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(cond, &attr);
+    pthread_condattr_destroy(&attr);
 }
 
-/* A transport failure as a result: TIMEOUT or UNAVAILABLE. */
-static void transport_fail(mql_redis *r, mql_result *res, const char *what) {
-    const char *code = "UNAVAILABLE";
-    if (r->ctx && r->ctx->err == REDIS_ERR_IO && (errno == EAGAIN || errno == ETIMEDOUT))
-        code = "TIMEOUT";
-    mql_result_fail(res, code, "redis %s: %s", what,
-                    r->ctx && r->ctx->errstr[0] ? r->ctx->errstr : "connection failed");
-    disconnect(r);
+/* Waits on cond until when (mql_now_ms time), a signal, or forever (INT64_MAX). */
+static void wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t when) {
+    struct timespec ts;
+    if (when == INT64_MAX) {
+        pthread_cond_wait(cond, mu);
+        return;
+    }
+    if (when <= mql_now_ms()) return;
+    ts.tv_sec = (time_t)(when / 1000);
+    ts.tv_nsec = (long)(when % 1000) * 1000000L;
+    pthread_cond_timedwait(cond, mu, &ts);
 }
 
-/* Sends one setup command (AUTH, SELECT); 0 if the server said OK. */
-static int setup_command(mql_redis *r, mql_result *res, int argc, const char **argv) {
-    redisReply *reply = redisCommandArgv(r->ctx, argc, argv, NULL);
-    if (!reply) {
-        transport_fail(r, res, argv[0]);
-        return -1;
-    }
-    if (reply->type == REDIS_REPLY_ERROR) {
-        mql_result_fail(res, "REDIS_AUTH", "redis %s: %s", argv[0], reply->str);
-        freeReplyObject(reply);
-        disconnect(r);
-        return -1;
-    }
-    freeReplyObject(reply);
-    return 0;
-}
-
-static int ensure_connected(mql_redis *r, mql_result *res) {
-    struct timeval tv = tv_of(r->timeout_ms);
-    char db[16];
-    if (r->ctx) return 0;
-    r->ctx = r->unix_path ? redisConnectUnixWithTimeout(r->unix_path, tv)
-                          : redisConnectWithTimeout(r->host, r->port, tv);
-    if (!r->ctx || r->ctx->err) {
-        mql_result_fail(res, "UNAVAILABLE", "redis connect to %s:%d: %s",
-                        r->unix_path ? r->unix_path : r->host, r->unix_path ? 0 : r->port,
-                        r->ctx ? r->ctx->errstr : "out of memory");
-        disconnect(r);
-        return -1;
-    }
-    redisSetTimeout(r->ctx, tv);
-    if (!r->unix_path) redisEnableKeepAlive(r->ctx);
-    if (r->password && *r->password) {
-        const char *argv[2] = {"AUTH", r->password};
-        if (setup_command(r, res, 2, argv) < 0) return -1;
-    }
-    if (r->db > 0) {
-        const char *argv[2] = {"SELECT", db};
-        snprintf(db, sizeof(db), "%d", r->db);
-        if (setup_command(r, res, 2, argv) < 0) return -1;
-    }
-    return 0;
+/* The argv index of the key that picks a Cluster slot (0: none). */
+static int key_index_of(int argc, char **argv, const char *script) {
+    if (script) return argc > 3 && atoi(argv[2]) > 0 ? 3 : 0;
+    return argc > 1 ? 1 : 0;
 }
 
 /* Runs argv; on NOSCRIPT re-runs it as EVAL with the script. NULL + res on failure. */
-static redisReply *run(mql_redis *r, int argc, char **argv, size_t *lens, const char *script,
-                       mql_result *res) {
-    redisReply *reply;
-    if (ensure_connected(r, res) < 0) return NULL;
-    reply = redisCommandArgv(r->ctx, argc, (const char **)argv, lens);
-    if (!reply) {
-        transport_fail(r, res, argv[0]);
-        return NULL;
-    }
-    if (script && reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "NOSCRIPT", 8) == 0) {
+static redisReply *run(mql_redis_link *link, int argc, char **argv, size_t *lens,
+                       const char *script, mql_result *res) {
+    int key = key_index_of(argc, argv, script);
+    redisReply *reply = mql_redis_link_run(link, argc, (const char **)argv, lens, key, res);
+    if (reply && script && reply->type == REDIS_REPLY_ERROR &&
+        strncmp(reply->str, "NOSCRIPT", 8) == 0) {
         char *sha = argv[1];
         size_t sha_len = lens[1];
         freeReplyObject(reply);
@@ -189,21 +147,16 @@ static redisReply *run(mql_redis *r, int argc, char **argv, size_t *lens, const 
         lens[0] = 4;
         argv[1] = (char *)script;
         lens[1] = strlen(script);
-        reply = redisCommandArgv(r->ctx, argc, (const char **)argv, lens);
+        reply = mql_redis_link_run(link, argc, (const char **)argv, lens, key, res);
         argv[0] = "EVALSHA";
         lens[0] = 7;
         argv[1] = sha;
         lens[1] = sha_len;
-        if (!reply) {
-            transport_fail(r, res, "EVAL");
-            return NULL;
-        }
     }
-    mql_result_ok(res);
     return reply;
 }
 
-/* ------------------------------------------------------------ the thread */
+/* ------------------------------------------------------------ commands */
 
 static void cmd_free(redis_cmd *cmd) {
     int i;
@@ -217,7 +170,8 @@ static void cmd_free(redis_cmd *cmd) {
 
 static void exec_cmd(mql_redis *r, redis_cmd *cmd) {
     mql_event *ev = mql_event_new(MQL_EV_OP, cmd->op);
-    redisReply *reply = run(r, cmd->argc, cmd->argv, cmd->lens, cmd->script, &ev->result);
+    redisReply *reply = run(r->cmd_link, cmd->argc, cmd->argv, cmd->lens, cmd->script,
+                            &ev->result);
     if (reply) {
         ev->reply = mql_xcalloc(1, sizeof(*ev->reply));
         copy_reply(ev->reply, reply);
@@ -226,138 +180,150 @@ static void exec_cmd(mql_redis *r, redis_cmd *cmd) {
     mql_events_push(&r->events, ev);
 }
 
+static void *cmd_thread_main(void *arg) {
+    mql_redis *r = arg;
+    pthread_mutex_lock(&r->mu);
+    while (!r->stopping) {
+        redis_cmd *cmd = r->head;
+        if (!cmd) {
+            wait_until(&r->cmd_cond, &r->mu, INT64_MAX);
+            continue;
+        }
+        r->head = cmd->next;
+        if (!r->head) r->tail = NULL;
+        pthread_mutex_unlock(&r->mu);
+        exec_cmd(r, cmd);
+        cmd_free(cmd);
+        pthread_mutex_lock(&r->mu);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
+/* ------------------------------------------------------------ keepalives */
+
 static void keepalive_free(keepalive *k) {
     free(k->key);
     free(k->owner);
     free(k);
 }
 
-/* Renews one lock; returns 0 to keep it, -1 when it is lost or done. */
-static int renew_lock(mql_redis *r, keepalive *k, int64_t now) {
+enum { RENEW_KEPT, RENEW_RETRY, RENEW_LOST };
+
+/* One renewal over the keepalive link, with the mutex dropped. */
+static int renew_lock(mql_redis *r, const char *key, const char *owner, int64_t ttl_ms) {
     char ttl[24];
     char *argv[6];
     size_t lens[6];
     mql_result res;
     redisReply *reply;
     int kept;
-    if (now >= k->until) return -1;   /* its budget is spent: let it expire */
-    snprintf(ttl, sizeof(ttl), "%lld", (long long)k->ttl_ms);
+    snprintf(ttl, sizeof(ttl), "%lld", (long long)ttl_ms);
     argv[0] = "EVALSHA";
     argv[1] = r->renew_sha;
     argv[2] = "1";
-    argv[3] = k->key;
-    argv[4] = k->owner;
+    argv[3] = (char *)key;
+    argv[4] = (char *)owner;
     argv[5] = ttl;
     for (int i = 0; i < 6; i++) lens[i] = strlen(argv[i]);
-    reply = run(r, 6, argv, lens, RENEW_SCRIPT, &res);
-    if (!reply) {
-        /* unreachable: try again soon, while the key may still be ours */
-        if (now - k->last_ok >= k->ttl_ms) goto lost;
-        k->next_at = now + (k->every_ms < 500 ? k->every_ms : 500);
-        return 0;
-    }
+    reply = run(r->ka_link, 6, argv, lens, RENEW_SCRIPT, &res);
+    if (!reply) return RENEW_RETRY;
     kept = reply->type == REDIS_REPLY_INTEGER && reply->integer == 1;
     freeReplyObject(reply);
-    if (!kept) goto lost;
-    k->last_ok = now;
-    k->next_at = now + k->every_ms;
-    return 0;
-lost: {
-        mql_event *ev = mql_event_new(MQL_EV_LOCK_LOST, 0);
-        ev->lease_id = k->id;
-        mql_events_push(&r->events, ev);
-        return -1;
-    }
+    return kept ? RENEW_KEPT : RENEW_LOST;
 }
 
-static int64_t next_keepalive(const mql_redis *r) {
-    int64_t next = INT64_MAX;
-    const keepalive *k;
-    for (k = r->alive; k; k = k->next)
-        if (!k->busy && k->next_at < next) next = k->next_at;
-    return next;
+static void post_lock_lost(mql_redis *r, uint64_t id) {
+    mql_event *ev = mql_event_new(MQL_EV_LOCK_LOST, 0);
+    ev->keepalive_id = id;
+    mql_events_push(&r->events, ev);
 }
 
-static void wait_until(mql_redis *r, int64_t when_mono) {
-    struct timespec ts;
-    int64_t ms = when_mono - mql_now_ms();
-    if (when_mono == INT64_MAX) {
-        pthread_cond_wait(&r->cond, &r->mu);
+/* Applies a renewal's outcome (mutex held); started is when it was sent. */
+static void apply_renewal(mql_redis *r, keepalive *k, int outcome, int64_t started) {
+    int64_t now = mql_now_ms();
+    if (outcome == RENEW_KEPT) {
+        k->last_ok = started;    /* the new TTL counts from no later than the send */
+        k->next_at = started + k->every_ms;
         return;
     }
-    if (ms <= 0) return;
-    mql_abstime_after(&ts, ms);
-    pthread_cond_timedwait(&r->cond, &r->mu, &ts);
+    if (outcome == RENEW_RETRY && now - k->last_ok < k->ttl_ms) {
+        /* unreachable: try again soon, while the key may still be ours */
+        k->next_at = now + (k->every_ms < 500 ? k->every_ms : 500);
+        return;
+    }
+    k->state = KA_LOST;
+    if (!k->cancelled) post_lock_lost(r, k->id);
 }
 
-static void *thread_main(void *arg) {
+/* The active, idle keepalive with the earliest deadline (mutex held). */
+static keepalive *earliest(const mql_redis *r) {
+    keepalive *k, *best = NULL;
+    for (k = r->alive; k; k = k->next)
+        if (k->state == KA_ACTIVE && !k->busy && (!best || k->next_at < best->next_at)) best = k;
+    return best;
+}
+
+static void unlink_keepalive(mql_redis *r, keepalive *k) {
+    keepalive **pp;
+    for (pp = &r->alive; *pp != k; pp = &(*pp)->next) {
+    }
+    *pp = k->next;
+}
+
+static void *ka_thread_main(void *arg) {
     mql_redis *r = arg;
     pthread_mutex_lock(&r->mu);
     while (!r->stopping) {
-        redis_cmd *cmd = r->head;
-        keepalive **pp, *k;
+        keepalive *k = earliest(r);
         int64_t now = mql_now_ms();
-        if (cmd) {
-            r->head = cmd->next;
-            if (!r->head) r->tail = NULL;
-            pthread_mutex_unlock(&r->mu);
-            exec_cmd(r, cmd);
-            cmd_free(cmd);
-            pthread_mutex_lock(&r->mu);
+        int outcome;
+        if (!k || k->next_at > now) {
+            wait_until(&r->ka_cond, &r->mu, k ? k->next_at : INT64_MAX);
             continue;
         }
-        for (k = r->alive; k; k = k->next)
-            if (!k->busy && k->next_at <= now) break;
-        if (k) {
-            int keep;
-            k->busy = 1;
-            pthread_mutex_unlock(&r->mu);
-            keep = renew_lock(r, k, now);
-            pthread_mutex_lock(&r->mu);
-            k->busy = 0;
-            if (keep < 0 || k->cancelled) {
-                for (pp = &r->alive; *pp != k; pp = &(*pp)->next) {
-                }
-                *pp = k->next;
-                keepalive_free(k);
-            }
+        if (now >= k->until) {   /* its budget is spent: let it expire */
+            k->state = KA_SPENT;
             continue;
         }
-        wait_until(r, next_keepalive(r));
+        k->busy = 1;
+        pthread_mutex_unlock(&r->mu);
+        outcome = renew_lock(r, k->key, k->owner, k->ttl_ms);
+        pthread_mutex_lock(&r->mu);
+        k->busy = 0;
+        apply_renewal(r, k, outcome, now);
+        if (k->cancelled) {
+            unlink_keepalive(r, k);
+            keepalive_free(k);
+        }
     }
     pthread_mutex_unlock(&r->mu);
-    disconnect(r);
     return NULL;
 }
 
 /* ------------------------------------------------------------ public */
 
+static int start_thread(pthread_t *t, void *(*fn)(void *), mql_redis *r) {
+    return mql_thread_start(t, fn, r) == 0;
+}
+
 mql_redis *mql_redis_new(const mql_redis_config *cfg, char *err, size_t errlen) {
     mql_redis *r = mql_xcalloc(1, sizeof(*r));
-    sigset_t all, old;
-    r->host = cfg->host ? mql_strdup(cfg->host) : NULL;
-    r->unix_path = cfg->unix_path ? mql_strdup(cfg->unix_path) : NULL;
-    r->password = cfg->password ? mql_strdup(cfg->password) : NULL;
-    r->port = cfg->port;
-    r->db = cfg->db;
-    r->timeout_ms = cfg->timeout_ms > 0 ? cfg->timeout_ms : 1000;
     sha1_hex(RENEW_SCRIPT, r->renew_sha);
     if (mql_events_init(&r->events) < 0) {
         snprintf(err, errlen, "cannot create an eventfd");
-        free(r->host);
-        free(r->unix_path);
-        free(r->password);
         free(r);
         return NULL;
     }
+    r->cmd_link = mql_redis_link_new(cfg);
+    r->ka_link = mql_redis_link_new(cfg);
     pthread_mutex_init(&r->mu, NULL);
-    pthread_cond_init(&r->cond, NULL);
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &old);
-    r->thread_started = pthread_create(&r->thread, NULL, thread_main, r) == 0;
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (!r->thread_started) {
-        snprintf(err, errlen, "cannot start the redis thread");
+    cond_init_monotonic(&r->cmd_cond);
+    cond_init_monotonic(&r->ka_cond);
+    r->cmd_started = start_thread(&r->cmd_thread, cmd_thread_main, r);
+    r->ka_started = r->cmd_started && start_thread(&r->ka_thread, ka_thread_main, r);
+    if (!r->ka_started) {
+        snprintf(err, errlen, "cannot start the redis threads");
         mql_redis_free(r);
         return NULL;
     }
@@ -370,9 +336,11 @@ void mql_redis_free(mql_redis *r) {
     if (!r) return;
     pthread_mutex_lock(&r->mu);
     r->stopping = 1;
-    pthread_cond_signal(&r->cond);
+    pthread_cond_signal(&r->cmd_cond);
+    pthread_cond_signal(&r->ka_cond);
     pthread_mutex_unlock(&r->mu);
-    if (r->thread_started) pthread_join(r->thread, NULL);
+    if (r->cmd_started) pthread_join(r->cmd_thread, NULL);
+    if (r->ka_started) pthread_join(r->ka_thread, NULL);
     for (cmd = r->head; cmd; cmd = next) {
         next = cmd->next;
         cmd_free(cmd);
@@ -381,12 +349,12 @@ void mql_redis_free(mql_redis *r) {
         knext = k->next;
         keepalive_free(k);
     }
+    mql_redis_link_free(r->cmd_link);
+    mql_redis_link_free(r->ka_link);
     mql_events_destroy(&r->events);
-    pthread_cond_destroy(&r->cond);
+    pthread_cond_destroy(&r->cmd_cond);
+    pthread_cond_destroy(&r->ka_cond);
     pthread_mutex_destroy(&r->mu);
-    free(r->host);
-    free(r->unix_path);
-    free(r->password);
     free(r);
 }
 
@@ -398,6 +366,10 @@ mql_event *mql_redis_take_events(mql_redis *r) {
     return mql_events_take(&r->events);
 }
 
+void mql_redis_requeue_events(mql_redis *r, mql_event *list) {
+    mql_events_requeue(&r->events, list);
+}
+
 static uint64_t enqueue(mql_redis *r, redis_cmd *cmd) {
     uint64_t op;
     pthread_mutex_lock(&r->mu);
@@ -405,7 +377,7 @@ static uint64_t enqueue(mql_redis *r, redis_cmd *cmd) {
     if (r->tail) r->tail->next = cmd;
     else r->head = cmd;
     r->tail = cmd;
-    pthread_cond_signal(&r->cond);
+    pthread_cond_signal(&r->cmd_cond);
     pthread_mutex_unlock(&r->mu);
     return op;
 }
@@ -462,25 +434,27 @@ uint64_t mql_redis_keepalive(mql_redis *r, const char *key, const char *owner, i
     id = k->id = ++r->next_op;
     k->next = r->alive;
     r->alive = k;
-    pthread_cond_signal(&r->cond);
+    pthread_cond_signal(&r->ka_cond);
     pthread_mutex_unlock(&r->mu);
     return id;
 }
 
-void mql_redis_keepalive_stop(mql_redis *r, uint64_t id) {
-    keepalive **pp, *k;
+int mql_redis_keepalive_stop(mql_redis *r, uint64_t id) {
+    keepalive *k;
+    int lost = 0;
     pthread_mutex_lock(&r->mu);
-    for (pp = &r->alive; *pp; pp = &(*pp)->next) {
-        if ((*pp)->id == id) {
-            k = *pp;
-            if (k->busy) {
-                k->cancelled = 1;   /* the thread frees it when the renewal returns */
-            } else {
-                *pp = k->next;
-                keepalive_free(k);
-            }
-            break;
+    for (k = r->alive; k && k->id != id; k = k->next) {
+    }
+    if (k) {
+        /* lost: a renewal said so, or the TTL ran out since the last good one */
+        lost = k->state == KA_LOST || mql_now_ms() - k->last_ok >= k->ttl_ms;
+        if (k->busy) {
+            k->cancelled = 1;   /* the thread frees it when the renewal returns */
+        } else {
+            unlink_keepalive(r, k);
+            keepalive_free(k);
         }
     }
     pthread_mutex_unlock(&r->mu);
+    return lost;
 }

@@ -1,10 +1,12 @@
-/* mql_redis.h -- a Redis client on its own thread (hiredis), for locks and for Lua.
+/* mql_redis.h -- a Redis client on threads of its own (hiredis), for locks and for Lua.
  *
  * The host queues commands and gets their replies as events on a descriptor,
  * exactly like mql_client: nothing here blocks the host or the gRPC thread.
- * One thread owns one synchronous hiredis connection, reconnects when it
- * breaks (every command tries once), and keeps registered locks alive on its
- * own timer, so a lock outlives neither its owner's death nor a busy Lua VM.
+ * A command thread owns one synchronous hiredis link and reconnects when it
+ * breaks (every command tries once); a keepalive thread with a link of its
+ * own keeps registered locks alive, earliest deadline first, so a lock
+ * outlives neither its owner's death nor a busy Lua VM, and no queue of
+ * commands delays its renewal.
  *
  * Scripts go as EVALSHA (the SHA1 computed here) with a fallback to EVAL when
  * the server answers NOSCRIPT, so each script crosses the wire once per server.
@@ -21,9 +23,16 @@ typedef struct mql_redis_config {
     const char *host;            /* with port; or */
     int port;
     const char *unix_path;       /* a unix socket */
+    const char *username;        /* ACL user for AUTH, if set (Redis 6+) */
     const char *password;        /* AUTH after each connect, if set */
     int db;                      /* SELECT after each connect, if > 0 */
     int64_t timeout_ms;          /* connect and command timeout */
+    /* Sentinel: master names the monitored master, nodes are the sentinels.
+     * Cluster: cluster != 0, nodes are seed nodes. Each node "host:port". */
+    const char *master;
+    int cluster;
+    const char *const *nodes;
+    int nnodes;
 } mql_redis_config;
 
 typedef struct mql_redis mql_redis;
@@ -32,6 +41,7 @@ mql_redis *mql_redis_new(const mql_redis_config *cfg, char *err, size_t errlen);
 void mql_redis_free(mql_redis *r);
 int mql_redis_fd(const mql_redis *r);
 mql_event *mql_redis_take_events(mql_redis *r);
+void mql_redis_requeue_events(mql_redis *r, mql_event *list);   /* see mql_events_requeue */
 
 /* A command; the arguments are copied. Its event carries the reply. */
 uint64_t mql_redis_command(mql_redis *r, int argc, const char **argv, const size_t *lens);
@@ -45,6 +55,8 @@ uint64_t mql_redis_eval(mql_redis *r, const char *script, int numkeys, int argc,
  * stops. Returns the keepalive id. */
 uint64_t mql_redis_keepalive(mql_redis *r, const char *key, const char *owner, int64_t ttl_ms,
                              int64_t every_ms, int64_t max_ms);
-void mql_redis_keepalive_stop(mql_redis *r, uint64_t id);
+/* Stops a keepalive; returns 1 if the lock was lost: a renewal found it gone
+ * or taken, or its TTL ran out since the last renewal that worked. */
+int mql_redis_keepalive_stop(mql_redis *r, uint64_t id);
 
 #endif /* MQL_REDIS_H */

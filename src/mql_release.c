@@ -143,8 +143,12 @@ static void ack_send(mql_client *c, mql_release *rel) {
     call = mql_client_call(c, c->broker, MQL_M_ACK, c->request_timeout_ms, MQL_K_ACK, rel->op, rel);
     if (mql_client_unary(c, call, &req.base) < 0) {
         mql_result_fail(&r, "INTERNAL", "ack: grpc refused to start the call");
-        for (i = 0; i < rel->n; i++)
+        for (i = 0; i < rel->n; i++) {
+            /* an entry settled already (BUSY: another release owns that lease) is
+             * not ours to resume */
+            if (rel->settled[i]) continue;
             release_settle_lease(c, rel, i, mql_lease_find(&c->leases, rel->ids[i]), &r);
+        }
         release_post(c, rel);
         mql_release_free(rel);
     }
@@ -194,7 +198,11 @@ void mql_release_on_ack_done(mql_client *c, mql_call *call) {
          * the handle this ack sent */
         l = mql_lease_find(&c->leases, rel->ids[i]);
         r = top;
-        if (resp && call->status == GRPC_STATUS_OK && l) {
+        if (!l) {
+            /* ended by the safety net while the reply was late: its one outcome
+             * is already told (LOST); an "ok" now would be a second one */
+            mql_result_fail(&r, "LEASE_LOST", "the lease ended before the ack's reply came");
+        } else if (resp && call->status == GRPC_STATUS_OK) {
             e = ack_entry_for(resp, l, sent, used);
             if (e) mql_result_from_status(&r, e->status, "AckMessage");
             else mql_result_fail(&r, "PROTOCOL", "AckMessage: no entry answered this message");
@@ -459,6 +467,9 @@ uint64_t mql_client_nack_all(mql_client *c, int64_t delay_ms) {
     acc.ids = mql_xcalloc(c->leases.count, sizeof(uint64_t));
     acc.n = 0;
     mql_lease_each(&c->leases, collect_held, &acc);
+    /* from now on a message a receive still brings is given back at once */
+    c->nacked_all = 1;
+    c->nacked_all_delay_ms = delay_ms;
     op = release_start(c, acc.ids, acc.n, NACK, delay_ms);
     free(acc.ids);
     pthread_mutex_unlock(&c->mu);

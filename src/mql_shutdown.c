@@ -124,7 +124,7 @@ static void *watch_main(void *arg) {
     } while (sig <= 0);
     pthread_mutex_lock(&s->mu);
     s->signo = sig;
-    s->deadline_at = mql_now_ms() + s->deadline_ms;
+    s->deadline_at = mql_now_ms() + s->deadline_ms;   /* deadline_ms may have been extended */
     pthread_mutex_unlock(&s->mu);
     if (write(s->host_pipe[1], "s", 1) < 0) {
         /* the host's pipe is full: it has been told already */
@@ -162,8 +162,13 @@ mql_shutdown *mql_shutdown_new(const int *signals, int nsignals, mql_client **cl
     drain_pipe(signal_pipe[0]);   /* a signal of an earlier watcher is not ours */
     if (nsignals > MAX_SIGNALS) nsignals = MAX_SIGNALS;
     s = mql_xcalloc(1, sizeof(*s));
+    s->host_pipe[0] = s->host_pipe[1] = s->quit_pipe[0] = s->quit_pipe[1] = -1;
     if (make_pipe(s->host_pipe) < 0 || make_pipe(s->quit_pipe) < 0) {
         snprintf(err, errlen, "pipe: %s", strerror(errno));
+        for (i = 0; i < 2; i++) {
+            if (s->host_pipe[i] >= 0) close(s->host_pipe[i]);
+            if (s->quit_pipe[i] >= 0) close(s->quit_pipe[i]);
+        }
         free(s);
         return NULL;
     }
@@ -212,6 +217,7 @@ int mql_shutdown_signal(mql_shutdown *s) {
 void mql_shutdown_extend(mql_shutdown *s, int64_t ms) {
     pthread_mutex_lock(&s->mu);
     if (s->deadline_at) s->deadline_at = mql_now_ms() + ms;
+    else if (ms > s->deadline_ms) s->deadline_ms = ms;   /* a drain begun before any signal */
     pthread_mutex_unlock(&s->mu);
     if (write(s->quit_pipe[1], "e", 1) < 0) {
         /* full pipe: the watcher is awake already */
@@ -228,11 +234,15 @@ void mql_shutdown_done(mql_shutdown *s) {
 }
 
 void mql_shutdown_free(mql_shutdown *s) {
+    unsigned char late = 0;
     int i;
     if (!s) return;
     for (i = 0; i < s->nsignals; i++) sigaction(s->signals[i], &s->old[i], NULL);
     mql_shutdown_done(s);
     if (s->thread_started) pthread_join(s->thread, NULL);
+    /* A signal that came after the host's drain was done reached nobody: give
+     * it back to the process, now under the dispositions it had before us. */
+    if (read(signal_pipe[0], &late, 1) == 1 && late) raise(late);
     for (i = 0; i < s->nclients; i++) mql_client_unref(s->clients[i]);
     close(s->host_pipe[0]);
     close(s->host_pipe[1]);

@@ -38,16 +38,6 @@ int64_t mql_wall_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-void mql_abstime_after(struct timespec *ts, int64_t ms) {
-    clock_gettime(CLOCK_REALTIME, ts);
-    ts->tv_sec += ms / 1000;
-    ts->tv_nsec += (ms % 1000) * 1000000;
-    if (ts->tv_nsec >= 1000000000) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000;
-    }
-}
-
 static int64_t clamp_ms(int64_t v, int64_t lo) {
     return v > MQL_MS_MAX ? MQL_MS_MAX : v < lo ? lo : v;
 }

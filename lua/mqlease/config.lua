@@ -235,7 +235,8 @@ local function read_file(where, field, path)
   local text = f and f:read("a")
   if f then f:close() end
   if not text or text == "" then
-    error(("%s: option 'tls.%s' cannot be read: %s"):format(where, field, err or (path .. ": empty or unreadable")), 4)
+    -- level 5: read_file <- tls_core <- client_core <- consumer/producer.new <- the caller
+    error(("%s: option 'tls.%s' cannot be read: %s"):format(where, field, err or (path .. ": empty or unreadable")), 5)
   end
   return text
 end
@@ -243,7 +244,7 @@ end
 -- The core's TLS fields for a checked tls option: the files are read here,
 -- so a missing or unreadable one raises naming its field. The PEM text goes
 -- to the core only, never into the options a consumer keeps.
-function _M.tls_core(where, tls)
+local function tls_core(where, tls)
   if not tls then return { tls = false } end
   if tls == true then return { tls = true } end
   return {
@@ -253,6 +254,23 @@ function _M.tls_core(where, tls)
     tls_cert_pem = tls.cert_file and read_file(where, "cert_file", tls.cert_file),
     tls_key_pem = tls.key_file and read_file(where, "key_file", tls.key_file),
     tls_server_name = tls.server_name,
+  }
+end
+_M.tls_core = tls_core
+
+-- The fields of core.consumer{} and core.producer{} that both share, from
+-- checked options: where to connect, how to sign, how to encrypt, how long
+-- a call may take. The caller adds its own.
+function _M.client_core(where, o)
+  local cr = o.credentials or {}
+  local t = tls_core(where, o.tls)
+  return {
+    endpoint = _M.endpoint_list(o.endpoints),
+    namespace = o.namespace,
+    access_key = cr.access_key, secret_key = cr.secret_key, security_token = cr.security_token,
+    tls = t.tls, tls_insecure = t.tls_insecure, tls_ca_pem = t.tls_ca_pem,
+    tls_cert_pem = t.tls_cert_pem, tls_key_pem = t.tls_key_pem, tls_server_name = t.tls_server_name,
+    request_timeout_ms = floor(o.request_timeout * 1000),
   }
 end
 

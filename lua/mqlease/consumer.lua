@@ -46,7 +46,8 @@ local lease_mt = {
 -- max_lease (an hour by default). It is nacked instead (visible again after
 -- release_delay) and counted as leases_dropped.
 local function collect_lease(lease)
-  if rawget(lease, "_final") then return end
+  -- let expire on purpose: the handler chose the deadline, not release_delay
+  if rawget(lease, "_final") or rawget(lease, "_let_go") then return end
   local session = rawget(lease, "_session")
   local client = session.client
   if client:closed() or not client:lease(rawget(lease, "id")) then return end
@@ -189,7 +190,10 @@ function message_methods:let_expire()
   local lease = self.lease
   local session = rawget(lease, "_session")
   if session.client:closed() then return nil, "the consumer is closed", "CLOSED" end
-  if session.client:let_expire(rawget(lease, "id")) then return true end
+  if session.client:let_expire(rawget(lease, "id")) then
+    lease._let_go = true
+    return true
+  end
   local err, code = gone_reason(lease, "no lease", "NO_LEASE")
   return nil, err, code
 end
@@ -209,27 +213,20 @@ end
 
 function _M.new(opts)
   local o = config.consumer_options(opts)
-  local cr = o.credentials or {}
-  local tls = config.tls_core("mqlease.consumer", o.tls)
-  local client, start_op = core.consumer {
-    endpoint = config.endpoint_list(o.endpoints),
-    namespace = o.namespace,
-    access_key = cr.access_key, secret_key = cr.secret_key, security_token = cr.security_token,
-    tls = tls.tls, tls_insecure = tls.tls_insecure, tls_ca_pem = tls.tls_ca_pem,
-    tls_cert_pem = tls.tls_cert_pem, tls_key_pem = tls.tls_key_pem, tls_server_name = tls.tls_server_name,
-    request_timeout_ms = floor(o.request_timeout * 1000),
-    group = o.group, topic = o.topic, filter = o.filter, filter_sql = o.filter_type == "sql",
-    invisible_ms = floor(o.invisible * 1000),
-    renew = o.renew,
-    renew_every_ms = o.renew_every and floor(o.renew_every * 1000) or 0,
-    max_renewals = o.max_renewals or -1,
-    max_lease_ms = floor(o.max_lease * 1000),
-    on_budget = o.on_budget,
-    budget_nack_delay_ms = floor(o.release_delay * 1000),
-    on_corrupt = o.on_corrupt,
-    corrupt_nack_delay_ms = floor(o.corrupt_delay * 1000),
-    max_body = o.max_body,
-  }
+  local args = config.client_core("mqlease.consumer", o)
+  args.group, args.topic, args.filter = o.group, o.topic, o.filter
+  args.filter_sql = o.filter_type == "sql"
+  args.invisible_ms = floor(o.invisible * 1000)
+  args.renew = o.renew
+  args.renew_every_ms = o.renew_every and floor(o.renew_every * 1000) or 0
+  args.max_renewals = o.max_renewals or -1
+  args.max_lease_ms = floor(o.max_lease * 1000)
+  args.on_budget = o.on_budget
+  args.budget_nack_delay_ms = floor(o.release_delay * 1000)
+  args.on_corrupt = o.on_corrupt
+  args.corrupt_nack_delay_ms = floor(o.corrupt_delay * 1000)
+  args.max_body = o.max_body
+  local client, start_op = core.consumer(args)
   local session, err, code = session_mod.start(client, start_op, o.start_timeout, "mqlease.consumer")
   if not session then return nil, err, code end
   return setmetatable({
@@ -342,6 +339,9 @@ function consumer_methods:close()
   self._closed = true
   local session = self._session
   local client = session.client
+  -- no receive may bring a message after the nacks (the core also gives back
+  -- at once whatever still arrives once nack_all ran)
+  client:cancel_receives()
   session:await(client:nack_all(floor(self.options.release_delay * 1000)))
   session:pump()
   session:await(client:terminate())

@@ -23,6 +23,10 @@ local COUNTERS = {
   { "mqlease_lease_handoff_total", "Messages found locked by another live owner (take-over race).", { { nil, "handoff" } } },
   { "mqlease_leases_dropped_total", "Messages collected by Lua while their lease was held (never acked or nacked); nacked by the finalizer.",
     { { nil, "leases_dropped" } } },
+  { "mqlease_lock_lost_total", "Redis locks lost while their handler ran (exactly-once policy): lease:alive() turned false.",
+    { { nil, "lock_lost" } } },
+  { "mqlease_redis_unavailable_total", "Messages the exactly-once policy could not lock because Redis did not answer.",
+    { { nil, "redis_unavailable" } } },
   { "mqlease_duplicates_skipped_total", "Redeliveries of messages already done, acked without running.", { { nil, "duplicate_skipped" } } },
   { "mqlease_messages_sent_total", "Messages sent by result.", { { 'result="ok"', "sent_ok" }, { 'result="fail"', "sent_fail" } } },
   { "mqlease_session_reconnects_total", "Times the session connected again: the next endpoint at start, Telemetry re-opened.",
@@ -50,6 +54,9 @@ local HISTOGRAMS = {
 local function num(v)
   if v == math.huge then return "+Inf" end
   if v == math.floor(v) and v < 1e15 then return format("%d", v) end
+  -- the shortest form that reads back as the same number (0.1, not 0.10000000000000001)
+  local short = format("%.15g", v)
+  if tonumber(short) == v then return short end
   return format("%.17g", v)
 end
 

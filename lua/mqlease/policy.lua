@@ -30,8 +30,12 @@ function _M.plain(m, lease, handler)
   return "nack", nil, err ~= nil and tostring(err) or "handler returned false"
 end
 
--- SET lock NX PX ttl and INCR the fence in one round trip. -> {1, fence} | {0, owner}
+-- One atomic step: refuse when the done marker exists, else SET lock NX PX ttl
+-- and INCR the fence. -> {1, fence} | {0, owner} | {2, ''} (done before).
+-- Checking the marker in its own round trip would let an owner finish (mark,
+-- ack, unlock) in between, and this caller would run the handler again.
 local ACQUIRE = [[
+if redis.call('exists', KEYS[3]) == 1 then return {2, ''} end
 if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local fence = redis.call('incr', KEYS[2])
   redis.call('pexpire', KEYS[2], ARGV[3])
@@ -47,6 +51,14 @@ return 0
 ]]
 
 _M.scripts = { acquire = ACQUIRE, release = RELEASE }
+
+-- The keys of one message: { done =, lock =, fence = } (README "Key layout").
+-- They share the hash tag {<id>}, so a Redis Cluster keeps them in one slot
+-- and the lock script, which touches all three, can run there.
+function _M.keys(id, prefix)
+  local base = (prefix or "mqlease:") .. "{" .. id .. "}:"
+  return { done = base .. "done", lock = base .. "lock", fence = base .. "fence" }
+end
 
 local defaults = {
   redis = "127.0.0.1:6379", prefix = "mqlease:", done_ttl = 7 * 86400, lock_ttl = 30,
@@ -109,22 +121,17 @@ function _M.exactly_once(opts)
   return function(m, lease, handler)
     local rc = client()
     local id = m.id
-    local done_key = o.prefix .. "done:" .. id
-    local lock_key = o.prefix .. "lock:" .. id
-    local fence_key = o.prefix .. "fence:" .. id
+    local keys = _M.keys(id, o.prefix)
+    local done_key, lock_key, fence_key = keys.done, keys.lock, keys.fence
 
-    local done, err = rc:call("EXISTS", done_key)
-    if done == nil then return unreachable(m, lease, handler, err) end
-    if done == 1 then
-      -- done before (this is a redelivery): ack without running it again
+    local owner = m.consumer:id() .. "/" .. token()
+    local got, err = rc:eval(ACQUIRE, { lock_key, fence_key, done_key }, { owner, ttl_ms, done_ttl * 1000 })
+    if got == nil then return unreachable(m, lease, handler, err) end
+    if got[1] == 2 then
+      -- done before (a redelivery, or its owner just finished): a known duplicate
       m.consumer:count("duplicate_skipped")
       return "ack"
     end
-
-    local owner = m.consumer:id() .. "/" .. token()
-    local got
-    got, err = rc:eval(ACQUIRE, { lock_key, fence_key }, { owner, ttl_ms, done_ttl * 1000 })
-    if got == nil then return unreachable(m, lease, handler, err) end
     if got[1] == 0 then
       -- another live owner holds it: the take-over race
       m.consumer:count("handoff")
@@ -136,7 +143,12 @@ function _M.exactly_once(opts)
       function() lease:_lock_lost() end)
 
     local ok, res, herr = pcall(handler, m, lease)
-    rc:keepalive_stop(keepalive)
+    if rc:keepalive_stop(keepalive) then
+      -- the lock lapsed or was taken while the handler ran (a slow or failed-over
+      -- Redis): another instance may have run it too; its fence is the newer one
+      lease:_lock_lost()
+      m.consumer:count("lock_lost")
+    end
     local function release() rc:eval(RELEASE, { lock_key }, { owner }) end
     if ok and res then
       -- the done marker first: a redelivery from now on is acked without running

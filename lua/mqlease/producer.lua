@@ -13,17 +13,9 @@ local mt = { __name = "mqlease.producer", __index = methods }
 
 function _M.new(opts)
   local o = config.producer_options(opts)
-  local cr = o.credentials or {}
-  local tls = config.tls_core("mqlease.producer", o.tls)
-  local client, start_op = core.producer {
-    endpoint = config.endpoint_list(o.endpoints),
-    namespace = o.namespace,
-    access_key = cr.access_key, secret_key = cr.secret_key, security_token = cr.security_token,
-    tls = tls.tls, tls_insecure = tls.tls_insecure, tls_ca_pem = tls.tls_ca_pem,
-    tls_cert_pem = tls.tls_cert_pem, tls_key_pem = tls.tls_key_pem, tls_server_name = tls.tls_server_name,
-    request_timeout_ms = floor(o.request_timeout * 1000),
-    topics = o.topics,
-  }
+  local args = config.client_core("mqlease.producer", o)
+  args.topics = o.topics
+  local client, start_op = core.producer(args)
   local session, err, code = session_mod.start(client, start_op, o.start_timeout, "mqlease.producer")
   if not session then return nil, err, code end
   return setmetatable({ options = o, _session = session, _closed = false, _routes = {} }, mt)

@@ -1,10 +1,12 @@
 -- mqlease.redis: a Redis client whose calls never block other handlers.
 --
 --   local r = mqlease.redis("127.0.0.1:6379")      -- or "unix:/run/redis.sock",
---   r:call("INCR", "k")                             -- or { address=, password=, db=, timeout= }
+--   r:call("INCR", "k")                             -- or { address=, username=, password=, db=, timeout= }
+--   mqlease.redis { sentinels = {"h:26379", ...}, master = "mymaster", password=, db= }
+--   mqlease.redis { cluster = {"h:7000", ...}, username=, password= }
 --
--- Commands run on a C thread (hiredis); inside mqlease.run or cqueues a call
--- yields until its reply, elsewhere it blocks. Replies: strings, integers,
+-- Commands run on a C thread (hiredis); a call waits for its reply through
+-- mqlease.wait: it yields inside mqlease.run, cqueues or nginx, else blocks. Replies: strings, integers,
 -- arrays (tables), mqlease.null for a nil reply, "OK" for a status. A Redis
 -- error reply returns nil, message, "REDIS_ERROR"; no connection returns
 -- nil, message, "UNAVAILABLE" (or "TIMEOUT"); bad arguments raise.
@@ -20,6 +22,35 @@ local _M = { null = core.null }
 local methods = {}
 local mt = { __index = methods, __name = "mqlease.redis" }
 
+local function node_list(k, v)
+  if type(v) ~= "table" or #v == 0 then
+    error(("mqlease.redis: option '%s' must be a list of \"host:port\" strings"):format(k), 4)
+  end
+  local out = {}
+  for i, a in ipairs(v) do
+    if type(a) ~= "string" or not a:match("^.+:%d+$") then
+      error(("mqlease.redis: option '%s' must be a list of \"host:port\" strings (entry %d: %s)"):format(
+        k, i, tostring(a)), 4)
+    end
+    out[i] = a
+  end
+  return out
+end
+
+local function set_address(cfg, v)
+  if type(v) ~= "string" then error("mqlease.redis: option 'address' must be a string", 4) end
+  local path = v:match("^unix:(.+)$")
+  if path then
+    cfg.unix = path
+  else
+    local host, port = v:match("^([^:]+):(%d+)$")
+    if not host then error(("mqlease.redis: option 'address' must be host:port or unix:/path (got %q)"):format(v), 4) end
+    cfg.host, cfg.port = host, tonumber(port)
+  end
+end
+
+local KNOWN = "address, sentinels, master, cluster, username, password, db, timeout"
+
 local function parse(opts)
   if type(opts) == "string" then opts = { address = opts } end
   if type(opts) ~= "table" then
@@ -28,18 +59,14 @@ local function parse(opts)
   local cfg = { timeout_ms = 1000 }
   for k, v in pairs(opts) do
     if k == "address" then
-      if type(v) ~= "string" then error("mqlease.redis: option 'address' must be a string", 3) end
-      local path = v:match("^unix:(.+)$")
-      if path then
-        cfg.unix = path
-      else
-        local host, port = v:match("^([^:]+):(%d+)$")
-        if not host then error(("mqlease.redis: option 'address' must be host:port or unix:/path (got %q)"):format(v), 3) end
-        cfg.host, cfg.port = host, tonumber(port)
-      end
-    elseif k == "password" then
-      if type(v) ~= "string" then error("mqlease.redis: option 'password' must be a string", 3) end
-      cfg.password = v
+      set_address(cfg, v)
+    elseif k == "sentinels" then
+      cfg.nodes = node_list(k, v)
+    elseif k == "cluster" then
+      cfg.nodes, cfg.cluster = node_list(k, v), true
+    elseif k == "master" or k == "username" or k == "password" then
+      if type(v) ~= "string" or v == "" then error(("mqlease.redis: option '%s' must be a string"):format(k), 3) end
+      cfg[k] = v
     elseif k == "db" then
       if type(v) ~= "number" or v < 0 or v ~= floor(v) then error("mqlease.redis: option 'db' must be an integer >= 0", 3) end
       cfg.db = v
@@ -47,10 +74,14 @@ local function parse(opts)
       if type(v) ~= "number" or v <= 0 or v > 60 then error("mqlease.redis: option 'timeout' must be seconds in (0, 60]", 3) end
       cfg.timeout_ms = floor(v * 1000)
     else
-      error(("mqlease.redis: unknown option '%s' (known: address, db, password, timeout)"):format(tostring(k)), 3)
+      error(("mqlease.redis: unknown option '%s' (known: %s)"):format(tostring(k), KNOWN), 3)
     end
   end
-  if not cfg.host and not cfg.unix then error("mqlease.redis: option 'address' is required", 3) end
+  local modes = (opts.address and 1 or 0) + (opts.sentinels and 1 or 0) + (opts.cluster and 1 or 0)
+  if modes ~= 1 then error("mqlease.redis: give exactly one of the options 'address', 'sentinels', 'cluster'", 3) end
+  if opts.sentinels and not opts.master then error("mqlease.redis: option 'master' is required with 'sentinels'", 3) end
+  if opts.master and not opts.sentinels then error("mqlease.redis: option 'master' needs 'sentinels'", 3) end
+  if opts.cluster and (opts.db or 0) ~= 0 then error("mqlease.redis: option 'db' must be 0 with 'cluster'", 3) end
   return cfg
 end
 
@@ -109,13 +140,15 @@ function methods:keepalive(key, owner, ttl, every, max, on_lost)
   return id
 end
 
--- Stops a keepalive; returns true if it had been lost meanwhile.
+-- Stops a keepalive; returns true if it had been lost meanwhile (a renewal
+-- found the key gone or taken, or the TTL ran out since the last renewal).
 function methods:keepalive_stop(id)
+  local lapsed = false
   if not self._session.client:closed() then
-    self._session.client:keepalive_stop(id)
+    lapsed = self._session.client:keepalive_stop(id)
     self._session:pump()
   end
-  local lost = self._lost[id] == true
+  local lost = lapsed or self._lost[id] == true
   self._lost[id], self._on_lost[id] = nil, nil
   return lost
 end

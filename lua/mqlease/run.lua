@@ -13,13 +13,10 @@
 
 local core = require "mqlease.core"
 local config = require "mqlease.config"
-local scheduler_mod = require "mqlease.scheduler"
 local wait = require "mqlease.wait"
 local policy_mod = require "mqlease.policy"
 
 local min, floor = math.min, math.floor
-local PARK = scheduler_mod.PARK
-local coroutine_yield = coroutine.yield
 
 local function default_nack_delay(attempt)
   return min(2 ^ ((attempt or 1) - 1), 60)
@@ -46,7 +43,11 @@ return function(consumer, handler, opts)
   local batch = consumer.options.batch
   local client = consumer._session.client
 
-  local sched = scheduler_mod.new()
+  -- tasks in the caller's event loop (mqlease.scheduler in plain Lua)
+  local sched = wait.scheduler()
+  if o.signals and not sched.watch then
+    error("mqlease.run: option 'signals' must be false in this event loop (it owns the signals; use 'stop')", 2)
+  end
   local st = {
     stopping = false, done = false, reason = nil,
     queue = {}, qhead = 1, qtail = 0,   -- received, not started yet (still leases, renewed)
@@ -115,7 +116,7 @@ return function(consumer, handler, opts)
   receiver = sched:spawn(function()
     while not st.stopping do
       if st.inflight >= o.max_inflight or st.bytes >= o.max_inflight_bytes then
-        coroutine_yield(PARK)   -- a finishing handler wakes us
+        sched:park()   -- a finishing handler wakes us
       else
         local msgs, err, code = consumer:receive(min(batch, o.max_inflight - st.inflight))
         if msgs then
@@ -139,6 +140,7 @@ return function(consumer, handler, opts)
       end
     end
     receiver = nil
+    if drainer then sched:wake(drainer) end
   end)
 
   local watcher
@@ -149,6 +151,9 @@ return function(consumer, handler, opts)
 
   local function drain()
     local grace_deadline = core.now() + o.grace
+    -- the whole drain from here: the watcher's clock started at the signal,
+    -- ours may start later (or without a signal: run_for, stop)
+    if watcher then watcher:extend(o.grace + drain_extension) end
     client:cancel_receives()
     if receiver then sched:wake(receiver) end
     -- 1. what never started goes back at once
@@ -163,18 +168,29 @@ return function(consumer, handler, opts)
     -- 2. running handlers may finish until grace (mode "wait")
     if o.mode == "wait" then
       while st.nrunning > 0 and core.now() < grace_deadline do
-        coroutine_yield(wait.pollable(nil, grace_deadline))
+        sched:park(grace_deadline)   -- a finishing handler wakes us
       end
     end
     -- 3. what still runs is given back; its handler's later ack will fail, never double
+    -- (all at once: one at a time, n slow nacks would outlast any deadline)
     if watcher then watcher:extend(drain_extension) end
+    local pending = 0
     for m in pairs(st.running) do
-      if m.lease:alive() and m:nack(release_delay) then st.drained = st.drained + 1 end
+      if m.lease:alive() then
+        pending = pending + 1
+        sched:spawn(function()
+          if m:nack(release_delay) then st.drained = st.drained + 1 end
+          pending = pending - 1
+          if pending == 0 and drainer then sched:wake(drainer) end
+        end)
+      end
     end
+    local nack_deadline = core.now() + drain_extension
+    while pending > 0 and core.now() < nack_deadline do sched:park(nack_deadline) end
     -- 4. wait for the receiver's cancelled call, so no lease arrives after close
     local flush_deadline = core.now() + 2
     while receiver and core.now() < flush_deadline do
-      coroutine_yield(wait.pollable(nil, min(flush_deadline, core.now() + 0.05)))
+      sched:park(flush_deadline)   -- the receiver wakes us when it ends
     end
     st.done = true
   end

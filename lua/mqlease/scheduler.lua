@@ -1,17 +1,19 @@
 -- mqlease.scheduler: a small coroutine scheduler over poll(2).
 --
--- Each task is a coroutine. When it must wait it yields a pollable (see
--- mqlease.wait): a descriptor and/or a deadline; or the token PARK, to sleep
--- until another task calls wake(). One loop turn polls every descriptor that
+-- Each task is a coroutine. When it must wait it yields what it waits for
+-- (see mqlease/loop/run.lua): a table { fd =, deadline = }, a descriptor
+-- and/or a deadline; or the token PARK, to sleep until another task calls
+-- wake() (park() does either). One loop turn polls every descriptor that
 -- tasks wait on, with the nearest deadline as timeout, then resumes every task
 -- whose descriptor is readable or whose deadline passed -- all waiters of one
 -- descriptor together, since the first to run may drain results meant for
 -- the others.
 
 local core = require "mqlease.core"
-local wait = require "mqlease.wait"
+local run_adapter = require "mqlease.loop.run"
 
 local coroutine_create, coroutine_resume, coroutine_status = coroutine.create, coroutine.resume, coroutine.status
+local coroutine_yield = coroutine.yield
 local coroutine_close = coroutine.close   -- nil on LuaJIT
 local setmetatable, pairs, type, select = setmetatable, pairs, type, select
 local unpack = table.unpack or unpack   -- LuaJIT
@@ -25,7 +27,7 @@ _M.PARK = PARK
 
 function _M.new(on_error)
   local self = setmetatable({
-    tasks = {},       -- co -> what it waits for: false (ready), PARK, or a pollable
+    tasks = {},       -- co -> what it waits for: false (ready), PARK, or { fd =, deadline = }
     count = 0,
     on_error = on_error or function(_, err) io.stderr:write("mqlease: task failed: ", tostring(err), "\n") end,
     extra = {},       -- fd -> callback, for descriptors the loop itself watches (signals)
@@ -51,6 +53,12 @@ end
 -- early wake-up only costs one more check.
 function methods:wake(co)
   if self.tasks[co] then self.tasks[co] = false end
+end
+
+-- The running task sleeps until wake(), or until deadline (core.now()
+-- seconds) when one is given.
+function methods:park(deadline)
+  coroutine_yield(deadline and { deadline = deadline } or PARK)
 end
 
 -- Calls cb() whenever fd is readable (the loop's own descriptors).
@@ -130,13 +138,13 @@ end
 -- Runs until every task has finished, or until stop() returns true; stop is
 -- asked after every round of tasks, so it is never late by a poll.
 function methods:loop(stop)
-  local previous = wait.set_scheduler(self)
+  local previous = run_adapter.set_scheduler(self)
   while self.count > 0 do
     self:run_ready()
     if (stop and stop()) or self.count == 0 then break end
     self:poll(1)
   end
-  wait.set_scheduler(previous)
+  run_adapter.set_scheduler(previous)
 end
 
 return _M

@@ -69,7 +69,9 @@ function methods:await(op, deadline)
       return ev
     end
     if deadline and core.now() >= deadline then return nil end
-    wait.wait(self.client:fd(), deadline and deadline or core.now() + 1)
+    -- closed by another coroutine meanwhile: no result will come
+    if self.client:closed() then return { ok = false, err = "the client is closed", code = "CLOSED" } end
+    wait.wait(self.client:fd(), deadline or core.now() + 1)
   end
 end
 
@@ -88,10 +90,8 @@ end
 function methods:close()
   local client = self.client
   if client:closed() then return end
-  local cq = package.loaded.cqueues
-  -- cqueues must forget the descriptor before it is closed, or its next
-  -- update fails with EBADF
-  if cq and cq.cancel then pcall(cq.cancel, client:fd()) end
+  -- every event loop must forget the descriptor before it is closed
+  wait.forget(client:fd())
   client:close()
 end
 

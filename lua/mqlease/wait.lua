@@ -1,77 +1,123 @@
 -- mqlease.wait: the one way mqlease waits for its core.
 --
--- The core never blocks; it makes a descriptor readable when results wait.
--- Waiting for it is chosen per call, from where the caller runs:
---   * inside a coroutine of mqlease's own scheduler: yield to the scheduler;
---   * inside a cqueues controller: cqueues.poll (the "pollable" convention);
---   * anywhere else: block in poll(2) with a timeout (core.wait).
--- A scheduler registers itself with set_scheduler; adapters stay out of the core.
+-- The core never blocks: every operation returns at once and its result
+-- arrives later, with the core's descriptor turning readable. How a caller
+-- waits for that descriptor depends on the event loop it runs in; each loop
+-- has a small adapter in mqlease/loop/, and this module picks the first one
+-- that owns the running coroutine, asked in this order:
+--
+--   run      a task of mqlease's own scheduler (mqlease.run in plain Lua)
+--   ngx      a light thread inside nginx (OpenResty: timers, content, ...)
+--   cqueues  a coroutine under a cqueues controller
+--   poll     anything else: block in poll(2) (a plain script, a main thread)
+--
+-- The adapter contract (write one for luv, lua-ev, ... and pass it to use()):
+--
+--   adapter.name               a short name, for messages
+--   adapter.owns(co, main)     true when adapter can suspend the running
+--                              coroutine co (main: co is the main thread);
+--                              must be cheap, it is asked on every wait
+--   adapter.wait(fd, deadline) suspend until fd (an integer descriptor, or nil)
+--                              is readable or deadline (core.now() seconds, or
+--                              nil = no bound) passes. Returning early is
+--                              allowed: every caller re-checks in a loop. Many
+--                              coroutines may wait for one fd at once: wake
+--                              them all, since the first to run drains the
+--                              results of every one.
+--   adapter.sleep(s)           suspend s seconds
+--   adapter.forget(fd)         fd is about to be closed: drop any
+--                              registration of it (called on every adapter
+--                              that was loaded, whoever waited last)
+--   adapter.scheduler(on_error) optional: the tasks mqlease.run uses in this
+--                              loop (spawn, park, wake, owns, loop; see
+--                              mqlease/loop/ngx.lua); without it mqlease.run
+--                              uses mqlease.scheduler, which blocks in poll(2).
+--
+-- The descriptor is level-triggered and results stay queued until somebody
+-- reads them, so a waiter never misses a wake-up that came before it waited.
 
 local core = require "mqlease.core"
 
-local coroutine_running, coroutine_yield = coroutine.running, coroutine.yield
+local coroutine_running = coroutine.running
+local ipairs, pairs, type, error, require, tostring = ipairs, pairs, type, error, require, tostring
 
 local _M = {}
 
-local scheduler -- the running mqlease.scheduler, which answers scheduler:owns(co)
+local adapters = {}   -- in the order they are asked; "poll" always last
+local loaded = {}     -- name -> adapter, every adapter ever picked or added
 
--- Installs the running scheduler (nil for none); returns the previous one.
-function _M.set_scheduler(s)
-  local previous = scheduler
-  scheduler = s
-  return previous
+local function load(name)
+  local a = require("mqlease.loop." .. name)
+  loaded[name] = a
+  return a
 end
 
--- A pollable object for cqueues and for the scheduler.
-local pollable_mt = {
-  __index = {
-    pollfd = function(self) return self.fd end,
-    events = function() return "r" end,
-    timeout = function(self)
-      if not self.deadline then return nil end
-      local left = self.deadline - core.now()
-      return left > 0 and left or 0
-    end,
-  },
+-- The built-in adapters, each loaded only when its loop is present.
+local run_adapter = load("run")
+local poll_adapter = load("poll")
+local BUILTIN = {
+  { name = "run", present = function() return true end },
+  { name = "ngx", present = function() return package.loaded.ngx ~= nil end },
+  { name = "cqueues", present = function() return package.loaded.cqueues ~= nil end },
 }
 
-function _M.pollable(fd, deadline)
-  return setmetatable({ fd = fd, deadline = deadline }, pollable_mt)
+local function check(adapter)
+  if type(adapter) ~= "table" then error("mqlease.wait.use: an adapter table expected", 3) end
+  for _, f in ipairs({ "owns", "wait", "sleep", "forget" }) do
+    if type(adapter[f]) ~= "function" then
+      error(("mqlease.wait.use: the adapter lacks function '%s'"):format(f), 3)
+    end
+  end
 end
 
--- Waits until fd is readable or deadline (core.now() seconds; nil = forever) passes.
+-- Adds an adapter of your own; it is asked before the built-in ones.
+function _M.use(adapter)
+  check(adapter)
+  table.insert(adapters, 1, adapter)
+  loaded[adapter.name or tostring(adapter)] = adapter
+end
+
+-- The adapter that owns the running coroutine.
+function _M.adapter()
+  local co, main = coroutine_running()
+  for _, a in ipairs(adapters) do
+    if a.owns(co, main) then return a end
+  end
+  for _, b in ipairs(BUILTIN) do
+    local a = loaded[b.name]
+    if not a and b.present() then a = load(b.name) end
+    if a and a.owns(co, main) then return a end
+  end
+  return poll_adapter
+end
+
+-- Waits until fd is readable or deadline (core.now() seconds; nil = forever)
+-- passes; may return early.
 function _M.wait(fd, deadline)
-  local co, main = coroutine_running()
-  if co and not main and scheduler and scheduler:owns(co) then
-    coroutine_yield(_M.pollable(fd, deadline))
-    return
-  end
-  local cq = package.loaded.cqueues
-  if co and not main and cq and cq.running and cq.running() then
-    local left = deadline and deadline - core.now()
-    if left and left < 0 then left = 0 end
-    cq.poll(_M.pollable(fd, deadline), left)
-    return
-  end
-  local left = deadline and deadline - core.now() or -1
-  if deadline and left < 0 then left = 0 end
-  core.wait(fd, left)
+  return _M.adapter().wait(fd, deadline)
 end
 
--- Sleeps s seconds: yields inside a scheduler or cqueues coroutine, blocks outside.
+-- Sleeps s seconds without blocking the loop the caller runs in.
 function _M.sleep(s)
-  local co, main = coroutine_running()
-  local deadline = core.now() + s
-  if co and not main and scheduler and scheduler:owns(co) then
-    while core.now() < deadline do coroutine_yield(_M.pollable(nil, deadline)) end
-    return
-  end
-  local cq = package.loaded.cqueues
-  if co and not main and cq and cq.running and cq.running() then
-    cq.sleep(s)
-    return
-  end
-  core.sleep(s)
+  return _M.adapter().sleep(s)
 end
+
+-- Call before closing fd.
+function _M.forget(fd)
+  for _, a in pairs(loaded) do a.forget(fd) end
+end
+
+-- The scheduler mqlease.run drives in the caller's loop.
+function _M.scheduler(on_error)
+  local a = _M.adapter()
+  if a.scheduler then return a.scheduler(on_error) end
+  return require("mqlease.scheduler").new(on_error)
+end
+
+-- The own scheduler registers itself here while it runs.
+_M.set_scheduler = run_adapter.set_scheduler
+
+-- Deadlines are core.now() seconds.
+_M.now = core.now
 
 return _M

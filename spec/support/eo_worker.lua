@@ -10,8 +10,14 @@
 --   EO_ON_LOCKED     "defer" (default) or "ack"
 --   EO_CONCURRENCY   handlers at once, and messages held at once (default 64)
 --   EO_RUN_FOR       seconds to run (default 30); EO_GRACE: grace at the end (default 15)
--- Log lines: "ready", "run <id> <attempt> <fence>", "effect <id>", and at the end
--- "metrics handoff=N duplicate_skipped=N acks=N expire_while_alive=N".
+--   EO_SENTINELS     "h:p,h:p,...": the policy's Redis is Sentinel-managed (with EO_MASTER)
+--   EO_CLUSTER       "h:p,h:p,...": the policy's Redis is a Cluster
+--   EO_FENCED        "1": the effect is a fence-checked write: the business store keeps the
+--                    highest fence seen per message and rejects a write with an older one
+-- The business store is always the single Redis on REDIS_PORT.
+-- Log lines: "ready", "run <id> <attempt> <fence>", "effect <id>", "stale <id> <fence>"
+-- (a write the fence check rejected), and at the end
+-- "metrics handoff=N duplicate_skipped=N acks=N expire_while_alive=N acked=N lock_lost=N redis_unavailable=N".
 package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
 package.cpath = "build/?.so;" .. package.cpath
 local mqlease = require "mqlease"
@@ -31,13 +37,42 @@ local consumer = assert(mqlease.consumer { endpoints = endpoints, group = group,
   invisible = 10, await = 2, max_renewals = max_renewals, batch = 32 })
 local address = "127.0.0.1:" .. redis_port
 local business = mqlease.redis(address)
+local function list(s)
+  local out = {}
+  for a in s:gmatch("[^,]+") do out[#out + 1] = a end
+  return out
+end
+local lock_redis = address
+if env("EO_SENTINELS", nil) then
+  lock_redis = { sentinels = list(env("EO_SENTINELS")), master = env("EO_MASTER", "mymaster"), timeout = 0.5 }
+elseif env("EO_CLUSTER", nil) then
+  lock_redis = { cluster = list(env("EO_CLUSTER")), timeout = 0.5 }
+end
+local fenced = env("EO_FENCED", "0") == "1"
+-- the fence-checking writer: applies the effect only with a fence newer than any seen
+local FENCED_WRITE = [[
+local seen = tonumber(redis.call('get', KEYS[2]) or '0')
+if tonumber(ARGV[1]) <= seen then return 0 end
+redis.call('set', KEYS[2], ARGV[1])
+redis.call('incr', KEYS[1])
+return 1
+]]
 log:write("ready\n")
 
 local summary = mqlease.run(consumer, function(m, lease)
   log:write(("run %s %d %s\n"):format(m.id, m.delivery_attempt, tostring(lease.fence)))
   mqlease.sleep(math.random() < slow_share and slow or work)
   if fail then return false, "failing on purpose" end
-  assert(business:call("INCR", "biz:" .. m.id))
+  if fenced then
+    local applied = assert(business:eval(FENCED_WRITE, { "biz:" .. m.id, "bizfence:" .. m.id },
+      { lease.fence }))
+    if applied ~= 1 then
+      log:write(("stale %s %s\n"):format(m.id, tostring(lease.fence)))
+      return false, "stale fence"
+    end
+  else
+    assert(business:call("INCR", "biz:" .. m.id))
+  end
   log:write(("effect %s\n"):format(m.id))
   return true
 end, {
@@ -45,11 +80,12 @@ end, {
   signals = false, run_for = tonumber(env("EO_RUN_FOR", "30")),
   grace = tonumber(env("EO_GRACE", "15")),
   nack_delay = 0, on_error = function() end,
-  policy = mqlease.policy.exactly_once { redis = address, on_locked = env("EO_ON_LOCKED", "defer"),
+  policy = mqlease.policy.exactly_once { redis = lock_redis, on_locked = env("EO_ON_LOCKED", "defer"),
     defer_delay = 2, fail_delay = 1, lock_ttl = 15 },
 })
 local m = consumer:metrics()
-log:write(("metrics handoff=%d duplicate_skipped=%d acks=%d expire_while_alive=%d acked=%d\n"):format(
-  m.handoff or 0, m.duplicate_skipped or 0, m.acks_ok or 0, m.expire_while_alive or 0, summary.acked))
+log:write(("metrics handoff=%d duplicate_skipped=%d acks=%d expire_while_alive=%d acked=%d lock_lost=%d redis_unavailable=%d\n"):format(
+  m.handoff or 0, m.duplicate_skipped or 0, m.acks_ok or 0, m.expire_while_alive or 0, summary.acked,
+  m.lock_lost or 0, m.redis_unavailable or 0))
 business:close()
 log:close()

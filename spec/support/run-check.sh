@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run-check.sh C_TEST... -- the server-free tier (`make check`): runs each C test
-# program, then the busted specs under spec/unit on the sanitizer build, and
-# prints one closing line for both. Needs no broker and no Redis.
+# program, then the busted specs under spec/unit on the sanitizer build and on
+# LuaJIT, and prints one closing line for all. Needs no broker and no Redis.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
@@ -16,6 +16,10 @@ if compgen -G "spec/unit/*_spec.lua" >/dev/null; then
   ASAN_LIB=$(gcc -print-file-name=libasan.so)
   LD_PRELOAD="$ASAN_LIB" lua5.4 /usr/bin/busted --lpath='lua/?.lua;lua/?/init.lua;spec/?.lua' \
     --cpath='build/san/?.so' -o spec/support/summary.lua spec/unit 2>&1 | tee -a "$log" || status=1
+  # the same specs on LuaJIT 2.1 (OpenResty's VM), against build/luajit
+  echo "check: LuaJIT 2.1 pass"
+  luajit /usr/bin/busted --lpath='lua/?.lua;lua/?/init.lua;spec/?.lua' --cpath='build/luajit/?.so' \
+    -o spec/support/summary.lua spec/unit 2>&1 | tee -a "$log" || status=1
 fi
 awk '/[0-9]+ passed, [0-9]+ failed/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "check: %d passed, %d failed\n", p, f }' "$log"

@@ -1,0 +1,42 @@
+/* mql_redis_cluster_fuzz.c -- libFuzzer target for what a Redis Cluster node
+ * sends back and mqlease parses: any RESP reply fed to the CLUSTER SLOTS slot
+ * map loader, and any error text fed to the MOVED/ASK parser and the slot
+ * function. Nothing here may crash, read out of bounds or map a slot to a
+ * node that does not exist. */
+#include <hiredis/hiredis.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mql_redis_cluster.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void check_map(const mql_cluster *cl) {
+    for (int s = 0; s < MQL_CLUSTER_SLOTS; s++)
+        if (cl->slot_node[s] >= cl->nnodes) abort();
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    static mql_cluster cl;
+    redisReader *reader = redisReaderCreate();
+    void *reply = NULL;
+    char *text = malloc(size + 1), host[128];
+    int slot, port;
+    memcpy(text, data, size);
+    text[size] = '\0';
+    mql_cluster_init(&cl);
+    redisReaderFeed(reader, (const char *)data, size);
+    if (redisReaderGetReply(reader, &reply) == REDIS_OK && reply) {
+        mql_cluster_load_slots(&cl, reply);
+        check_map(&cl);
+        freeReplyObject(reply);
+    }
+    redisReaderFree(reader);
+    if (mql_cluster_redirect(text, &slot, host, sizeof(host), &port) &&
+        (slot < 0 || slot >= MQL_CLUSTER_SLOTS || port <= 0 || port > 65535))
+        abort();
+    if (mql_cluster_slot(text, size) >= MQL_CLUSTER_SLOTS) abort();
+    free(text);
+    return 0;
+}

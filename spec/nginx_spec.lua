@@ -1,0 +1,335 @@
+-- Consumers inside nginx workers (Debian's nginx + libnginx-mod-http-lua,
+-- LuaJIT build of the core): two workers drain 500 messages under the
+-- exactly-once policy while HTTP requests keep being answered, through an
+-- `nginx -s reload` and an `nginx -s quit` (then a fresh start): every
+-- message's business effect happens exactly once, and /metrics is valid
+-- Prometheus text. nginx is stopped whatever happens.
+
+local mqlease = require "mqlease"
+local env = require "support.env"
+
+-- Debian's paths; the variables point elsewhere (e.g. at a copy of the same
+-- packages unpacked outside dpkg, with LD_LIBRARY_PATH for its LuaJIT).
+local NGINX = os.getenv("MQLEASE_NGINX") or "/usr/sbin/nginx"
+local MODULES = os.getenv("MQLEASE_NGINX_MODULES") or "/usr/lib/nginx/modules"
+local EXTRA_LUA = os.getenv("MQLEASE_NGINX_LUA_PATH") or ""   -- e.g. where resty/core.lua lives
+local PORT = 18931
+local MESSAGES = 500
+
+-- Shell commands run without the sanitizer runtime the specs preload (pgrep
+-- hangs under it, and nginx is not a sanitizer build).
+local function clean(cmd)
+  return "env -u LD_PRELOAD sh -c '" .. cmd:gsub("'", "'\\''") .. "'"
+end
+
+local function exists(path)
+  local f = io.open(path)
+  if f then f:close() end
+  return f ~= nil
+end
+
+-- A process that has exited but waits to be reaped counts as gone.
+local function alive(pid)
+  if not pid then return false end
+  local state = env.read("/proc/" .. pid .. "/stat"):match("^%d+ %b() (%a)")
+  return state ~= nil and state ~= "Z"
+end
+
+-- ------------------------------------------------------------ nginx control
+
+local nginx = {}
+nginx.__index = nginx
+
+local function new_nginx(conf_text)
+  local self = setmetatable({ prefix = ("/tmp/mqlease-ngx-%s"):format(env.run_id), masters = {} }, nginx)
+  env.sh(("rm -rf %s && mkdir -p %s/conf %s/logs"):format(self.prefix, self.prefix, self.prefix))
+  local f = assert(io.open(self.prefix .. "/conf/nginx.conf", "w"))
+  f:write((conf_text:gsub("@PREFIX@", self.prefix)))
+  f:close()
+  return self
+end
+
+function nginx:cmd(args)
+  return env.execute(clean(("%s -p %s -c conf/nginx.conf %s >>%s/logs/cmd.log 2>&1"):format(NGINX, self.prefix, args, self.prefix)))
+end
+
+-- Signals go straight to the master (what `nginx -s` does, without parsing
+-- the configuration again): HUP reload, QUIT graceful stop, TERM fast stop.
+function nginx:signal(sig)
+  local m = self:master()
+  return m ~= nil and env.execute(clean(("kill -%s %d"):format(sig, m)))
+end
+
+function nginx:master()
+  local pid = tonumber(env.read(self.prefix .. "/logs/nginx.pid"):match("%d+"))
+  return alive(pid) and pid or nil
+end
+
+function nginx:workers()
+  local m = self:master()
+  if not m then return {} end
+  local out = {}
+  for pid in env.sh(clean("pgrep -P " .. m .. " || true")):gmatch("%d+") do out[#out + 1] = tonumber(pid) end
+  return out
+end
+
+function nginx:start()
+  assert(self:cmd(""), "nginx did not start:\n" .. env.read(self.prefix .. "/logs/cmd.log")
+    .. env.read(self.prefix .. "/logs/error.log"))
+  env.wait_for(function() return self:master() ~= nil end, 10, "the nginx master")
+  self.masters[#self.masters + 1] = self:master()
+end
+
+-- Waits for every master this spec started to be gone.
+function nginx:wait_gone(timeout)
+  env.wait_for(function()
+    for _, pid in ipairs(self.masters) do if alive(pid) then return false end end
+    return true
+  end, timeout, "nginx to exit")
+end
+
+-- Whatever happened: a fast stop, then SIGKILL for anything left.
+function nginx:stop()
+  for _, pid in ipairs(self.masters) do
+    if alive(pid) then env.execute(clean("kill -TERM " .. pid)) end
+  end
+  local deadline = mqlease.now() + 10
+  while mqlease.now() < deadline do
+    local any = false
+    for _, pid in ipairs(self.masters) do any = any or alive(pid) end
+    if not any then return end
+    mqlease.sleep(0.1)
+  end
+  for _, pid in ipairs(self.masters) do
+    if alive(pid) then
+      env.execute(clean("pkill -KILL -P " .. pid .. " 2>/dev/null; kill -KILL " .. pid .. " 2>/dev/null"))
+    end
+  end
+end
+
+-- ------------------------------------------------------------ HTTP
+
+local function curl(path)
+  return env.sh(clean(("curl -sf --max-time 5 http://127.0.0.1:%d%s"):format(PORT, path)))
+end
+
+-- n requests from each of `clients` parallel curls (a new connection each,
+-- so both workers answer); returns the sorted response times in seconds.
+local function latencies(clients, n)
+  local cmd = ("for c in $(seq %d); do curl -s -H 'Connection: close' -w '\\n%%{http_code} %%{time_total}\\n'"
+    .. " 'http://127.0.0.1:%d/ping?[1-%d]' & done; wait"):format(clients, PORT, n)
+  local times, failed = {}, 0
+  for code, t in env.sh(clean(cmd)):gmatch("(%d%d%d) (%d+%.%d+)") do
+    if code == "200" then times[#times + 1] = tonumber(t) else failed = failed + 1 end
+  end
+  table.sort(times)
+  return times, failed
+end
+
+-- ------------------------------------------------------------ Prometheus text
+
+local TYPES = { counter = true, gauge = true, histogram = true, summary = true, untyped = true }
+
+-- Parses the text exposition format 0.0.4; raises on a malformed line.
+-- Returns family name -> { type =, samples = { { name =, labels =, value = } } }.
+local function parse_prometheus(text)
+  local families = {}
+  local n = 0
+  for line in text:gmatch("[^\n]*") do
+    n = n + 1
+    if line == "" then
+      -- blank lines are allowed
+    elseif line:match("^# HELP ") then
+      assert(line:match("^# HELP [%a_:][%w_:]* .+$"), "bad HELP line " .. n .. ": " .. line)
+    elseif line:match("^# TYPE ") then
+      local name, kind = line:match("^# TYPE ([%a_:][%w_:]*) (%a+)$")
+      assert(name and TYPES[kind], "bad TYPE line " .. n .. ": " .. line)
+      assert(not families[name], "TYPE given twice for " .. tostring(name))
+      families[name] = { type = kind, samples = {} }
+    elseif line:match("^#") then
+      -- a comment
+    else
+      local name, rest = line:match("^([%a_:][%w_:]*)(.*)$")
+      assert(name, "bad sample line " .. n .. ": " .. line)
+      local labels = {}
+      local body, value = rest:match("^{(.-)} (%S+)$")
+      if body then
+        local left = body:gsub('([%a_][%w_]*)="([^"\\]*)",?', function(k, v) labels[k] = v; return "" end)
+        assert(left == "", "bad labels on line " .. n .. ": " .. line)
+      else
+        value = rest:match("^ (%S+)$")
+      end
+      local v = tonumber(value) or ({ ["+Inf"] = math.huge, ["-Inf"] = -math.huge, NaN = 0 / 0 })[value]
+      assert(v, "bad value on line " .. n .. ": " .. line)
+      local family = families[name] or families[name:gsub("_bucket$", ""):gsub("_sum$", ""):gsub("_count$", "")]
+      assert(family, "sample before its TYPE on line " .. n .. ": " .. line)
+      family.samples[#family.samples + 1] = { name = name, labels = labels, value = v }
+    end
+  end
+  return families
+end
+
+-- ------------------------------------------------------------ the spec
+
+local t0 = mqlease.now()
+local function step(what)
+  io.stderr:write(("nginx spec: %5.1f s  %s\n"):format(mqlease.now() - t0, what))
+end
+
+describe("mqlease inside nginx workers", function()
+  it("handles 500 messages exactly once through a reload and a quit, never blocking HTTP", function()
+    assert(exists(MODULES .. "/ngx_http_lua_module.so"),
+      "nginx's Lua module is missing: apt-get install nginx libnginx-mod-http-lua (make deps)")
+    assert(exists("build/luajit/mqlease/core.so"), "the LuaJIT build is missing: make luajit")
+    local repo = env.sh("pwd"):gsub("%s+$", "")
+    local topic = env.topic("nginx")
+    local group = env.name("g_nginx")
+    local redis_addr = "127.0.0.1:" .. env.redis_port
+    local prefix = "mqlease:" .. env.run_id .. ":ngx:"
+    local runs_key = prefix .. "runs"
+
+    local conf = ([[
+worker_processes 2;
+daemon on;
+pid logs/nginx.pid;
+error_log logs/error.log notice;
+load_module @MODULES@/ndk_http_module.so;
+load_module @MODULES@/ngx_http_lua_module.so;
+thread_pool mqlease threads=4;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  client_body_temp_path @PREFIX@/tmp_body;
+  proxy_temp_path @PREFIX@/tmp_proxy;
+  fastcgi_temp_path @PREFIX@/tmp_fastcgi;
+  uwsgi_temp_path @PREFIX@/tmp_uwsgi;
+  scgi_temp_path @PREFIX@/tmp_scgi;
+  lua_package_path "@REPO@/lua/?.lua;@REPO@/lua/?/init.lua;@EXTRA_LUA@;;";
+  lua_package_cpath "@REPO@/build/luajit/?.so;;";
+  init_worker_by_lua_block {
+    local mqlease = require "mqlease"
+    local runs
+    require("mqlease.ngx").start {
+      consumers = { { endpoints = "@ENDPOINTS@", group = "@GROUP@", topic = "@TOPIC@", await = 5,
+                      invisible = 10 } },   -- what a cancelled receive took comes back soon
+      -- the business: 0-3 s of work, then its effect (one count per run)
+      handler = function(m)
+        ngx.sleep(tonumber(m.body:match(":(%d+)$")) / 1000)
+        runs = runs or mqlease.redis("@REDIS@")
+        assert(runs:call("HINCRBY", "@RUNS@", m.body, 1))
+        return true
+      end,
+      concurrency = 40,
+      grace = 10,
+      policy = mqlease.policy.exactly_once { redis = "@REDIS@", prefix = "@PREFIX_KEYS@" },
+    }
+  }
+  server {
+    listen 127.0.0.1:@PORT@;
+    location = /ping { content_by_lua_block { ngx.say("pong") } }
+    location = /metrics { content_by_lua_block { require("mqlease.ngx").metrics() } }
+  }
+}
+]]):gsub("@(%u[%u_]*)@", {
+      MODULES = MODULES, REPO = repo, EXTRA_LUA = EXTRA_LUA, ENDPOINTS = env.endpoints, GROUP = group, TOPIC = topic,
+      REDIS = redis_addr, RUNS = runs_key, PREFIX_KEYS = prefix, PORT = tostring(PORT),
+    })
+
+    local r = mqlease.redis(redis_addr)
+    local function handled()
+      return assert(r:call("HLEN", runs_key))
+    end
+    local server = new_nginx(conf)
+    finally(function()
+      server:stop()
+      r:close()
+    end)
+
+    -- 500 messages, each naming its handler's duration (0-3 s)
+    local p = env.producer()
+    local want = {}
+    for i = 1, MESSAGES do
+      local body = ("m%d:%d"):format(i, (i * 7919) % 3001)
+      want[#want + 1] = body
+      assert(p:send(topic, body))
+    end
+    p:close()
+
+    step("500 sent")
+    server:start()
+    step("started")
+    env.wait_for(function() return #server:workers() == 2 end, 10, "two workers")
+    local first_workers = server:workers()
+    step("workers " .. table.concat(first_workers, " "))
+    env.wait_for(function() return handled() >= 20 end, 30, "the first handled messages")
+
+    step("handling")
+    -- HTTP keeps being answered while every handler slot is busy
+    local times, failed = latencies(4, 250)
+    local p50, p99 = times[math.ceil(#times * 0.5)], times[math.ceil(#times * 0.99)]
+    print(("\nnginx: %d /ping requests during the run: p50 %.1f ms, p99 %.1f ms, max %.1f ms (%d failed)")
+      :format(#times, p50 * 1000, p99 * 1000, times[#times] * 1000, failed))
+    assert.equal(0, failed)
+    assert.equal(1000, #times)
+    assert.is_true(p99 < 0.05, ("p99 %.1f ms: a worker was blocked"):format(p99 * 1000))
+
+    step("latency measured")
+    -- reload: the old workers drain while new ones take over
+    env.wait_for(function() return handled() >= 120 end, 60, "120 handled messages")
+    assert(server:signal("HUP"), "nginx -s reload failed")
+    env.wait_for(function()
+      for _, pid in ipairs(first_workers) do if alive(pid) then return false end end
+      return #server:workers() == 2
+    end, 30, "the old workers to drain and exit")
+
+    step("reloaded")
+    local families = parse_prometheus(curl("/metrics"))
+    local received = families.mqlease_messages_received_total
+    assert.equal("counter", received.type)
+    assert.equal(group, received.samples[1].labels.group)
+    assert.equal("histogram", families.mqlease_handler_seconds.type)
+
+    -- quit: everything drains, then a fresh nginx finishes the work
+    env.wait_for(function() return handled() >= 260 end, 60, "260 handled messages")
+    assert(server:signal("QUIT"), "nginx -s quit failed")
+    server:wait_gone(30)
+    step("quit")
+    local at_quit = handled()
+    server:start()
+    env.wait_for(function() return handled() >= MESSAGES end, 90, "every message handled")
+    step("all handled")
+    mqlease.sleep(2)   -- room for a duplicate to show
+    families = parse_prometheus(curl("/metrics"))
+    local got = 0
+    for _, s in ipairs(families.mqlease_messages_received_total.samples) do got = got + s.value end
+    assert.is_true(got > 0)
+    assert(server:signal("QUIT"), "nginx -s quit failed")
+    server:wait_gone(30)
+
+    -- every message ran exactly once: none lost, none run twice
+    local counts = {}
+    local flat = assert(r:call("HGETALL", runs_key))
+    for i = 1, #flat, 2 do counts[flat[i]] = tonumber(flat[i + 1]) end
+    local lost, twice = {}, {}
+    for _, body in ipairs(want) do
+      local n = counts[body]
+      if not n then lost[#lost + 1] = body elseif n > 1 then twice[#twice + 1] = body end
+    end
+    print(("nginx: %d handled before the quit, %d after; lost %d, run twice %d")
+      :format(at_quit, handled() - at_quit, #lost, #twice))
+    assert.same({}, lost)
+    assert.same({}, twice)
+    assert.equal(MESSAGES, handled())
+
+    -- and every one was acked: nothing comes back to the group
+    local c = env.consumer { group = group, topic = topic, await = 5 }
+    assert.same({}, assert(c:receive(32)))
+    c:close()
+
+    -- each of the six workers drained on its way out, waiting on worker threads before
+    local log = env.read(server.prefix .. "/logs/error.log")
+    assert.is_true(env.count(log, "ended %(stop%)") >= 6, "fewer drains than workers:\n" .. log:sub(-3000))
+    assert.is_nil(log:find("run_worker_thread failed", 1, true))
+    env.sh("rm -rf " .. server.prefix)   -- kept for a look when the spec fails
+  end)
+end)

@@ -1,0 +1,150 @@
+-- mqlease.redis and the exactly-once policy on a Sentinel-managed Redis
+-- (spec/support/redis-ha.sh: 1 master, 1 replica, 3 sentinels on loopback).
+local mqlease = require "mqlease"
+local env = require "support.env"
+local workload = require "support.redis_ha_workload"
+
+local HA = workload.HA
+local SENTINELS = { "127.0.0.1:16415", "127.0.0.1:16416", "127.0.0.1:16417" }
+
+describe("mqlease.redis with Sentinel", function()
+  setup(function() env.sh(HA .. "start-sentinel") end)
+  teardown(function() os.execute(HA .. "stop >/dev/null") end)
+
+  it("finds the master through the sentinels and follows a failover without re-sending", function()
+    local r = mqlease.redis { sentinels = SENTINELS, master = "mqmaster", timeout = 0.5 }
+    local key = env.name("sentinel_counter")
+    assert.equal(1, r:call("INCR", key))
+    local before = env.sh(HA .. "master"):gsub("%s+$", "")
+    assert.equal(before, "127.0.0.1:" .. r:call("INFO", "server"):match("tcp_port:(%d+)"))
+    env.sh(HA .. "kill-master")
+    -- every call fails until the replica is promoted; none is sent twice
+    local failures, v, code = 0, nil, nil
+    local deadline = mqlease.now() + 30
+    repeat
+      v, _, code = r:call("INCR", key)
+      if not v then
+        failures = failures + 1
+        assert.is_truthy(code == "UNAVAILABLE" or code == "TIMEOUT", code)
+        mqlease.sleep(0.2)
+      end
+    until v or mqlease.now() > deadline
+    assert.equal(2, v)   -- the replica had the first INCR, the failed calls ran nowhere
+    assert.is_true(failures >= 1)
+    local after = env.sh(HA .. "master"):gsub("%s+$", "")
+    assert.are_not.equal(before, after)
+    assert.equal(after, "127.0.0.1:" .. r:call("INFO", "server"):match("tcp_port:(%d+)"))
+    r:close()
+  end)
+
+  it("raises on options that do not fit Sentinel", function()
+    local ok, msg = pcall(mqlease.redis, { sentinels = SENTINELS })
+    assert.is_false(ok)
+    assert.matches("option 'master' is required with 'sentinels'", msg)
+    ok, msg = pcall(mqlease.redis, { sentinels = { "nohost" }, master = "m" })
+    assert.is_false(ok)
+    assert.matches("option 'sentinels' must be a list", msg)
+    ok, msg = pcall(mqlease.redis, { sentinels = SENTINELS, master = "m", address = "h:1" })
+    assert.is_false(ok)
+    assert.matches("exactly one of the options 'address', 'sentinels', 'cluster'", msg)
+  end)
+end)
+
+describe("mqlease.policy.exactly_once with Sentinel", function()
+  setup(function() env.sh(HA .. "start-sentinel") end)
+  teardown(function() os.execute(HA .. "stop >/dev/null") end)
+
+  it("keeps 300 messages at one effect each with 3 workers while the master is killed mid-run", function()
+    local out = workload.run {
+      name = "eo_sentinel", messages = 300, fault_after = 90,
+      worker_env = { EO_SENTINELS = table.concat(SENTINELS, ","), EO_MASTER = "mqmaster" },
+      fault = function() env.sh(HA .. "kill-master") end,
+    }
+    local once, more, none = workload.report("sentinel failover", out)
+    assert.equal(0, none, "messages never applied")
+    -- a failover that lost a lock lets a second owner run; the fence check must
+    -- then have rejected the stale write, so every effect is applied once
+    assert.equal(0, more, "effects applied more than once")
+    assert.equal(300, once)
+    assert.is_true(out.unavailable >= 1, "no worker noticed the failover: the fault was not exercised")
+  end)
+end)
+
+describe("mqlease.policy.exactly_once when a failover loses a lock", function()
+  setup(function() env.sh(HA .. "start-sentinel") end)
+  teardown(function() os.execute(HA .. "stop >/dev/null") end)
+
+  -- the business store: applies a write only with a fence greater than any seen
+  local FENCED_WRITE = [[
+local seen = tonumber(redis.call('get', KEYS[2]) or '0')
+if tonumber(ARGV[1]) <= seen then return 0 end
+redis.call('set', KEYS[2], ARGV[1])
+redis.call('incr', KEYS[1])
+return 1
+]]
+
+  local function instance(name)
+    local counts = {}
+    local consumer = {
+      count = function(_, k) counts[k] = (counts[k] or 0) + 1 end,
+      id = function() return name end,
+    }
+    local lease = { _lock_lost = function(self) self.lost = true end,
+      alive = function(self) return not self.lost end }
+    return consumer, lease, counts
+  end
+
+  it("lets the fence reject the second owner's write: one effect, the lost lock counted", function()
+    local id = env.name("failover_lost_lock")
+    local business = mqlease.redis("127.0.0.1:" .. env.redis_port)
+    local function write(fence)
+      return business:eval(FENCED_WRITE, { "biz:" .. id, "bizfence:" .. id }, { fence })
+    end
+    local opts = { redis = { sentinels = SENTINELS, master = "mqmaster", timeout = 0.5 }, lock_ttl = 3 }
+    local policy_a, policy_b = mqlease.policy.exactly_once(opts), mqlease.policy.exactly_once(opts)
+    local ca, lease_a, counts_a = instance("A")
+    local cb, lease_b, counts_b = instance("B")
+    local old = env.sh(HA .. "master"):gsub("%s+$", "")
+    -- the replica stops hearing from the master: A's lock and fence never reach it
+    env.sh(HA .. "cut-replica")
+    local written = {}
+    local action_a = policy_a({ id = id, consumer = ca }, lease_a, function(_, lease)
+      env.sh(HA .. "kill-master")
+      env.sh(HA .. "thaw-replica")
+      env.wait_for(function() return env.sh(HA .. "master"):gsub("%s+$", "") ~= old end, 30, "the failover")
+      -- the broker hands the message to B meanwhile (A's lease ran out, say);
+      -- the new master has no lock and no fence: B is granted the same token
+      -- (until the new master answers as one, B's policy fails closed: nack, retry)
+      local deadline = mqlease.now() + 20
+      repeat
+        written.action_b = policy_b({ id = id, consumer = cb }, lease_b, function(_, lb)
+          written.b = write(lb.fence)
+          written.fence_b = lb.fence
+          return written.b == 1, "stale fence"
+        end)
+        if not written.fence_b then mqlease.sleep(0.3) end
+      until written.fence_b or mqlease.now() > deadline
+      written.a = write(lease.fence)
+      written.fence_a = lease.fence
+      mqlease.sleep(1.5)   -- a renewal of A's lock runs on the new master
+      return written.a == 1, "stale fence"
+    end)
+    -- the failover handed out one token twice ...
+    assert.equal(written.fence_a, written.fence_b)
+    -- ... and the fence-checking writer applied exactly one of the two writes
+    assert.equal(1, written.b)
+    assert.equal(0, written.a)
+    assert.equal("1", business:call("GET", "biz:" .. id))
+    assert.equal("ack", written.action_b)
+    assert.equal("nack", action_a)
+    -- A learns that its lock was lost, and the count shows it
+    assert.is_false(lease_a:alive())
+    assert.equal(1, counts_a.lock_lost)
+    assert.is_nil(counts_b.lock_lost)
+    -- the redelivery to A finds B's done marker
+    local again = policy_a({ id = id, consumer = ca }, select(2, instance("A")), function() error("ran twice") end)
+    assert.equal("ack", again)
+    assert.equal(1, counts_a.duplicate_skipped)
+    business:close()
+  end)
+end)

@@ -1,0 +1,144 @@
+-- Which event-loop adapter mqlease.wait picks, shown without any server: the
+-- adapters are asked in order, each loaded only when its loop is present.
+
+local saved
+
+-- A fresh copy of the Lua layer per test (the core stays), so adapters added
+-- or loop modules faked here never leak into other specs.
+local function fresh()
+  for name in pairs(package.loaded) do
+    if (name:match("^mqlease") and name ~= "mqlease.core") or name == "ngx" or name == "ngx.semaphore" then
+      package.loaded[name] = nil
+    end
+  end
+  return require "mqlease.wait"
+end
+
+-- Runs fn in a plain coroutine (owned by no loop) and returns its results.
+local function in_coroutine(fn)
+  local co = coroutine.create(fn)
+  local ok, a, b = coroutine.resume(co)
+  assert(ok, a)
+  return a, b
+end
+
+-- A stand-in for OpenResty's ngx and ngx.semaphore, in the given phase.
+local function fake_ngx(phase)
+  local ngx = { phase = phase, slept = {} }
+  ngx.get_phase = function() return ngx.phase end
+  ngx.sleep = function(s) ngx.slept[#ngx.slept + 1] = s end
+  package.loaded.ngx = ngx
+  package.loaded["ngx.semaphore"] = { new = function() return {} end }
+  return ngx
+end
+
+local function recording_adapter(owner)
+  local a = { name = "mine", calls = {} }
+  function a.owns() return owner end
+  function a.wait(fd, deadline) a.calls[#a.calls + 1] = { "wait", fd, deadline } end
+  function a.sleep(s) a.calls[#a.calls + 1] = { "sleep", s } end
+  function a.forget(fd) a.calls[#a.calls + 1] = { "forget", fd } end
+  return a
+end
+
+describe("mqlease.wait picks an event-loop adapter", function()
+  before_each(function()
+    saved = {}
+    for k, v in pairs(package.loaded) do saved[k] = v end
+  end)
+  after_each(function()
+    for k in pairs(package.loaded) do package.loaded[k] = nil end
+    for k, v in pairs(saved) do package.loaded[k] = v end
+  end)
+
+  it("blocks in poll(2) on the main thread and in a coroutine no loop owns", function()
+    local wait = fresh()
+    assert.equal("poll", wait.adapter().name)
+    assert.equal("poll", in_coroutine(function() return wait.adapter().name end))
+  end)
+
+  it("yields to mqlease's own scheduler inside its tasks, and only there", function()
+    local wait = fresh()
+    local scheduler = require "mqlease.scheduler"
+    local s = scheduler.new()
+    local inside
+    s:spawn(function() inside = wait.adapter().name end)
+    s:loop()
+    assert.equal("run", inside)
+    assert.equal("poll", wait.adapter().name)
+  end)
+
+  it("waits through cqueues inside a controller", function()
+    local wait = fresh()
+    local cqueues = require "cqueues"
+    local cq = cqueues.new()
+    local inside
+    cq:wrap(function() inside = wait.adapter().name end)
+    assert(cq:loop())
+    assert.equal("cqueues", inside)
+    assert.equal("poll", in_coroutine(function() return wait.adapter().name end))
+  end)
+
+  it("waits through nginx in a light thread of a yieldable phase, never in init_worker", function()
+    local wait = fresh()
+    local ngx = fake_ngx("timer")
+    assert.equal("ngx", in_coroutine(function() return wait.adapter().name end))
+    assert.equal("poll", wait.adapter().name)          -- the main thread never yields
+    ngx.phase = "init_worker"
+    assert.equal("poll", in_coroutine(function() return wait.adapter().name end))
+    ngx.phase = "content"
+    in_coroutine(function() wait.sleep(0.25) end)
+    assert.same({ 0.25 }, ngx.slept)
+  end)
+
+  it("asks an adapter added with use() before the built-in ones", function()
+    local wait = fresh()
+    local mine = recording_adapter(true)
+    wait.use(mine)
+    wait.wait(7, 12.5)
+    wait.sleep(0.5)
+    assert.same({ { "wait", 7, 12.5 }, { "sleep", 0.5 } }, mine.calls)
+  end)
+
+  it("skips an added adapter that does not own the coroutine", function()
+    local wait = fresh()
+    wait.use(recording_adapter(false))
+    assert.equal("poll", wait.adapter().name)
+  end)
+
+  it("tells every loaded adapter to forget a descriptor about to close", function()
+    local wait = fresh()
+    local mine = recording_adapter(false)
+    wait.use(mine)
+    wait.forget(42)
+    assert.same({ { "forget", 42 } }, mine.calls)
+  end)
+
+  it("raises naming the function an adapter lacks", function()
+    local wait = fresh()
+    local bad = recording_adapter(true)
+    bad.forget = nil
+    assert.has_error(function() wait.use(bad) end, "mqlease.wait.use: the adapter lacks function 'forget'")
+  end)
+
+  it("gives mqlease.run the adapter's scheduler, or its own", function()
+    local wait = fresh()
+    assert.equal("mqlease.scheduler", getmetatable(wait.scheduler()).__name)
+    local mine = recording_adapter(true)
+    local tasks = {}
+    mine.scheduler = function() return tasks end
+    wait.use(mine)
+    assert.equal(tasks, wait.scheduler())
+  end)
+
+  it("refuses signal handling in a loop whose scheduler cannot watch signals", function()
+    local wait = fresh()
+    local run = require "mqlease.run"
+    local mine = recording_adapter(true)
+    mine.scheduler = function() return { spawn = function() end } end
+    wait.use(mine)
+    local consumer = { options = { release_delay = 1, batch = 1 }, _session = { client = {} } }
+    assert.has_error(function() run(consumer, function() return true end, {}) end,
+      "mqlease.run: option 'signals' must be false in this event loop (it owns the signals; use 'stop')")
+  end)
+end)

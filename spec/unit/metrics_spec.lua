@@ -1,0 +1,86 @@
+-- mqlease.metrics.text renders a consumer's raw metrics table as Prometheus
+-- text (format 0.0.4). A fake consumer stands in: no server is needed.
+local mqlease = require "mqlease"
+
+-- A small parser for the exposition format: families (HELP/TYPE) and samples.
+local function parse(text)
+  local types, samples = {}, {}
+  for line in text:gmatch("[^\n]+") do
+    local name, kind = line:match("^# TYPE (%S+) (%S+)$")
+    if name then
+      assert(not types[name], "family declared twice: " .. name)
+      types[name] = kind
+    elseif not line:match("^# HELP ") then
+      local metric, labels, value = line:match("^([%w_:]+)(%b{}) (%S+)$")
+      if not metric then metric, value = line:match("^([%w_:]+) (%S+)$") end
+      assert(metric, "not a sample line: " .. line)
+      assert(value == "+Inf" or tonumber(value), "bad value in: " .. line)
+      samples[#samples + 1] = { name = metric, labels = labels or "", value = value }
+    end
+  end
+  return types, samples
+end
+
+local function value_of(samples, name, labels)
+  for _, s in ipairs(samples) do
+    if s.name == name and (labels == nil or s.labels == labels) then return tonumber(s.value) end
+  end
+end
+
+local function fake(raw)
+  return { metrics = function() return raw end }
+end
+
+local function hist(counts, sum)
+  local bounds = { 0.01, 0.1, 1 }
+  local n = 0
+  for _, c in ipairs(counts) do n = n + c end
+  return { bounds = bounds, counts = counts, count = n, sum = sum }
+end
+
+describe("mqlease.metrics.text", function()
+  local raw = {
+    received = 7, acks_ok = 5, acks_fail = 1, renew_success = 12, renew_uncertain = 2,
+    leases_dropped = 1, inflight = 3, session_state = "ready",
+    errors = { { op = "ack", code = "INVALID_RECEIPT_HANDLE", n = 1 }, { op = "renew", code = 'we"ird', n = 2 } },
+    renew_latency = hist({ 1, 2, 0, 1 }, 3.2),
+  }
+
+  it("declares each family once with its type, and every sample parses", function()
+    local types, samples = parse(mqlease.metrics.text(fake(raw)))
+    assert.equal("counter", types.mqlease_messages_received_total)
+    assert.equal("gauge", types.mqlease_inflight_leases)
+    assert.equal("histogram", types.mqlease_renew_latency_seconds)
+    assert.is_true(#samples > 20)
+  end)
+
+  it("carries the counters, results as labels, and escapes label values", function()
+    local _, samples = parse(mqlease.metrics.text(fake(raw)))
+    assert.equal(7, value_of(samples, "mqlease_messages_received_total"))
+    assert.equal(1, value_of(samples, "mqlease_acks_total", '{result="fail"}'))
+    assert.equal(2, value_of(samples, "mqlease_lease_renew_total", '{result="uncertain"}'))
+    assert.equal(1, value_of(samples, "mqlease_leases_dropped_total"))
+    assert.equal(3, value_of(samples, "mqlease_inflight_leases"))
+    assert.equal(2, value_of(samples, "mqlease_errors_total", '{op="renew",code="we\\"ird"}'))
+    assert.equal(1, value_of(samples, "mqlease_session_state", '{state="ready"}'))
+  end)
+
+  it("renders histograms as cumulative buckets ending in +Inf, with sum and count", function()
+    local _, samples = parse(mqlease.metrics.text(fake(raw)))
+    local n = "mqlease_renew_latency_seconds"
+    assert.equal(1, value_of(samples, n .. "_bucket", '{le="0.01"}'))
+    assert.equal(3, value_of(samples, n .. "_bucket", '{le="0.1"}'))
+    assert.equal(3, value_of(samples, n .. "_bucket", '{le="1"}'))
+    assert.equal(4, value_of(samples, n .. "_bucket", '{le="+Inf"}'))
+    assert.equal(4, value_of(samples, n .. "_count"))
+    assert.near(3.2, value_of(samples, n .. "_sum"), 1e-9)
+  end)
+
+  it("adds constant labels to every sample", function()
+    local _, samples = parse(mqlease.metrics.text(fake(raw), { instance = "a", zone = 'x"y' }))
+    for _, s in ipairs(samples) do
+      assert.truthy(s.labels:find('instance="a"', 1, true), s.name .. s.labels)
+      assert.truthy(s.labels:find('zone="x\\"y"', 1, true), s.name .. s.labels)
+    end
+  end)
+end)

@@ -1,0 +1,65 @@
+/* mql_redis_cluster.h -- Redis Cluster routing: slots, the slot map, redirects.
+ *
+ * Debian 12 packages no Cluster client for C (only hiredis 0.14), so this is
+ * the small part of one that mqlease needs: the key's slot (CRC16 of the key
+ * or of its {hash tag}, mod 16384), a slot -> node map read from CLUSTER
+ * SLOTS, and MOVED/ASK/TRYAGAIN handling around one command. A MOVED or an
+ * ASK proves the node did not run the command, so following it never runs a
+ * command twice; a transport failure is returned, never retried, and marks
+ * the map stale so the next command reads the topology again.
+ */
+#ifndef MQL_REDIS_CLUSTER_H
+#define MQL_REDIS_CLUSTER_H
+
+#include <hiredis/hiredis.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mql.h"
+
+#define MQL_CLUSTER_SLOTS 16384
+#if !defined(MQL_CLUSTER_MAX_NODES)
+#define MQL_CLUSTER_MAX_NODES 64
+#endif
+
+/* CRC16-CCITT (XMODEM), the checksum Redis Cluster hashes keys with. */
+uint16_t mql_crc16(const char *buf, size_t len);
+/* The slot of a key: the CRC16 of its hash tag (the text between the first
+ * '{' and the next '}', when not empty) or of the whole key, mod 16384. */
+int mql_cluster_slot(const char *key, size_t len);
+
+/* Parses "MOVED <slot> <host>:<port>" or "ASK ..."; returns 1 (MOVED), 2 (ASK)
+ * or 0 (neither). An empty host (Redis 7 may send ":port") stays empty. */
+int mql_cluster_redirect(const char *err, int *slot, char *host, size_t hostlen, int *port);
+
+typedef struct mql_cluster_node {
+    char host[128];
+    int port;
+    redisContext *ctx;       /* connected lazily */
+} mql_cluster_node;
+
+typedef struct mql_cluster {
+    mql_cluster_node nodes[MQL_CLUSTER_MAX_NODES];
+    int nnodes;
+    int16_t slot_node[MQL_CLUSTER_SLOTS];  /* node index, -1 when unknown */
+    int stale;               /* read CLUSTER SLOTS before the next command */
+} mql_cluster;
+
+void mql_cluster_init(mql_cluster *cl);
+void mql_cluster_close(mql_cluster *cl);   /* drops every connection */
+/* The index of host:port, added if new; -1 when the table is full. */
+int mql_cluster_node_index(mql_cluster *cl, const char *host, int port);
+/* Loads the map from a CLUSTER SLOTS reply; returns the slots covered. */
+int mql_cluster_load_slots(mql_cluster *cl, const redisReply *reply);
+
+/* Connects a node (connect + AUTH); NULL with res set on failure. */
+typedef redisContext *(*mql_cluster_connect_fn)(void *arg, const char *host, int port,
+                                                mql_result *res);
+
+/* Runs one command on the node that owns argv[key_index] (key_index 0: any
+ * node), following redirects. NULL with res set on a transport failure. */
+redisReply *mql_cluster_run(mql_cluster *cl, mql_cluster_connect_fn connect, void *arg,
+                            int argc, const char **argv, const size_t *lens, int key_index,
+                            mql_result *res);
+
+#endif /* MQL_REDIS_CLUSTER_H */

@@ -1,0 +1,257 @@
+/* mql_redis_link.c -- connect, authenticate, run (see mql_redis_link.h).
+ *
+ * Three modes. One server: the address given. Sentinel: before connecting,
+ * ask the sentinels in turn for the master's address (SENTINEL
+ * get-master-addr-by-name) and check with ROLE that it is one; a broken
+ * connection is re-resolved by the next command, which is how a failover is
+ * followed, and a READONLY reply (a demoted master) re-resolves and runs the
+ * command once more, since the server refused it. Cluster: see
+ * mql_redis_cluster.c.
+ */
+#include "mql_redis_link.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include "mql_redis_cluster.h"
+
+enum { MODE_SINGLE, MODE_SENTINEL, MODE_CLUSTER };
+
+typedef struct addr {
+    char host[128];
+    int port;
+} addr;
+
+struct mql_redis_link {
+    int mode;
+    char *host, *unix_path, *username, *password, *master;
+    int port, db;
+    int64_t timeout_ms;
+    addr *nodes;             /* sentinels, or cluster seeds */
+    int nnodes;
+    redisContext *ctx;       /* single and Sentinel: the one connection */
+    mql_cluster *cluster;    /* Cluster: the nodes and the slot map */
+};
+
+static struct timeval tv_of(int64_t ms) {
+    struct timeval tv;
+    tv.tv_sec = ms / 1000;
+    tv.tv_usec = (ms % 1000) * 1000;
+    return tv;
+}
+
+static char *dup_or_null(const char *s) {
+    return s ? mql_strdup(s) : NULL;
+}
+
+/* "host:port" -> a; 0 if it parses. */
+static int parse_addr(const char *s, addr *a) {
+    const char *colon = strrchr(s, ':');
+    char *end;
+    long port;
+    if (!colon || colon == s || (size_t)(colon - s) >= sizeof(a->host)) return -1;
+    port = strtol(colon + 1, &end, 10);
+    if (*end || port <= 0 || port > 65535) return -1;
+    memcpy(a->host, s, (size_t)(colon - s));
+    a->host[colon - s] = '\0';
+    a->port = (int)port;
+    return 0;
+}
+
+mql_redis_link *mql_redis_link_new(const mql_redis_config *cfg) {
+    mql_redis_link *l = mql_xcalloc(1, sizeof(*l));
+    int i;
+    l->mode = cfg->cluster ? MODE_CLUSTER : cfg->master ? MODE_SENTINEL : MODE_SINGLE;
+    l->master = dup_or_null(cfg->master);
+    l->nodes = mql_xcalloc((size_t)(cfg->nnodes > 0 ? cfg->nnodes : 1), sizeof(*l->nodes));
+    for (i = 0; i < cfg->nnodes; i++)
+        if (parse_addr(cfg->nodes[i], &l->nodes[l->nnodes]) == 0) l->nnodes++;
+    if (l->mode == MODE_CLUSTER) {
+        l->cluster = mql_xmalloc(sizeof(*l->cluster));
+        mql_cluster_init(l->cluster);
+        for (i = 0; i < l->nnodes; i++)
+            mql_cluster_node_index(l->cluster, l->nodes[i].host, l->nodes[i].port);
+    }
+    l->host = dup_or_null(cfg->host);
+    l->unix_path = dup_or_null(cfg->unix_path);
+    l->username = dup_or_null(cfg->username);
+    l->password = dup_or_null(cfg->password);
+    l->port = cfg->port;
+    l->db = cfg->db;
+    l->timeout_ms = cfg->timeout_ms > 0 ? cfg->timeout_ms : 1000;
+    return l;
+}
+
+static void drop(redisContext **ctx) {
+    if (*ctx) redisFree(*ctx);
+    *ctx = NULL;
+}
+
+void mql_redis_link_free(mql_redis_link *l) {
+    if (!l) return;
+    drop(&l->ctx);
+    if (l->cluster) mql_cluster_close(l->cluster);
+    free(l->cluster);
+    free(l->nodes);
+    free(l->master);
+    free(l->host);
+    free(l->unix_path);
+    free(l->username);
+    free(l->password);
+    free(l);
+}
+
+/* A transport failure as a result: TIMEOUT or UNAVAILABLE. */
+static void transport_fail(redisContext *ctx, mql_result *res, const char *what) {
+    const char *code = "UNAVAILABLE";
+    if (ctx && ctx->err == REDIS_ERR_IO && (errno == EAGAIN || errno == ETIMEDOUT))
+        code = "TIMEOUT";
+    mql_result_fail(res, code, "redis %s: %s", what,
+                    ctx && ctx->errstr[0] ? ctx->errstr : "connection failed");
+}
+
+/* Sends one setup command (AUTH, SELECT); 0 if the server said OK. */
+static int setup_command(redisContext *ctx, mql_result *res, int argc, const char **argv) {
+    redisReply *reply = redisCommandArgv(ctx, argc, argv, NULL);
+    if (!reply) {
+        transport_fail(ctx, res, argv[0]);
+        return -1;
+    }
+    if (reply->type == REDIS_REPLY_ERROR) {
+        mql_result_fail(res, "REDIS_AUTH", "redis %s: %s", argv[0], reply->str);
+        freeReplyObject(reply);
+        return -1;
+    }
+    freeReplyObject(reply);
+    return 0;
+}
+
+static int authenticate(const mql_redis_link *l, redisContext *ctx, int select_db,
+                        mql_result *res) {
+    char db[16];
+    if (l->password && *l->password) {
+        const char *argv[3] = {"AUTH", l->username, l->password};
+        int with_user = l->username && *l->username;
+        if (!with_user) argv[1] = l->password;
+        if (setup_command(ctx, res, with_user ? 3 : 2, argv) < 0) return -1;
+    }
+    if (select_db && l->db > 0) {
+        const char *argv[2] = {"SELECT", db};
+        snprintf(db, sizeof(db), "%d", l->db);
+        if (setup_command(ctx, res, 2, argv) < 0) return -1;
+    }
+    return 0;
+}
+
+redisContext *mql_redis_link_connect(const mql_redis_link *l, const char *host, int port,
+                                     int select_db, mql_result *res) {
+    struct timeval tv = tv_of(l->timeout_ms);
+    redisContext *ctx = port ? redisConnectWithTimeout(host, port, tv)
+                             : redisConnectUnixWithTimeout(host, tv);
+    if (!ctx || ctx->err) {
+        mql_result_fail(res, "UNAVAILABLE", "redis connect to %s:%d: %s", host, port,
+                        ctx ? ctx->errstr : "out of memory");
+        drop(&ctx);
+        return NULL;
+    }
+    redisSetTimeout(ctx, tv);
+    if (port) redisEnableKeepAlive(ctx);
+    if (authenticate(l, ctx, select_db, res) < 0) {
+        drop(&ctx);
+        return NULL;
+    }
+    return ctx;
+}
+
+/* Sentinel: asks each sentinel for the master; 0 with a filled. */
+static int ask_sentinels(mql_redis_link *l, addr *a, mql_result *res) {
+    int i;
+    for (i = 0; i < l->nnodes; i++) {
+        struct timeval tv = tv_of(l->timeout_ms);
+        redisContext *s = redisConnectWithTimeout(l->nodes[i].host, l->nodes[i].port, tv);
+        redisReply *reply;
+        int found = 0;
+        if (!s || s->err) {
+            drop(&s);
+            continue;
+        }
+        redisSetTimeout(s, tv);
+        reply = redisCommand(s, "SENTINEL get-master-addr-by-name %s", l->master);
+        if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
+            reply->element[0]->type == REDIS_REPLY_STRING &&
+            reply->element[1]->type == REDIS_REPLY_STRING &&
+            strlen(reply->element[0]->str) < sizeof(a->host)) {
+            snprintf(a->host, sizeof(a->host), "%s", reply->element[0]->str);
+            a->port = atoi(reply->element[1]->str);
+            found = a->port > 0;
+        }
+        if (reply) freeReplyObject(reply);
+        drop(&s);
+        if (found) return 0;
+    }
+    mql_result_fail(res, "UNAVAILABLE", "redis sentinel: no sentinel named a master '%s'",
+                    l->master);
+    return -1;
+}
+
+/* Sentinel: 1 if ctx says it is a master (ROLE), else 0. */
+static int is_master(redisContext *ctx) {
+    redisReply *reply = redisCommand(ctx, "ROLE");
+    int yes = reply && reply->type == REDIS_REPLY_ARRAY && reply->elements > 0 &&
+              reply->element[0]->type == REDIS_REPLY_STRING &&
+              strcmp(reply->element[0]->str, "master") == 0;
+    if (reply) freeReplyObject(reply);
+    return yes;
+}
+
+static int connect_single(mql_redis_link *l, mql_result *res) {
+    addr a;
+    if (l->mode == MODE_SINGLE) {
+        l->ctx = l->unix_path ? mql_redis_link_connect(l, l->unix_path, 0, 1, res)
+                              : mql_redis_link_connect(l, l->host, l->port, 1, res);
+        return l->ctx ? 0 : -1;
+    }
+    if (ask_sentinels(l, &a, res) < 0) return -1;
+    l->ctx = mql_redis_link_connect(l, a.host, a.port, 1, res);
+    if (!l->ctx) return -1;
+    if (!is_master(l->ctx)) {   /* a failover under way: the sentinels lag */
+        drop(&l->ctx);
+        mql_result_fail(res, "UNAVAILABLE", "redis sentinel: %s:%d is not a master yet", a.host,
+                        a.port);
+        return -1;
+    }
+    return 0;
+}
+
+static redisContext *cluster_connect(void *arg, const char *host, int port, mql_result *res) {
+    return mql_redis_link_connect(arg, host, port, 0, res);
+}
+
+redisReply *mql_redis_link_run(mql_redis_link *l, int argc, const char **argv,
+                               const size_t *lens, int key_index, mql_result *res) {
+    redisReply *reply;
+    int tries;
+    if (l->mode == MODE_CLUSTER)
+        return mql_cluster_run(l->cluster, cluster_connect, l, argc, argv, lens, key_index, res);
+    for (tries = 0; tries < 2; tries++) {
+        if (!l->ctx && connect_single(l, res) < 0) return NULL;
+        reply = redisCommandArgv(l->ctx, argc, argv, lens);
+        if (!reply) {   /* the command may have run: never send it again */
+            transport_fail(l->ctx, res, argv[0]);
+            drop(&l->ctx);
+            return NULL;
+        }
+        if (l->mode == MODE_SENTINEL && reply->type == REDIS_REPLY_ERROR &&
+            strncmp(reply->str, "READONLY", 8) == 0 && tries == 0) {
+            freeReplyObject(reply);   /* a demoted master refused it: find the new one */
+            drop(&l->ctx);
+            continue;
+        }
+        break;
+    }
+    mql_result_ok(res);
+    return reply;
+}

@@ -1,0 +1,36 @@
+/* mql_redis_link.h -- one thread's way to a Redis deployment.
+ *
+ * A link hides where a command goes: one server (host:port or a unix
+ * socket), the master that Sentinel names, or the Cluster node that owns the
+ * command's slot. It connects lazily, authenticates (AUTH [user] password),
+ * selects the db, and drops a broken connection so that the next command
+ * connects again. It never sends a command twice after a transport failure:
+ * only replies that prove the command did not run (MOVED, ASK, READONLY) are
+ * followed by a second try elsewhere. One link belongs to one thread.
+ */
+#ifndef MQL_REDIS_LINK_H
+#define MQL_REDIS_LINK_H
+
+#include <hiredis/hiredis.h>
+
+#include "mql.h"
+#include "mql_redis.h"
+
+typedef struct mql_redis_link mql_redis_link;
+
+/* Copies what it needs from cfg. */
+mql_redis_link *mql_redis_link_new(const mql_redis_config *cfg);
+void mql_redis_link_free(mql_redis_link *l);
+
+/* Runs one command. key is argv[key_index] (0: the command has no key), used
+ * to pick a Cluster slot. Returns the reply, or NULL with res set (TIMEOUT,
+ * UNAVAILABLE, REDIS_AUTH, ...). */
+redisReply *mql_redis_link_run(mql_redis_link *l, int argc, const char **argv,
+                               const size_t *lens, int key_index, mql_result *res);
+
+/* Connects to host:port (a unix socket when port is 0) and authenticates;
+ * NULL with res set on failure. Shared by the Sentinel and Cluster code. */
+redisContext *mql_redis_link_connect(const mql_redis_link *l, const char *host, int port,
+                                     int select_db, mql_result *res);
+
+#endif /* MQL_REDIS_LINK_H */
