@@ -64,8 +64,15 @@ void mql_receive_on_message(mql_client *c, mql_call *call, grpc_byte_buffer *rep
         rx->have_status = 1;
         break;
     case MQL_FRAME_MESSAGE:
-        f.msg.lease_id = lease_begin(c, &f.msg)->id;
         c->metrics.received++;
+        if (c->nacked_all) {
+            /* the host has given everything back (close, shutdown): a message
+             * this late would reach nobody, or a handler after the drain */
+            mql_release_unseen(c, lease_begin(c, &f.msg), 0, c->nacked_all_delay_ms,
+                               "arrived after close");
+            break;
+        }
+        f.msg.lease_id = lease_begin(c, &f.msg)->id;
         keep_message(rx, &f.msg);
         break;
     case MQL_FRAME_CORRUPTED:
