@@ -334,7 +334,7 @@ end
     wait_for(function() return read(log):find("start " .. id, 1, true) end, 30, "the stuck handler")
     h.term()
     assert.equal(143, h.wait(15))
-    assert.matches("ran out; releasing leases and exiting", h.stderr(), 1, true)
+    assert.matches("ran past its deadline; nacking held leases and exiting", h.stderr(), 1, true)
     -- given back, not left to expire: within 15 s, while its 30 s lease would still hide it
     local c = env.consumer { group = group, topic = topic }
     local got = env.collect(c, 15, function(m) m:ack() end, function(all) return #all >= 1 end)

@@ -240,14 +240,19 @@ sys.stdout.buffer.write(str(n).encode() if sys.argv[2] == "1" else b"".join(out)
     local c, p = pair { invisible = 10 }
     assert.matches("^ok malformed_kind=id", dv.control("set malformed_kind id"))
     assert.matches("^ok malformed=1", dv.control("set malformed 1"))
+    -- mqlease drops such a message and reports the receive as a PROTOCOL error
+    local function receive_malformed()
+      local msgs, _, code = c:receive(1)
+      if msgs == nil then assert.equal("PROTOCOL", code) end
+      return msgs or {}
+    end
     assert(p:send("t1", "no id"))
-    local msgs = assert(c:receive(1))
+    local msgs = receive_malformed()
     assert.equal(1, stat("malformed"))
-    -- a client that checks drops it; today's hands it over with an empty id
     if #msgs == 1 then assert.equal("", msgs[1].id) end
     assert.matches("^ok", dv.control("set malformed_kind handle"))
     assert(p:send("t1", "no handle"))
-    msgs = assert(c:receive(1))
+    msgs = receive_malformed()
     assert.equal(2, stat("malformed"))
     if #msgs == 1 then
       -- the broker cannot tell an empty handle from no handle: the ack fails
@@ -257,7 +262,7 @@ sys.stdout.buffer.write(str(n).encode() if sys.argv[2] == "1" else b"".join(out)
     end
     assert.matches("^ok", dv.control("set malformed_kind topic"))
     assert(p:send("t1", "no topic"))
-    msgs = assert(c:receive(1))
+    msgs = receive_malformed()
     assert.equal(3, stat("malformed"))
     if #msgs == 1 then assert.is_true(msgs[1].topic == nil or msgs[1].topic == "") end
     c:close()
@@ -301,7 +306,7 @@ sys.stdout.buffer.write(str(n).encode() if sys.argv[2] == "1" else b"".join(out)
     assert.equal("h\xc3\xa9llo \xe2\x9c\x93", m.properties["dv-utf8"])
     assert.equal("\xff\xfe not utf-8 \xc3\x28", m.properties["dv-bytes"])
     assert.equal("dv publish body", m.body)
-    assert.is_true(m.stored_at - m.born_at > 0.9)   -- born a second before it was stored
+    assert.is_true(m.store_at - m.born_at > 0.9)   -- born a second before it was stored
     assert.is_true(m:ack())
     assert.matches("^error topic not found", dv.control("publish nope"))
     assert.matches("^error publish: bad delay", dv.control("publish t1 -5"))

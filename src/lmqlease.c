@@ -101,6 +101,10 @@ static int new_client(lua_State *L, mql_client_type type) {
     budget = opt_string(L, 1, "on_budget");
     cfg.on_budget = budget && strcmp(budget, "nack") == 0 ? MQL_BUDGET_NACK : MQL_BUDGET_EXPIRE;
     cfg.budget_nack_delay_ms = opt_int(L, 1, "budget_nack_delay_ms", 0);
+    budget = opt_string(L, 1, "on_corrupt");
+    cfg.on_corrupt_dlq = !(budget && strcmp(budget, "nack") == 0);
+    cfg.corrupt_nack_delay_ms = opt_int(L, 1, "corrupt_nack_delay_ms", 0);
+    cfg.max_body = opt_int(L, 1, "max_body", 0);
     lua_getfield(L, 1, "topics");
     if (lua_istable(L, -1)) {
         n = lua_rawlen(L, -1);
@@ -162,14 +166,29 @@ static void push_result_fields(lua_State *L, const mql_result *r) {
     }
 }
 
+static const char *message_type_name(int t) {
+    switch (t) {
+    case 1: return "NORMAL";
+    case 2: return "FIFO";
+    case 3: return "DELAY";
+    case 4: return "TRANSACTION";
+    default: return NULL;
+    }
+}
+
+/* Field names follow the Java client's MessageView getters in snake_case;
+ * times are epoch seconds (like os.time(), with milliseconds as fractions). */
 static void push_message(lua_State *L, const mql_message *m) {
     size_t i;
-    lua_createtable(L, 0, 16);
+    lua_createtable(L, 0, 24);
     set_str(L, "id", m->id);
     set_str(L, "topic", m->topic);
     set_str(L, "tag", m->tag);
     set_str(L, "message_group", m->message_group);
     set_str(L, "born_host", m->born_host);
+    set_str(L, "store_host", m->store_host);
+    set_str(L, "trace_context", m->trace_context);
+    set_str(L, "message_type", message_type_name(m->message_type));
     lua_pushlstring(L, (const char *)m->body, m->body_len);
     lua_setfield(L, -2, "body");
     lua_createtable(L, (int)m->nkeys, 0);
@@ -180,7 +199,7 @@ static void push_message(lua_State *L, const mql_message *m) {
     lua_setfield(L, -2, "keys");
     lua_createtable(L, 0, (int)m->nprops);
     for (i = 0; i < m->nprops; i++) {
-        lua_pushstring(L, m->props[i].value);
+        lua_pushlstring(L, m->props[i].value, m->props[i].value_len);
         lua_setfield(L, -2, m->props[i].key);
     }
     lua_setfield(L, -2, "properties");
@@ -188,7 +207,8 @@ static void push_message(lua_State *L, const mql_message *m) {
     set_int(L, "queue_id", m->queue_id);
     set_int(L, "offset", (lua_Integer)m->queue_offset);
     set_num(L, "born_at", (lua_Number)m->born_ms / 1000.0);
-    if (m->store_ms) set_num(L, "stored_at", (lua_Number)m->store_ms / 1000.0);
+    if (m->store_ms) set_num(L, "store_at", (lua_Number)m->store_ms / 1000.0);
+    if (m->delivery_ms) set_num(L, "delivery_timestamp", (lua_Number)m->delivery_ms / 1000.0);
     set_int(L, "lease_id", (lua_Integer)m->lease_id);
 }
 
@@ -342,6 +362,12 @@ static int l_ack(lua_State *L) {
     return push_op(L, mql_client_ack(c, ids, n));
 }
 
+static int l_dead_letter(lua_State *L) {
+    mql_client *c = check_client(L);
+    uint64_t id = (uint64_t)luaL_checkinteger(L, 2);
+    return push_op(L, mql_client_dead_letter(c, id, luaL_optstring(L, 3, NULL)));
+}
+
 static int l_nack(lua_State *L) {
     mql_client *c = check_client(L);
     uint64_t id = (uint64_t)luaL_checkinteger(L, 2);
@@ -386,7 +412,7 @@ static int l_send(lua_State *L) {
             /* keys and values stay referenced by the table until we return */
             if (lua_type(L, -2) == LUA_TSTRING && lua_type(L, -1) == LUA_TSTRING) {
                 props[nprops].key = (char *)lua_tostring(L, -2);
-                props[nprops].value = (char *)lua_tostring(L, -1);
+                props[nprops].value = (char *)lua_tolstring(L, -1, &props[nprops].value_len);
                 nprops++;
             }
             lua_pop(L, 1);
@@ -443,6 +469,14 @@ static void push_hist(lua_State *L, const char *key, const mql_hist *h) {
     lua_setfield(L, -2, key);
 }
 
+/* A reason table as { reason = n, ... }. */
+static void push_reasons(lua_State *L, const char *key, const mql_reason_table *t) {
+    int i;
+    lua_createtable(L, 0, t->n);
+    for (i = 0; i < t->n; i++) set_int(L, t->r[i].reason, (lua_Integer)t->r[i].n);
+    lua_setfield(L, -2, key);
+}
+
 static int l_metrics(lua_State *L) {
     mql_client *c = check_client(L);
     mql_metrics m;
@@ -470,6 +504,10 @@ static int l_metrics(lua_State *L) {
                                 : m.session_state == MQL_CLIENT_STARTING ? "starting"
                                 : m.session_state == MQL_CLIENT_FAILED ? "failed" : "closing");
     set_int(L, "inflight", (lua_Integer)inflight);
+    push_reasons(L, "corrupted", &m.corrupted);
+    push_reasons(L, "malformed", &m.malformed);
+    push_reasons(L, "dead_lettered", &m.dead_lettered);
+    set_int(L, "dead_letter_fail", (lua_Integer)m.dead_letter_fail);
     push_hist(L, "renew_latency", &m.renew_latency);
     push_hist(L, "renew_lateness", &m.renew_lateness);
     push_hist(L, "handler", &m.handler);
@@ -824,7 +862,7 @@ static const luaL_Reg client_methods[] = {
     {"receive", l_receive}, {"ack", l_ack},       {"nack", l_nack},
     {"let_expire", l_let_expire}, {"send", l_send}, {"terminate", l_terminate},
     {"route", l_route}, {"nack_all", l_nack_all}, {"cancel_receives", l_cancel_receives},
-    {"lease", l_lease},     {"metrics", l_metrics},
+    {"lease", l_lease},     {"metrics", l_metrics}, {"dead_letter", l_dead_letter},
     {"close", l_close},     {"closed", l_closed}, {NULL, NULL}};
 
 static const luaL_Reg module_functions[] = {

@@ -10,6 +10,7 @@
  * Every function here runs with c->mu held unless it says otherwise.
  */
 #include "mql_client_private.h"
+#include "mql_body.h"
 
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
@@ -155,6 +156,7 @@ static void on_call_done(mql_call *call) {
     case MQL_K_ACK: mql_release_on_ack_done(c, call); break;
     case MQL_K_NACK: mql_release_on_nack_done(c, call); break;
     case MQL_K_BUDGET_NACK: mql_release_on_budget_nack_done(c, call); break;
+    case MQL_K_DLQ: mql_release_on_dead_letter_done(c, call); break;
     case MQL_K_SEND: mql_producer_on_send_done(c, call); break;
     }
     mql_call_free(call);
@@ -262,6 +264,9 @@ static void copy_config(mql_client *c, const mql_config *cfg) {
     c->max_lease_ms = cfg->max_lease_ms;
     c->on_budget = cfg->on_budget ? cfg->on_budget : MQL_BUDGET_EXPIRE;
     c->budget_nack_delay_ms = cfg->budget_nack_delay_ms;
+    c->on_corrupt_dlq = cfg->on_corrupt_dlq;
+    c->corrupt_nack_delay_ms = cfg->corrupt_nack_delay_ms;
+    c->max_body = cfg->max_body > 0 ? (size_t)cfg->max_body : MQL_MAX_BODY_DEFAULT;
     c->ntopics = cfg->ntopics;
     c->topics = mql_xcalloc(cfg->ntopics, sizeof(char *));
     for (i = 0; i < cfg->ntopics; i++) c->topics[i] = mql_strdup(cfg->topics[i]);

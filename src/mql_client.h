@@ -59,6 +59,9 @@ typedef struct mql_config {
     int64_t max_lease_ms;        /* total time a lease may be held; <= 0: unlimited */
     mql_budget_action on_budget;
     int64_t budget_nack_delay_ms;
+    int on_corrupt_dlq;          /* a corrupted message: 1 forward to the DLQ, 0 nack it */
+    int64_t corrupt_nack_delay_ms;
+    int64_t max_body;            /* bytes of a body after inflation; <= 0: MQL_MAX_BODY_DEFAULT */
     /* producer */
     const char **topics;
     size_t ntopics;
@@ -96,6 +99,10 @@ const char *mql_client_id(const mql_client *c);
 uint64_t mql_client_receive(mql_client *c, int batch, int64_t await_ms);
 uint64_t mql_client_ack(mql_client *c, const uint64_t *lease_ids, size_t n);
 uint64_t mql_client_nack(mql_client *c, uint64_t lease_id, int64_t delay_ms);
+/* Forwards the message to the group's dead-letter queue (%DLQ%<group>) with
+ * ForwardMessageToDeadLetterQueue; the proxy then acks it. reason is a short
+ * word counted in metrics (dead_lettered). Ends the lease as acked. */
+uint64_t mql_client_dead_letter(mql_client *c, uint64_t lease_id, const char *reason);
 /* Stops renewing; the message comes back when its deadline passes. */
 int mql_client_let_expire(mql_client *c, uint64_t lease_id);
 uint64_t mql_client_send(mql_client *c, const char *topic, const uint8_t *body, size_t len,

@@ -31,11 +31,12 @@
 #define MQL_M_TELEMETRY "/apache.rocketmq.v2.MessagingService/Telemetry"
 #define MQL_M_TERMINATE "/apache.rocketmq.v2.MessagingService/NotifyClientTermination"
 #define MQL_M_CHANGE "/apache.rocketmq.v2.MessagingService/ChangeInvisibleDuration"
+#define MQL_M_DLQ "/apache.rocketmq.v2.MessagingService/ForwardMessageToDeadLetterQueue"
 
 /* What a call is for; its finished handler is chosen by this. */
 typedef enum mql_call_kind {
     MQL_K_ROUTE = 1, MQL_K_TELEMETRY, MQL_K_HEARTBEAT, MQL_K_RECEIVE, MQL_K_ACK, MQL_K_NACK,
-    MQL_K_BUDGET_NACK, MQL_K_RENEW, MQL_K_SEND, MQL_K_TERMINATE
+    MQL_K_BUDGET_NACK, MQL_K_RENEW, MQL_K_SEND, MQL_K_TERMINATE, MQL_K_DLQ
 } mql_call_kind;
 
 /* A release the host asked for (an ack of one or more leases, or a nack of
@@ -44,6 +45,9 @@ typedef struct mql_release mql_release;
 struct mql_release {
     uint64_t op;
     int is_ack;
+    int dead_letter;            /* ForwardMessageToDeadLetterQueue instead of a nack */
+    int silent;                 /* started by the core itself: no host op waits for it */
+    char reason[32];            /* dead letter: counted under this word */
     int64_t delay_ms;           /* nack */
     uint64_t *ids;
     size_t n;
@@ -98,6 +102,9 @@ struct mql_client {
     int stopped;                /* the thread is joined and grpc is torn down */
     int refs;                   /* the host's one, plus one per signal watcher */
     mql_release *deferred;
+    int on_corrupt_dlq;
+    int64_t corrupt_nack_delay_ms;
+    size_t max_body;
     mql_pace pace;              /* renewal pacing (mql_renew.c) */
     int renew_inflight;         /* renewals (MQL_K_RENEW calls) in flight */
 };
@@ -179,6 +186,11 @@ void mql_release_free(mql_release *rel);
 void mql_release_on_ack_done(mql_client *c, mql_call *call);
 void mql_release_on_nack_done(mql_client *c, mql_call *call);
 void mql_release_on_budget_nack_done(mql_client *c, mql_call *call);
+void mql_release_on_dead_letter_done(mql_client *c, mql_call *call);
+/* A lease the host never sees (a corrupted message): dead-letter or nack it
+ * from the core; if that fails it is left to expire, never renewed. */
+void mql_release_unseen(mql_client *c, mql_lease *l, int dead_letter, int64_t delay_ms,
+                        const char *reason);
 
 /* ----------------------------------------------------- mql_producer.c */
 

@@ -18,6 +18,14 @@ grpc_byte_buffer *mql_pack(const ProtobufCMessage *msg) {
     return bb;
 }
 
+int mql_read_all(grpc_byte_buffer *bb, grpc_slice *out) {
+    grpc_byte_buffer_reader reader;
+    if (!bb || !grpc_byte_buffer_reader_init(&reader, bb)) return -1;
+    *out = grpc_byte_buffer_reader_readall(&reader);
+    grpc_byte_buffer_reader_destroy(&reader);
+    return 0;
+}
+
 ProtobufCMessage *mql_unpack(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb) {
     grpc_byte_buffer_reader reader;
     grpc_slice slice;
@@ -36,40 +44,58 @@ static char *dup_nonempty(const char *s) {
 }
 
 static int64_t timestamp_ms(const Google__Protobuf__Timestamp *ts) {
-    if (!ts) return 0;
-    return (int64_t)ts->seconds * 1000 + ts->nanos / 1000000;
+    return ts ? mql_timestamp_ms(ts->seconds, ts->nanos) : 0;   /* saturated (mql.h) */
 }
 
-void mql_message_from_pb(mql_message *out, const Apache__Rocketmq__V2__Message *in) {
-    const Apache__Rocketmq__V2__SystemProperties *sp = in->system_properties;
+static void copy_properties(mql_message *out, const Apache__Rocketmq__V2__Message *in) {
     size_t i;
-    memset(out, 0, sizeof(*out));
-    out->topic = mql_strdup(in->topic && in->topic->name ? in->topic->name : "");
-    out->body_len = in->body.len;
-    out->body = mql_xmalloc(in->body.len);
-    if (in->body.len) memcpy(out->body, in->body.data, in->body.len);
     out->nprops = in->n_user_properties;
     out->props = mql_xcalloc(in->n_user_properties, sizeof(*out->props));
     for (i = 0; i < in->n_user_properties; i++) {
-        out->props[i].key = mql_strdup(in->user_properties[i]->key);
-        out->props[i].value = mql_strdup(in->user_properties[i]->value);
+        const char *k = in->user_properties[i]->key;
+        const ProtobufCBinaryData *v = &in->user_properties[i]->value;
+        out->props[i].key = mql_strdup(k ? k : "");
+        out->props[i].value = mql_xmalloc(v->len + 1);   /* NUL-terminated too, for C callers */
+        if (v->len) memcpy(out->props[i].value, v->data, v->len);
+        out->props[i].value[v->len] = '\0';
+        out->props[i].value_len = v->len;
     }
-    if (!sp) {
-        out->id = mql_strdup("");
-        return;
-    }
+}
+
+static void copy_system_properties(mql_message *out, const Apache__Rocketmq__V2__SystemProperties *sp) {
+    size_t i;
     out->id = mql_strdup(sp->message_id ? sp->message_id : "");
     out->tag = dup_nonempty(sp->tag);
     out->message_group = dup_nonempty(sp->message_group);
     out->born_host = dup_nonempty(sp->born_host);
+    out->store_host = dup_nonempty(sp->store_host);
+    out->trace_context = dup_nonempty(sp->trace_context);
+    out->receipt_handle = dup_nonempty(sp->receipt_handle);
     out->nkeys = sp->n_keys;
     out->keys = mql_xcalloc(sp->n_keys, sizeof(char *));
-    for (i = 0; i < sp->n_keys; i++) out->keys[i] = mql_strdup(sp->keys[i]);
+    for (i = 0; i < sp->n_keys; i++) out->keys[i] = mql_strdup(sp->keys[i] ? sp->keys[i] : "");
+    out->message_type = sp->message_type;
     out->delivery_attempt = sp->delivery_attempt;
     out->queue_id = sp->queue_id;
     out->queue_offset = sp->queue_offset;
     out->born_ms = timestamp_ms(sp->born_timestamp);
     out->store_ms = timestamp_ms(sp->store_timestamp);
+    out->delivery_ms = timestamp_ms(sp->delivery_timestamp);
+}
+
+void mql_message_fields_from_pb(mql_message *out, const Apache__Rocketmq__V2__Message *in) {
+    memset(out, 0, sizeof(*out));
+    out->topic = mql_strdup(in->topic && in->topic->name ? in->topic->name : "");
+    copy_properties(out, in);
+    if (in->system_properties) copy_system_properties(out, in->system_properties);
+    else out->id = mql_strdup("");
+}
+
+void mql_message_from_pb(mql_message *out, const Apache__Rocketmq__V2__Message *in) {
+    mql_message_fields_from_pb(out, in);
+    out->body_len = in->body.len;
+    out->body = mql_xmalloc(in->body.len);
+    if (in->body.len) memcpy(out->body, in->body.data, in->body.len);
 }
 
 void mql_result_from_status(mql_result *r, const mql_pb_status *st, const char *what) {

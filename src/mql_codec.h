@@ -18,11 +18,16 @@ typedef Apache__Rocketmq__V2__Status mql_pb_status;
 
 /* Returns a new byte buffer holding the packed message (caller destroys it). */
 grpc_byte_buffer *mql_pack(const ProtobufCMessage *msg);
+/* The bytes of a received buffer as one slice (caller unrefs it); -1 if there is none. */
+int mql_read_all(grpc_byte_buffer *bb, grpc_slice *out);
 /* Unpacks a reply; NULL if the buffer is NULL or not a valid message. */
 ProtobufCMessage *mql_unpack(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb);
 
-/* Copies a delivered message into out (all strings duplicated). */
+/* Copies a delivered message into out (all strings duplicated, the body as
+ * it came over the wire: see mql_inbound.h for the checked path). */
 void mql_message_from_pb(mql_message *out, const Apache__Rocketmq__V2__Message *in);
+/* The same without the body (out->body stays NULL). */
+void mql_message_fields_from_pb(mql_message *out, const Apache__Rocketmq__V2__Message *in);
 
 /* Turns an in-band Status into a result; OK when the code is OK. A missing
  * status is a protocol error: the proxy always sends one. */

@@ -13,6 +13,9 @@ void mql_message_clear(mql_message *m) {
     free(m->tag);
     free(m->message_group);
     free(m->born_host);
+    free(m->store_host);
+    free(m->trace_context);
+    free(m->receipt_handle);
     for (i = 0; i < m->nkeys; i++) free(m->keys[i]);
     free(m->keys);
     for (i = 0; i < m->nprops; i++) {

@@ -18,27 +18,37 @@
 typedef struct mql_kv {
     char *key;
     char *value;
+    size_t value_len;      /* values may hold any bytes (sending: 0 means strlen(value)) */
 } mql_kv;
 
-/* A received message, as the host sees it. Strings are NUL-terminated copies;
- * the body may hold any bytes. lease_id names its entry in the lease table. */
+/* A received message, as the host sees it, with every system property the
+ * official clients expose (names follow the Java MessageView getters).
+ * Strings are NUL-terminated copies, NULL when the server sent none; the body
+ * and property values may hold any bytes. Times are epoch milliseconds, 0 when
+ * absent, saturated (never overflowed) when the server sent a wild value.
+ * lease_id names its entry in the lease table. */
 typedef struct mql_message {
     char *id;
     char *topic;
     char *tag;             /* NULL when the message has none */
     char *message_group;   /* NULL unless FIFO */
     char *born_host;
+    char *store_host;
+    char *trace_context;
+    char *receipt_handle;  /* the handle it was delivered with (the lease keeps the latest) */
     char **keys;
     size_t nkeys;
     mql_kv *props;
     size_t nprops;
-    uint8_t *body;
+    uint8_t *body;         /* after digest check and inflation (see mql_body.h) */
     size_t body_len;
+    int message_type;      /* apache.rocketmq.v2.MessageType: 1 NORMAL, 2 FIFO, 3 DELAY, 4 TRANSACTION */
     int delivery_attempt;
     int queue_id;
     int64_t queue_offset;
     int64_t born_ms;       /* wall clock, epoch ms */
     int64_t store_ms;
+    int64_t delivery_ms;   /* delay/timer messages: when it was due */
     uint64_t lease_id;
 } mql_message;
 

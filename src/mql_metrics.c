@@ -42,3 +42,22 @@ void mql_metrics_error(mql_metrics *m, const char *op, const char *code) {
     snprintf(m->errors[i].code, sizeof(m->errors[i].code), "%s", code);
     m->errors[i].n = 1;
 }
+
+void mql_metrics_reason(mql_reason_table *t, const char *reason) {
+    int i;
+    for (i = 0; i < t->n; i++) {
+        if (strcmp(t->r[i].reason, reason) == 0) {
+            t->r[i].n++;
+            return;
+        }
+    }
+    if (t->n == MQL_MAX_REASONS) {
+        i = MQL_MAX_REASONS - 1;
+        snprintf(t->r[i].reason, sizeof(t->r[i].reason), "%s", "other");
+        t->r[i].n++;
+        return;
+    }
+    i = t->n++;
+    snprintf(t->r[i].reason, sizeof(t->r[i].reason), "%s", reason);
+    t->r[i].n = 1;
+}

@@ -29,6 +29,17 @@ typedef struct mql_error_count {
     uint64_t n;
 } mql_error_count;
 
+/* Messages counted by a short reason word (corrupted, malformed, dead-lettered). */
+#define MQL_MAX_REASONS 12
+
+typedef struct mql_reason_table {
+    struct { char reason[32]; uint64_t n; } r[MQL_MAX_REASONS];
+    int n;
+} mql_reason_table;
+
+/* Counts one under reason; reasons past the table's size go to "other". */
+void mql_metrics_reason(mql_reason_table *t, const char *reason);
+
 typedef struct mql_metrics {
     uint64_t received;
     uint64_t acks_ok, acks_fail;
@@ -38,6 +49,10 @@ typedef struct mql_metrics {
     uint64_t lost_expired, lost_rejected;
     uint64_t budget_expire, budget_nack;
     uint64_t sent_ok, sent_fail;
+    mql_reason_table corrupted;     /* digest or body failed: never reached the host */
+    mql_reason_table malformed;     /* frames that were not a usable message */
+    mql_reason_table dead_lettered; /* forwarded to the group's DLQ, by reason */
+    uint64_t dead_letter_fail;
     uint64_t reconnects;        /* next endpoint at start, Telemetry re-opened */
     int session_state;          /* mql_client_state, set when copied out */
     mql_hist renew_latency;     /* request to reply of ChangeInvisibleDuration */

@@ -63,7 +63,8 @@ uint64_t mql_client_send(mql_client *c, const char *topic_name, const uint8_t *b
     for (i = 0; i < nprops; i++) {
         apache__rocketmq__v2__message__user_properties_entry__init(&pstore[i]);
         pstore[i].key = props[i].key;
-        pstore[i].value = props[i].value;
+        pstore[i].value.data = (uint8_t *)props[i].value;
+        pstore[i].value.len = props[i].value_len ? props[i].value_len : strlen(props[i].value);
         pptrs[i] = &pstore[i];
     }
     mql_set_timestamp(&born, now);

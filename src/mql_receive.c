@@ -4,7 +4,10 @@
  * messages, then a delivery timestamp. Each message becomes a lease in the
  * table the moment it arrives (before the host sees it), with its first
  * renewal armed, so a host that is slow to pick its messages up never lets
- * one expire. The stream's gRPC deadline must outlast the long poll, and the
+ * one expire. Each frame is judged first (mql_inbound.h): a corrupted message
+ * (digest or body failed) is dead-lettered or nacked from here and never
+ * reaches the host; a malformed frame is counted and reported as a PROTOCOL
+ * error of the receive, which still returns the good messages it got. The stream's gRPC deadline must outlast the long poll, and the
  * proxy never polls for less than 5 s.
  *
  * Every function here runs with c->mu held unless it says otherwise.
@@ -14,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mql_inbound.h"
+
 #define MIN_PROXY_POLL_MS 5000   /* grpcClientConsumerMinLongPollingTimeoutMillis */
 
 typedef struct receive_ctx {
@@ -21,37 +26,69 @@ typedef struct receive_ctx {
     size_t n, cap;
     mql_result status;
     int have_status;
+    size_t malformed;           /* frames that were no usable message */
+    const char *malformed_reason;   /* the first one's (static text) */
 } receive_ctx;
 
+/* The lease starts now: from here on the message is renewed whatever the host
+ * does, until it is acked, nacked or its budget is spent. */
+static mql_lease *lease_begin(mql_client *c, const mql_message *m) {
+    mql_lease *l = mql_lease_add(&c->leases, m->id, m->topic, m->receipt_handle, mql_now_ms(),
+                                 c->invisible_ms);
+    mql_lease_arm(&c->leases, l, c->renew ? mql_renew_next_at(c, l->acquired_ms) : l->deadline_ms);
+    return l;
+}
+
+static void keep_message(receive_ctx *rx, mql_message *m) {
+    if (rx->n == rx->cap) {
+        rx->cap = rx->cap ? rx->cap * 2 : 8;
+        rx->msgs = realloc(rx->msgs, rx->cap * sizeof(*rx->msgs));
+        if (!rx->msgs) abort();
+    }
+    rx->msgs[rx->n++] = *m;
+    memset(m, 0, sizeof(*m));
+}
+
+/* Each frame is judged on its own (mql_inbound.h): a bad one costs only
+ * itself, never the leases of the good ones around it. */
 void mql_receive_on_message(mql_client *c, mql_call *call, grpc_byte_buffer *reply) {
     receive_ctx *rx = call->ctx;
-    Apache__Rocketmq__V2__ReceiveMessageResponse *resp = (void *)mql_unpack(
-        &apache__rocketmq__v2__receive_message_response__descriptor, reply);
-    if (!resp) return;
-    if (resp->content_case == APACHE__ROCKETMQ__V2__RECEIVE_MESSAGE_RESPONSE__CONTENT_STATUS) {
-        mql_result_from_status(&rx->status, resp->status, "ReceiveMessage");
+    grpc_slice slice;
+    mql_frame f;
+    if (mql_read_all(reply, &slice) < 0) return;
+    mql_frame_decode(&f, GRPC_SLICE_START_PTR(slice), GRPC_SLICE_LENGTH(slice), c->max_body);
+    grpc_slice_unref(slice);
+    switch (f.kind) {
+    case MQL_FRAME_STATUS:
+        rx->status = f.status;
         rx->have_status = 1;
-    } else if (resp->content_case ==
-               APACHE__ROCKETMQ__V2__RECEIVE_MESSAGE_RESPONSE__CONTENT_MESSAGE) {
-        const Apache__Rocketmq__V2__Message *pm = resp->message;
-        const char *handle = pm->system_properties ? pm->system_properties->receipt_handle : NULL;
-        mql_message *m;
-        mql_lease *l;
-        if (rx->n == rx->cap) {
-            rx->cap = rx->cap ? rx->cap * 2 : 8;
-            rx->msgs = realloc(rx->msgs, rx->cap * sizeof(*rx->msgs));
-            if (!rx->msgs) abort();
-        }
-        m = &rx->msgs[rx->n++];
-        mql_message_from_pb(m, pm);
-        /* The lease starts now: from here on the message is renewed whatever the
-         * host does, until it is acked, released or its budget is spent. */
-        l = mql_lease_add(&c->leases, m->id, m->topic, handle, mql_now_ms(), c->invisible_ms);
-        mql_lease_arm(&c->leases, l, c->renew ? mql_renew_next_at(c, l->acquired_ms) : l->deadline_ms);
-        m->lease_id = l->id;
+        break;
+    case MQL_FRAME_MESSAGE:
         c->metrics.received++;
+        if (c->nacked_all) {
+            /* the host has given everything back (close, shutdown): a message
+             * this late would reach nobody, or a handler after the drain */
+            mql_release_unseen(c, lease_begin(c, &f.msg), 0, c->nacked_all_delay_ms,
+                               "arrived after close");
+            break;
+        }
+        f.msg.lease_id = lease_begin(c, &f.msg)->id;
+        keep_message(rx, &f.msg);
+        break;
+    case MQL_FRAME_CORRUPTED:
+        /* it holds a lease like any other, but the host never sees it */
+        mql_metrics_reason(&c->metrics.corrupted, f.reason);
+        mql_release_unseen(c, lease_begin(c, &f.msg), c->on_corrupt_dlq, c->corrupt_nack_delay_ms,
+                           "corrupted");
+        break;
+    case MQL_FRAME_MALFORMED:
+        mql_metrics_reason(&c->metrics.malformed, f.reason);
+        if (rx->malformed++ == 0) rx->malformed_reason = f.reason;
+        break;
+    case MQL_FRAME_OTHER:
+        break;
     }
-    protobuf_c_message_free_unpacked(&resp->base, NULL);
+    mql_frame_clear(&f);
 }
 
 void mql_receive_on_done(mql_client *c, mql_call *call) {
@@ -59,6 +96,9 @@ void mql_receive_on_done(mql_client *c, mql_call *call) {
     mql_event *ev = mql_event_new(MQL_EV_OP, call->op);
     if (call->status != GRPC_STATUS_OK) {
         mql_call_result(call, NULL, &ev->result);
+    } else if (rx->malformed > 0) {
+        mql_result_fail(&ev->result, "PROTOCOL", "ReceiveMessage: %zu malformed frame(s), first: %s",
+                        rx->malformed, rx->malformed_reason);
     } else if (rx->have_status) {
         ev->result = rx->status;
         if (!ev->result.ok && strcmp(ev->result.code, "MESSAGE_NOT_FOUND") == 0)
@@ -66,9 +106,10 @@ void mql_receive_on_done(mql_client *c, mql_call *call) {
     } else {
         mql_result_fail(&ev->result, "PROTOCOL", "ReceiveMessage: the server sent no status");
     }
+    /* The error is counted even when messages came: the host sees it in metrics. */
+    if (!ev->result.ok) mql_metrics_error(&c->metrics, "receive", ev->result.code);
     /* Messages that arrived are leases now: hand them over whatever came after. */
     if (rx->n > 0) mql_result_ok(&ev->result);
-    if (!ev->result.ok) mql_metrics_error(&c->metrics, "receive", ev->result.code);
     ev->msgs = rx->msgs;
     ev->nmsgs = rx->n;
     free(rx);

@@ -1,7 +1,10 @@
 /* mql_release.c -- where a message leaves: ack, nack, let expire.
  *
- * A release is an ack (of one or more leases, in one AckMessage) or a nack (a
- * ChangeInvisibleDuration to the delay the host asked for). It always uses the
+ * A release is an ack (of one or more leases, in one AckMessage), a nack (a
+ * ChangeInvisibleDuration to the delay the host asked for) or a dead letter
+ * (ForwardMessageToDeadLetterQueue: the proxy writes the message to
+ * %DLQ%<group> and acks it). A release the core starts on its own, for a
+ * corrupted message the host never saw, is "silent": no op waits for it. It always uses the
  * lease's newest receipt handle, so it never races a renewal: while any of its
  * leases is being renewed, the release waits on c->deferred and goes out when
  * the renewal's reply has come back. From the moment the host asks, nothing
@@ -12,6 +15,7 @@
  */
 #include "mql_client_private.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -31,8 +35,10 @@ static int release_done(const mql_release *rel) {
 }
 
 static void release_post(mql_client *c, mql_release *rel) {
-    mql_event *ev = mql_event_new(MQL_EV_OP, rel->op);
+    mql_event *ev;
     size_t i;
+    if (rel->silent) return;
+    ev = mql_event_new(MQL_EV_OP, rel->op);
     for (i = 0; i < rel->n; i++) {
         if (!rel->entries[i].ok) {
             ev->result = rel->entries[i];
@@ -49,14 +55,19 @@ static void settle(mql_client *c, mql_release *rel, size_t i, const mql_result *
     if (rel->settled[i]) return;
     rel->settled[i] = 1;
     rel->entries[i] = *r;
-    if (rel->is_ack) {
+    if (rel->dead_letter) {
+        if (r->ok) mql_metrics_reason(&c->metrics.dead_lettered, rel->reason);
+        else c->metrics.dead_letter_fail++;
+    } else if (rel->is_ack) {
         if (r->ok) c->metrics.acks_ok++;
         else c->metrics.acks_fail++;
     } else {
         if (r->ok) c->metrics.nacks_ok++;
         else c->metrics.nacks_fail++;
     }
-    if (!r->ok) mql_metrics_error(&c->metrics, rel->is_ack ? "ack" : "nack", r->code);
+    if (!r->ok)
+        mql_metrics_error(&c->metrics, rel->dead_letter ? "dead_letter" : rel->is_ack ? "ack" : "nack",
+                          r->code);
 }
 
 void mql_release_fail_lease(mql_client *c, uint64_t lease_id, const char *code,
@@ -84,12 +95,19 @@ static void release_settle_lease(mql_client *c, mql_release *rel, size_t i, mql_
     settle(c, rel, i, r);
     if (!l) return;
     if (r->ok) {
-        mql_hist_observe(&c->metrics.handler,
-                         (double)(mql_now_ms() - l->acquired_ms) / 1000.0);
-        mql_lease_end(c, l, rel->is_ack ? MQL_LEASE_ACKED : MQL_LEASE_NACKED);
+        if (!rel->silent)
+            mql_hist_observe(&c->metrics.handler,
+                             (double)(mql_now_ms() - l->acquired_ms) / 1000.0);
+        mql_lease_end(c, l, rel->is_ack || rel->dead_letter ? MQL_LEASE_ACKED : MQL_LEASE_NACKED);
     } else if (strcmp(r->code, "INVALID_RECEIPT_HANDLE") == 0) {
         c->metrics.lost_rejected++;
         mql_lease_end(c, l, MQL_LEASE_LOST);
+    } else if (rel->silent) {
+        /* nobody may hold it on: it comes back when the lease runs out */
+        l->pending = MQL_PENDING_NONE;
+        l->let_go = 1;
+        l->state = MQL_LEASE_EXPIRING;
+        mql_lease_arm(&c->leases, l, l->deadline_ms);
     } else {
         mql_lease_resume(c, l);
     }
@@ -247,6 +265,52 @@ void mql_release_on_nack_done(mql_client *c, mql_call *call) {
     mql_reply_free(resp);
 }
 
+/* Dead letters go one call per lease, like nacks, answering through a nack_part. */
+static int dead_letter_start(mql_client *c, mql_lease *l, void *ctx) {
+    Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueRequest req =
+        APACHE__ROCKETMQ__V2__FORWARD_MESSAGE_TO_DEAD_LETTER_QUEUE_REQUEST__INIT;
+    mql_pb_resource group, topic;
+    mql_set_resource(&group, c->namespace_, c->group);
+    mql_set_resource(&topic, c->namespace_, l->topic);
+    req.group = &group;
+    req.topic = &topic;
+    req.receipt_handle = l->handle;
+    req.message_id = l->message_id;
+    return mql_client_unary(c, mql_client_call(c, c->broker, MQL_M_DLQ, c->request_timeout_ms,
+                                               MQL_K_DLQ, 0, ctx),
+                            &req.base);
+}
+
+static void dead_letter_send(mql_client *c, mql_release *rel) {
+    size_t i, left = 0;
+    mql_result r;
+    mql_result_fail(&r, "INTERNAL", "dead_letter: grpc refused to start the call");
+    for (i = 0; i < rel->n; i++) left += !rel->settled[i];
+    for (i = 0; left > 0; i++) {
+        nack_part *part;
+        if (rel->settled[i]) continue;
+        left--;
+        part = mql_xmalloc(sizeof(*part));
+        part->rel = rel;
+        part->i = i;
+        if (dead_letter_start(c, mql_lease_find(&c->leases, rel->ids[i]), part) < 0) {
+            free(part);
+            nack_part_settle(c, rel, i, &r);
+        }
+    }
+}
+
+void mql_release_on_dead_letter_done(mql_client *c, mql_call *call) {
+    nack_part *part = call->ctx;
+    mql_result r;
+    void *resp = mql_reply_take(
+        call, &apache__rocketmq__v2__forward_message_to_dead_letter_queue_response__descriptor, &r);
+    nack_part_settle(c, part->rel, part->i, &r);
+    free(part);
+    call->ctx = NULL;
+    mql_reply_free(resp);
+}
+
 /* The budget's own nack: no host op waits for it. */
 void mql_release_on_budget_nack_done(mql_client *c, mql_call *call) {
     mql_result r;
@@ -275,6 +339,8 @@ static int release_try(mql_client *c, mql_release *rel) {
         mql_release_free(rel);
     } else if (rel->is_ack) {
         ack_send(c, rel);
+    } else if (rel->dead_letter) {
+        dead_letter_send(c, rel);
     } else {
         nack_send(c, rel);
     }
@@ -291,14 +357,26 @@ void mql_release_run_deferred(mql_client *c) {
     }
 }
 
-static uint64_t release_start(mql_client *c, const uint64_t *ids, size_t n, int is_ack,
+/* What a release does: one of these, with the fields a dead letter needs. */
+typedef struct release_kind {
+    int is_ack, dead_letter, silent;
+    const char *reason;
+} release_kind;
+
+static const release_kind ACK = {1, 0, 0, NULL}, NACK = {0, 0, 0, NULL};
+
+static uint64_t release_start(mql_client *c, const uint64_t *ids, size_t n, release_kind k,
                               int64_t delay_ms) {
     mql_release *rel = mql_xcalloc(1, sizeof(*rel));
     mql_result r;
     uint64_t op;
     size_t i;
-    rel->op = ++c->next_op;
-    rel->is_ack = is_ack;
+    int is_ack = k.is_ack || k.dead_letter;   /* for the pending mark below */
+    rel->op = k.silent ? 0 : ++c->next_op;
+    rel->is_ack = k.is_ack;
+    rel->dead_letter = k.dead_letter;
+    rel->silent = k.silent;
+    snprintf(rel->reason, sizeof(rel->reason), "%s", k.reason ? k.reason : "");
     rel->delay_ms = delay_ms;
     rel->n = n;
     rel->ids = mql_xcalloc(n, sizeof(*rel->ids));
@@ -334,7 +412,7 @@ static uint64_t release_start(mql_client *c, const uint64_t *ids, size_t n, int 
 uint64_t mql_client_ack(mql_client *c, const uint64_t *lease_ids, size_t n) {
     uint64_t op;
     pthread_mutex_lock(&c->mu);
-    op = release_start(c, lease_ids, n, 1, 0);
+    op = release_start(c, lease_ids, n, ACK, 0);
     pthread_mutex_unlock(&c->mu);
     return op;
 }
@@ -342,9 +420,24 @@ uint64_t mql_client_ack(mql_client *c, const uint64_t *lease_ids, size_t n) {
 uint64_t mql_client_nack(mql_client *c, uint64_t lease_id, int64_t delay_ms) {
     uint64_t op;
     pthread_mutex_lock(&c->mu);
-    op = release_start(c, &lease_id, 1, 0, delay_ms);
+    op = release_start(c, &lease_id, 1, NACK, delay_ms);
     pthread_mutex_unlock(&c->mu);
     return op;
+}
+
+uint64_t mql_client_dead_letter(mql_client *c, uint64_t lease_id, const char *reason) {
+    release_kind k = {0, 1, 0, reason && *reason ? reason : "handler"};
+    uint64_t op;
+    pthread_mutex_lock(&c->mu);
+    op = release_start(c, &lease_id, 1, k, 0);
+    pthread_mutex_unlock(&c->mu);
+    return op;
+}
+
+void mql_release_unseen(mql_client *c, mql_lease *l, int dead_letter, int64_t delay_ms,
+                        const char *reason) {
+    release_kind k = {0, dead_letter, 1, reason};
+    release_start(c, &l->id, 1, k, delay_ms);
 }
 
 int mql_client_let_expire(mql_client *c, uint64_t lease_id) {
@@ -377,7 +470,7 @@ uint64_t mql_client_nack_all(mql_client *c, int64_t delay_ms) {
     /* from now on a message a receive still brings is given back at once */
     c->nacked_all = 1;
     c->nacked_all_delay_ms = delay_ms;
-    op = release_start(c, acc.ids, acc.n, 0, delay_ms);
+    op = release_start(c, acc.ids, acc.n, NACK, delay_ms);
     free(acc.ids);
     pthread_mutex_unlock(&c->mu);
     return op;

@@ -21,6 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mql_inbound.h"
+
 #define HEARTBEAT_EVERY_MS 10000
 #define TELEMETRY_RETRY_MS 1000
 
@@ -365,23 +367,24 @@ static void telemetry_open(mql_client *c) {
     telemetry_send_settings(c);
 }
 
+/* The frame is read by mql_telemetry_decode (mql_inbound.h), which the fuzzer drives too. */
 void mql_session_on_telemetry_message(mql_client *c, grpc_byte_buffer *reply) {
-    Apache__Rocketmq__V2__TelemetryCommand *cmd = (void *)mql_unpack(
-        &apache__rocketmq__v2__telemetry_command__descriptor, reply);
+    mql_telemetry_reply t;
+    grpc_slice slice;
     mql_result r;
-    if (!cmd) return;
-    if (cmd->status && cmd->status->code != APACHE__ROCKETMQ__V2__CODE__OK) {
-        mql_result_from_status(&r, cmd->status, "Telemetry");
-        fail_start(c, &r);
-    } else if (cmd->command_case == APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND_SETTINGS &&
-               c->state == MQL_CLIENT_STARTING) {
+    if (mql_read_all(reply, &slice) < 0) return;
+    mql_telemetry_decode(&t, GRPC_SLICE_START_PTR(slice), GRPC_SLICE_LENGTH(slice));
+    grpc_slice_unref(slice);
+    if (!t.decoded) return;
+    if (t.has_status && !t.status.ok) {
+        fail_start(c, &t.status);
+    } else if (t.has_settings && c->state == MQL_CLIENT_STARTING) {
         /* the proxy stored our settings: receives and heartbeats work from now on */
         c->state = MQL_CLIENT_READY;
         c->heartbeat_at = mql_now_ms();
         mql_result_ok(&r);
         mql_post_op(c, c->start_op, &r);
     }
-    protobuf_c_message_free_unpacked(&cmd->base, NULL);
 }
 
 void mql_session_on_telemetry_done(mql_client *c, mql_call *call) {

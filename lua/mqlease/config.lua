@@ -62,6 +62,12 @@ _M.consumer = {
   batch = { kind = "integer", default = 16, min = 1, max = 32, doc = "messages per receive (the proxy caps it at 32)" },
   release_delay = { kind = "number", default = 1, min = 0, max = MAX_INVISIBLE,
     doc = "seconds after which a message released on close becomes visible again" },
+  on_corrupt = { kind = "enum", values = { "dlq", "nack" }, default = "dlq",
+    doc = "a message whose digest or body fails: forward it to %DLQ%<group> (dlq) or give it back after corrupt_delay (nack); never handed to Lua" },
+  corrupt_delay = { kind = "number", default = 10, min = 0, max = MAX_INVISIBLE,
+    doc = "seconds before a corrupted message comes back when on_corrupt = \"nack\"" },
+  max_body = { kind = "integer", default = 64 * 1024 * 1024, min = 1024, max = 2 ^ 31,
+    doc = "bytes a body may have after inflation; a larger one is corrupted (body_too_large)" },
 }
 
 _M.producer = {
@@ -85,6 +91,8 @@ _M.run = {
   run_for = { kind = "number", min = 0, max = 1e9, doc = "stop by itself after this many seconds (nil = until a signal or stop())" },
   stop = { kind = "function", doc = "fn() -> true to stop; checked every loop turn" },
   on_error = { kind = "function", doc = "fn(message, err): a handler failed (default: a line on stderr)" },
+  max_attempts = { kind = "integer", min = 1, max = 1000,
+    doc = "deliveries a message gets: after the last one fails, or when a later one arrives, it is forwarded to %DLQ%<group> instead (nil = the group's own retry limit decides)" },
 }
 
 -- The fields of a tls table and what each must be.

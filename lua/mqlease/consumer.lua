@@ -17,7 +17,7 @@ local _M = {}
 
 -- ---------------------------------------------------------------- lease
 
-local FINAL = { acked = true, nacked = true, lost = true }
+local FINAL = { acked = true, nacked = true, lost = true, dead_lettered = true }
 local ALIVE = { held = true, renewing = true, expiring = true }
 
 local lease_methods = {}
@@ -142,11 +142,14 @@ local function gone_reason(lease, err, code)
   local final = rawget(lease, "_final")
   if final == "acked" then return "the message was already acked", "ALREADY_ACKED" end
   if final == "nacked" then return "the message was already nacked", "ALREADY_NACKED" end
+  if final == "dead_lettered" then return "the message was already dead-lettered", "ALREADY_DEAD_LETTERED" end
   return "the lease was lost: the broker may have redelivered the message", "LEASE_LOST"
 end
 
 local function finish_release(lease, ev, final)
   if ev.ok then
+    -- the core ends a dead-lettered lease as acked (the proxy acks it); say what happened
+    if final == "dead_lettered" then lease._final = final end
     lease:_set_state(final)
     return true
   end
@@ -174,6 +177,21 @@ function message_methods:nack(delay)
   if session.client:closed() then return nil, "the consumer is closed", "CLOSED" end
   local ev = session:await(session.client:nack(rawget(lease, "id"), floor(delay * 1000 + 0.5)))
   return finish_release(lease, ev, "nacked")
+end
+
+-- Forwards the message to the group's dead-letter queue (%DLQ%<group>) with
+-- ForwardMessageToDeadLetterQueue; the proxy acks the original. reason is a
+-- short word counted in metrics (mqlease_messages_dead_lettered_total).
+-- true, or nil, message, code.
+function message_methods:dead_letter(reason)
+  if reason ~= nil and (type(reason) ~= "string" or not reason:match("^[%w_%-]+$") or #reason > 31) then
+    error(("bad argument #1 to 'dead_letter' (reason: a word of at most 31 letters, digits, '_' or '-' expected, got %s)"):format(tostring(reason)), 2)
+  end
+  local lease = self.lease
+  local session = rawget(lease, "_session")
+  if session.client:closed() then return nil, "the consumer is closed", "CLOSED" end
+  local ev = session:await(session.client:dead_letter(rawget(lease, "id"), reason or "handler"))
+  return finish_release(lease, ev, "dead_lettered")
 end
 
 -- Stops renewing on purpose: the message comes back when its lease ends.
@@ -214,6 +232,9 @@ function _M.new(opts)
   args.max_lease_ms = floor(o.max_lease * 1000)
   args.on_budget = o.on_budget
   args.budget_nack_delay_ms = floor(o.release_delay * 1000)
+  args.on_corrupt = o.on_corrupt
+  args.corrupt_nack_delay_ms = floor(o.corrupt_delay * 1000)
+  args.max_body = o.max_body
   local client, start_op = core.consumer(args)
   local session, err, code = session_mod.start(client, start_op, o.start_timeout, "mqlease.consumer")
   if not session then return nil, err, code end

@@ -33,6 +33,16 @@ local COUNTERS = {
     { { nil, "reconnects" } } },
 }
 
+-- counters by reason: the raw table holds { reason = n } under the key
+local BY_REASON = {
+  { "mqlease_messages_corrupted_total",
+    "Messages whose digest or body failed (never handed to a handler), by reason.", "corrupted" },
+  { "mqlease_messages_malformed_total",
+    "ReceiveMessage frames that were no usable message (undecodable, no id/handle/topic), by reason.", "malformed" },
+  { "mqlease_messages_dead_lettered_total",
+    "Messages forwarded to the group's dead-letter queue, by reason.", "dead_lettered" },
+}
+
 local SESSION_STATES = { "starting", "ready", "failed", "closing" }
 
 local HISTOGRAMS = {
@@ -91,6 +101,16 @@ function _M.text(c, labels)
   line("# TYPE mqlease_errors_total counter")
   for _, e in ipairs(m.errors or {}) do
     line(format('mqlease_errors_total%s %s', label(format('op="%s",code="%s"', escape(e.op), escape(e.code)), base), num(e.n)))
+  end
+  for _, r in ipairs(BY_REASON) do
+    line(format("# HELP %s %s", r[1], r[2]))
+    line(format("# TYPE %s counter", r[1]))
+    local reasons = {}
+    for reason in pairs(m[r[3]] or {}) do reasons[#reasons + 1] = reason end
+    table.sort(reasons)
+    for _, reason in ipairs(reasons) do
+      line(format('%s%s %s', r[1], label(format('reason="%s"', escape(reason)), base), num(m[r[3]][reason])))
+    end
   end
   for _, h in ipairs(HISTOGRAMS) do
     local hist = m[h[3]]

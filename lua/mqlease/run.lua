@@ -57,7 +57,7 @@ return function(consumer, handler, opts)
     queue = {}, qhead = 1, qtail = 0,   -- received, not started yet (still leases, renewed)
     running = {},                      -- message -> true while its handler runs
     nrunning = 0, inflight = 0, bytes = 0,
-    received = 0, acked = 0, nacked = 0, failed = 0, drained = 0, skipped = 0,
+    received = 0, acked = 0, nacked = 0, failed = 0, drained = 0, skipped = 0, dead_lettered = 0,
   }
   local receiver, drainer
 
@@ -121,7 +121,20 @@ return function(consumer, handler, opts)
     return nil, e.err, e.code
   end
 
+  -- max_attempts: a message past its last attempt goes to the DLQ without running,
+  -- and a failure on its last attempt sends it there instead of back to the queue.
+  local max_attempts = o.max_attempts
+  local function dead_letter(m)
+    if m:dead_letter("max_attempts") then st.dead_lettered = st.dead_lettered + 1 end
+  end
+
   local function handle(m)
+    if max_attempts and (m.delivery_attempt or 1) > max_attempts then
+      dead_letter(m)
+      settle(m)
+      start_handlers()
+      return
+    end
     -- action "ack" | "nack" | "skip"; err set means the handler failed (logged, counted)
     local action, delay, err, after = policy(m, m.lease, handler)
     if err ~= nil then
@@ -130,6 +143,8 @@ return function(consumer, handler, opts)
     end
     if action == "ack" then
       if ack(m) then st.acked = st.acked + 1 end
+    elseif action == "nack" and max_attempts and (m.delivery_attempt or 1) >= max_attempts then
+      dead_letter(m)
     elseif action == "nack" then
       if m:nack(delay or nack_delay(m.delivery_attempt)) then st.nacked = st.nacked + 1 end
     else
@@ -267,6 +282,6 @@ return function(consumer, handler, opts)
   if not ok then error(err, 0) end
   return {
     reason = st.reason, received = st.received, acked = st.acked, nacked = st.nacked,
-    failed = st.failed, drained = st.drained, skipped = st.skipped,
+    failed = st.failed, drained = st.drained, skipped = st.skipped, dead_lettered = st.dead_lettered,
   }
 end

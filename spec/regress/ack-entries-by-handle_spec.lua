@@ -13,6 +13,7 @@ describe("an ack of two leases of one message", function()
     local p = assert(mqlease.producer { endpoints = dv.endpoints, topics = { "twice" } })
     local c = assert(mqlease.consumer { endpoints = dv.endpoints, group = "g", topic = "twice",
       invisible = 10, renew = false, await = 5 })
+    finally(function() c:close(); p:close(); dv.stop() end)
     assert(p:send("twice", "x"))
     local first = assert(c:receive(1))[1]
     assert.is_not_nil(first)
@@ -31,8 +32,5 @@ describe("an ack of two leases of one message", function()
     assert.equal("lost", first.lease.state)
     -- acked for real: nothing comes back
     assert.same({}, assert(c:receive(1, { await = 3 })))
-    c:close()
-    p:close()
-    dv.stop()
   end)
 end)

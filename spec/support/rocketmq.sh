@@ -7,6 +7,8 @@
 #   rocketmq.sh start                  start namesrv + proxy/broker (or reuse a running one);
 #                                      returns once the broker is registered with namesrv
 #   rocketmq.sh stop                   stop only what `start` started
+#   rocketmq.sh restart-proxy          start our proxy JVM again after it died, keeping namesrv
+#                                      and the store (for chaos specs that kill it)
 #   rocketmq.sh status                 exit 0 if the gRPC port answers
 #   rocketmq.sh env                    print MQLEASE_ENDPOINTS=... lines
 #   rocketmq.sh topics NAME[:TYPE]... [--group G] [--orderly-group G]
@@ -274,6 +276,12 @@ cmd_start() {
     -cp "$LIB/*" "$SCRIPT_DIR/rocketmq/LoopbackNamesrv.java" -c "$RUN/namesrv.conf"
   wait_for namesrv "$RUN/namesrv.out" "The Name Server boot success"
   # Started after namesrv, which the broker registers with.
+  start_proxy
+  log "started RocketMQ $ROCKETMQ_VERSION in $(elapsed "$t0")s: namesrv $HOST:$NS_PORT (pid $(our_pid namesrv)), broker $HOST:$BROKER_PORT + gRPC proxy $HOST:$GRPC_PORT (pid $(our_pid proxy)); run dir $RUN"
+}
+
+# The proxy JVM (with the broker inside), on the configs and the store already in $RUN.
+start_proxy() {
   # Never pass -Dtls.server.mode=disabled here: it makes the gRPC port plaintext-only.
   launch proxy "$RUN/proxy.out" java "${JOPT[@]}" -Xms512m -Xmx1g -XX:MaxDirectMemorySize=512m \
     "$(marker proxy)" -Duser.home="$RUN/home/proxy" -Drmq.logback.configurationFile=rmq.proxy.logback.xml \
@@ -289,7 +297,23 @@ cmd_start() {
     stop_ours >&2
     exit 1
   fi
-  log "started RocketMQ $ROCKETMQ_VERSION in $(elapsed "$t0")s: namesrv $HOST:$NS_PORT (pid $(our_pid namesrv)), broker $HOST:$BROKER_PORT + gRPC proxy $HOST:$GRPC_PORT (pid $(our_pid proxy)); run dir $RUN"
+}
+
+# restart-proxy: start the proxy JVM again after it died (e.g. kill -9 by a chaos spec),
+# keeping namesrv and the store: the broker recovers its commit log, topics, groups and
+# offsets from $RUN/store (an `abort` file left by a kill means the slower abnormal recovery).
+cmd_restart_proxy() {
+  lock
+  our_pid namesrv >/dev/null || die "restart-proxy: no namesrv of ours runs in $RUN; use start"
+  local t0=$EPOCHREALTIME deadline=$((SECONDS + 10))
+  # a JVM just sent SIGKILL may take a moment to go
+  while our_pid proxy >/dev/null && ((SECONDS < deadline)); do sleep 0.1; done
+  ! our_pid proxy >/dev/null || die "restart-proxy: the proxy (pid $(our_pid proxy)) is still running"
+  # launch waits for a fresh pid file: the dead JVM's must go first
+  rm -f "$(pid_file proxy)"
+  export ROCKETMQ_HOME=$RUN
+  start_proxy
+  log "restarted the proxy in $(elapsed "$t0")s (pid $(our_pid proxy)); store $RUN/store kept"
 }
 
 # Stop our JVMs: SIGTERM both (proxy first; shutdown hooks flush the store and unregister the
@@ -388,6 +412,7 @@ cmd=${1:-}
 case $cmd in
   fetch) cmd_fetch ;;
   start) cmd_start ;;
+  restart-proxy) cmd_restart_proxy ;;
   stop) cmd_stop ;;
   status) cmd_status ;;
   env) cmd_env ;;

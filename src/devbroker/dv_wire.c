@@ -199,9 +199,11 @@ uint8_t *dv_wire_full_message(const char *topic, const char *id, int64_t now_ms,
     res.name = (char *)topic;
     m.topic = &res;
     p1.key = "dv-utf8";
-    p1.value = "h\xc3\xa9llo \xe2\x9c\x93";
+    p1.value.data = (uint8_t *)(uintptr_t)"h\xc3\xa9llo \xe2\x9c\x93";
+    p1.value.len = strlen((const char *)p1.value.data);
     p2.key = "dv-bytes";
-    p2.value = bytes;
+    p2.value.data = (uint8_t *)bytes;   /* values are bytes in our proto subset */
+    p2.value.len = sizeof(bytes) - 1;
     m.n_user_properties = 2;
     m.user_properties = props;
     born.seconds = (now_ms - 1000) / 1000;

@@ -1893,11 +1893,11 @@ static const ProtobufCFieldDescriptor apache__rocketmq__v2__message__user_proper
     "value",
     2,
     PROTOBUF_C_LABEL_NONE,
-    PROTOBUF_C_TYPE_STRING,
+    PROTOBUF_C_TYPE_BYTES,
     0,   /* quantifier_offset */
     offsetof(Apache__Rocketmq__V2__Message__UserPropertiesEntry, value),
     NULL,
-    &protobuf_c_empty_string,
+    NULL,
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },

@@ -344,17 +344,21 @@ struct  Apache__Rocketmq__V2__Message__UserPropertiesEntry
 {
   ProtobufCMessage base;
   char *key;
-  char *value;
+  ProtobufCBinaryData value;
 };
 #define APACHE__ROCKETMQ__V2__MESSAGE__USER_PROPERTIES_ENTRY__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&apache__rocketmq__v2__message__user_properties_entry__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+    , (char *)protobuf_c_empty_string, {0,NULL} }
 
 
 struct  Apache__Rocketmq__V2__Message
 {
   ProtobufCMessage base;
   Apache__Rocketmq__V2__Resource *topic;
+  /*
+   * Upstream: map<string, string>. bytes is the same on the wire and keeps each value's
+   * length: protobuf-c hands strings over NUL-terminated, which would cut a value at a NUL.
+   */
   size_t n_user_properties;
   Apache__Rocketmq__V2__Message__UserPropertiesEntry **user_properties;
   Apache__Rocketmq__V2__SystemProperties *system_properties;

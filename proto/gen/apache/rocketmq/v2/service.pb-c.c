@@ -502,6 +502,96 @@ void   apache__rocketmq__v2__ack_message_response__free_unpacked
   assert(message->base.descriptor == &apache__rocketmq__v2__ack_message_response__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   apache__rocketmq__v2__forward_message_to_dead_letter_queue_request__init
+                     (Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueRequest         *message)
+{
+  static const Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueRequest init_value = APACHE__ROCKETMQ__V2__FORWARD_MESSAGE_TO_DEAD_LETTER_QUEUE_REQUEST__INIT;
+  *message = init_value;
+}
+size_t apache__rocketmq__v2__forward_message_to_dead_letter_queue_request__get_packed_size
+                     (const Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueRequest *message)
+{
+  assert(message->base.descriptor == &apache__rocketmq__v2__forward_message_to_dead_letter_queue_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t apache__rocketmq__v2__forward_message_to_dead_letter_queue_request__pack
+                     (const Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &apache__rocketmq__v2__forward_message_to_dead_letter_queue_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t apache__rocketmq__v2__forward_message_to_dead_letter_queue_request__pack_to_buffer
+                     (const Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &apache__rocketmq__v2__forward_message_to_dead_letter_queue_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueRequest *
+       apache__rocketmq__v2__forward_message_to_dead_letter_queue_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueRequest *)
+     protobuf_c_message_unpack (&apache__rocketmq__v2__forward_message_to_dead_letter_queue_request__descriptor,
+                                allocator, len, data);
+}
+void   apache__rocketmq__v2__forward_message_to_dead_letter_queue_request__free_unpacked
+                     (Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &apache__rocketmq__v2__forward_message_to_dead_letter_queue_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   apache__rocketmq__v2__forward_message_to_dead_letter_queue_response__init
+                     (Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueResponse         *message)
+{
+  static const Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueResponse init_value = APACHE__ROCKETMQ__V2__FORWARD_MESSAGE_TO_DEAD_LETTER_QUEUE_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t apache__rocketmq__v2__forward_message_to_dead_letter_queue_response__get_packed_size
+                     (const Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueResponse *message)
+{
+  assert(message->base.descriptor == &apache__rocketmq__v2__forward_message_to_dead_letter_queue_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t apache__rocketmq__v2__forward_message_to_dead_letter_queue_response__pack
+                     (const Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &apache__rocketmq__v2__forward_message_to_dead_letter_queue_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t apache__rocketmq__v2__forward_message_to_dead_letter_queue_response__pack_to_buffer
+                     (const Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &apache__rocketmq__v2__forward_message_to_dead_letter_queue_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueResponse *
+       apache__rocketmq__v2__forward_message_to_dead_letter_queue_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueResponse *)
+     protobuf_c_message_unpack (&apache__rocketmq__v2__forward_message_to_dead_letter_queue_response__descriptor,
+                                allocator, len, data);
+}
+void   apache__rocketmq__v2__forward_message_to_dead_letter_queue_response__free_unpacked
+                     (Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &apache__rocketmq__v2__forward_message_to_dead_letter_queue_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   apache__rocketmq__v2__heartbeat_request__init
                      (Apache__Rocketmq__V2__HeartbeatRequest         *message)
 {
@@ -1506,6 +1596,147 @@ const ProtobufCMessageDescriptor apache__rocketmq__v2__ack_message_response__des
   apache__rocketmq__v2__ack_message_response__field_indices_by_name,
   1,  apache__rocketmq__v2__ack_message_response__number_ranges,
   (ProtobufCMessageInit) apache__rocketmq__v2__ack_message_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor apache__rocketmq__v2__forward_message_to_dead_letter_queue_request__field_descriptors[6] =
+{
+  {
+    "group",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueRequest, group),
+    &apache__rocketmq__v2__resource__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "topic",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueRequest, topic),
+    &apache__rocketmq__v2__resource__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "receipt_handle",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueRequest, receipt_handle),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "message_id",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueRequest, message_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "delivery_attempt",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT32,
+    0,   /* quantifier_offset */
+    offsetof(Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueRequest, delivery_attempt),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "max_delivery_attempts",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT32,
+    0,   /* quantifier_offset */
+    offsetof(Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueRequest, max_delivery_attempts),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned apache__rocketmq__v2__forward_message_to_dead_letter_queue_request__field_indices_by_name[] = {
+  4,   /* field[4] = delivery_attempt */
+  0,   /* field[0] = group */
+  5,   /* field[5] = max_delivery_attempts */
+  3,   /* field[3] = message_id */
+  2,   /* field[2] = receipt_handle */
+  1,   /* field[1] = topic */
+};
+static const ProtobufCIntRange apache__rocketmq__v2__forward_message_to_dead_letter_queue_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 6 }
+};
+const ProtobufCMessageDescriptor apache__rocketmq__v2__forward_message_to_dead_letter_queue_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "apache.rocketmq.v2.ForwardMessageToDeadLetterQueueRequest",
+  "ForwardMessageToDeadLetterQueueRequest",
+  "Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueRequest",
+  "apache.rocketmq.v2",
+  sizeof(Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueRequest),
+  6,
+  apache__rocketmq__v2__forward_message_to_dead_letter_queue_request__field_descriptors,
+  apache__rocketmq__v2__forward_message_to_dead_letter_queue_request__field_indices_by_name,
+  1,  apache__rocketmq__v2__forward_message_to_dead_letter_queue_request__number_ranges,
+  (ProtobufCMessageInit) apache__rocketmq__v2__forward_message_to_dead_letter_queue_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor apache__rocketmq__v2__forward_message_to_dead_letter_queue_response__field_descriptors[1] =
+{
+  {
+    "status",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueResponse, status),
+    &apache__rocketmq__v2__status__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned apache__rocketmq__v2__forward_message_to_dead_letter_queue_response__field_indices_by_name[] = {
+  0,   /* field[0] = status */
+};
+static const ProtobufCIntRange apache__rocketmq__v2__forward_message_to_dead_letter_queue_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor apache__rocketmq__v2__forward_message_to_dead_letter_queue_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "apache.rocketmq.v2.ForwardMessageToDeadLetterQueueResponse",
+  "ForwardMessageToDeadLetterQueueResponse",
+  "Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueResponse",
+  "apache.rocketmq.v2",
+  sizeof(Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueResponse),
+  1,
+  apache__rocketmq__v2__forward_message_to_dead_letter_queue_response__field_descriptors,
+  apache__rocketmq__v2__forward_message_to_dead_letter_queue_response__field_indices_by_name,
+  1,  apache__rocketmq__v2__forward_message_to_dead_letter_queue_response__number_ranges,
+  (ProtobufCMessageInit) apache__rocketmq__v2__forward_message_to_dead_letter_queue_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCFieldDescriptor apache__rocketmq__v2__heartbeat_request__field_descriptors[2] =

@@ -29,6 +29,8 @@ typedef struct Apache__Rocketmq__V2__AckMessageEntry Apache__Rocketmq__V2__AckMe
 typedef struct Apache__Rocketmq__V2__AckMessageRequest Apache__Rocketmq__V2__AckMessageRequest;
 typedef struct Apache__Rocketmq__V2__AckMessageResultEntry Apache__Rocketmq__V2__AckMessageResultEntry;
 typedef struct Apache__Rocketmq__V2__AckMessageResponse Apache__Rocketmq__V2__AckMessageResponse;
+typedef struct Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueRequest Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueRequest;
+typedef struct Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueResponse Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueResponse;
 typedef struct Apache__Rocketmq__V2__HeartbeatRequest Apache__Rocketmq__V2__HeartbeatRequest;
 typedef struct Apache__Rocketmq__V2__HeartbeatResponse Apache__Rocketmq__V2__HeartbeatResponse;
 typedef struct Apache__Rocketmq__V2__TelemetryCommand Apache__Rocketmq__V2__TelemetryCommand;
@@ -188,6 +190,31 @@ struct  Apache__Rocketmq__V2__AckMessageResponse
 #define APACHE__ROCKETMQ__V2__ACK_MESSAGE_RESPONSE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&apache__rocketmq__v2__ack_message_response__descriptor) \
     , NULL, 0,NULL }
+
+
+struct  Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueRequest
+{
+  ProtobufCMessage base;
+  Apache__Rocketmq__V2__Resource *group;
+  Apache__Rocketmq__V2__Resource *topic;
+  char *receipt_handle;
+  char *message_id;
+  int32_t delivery_attempt;
+  int32_t max_delivery_attempts;
+};
+#define APACHE__ROCKETMQ__V2__FORWARD_MESSAGE_TO_DEAD_LETTER_QUEUE_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&apache__rocketmq__v2__forward_message_to_dead_letter_queue_request__descriptor) \
+    , NULL, NULL, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0 }
+
+
+struct  Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueResponse
+{
+  ProtobufCMessage base;
+  Apache__Rocketmq__V2__Status *status;
+};
+#define APACHE__ROCKETMQ__V2__FORWARD_MESSAGE_TO_DEAD_LETTER_QUEUE_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&apache__rocketmq__v2__forward_message_to_dead_letter_queue_response__descriptor) \
+    , NULL }
 
 
 struct  Apache__Rocketmq__V2__HeartbeatRequest
@@ -485,6 +512,44 @@ Apache__Rocketmq__V2__AckMessageResponse *
 void   apache__rocketmq__v2__ack_message_response__free_unpacked
                      (Apache__Rocketmq__V2__AckMessageResponse *message,
                       ProtobufCAllocator *allocator);
+/* Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueRequest methods */
+void   apache__rocketmq__v2__forward_message_to_dead_letter_queue_request__init
+                     (Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueRequest         *message);
+size_t apache__rocketmq__v2__forward_message_to_dead_letter_queue_request__get_packed_size
+                     (const Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueRequest   *message);
+size_t apache__rocketmq__v2__forward_message_to_dead_letter_queue_request__pack
+                     (const Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueRequest   *message,
+                      uint8_t             *out);
+size_t apache__rocketmq__v2__forward_message_to_dead_letter_queue_request__pack_to_buffer
+                     (const Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueRequest *
+       apache__rocketmq__v2__forward_message_to_dead_letter_queue_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   apache__rocketmq__v2__forward_message_to_dead_letter_queue_request__free_unpacked
+                     (Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueResponse methods */
+void   apache__rocketmq__v2__forward_message_to_dead_letter_queue_response__init
+                     (Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueResponse         *message);
+size_t apache__rocketmq__v2__forward_message_to_dead_letter_queue_response__get_packed_size
+                     (const Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueResponse   *message);
+size_t apache__rocketmq__v2__forward_message_to_dead_letter_queue_response__pack
+                     (const Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueResponse   *message,
+                      uint8_t             *out);
+size_t apache__rocketmq__v2__forward_message_to_dead_letter_queue_response__pack_to_buffer
+                     (const Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueResponse *
+       apache__rocketmq__v2__forward_message_to_dead_letter_queue_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   apache__rocketmq__v2__forward_message_to_dead_letter_queue_response__free_unpacked
+                     (Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueResponse *message,
+                      ProtobufCAllocator *allocator);
 /* Apache__Rocketmq__V2__HeartbeatRequest methods */
 void   apache__rocketmq__v2__heartbeat_request__init
                      (Apache__Rocketmq__V2__HeartbeatRequest         *message);
@@ -653,6 +718,12 @@ typedef void (*Apache__Rocketmq__V2__AckMessageResultEntry_Closure)
 typedef void (*Apache__Rocketmq__V2__AckMessageResponse_Closure)
                  (const Apache__Rocketmq__V2__AckMessageResponse *message,
                   void *closure_data);
+typedef void (*Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueRequest_Closure)
+                 (const Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueRequest *message,
+                  void *closure_data);
+typedef void (*Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueResponse_Closure)
+                 (const Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueResponse *message,
+                  void *closure_data);
 typedef void (*Apache__Rocketmq__V2__HeartbeatRequest_Closure)
                  (const Apache__Rocketmq__V2__HeartbeatRequest *message,
                   void *closure_data);
@@ -691,6 +762,8 @@ extern const ProtobufCMessageDescriptor apache__rocketmq__v2__ack_message_entry_
 extern const ProtobufCMessageDescriptor apache__rocketmq__v2__ack_message_request__descriptor;
 extern const ProtobufCMessageDescriptor apache__rocketmq__v2__ack_message_result_entry__descriptor;
 extern const ProtobufCMessageDescriptor apache__rocketmq__v2__ack_message_response__descriptor;
+extern const ProtobufCMessageDescriptor apache__rocketmq__v2__forward_message_to_dead_letter_queue_request__descriptor;
+extern const ProtobufCMessageDescriptor apache__rocketmq__v2__forward_message_to_dead_letter_queue_response__descriptor;
 extern const ProtobufCMessageDescriptor apache__rocketmq__v2__heartbeat_request__descriptor;
 extern const ProtobufCMessageDescriptor apache__rocketmq__v2__heartbeat_response__descriptor;
 extern const ProtobufCMessageDescriptor apache__rocketmq__v2__telemetry_command__descriptor;

@@ -1,0 +1,277 @@
+/* codec_test.c -- ReceiveMessage and Telemetry frames judged without a server:
+ * every system property copied, good / corrupted / malformed told apart, and
+ * hostile times saturated instead of overflowing. */
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "apache/rocketmq/v2/service.pb-c.h"
+#include "mql_body.h"
+#include "mql_inbound.h"
+#include "mql_test.h"
+
+typedef struct fixture {
+    Apache__Rocketmq__V2__ReceiveMessageResponse resp;
+    Apache__Rocketmq__V2__Message msg;
+    Apache__Rocketmq__V2__Resource topic;
+    Apache__Rocketmq__V2__SystemProperties sp;
+    Apache__Rocketmq__V2__Digest digest;
+    Google__Protobuf__Timestamp born, store, delivery;
+    Apache__Rocketmq__V2__Message__UserPropertiesEntry p1, p2, *props[2];
+    char *keys[2];
+} fixture;
+
+static void fixture_init(fixture *fx, const char *body) {
+    apache__rocketmq__v2__receive_message_response__init(&fx->resp);
+    apache__rocketmq__v2__message__init(&fx->msg);
+    apache__rocketmq__v2__resource__init(&fx->topic);
+    apache__rocketmq__v2__system_properties__init(&fx->sp);
+    apache__rocketmq__v2__digest__init(&fx->digest);
+    google__protobuf__timestamp__init(&fx->born);
+    google__protobuf__timestamp__init(&fx->store);
+    google__protobuf__timestamp__init(&fx->delivery);
+    apache__rocketmq__v2__message__user_properties_entry__init(&fx->p1);
+    apache__rocketmq__v2__message__user_properties_entry__init(&fx->p2);
+    fx->resp.content_case = APACHE__ROCKETMQ__V2__RECEIVE_MESSAGE_RESPONSE__CONTENT_MESSAGE;
+    fx->resp.message = &fx->msg;
+    fx->topic.name = "T1";
+    fx->msg.topic = &fx->topic;
+    fx->msg.system_properties = &fx->sp;
+    fx->msg.body.data = (uint8_t *)(uintptr_t)body;
+    fx->msg.body.len = strlen(body);
+    fx->p1.key = "city";
+    fx->p1.value.data = (uint8_t *)(uintptr_t)"Zürich";
+    fx->p1.value.len = strlen("Zürich");
+    fx->p2.key = "nul";
+    fx->p2.value.data = (uint8_t *)(uintptr_t)"a\0b\xff";   /* a NUL and a non-UTF-8 byte */
+    fx->p2.value.len = 4;
+    fx->props[0] = &fx->p1;
+    fx->props[1] = &fx->p2;
+    fx->msg.user_properties = fx->props;
+    fx->msg.n_user_properties = 2;
+    fx->keys[0] = "k1";
+    fx->keys[1] = "k 2";
+    fx->sp.keys = fx->keys;
+    fx->sp.n_keys = 2;
+    fx->sp.message_id = "01ABC";
+    fx->sp.receipt_handle = "0 1 2 3 4 b 6 7 8";
+    fx->sp.tag = "TagA";
+    fx->sp.message_group = "g1";
+    fx->sp.trace_context = "00-abc-def-01";
+    fx->sp.born_host = "10.0.0.1";
+    fx->sp.store_host = "10.0.0.2:10911";
+    fx->sp.message_type = 2;
+    fx->sp.delivery_attempt = 3;
+    fx->sp.queue_id = 5;
+    fx->sp.queue_offset = 12345678901LL;
+    fx->born.seconds = 1700000000;
+    fx->born.nanos = 250000000;
+    fx->store.seconds = 1700000001;
+    fx->delivery.seconds = 1700000060;
+    fx->sp.born_timestamp = &fx->born;
+    fx->sp.store_timestamp = &fx->store;
+    fx->sp.delivery_timestamp = &fx->delivery;
+    fx->sp.body_encoding = 1;
+    fx->digest.type = 2;
+    fx->sp.body_digest = NULL;
+}
+
+static void decode(mql_frame *f, const ProtobufCMessage *m, size_t max_body) {
+    size_t n = protobuf_c_message_get_packed_size(m);
+    uint8_t *buf = malloc(n ? n : 1);
+    protobuf_c_message_pack(m, buf);
+    mql_frame_decode(f, buf, n, max_body);
+    free(buf);
+}
+
+static void copies_every_system_property(void) {
+    fixture fx;
+    mql_frame f;
+    fixture_init(&fx, "hello");
+    fx.digest.checksum = "5D41402ABC4B2A76B9719D911017C592";   /* MD5("hello"), as the proxy sends it */
+    fx.sp.body_digest = &fx.digest;
+    decode(&f, &fx.resp.base, 100);
+    CHECK(f.kind == MQL_FRAME_MESSAGE);
+    CHECK(strcmp(f.msg.id, "01ABC") == 0 && strcmp(f.msg.topic, "T1") == 0);
+    CHECK(strcmp(f.msg.receipt_handle, "0 1 2 3 4 b 6 7 8") == 0);
+    CHECK(strcmp(f.msg.tag, "TagA") == 0 && strcmp(f.msg.message_group, "g1") == 0);
+    CHECK(strcmp(f.msg.trace_context, "00-abc-def-01") == 0);
+    CHECK(strcmp(f.msg.born_host, "10.0.0.1") == 0 && strcmp(f.msg.store_host, "10.0.0.2:10911") == 0);
+    CHECK(f.msg.nkeys == 2 && strcmp(f.msg.keys[1], "k 2") == 0);
+    CHECK(f.msg.nprops == 2 && strcmp(f.msg.props[0].value, "Zürich") == 0);
+    CHECK(f.msg.props[0].value_len == strlen("Zürich"));
+    CHECK(strcmp(f.msg.props[1].key, "nul") == 0 && f.msg.props[1].value_len == 4);
+    CHECK(memcmp(f.msg.props[1].value, "a\0b\xff", 4) == 0);
+    CHECK(f.msg.message_type == 2 && f.msg.delivery_attempt == 3 && f.msg.queue_id == 5);
+    CHECK(f.msg.queue_offset == 12345678901LL);
+    CHECK(f.msg.born_ms == 1700000000250LL && f.msg.store_ms == 1700000001000LL);
+    CHECK(f.msg.delivery_ms == 1700000060000LL);
+    CHECK(f.msg.body_len == 5 && memcmp(f.msg.body, "hello", 5) == 0);
+    mql_frame_clear(&f);
+}
+
+static void inflates_a_gzip_body_whose_digest_covers_the_wire_bytes(void) {
+    static const char zhello[] = "\x78\x9c\xcb\x48\xcd\xc9\xc9\x07\x00\x06\x2c\x02\x15";
+    char hex[16];
+    fixture fx;
+    mql_frame f;
+    fixture_init(&fx, "");
+    fx.msg.body.data = (uint8_t *)(uintptr_t)zhello;
+    fx.msg.body.len = sizeof(zhello) - 1;
+    fx.sp.body_encoding = 2;
+    snprintf(hex, sizeof(hex), "%lX", (unsigned long)crc32(0L, (const Bytef *)zhello, sizeof(zhello) - 1));
+    fx.digest.type = 1;
+    fx.digest.checksum = hex;
+    fx.sp.body_digest = &fx.digest;
+    decode(&f, &fx.resp.base, 100);
+    CHECK(f.kind == MQL_FRAME_MESSAGE);
+    CHECK(f.msg.body_len == 5 && memcmp(f.msg.body, "hello", 5) == 0);
+    mql_frame_clear(&f);
+    decode(&f, &fx.resp.base, 4);   /* five bytes inflated is past a limit of four */
+    CHECK(f.kind == MQL_FRAME_CORRUPTED && strcmp(f.reason, "body_too_large") == 0);
+    CHECK(f.msg.body == NULL && strcmp(f.msg.id, "01ABC") == 0 && f.msg.receipt_handle != NULL);
+    mql_frame_clear(&f);
+}
+
+static void calls_a_digest_mismatch_corrupted_and_keeps_what_a_release_needs(void) {
+    fixture fx;
+    mql_frame f;
+    fixture_init(&fx, "hello");
+    fx.digest.checksum = "00000000000000000000000000000000";
+    fx.sp.body_digest = &fx.digest;
+    decode(&f, &fx.resp.base, 100);
+    CHECK(f.kind == MQL_FRAME_CORRUPTED && strcmp(f.reason, "digest_mismatch") == 0);
+    CHECK(f.msg.body == NULL && f.msg.body_len == 0);
+    CHECK(strcmp(f.msg.id, "01ABC") == 0 && strcmp(f.msg.topic, "T1") == 0);
+    CHECK(strcmp(f.msg.receipt_handle, "0 1 2 3 4 b 6 7 8") == 0);
+    mql_frame_clear(&f);
+}
+
+static void calls_a_message_without_identity_malformed(void) {
+    fixture fx;
+    mql_frame f;
+    fixture_init(&fx, "x");
+    fx.sp.message_id = "";
+    decode(&f, &fx.resp.base, 100);
+    CHECK(f.kind == MQL_FRAME_MALFORMED && strcmp(f.reason, "no_message_id") == 0);
+    mql_frame_clear(&f);
+    fixture_init(&fx, "x");
+    fx.sp.receipt_handle = "";
+    decode(&f, &fx.resp.base, 100);
+    CHECK(f.kind == MQL_FRAME_MALFORMED && strcmp(f.reason, "no_receipt_handle") == 0);
+    mql_frame_clear(&f);
+    fixture_init(&fx, "x");
+    fx.msg.topic = NULL;
+    decode(&f, &fx.resp.base, 100);
+    CHECK(f.kind == MQL_FRAME_MALFORMED && strcmp(f.reason, "no_topic") == 0);
+    mql_frame_clear(&f);
+    fixture_init(&fx, "x");
+    fx.msg.system_properties = NULL;
+    decode(&f, &fx.resp.base, 100);
+    CHECK(f.kind == MQL_FRAME_MALFORMED && strcmp(f.reason, "no_message_id") == 0);
+    mql_frame_clear(&f);
+}
+
+static void calls_bytes_that_do_not_decode_malformed(void) {
+    fixture fx;
+    mql_frame f;
+    size_t n;
+    uint8_t *buf;
+    mql_frame_decode(&f, (const uint8_t *)"\xff\xff\xff\xff", 4, 100);
+    CHECK(f.kind == MQL_FRAME_MALFORMED && strcmp(f.reason, "undecodable") == 0);
+    mql_frame_clear(&f);
+    fixture_init(&fx, "a body long enough to cut");
+    n = protobuf_c_message_get_packed_size(&fx.resp.base);
+    buf = malloc(n);
+    protobuf_c_message_pack(&fx.resp.base, buf);
+    mql_frame_decode(&f, buf, n - 3, 100);   /* a truncated frame */
+    CHECK(f.kind == MQL_FRAME_MALFORMED && strcmp(f.reason, "undecodable") == 0);
+    mql_frame_clear(&f);
+    free(buf);
+}
+
+static void reads_status_and_timestamp_frames(void) {
+    Apache__Rocketmq__V2__ReceiveMessageResponse resp = APACHE__ROCKETMQ__V2__RECEIVE_MESSAGE_RESPONSE__INIT;
+    Apache__Rocketmq__V2__Status st = APACHE__ROCKETMQ__V2__STATUS__INIT;
+    Google__Protobuf__Timestamp ts = GOOGLE__PROTOBUF__TIMESTAMP__INIT;
+    mql_frame f;
+    st.code = APACHE__ROCKETMQ__V2__CODE__MESSAGE_NOT_FOUND;
+    st.message = "no new message";
+    resp.content_case = APACHE__ROCKETMQ__V2__RECEIVE_MESSAGE_RESPONSE__CONTENT_STATUS;
+    resp.status = &st;
+    decode(&f, &resp.base, 100);
+    CHECK(f.kind == MQL_FRAME_STATUS && !f.status.ok && strcmp(f.status.code, "MESSAGE_NOT_FOUND") == 0);
+    mql_frame_clear(&f);
+    resp.content_case = APACHE__ROCKETMQ__V2__RECEIVE_MESSAGE_RESPONSE__CONTENT_DELIVERY_TIMESTAMP;
+    resp.delivery_timestamp = &ts;
+    decode(&f, &resp.base, 100);
+    CHECK(f.kind == MQL_FRAME_OTHER);
+    mql_frame_clear(&f);
+}
+
+static void saturates_wild_timestamps(void) {
+    fixture fx;
+    mql_frame f;
+    fixture_init(&fx, "x");
+    fx.born.seconds = INT64_MAX;
+    fx.born.nanos = 999999999;
+    fx.store.seconds = INT64_MIN;
+    fx.store.nanos = -999999999;
+    fx.delivery.seconds = INT64_MAX / 1000;
+    fx.delivery.nanos = 999999999;
+    decode(&f, &fx.resp.base, 100);
+    CHECK(f.kind == MQL_FRAME_MESSAGE);
+    CHECK(f.msg.born_ms == MQL_MS_MAX && f.msg.store_ms == -MQL_MS_MAX);
+    CHECK(f.msg.delivery_ms == MQL_MS_MAX);
+    mql_frame_clear(&f);
+}
+
+static void reads_telemetry_settings_with_saturated_durations(void) {
+    Apache__Rocketmq__V2__TelemetryCommand cmd = APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__INIT;
+    Apache__Rocketmq__V2__Settings s = APACHE__ROCKETMQ__V2__SETTINGS__INIT;
+    Apache__Rocketmq__V2__Subscription sub = APACHE__ROCKETMQ__V2__SUBSCRIPTION__INIT;
+    Apache__Rocketmq__V2__RetryPolicy rp = APACHE__ROCKETMQ__V2__RETRY_POLICY__INIT;
+    Apache__Rocketmq__V2__ExponentialBackoff eb = APACHE__ROCKETMQ__V2__EXPONENTIAL_BACKOFF__INIT;
+    Google__Protobuf__Duration lp = GOOGLE__PROTOBUF__DURATION__INIT, init = GOOGLE__PROTOBUF__DURATION__INIT,
+                               mx = GOOGLE__PROTOBUF__DURATION__INIT;
+    mql_telemetry_reply r;
+    size_t n;
+    uint8_t *buf;
+    lp.seconds = 20;
+    init.seconds = -5;
+    mx.seconds = INT64_MAX;
+    eb.initial = &init;
+    eb.max = &mx;
+    rp.max_attempts = 17;
+    rp.strategy_case = APACHE__ROCKETMQ__V2__RETRY_POLICY__STRATEGY_EXPONENTIAL_BACKOFF;
+    rp.exponential_backoff = &eb;
+    sub.long_polling_timeout = &lp;
+    sub.receive_batch_size = 32;
+    s.backoff_policy = &rp;
+    s.pub_sub_case = APACHE__ROCKETMQ__V2__SETTINGS__PUB_SUB_SUBSCRIPTION;
+    s.subscription = &sub;
+    cmd.command_case = APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND_SETTINGS;
+    cmd.settings = &s;
+    n = protobuf_c_message_get_packed_size(&cmd.base);
+    buf = malloc(n);
+    protobuf_c_message_pack(&cmd.base, buf);
+    mql_telemetry_decode(&r, buf, n);
+    CHECK(r.decoded && r.has_settings && !r.has_status);
+    CHECK(r.long_polling_ms == 20000 && r.receive_batch_size == 32 && r.max_attempts == 17);
+    CHECK(r.backoff_initial_ms == 0 && r.backoff_max_ms == MQL_MS_MAX);
+    free(buf);
+    mql_telemetry_decode(&r, (const uint8_t *)"\x0a\xff", 2);
+    CHECK(!r.decoded);
+}
+
+int main(void) {
+    RUN(copies_every_system_property);
+    RUN(inflates_a_gzip_body_whose_digest_covers_the_wire_bytes);
+    RUN(calls_a_digest_mismatch_corrupted_and_keeps_what_a_release_needs);
+    RUN(calls_a_message_without_identity_malformed);
+    RUN(calls_bytes_that_do_not_decode_malformed);
+    RUN(reads_status_and_timestamp_frames);
+    RUN(saturates_wild_timestamps);
+    RUN(reads_telemetry_settings_with_saturated_durations);
+    return TEST_REPORT("codec");
+}

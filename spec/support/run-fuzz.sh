@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# run-fuzz.sh SECONDS TARGET... -- runs each libFuzzer target for SECONDS from a
+# scratch copy of its seed corpus (spec/fuzz/corpus/<name>/, <name> being the
+# target's file name without _fuzz), one at a time, and prints one line per
+# target: executions, coverage (cov/ft) and the verdict. Any crash, leak,
+# timeout or sanitizer report fails the run; its reproducer is kept under
+# build/fuzz/work/<name>/ and named in the output.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+seconds=$1
+shift
+status=0
+export ASAN_OPTIONS="abort_on_error=1:detect_leaks=1"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+for bin in "$@"; do
+  name=$(basename "$bin")
+  name=${name%_fuzz}
+  work=build/fuzz/work/$name
+  rm -rf "$work" && mkdir -p "$work/corpus"
+  if [ -d "spec/fuzz/corpus/$name" ]; then cp -r "spec/fuzz/corpus/$name/." "$work/corpus/"; fi
+  log=$work/log
+  "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
+    -print_final_stats=1 -artifact_prefix="$work/" "$work/corpus" >"$log" 2>&1
+  rc=$?
+  execs=$(awk '/stat::number_of_executed_units/ { print $2 }' "$log" | tail -1)
+  covft=$(grep -Eo 'cov: [0-9]+ ft: [0-9]+' "$log" | tail -1)
+  if [ $rc -eq 0 ]; then
+    echo "fuzz $name: ${execs:-?} executions, ${covft:-no coverage line}, ${seconds}s, no crash"
+  else
+    status=1
+    echo "fuzz $name: FAILED (exit $rc) after ${execs:-?} executions; see $log"
+    grep -E "ERROR|SUMMARY|Test unit written" "$log" | head -5
+  fi
+done
+exit $status

@@ -1,0 +1,119 @@
+/* mql_inbound.c -- judging ReceiveMessage and Telemetry frames (see mql_inbound.h). */
+#include "mql_inbound.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "apache/rocketmq/v2/service.pb-c.h"
+#include "mql_body.h"
+#include "mql_codec.h"
+
+typedef Apache__Rocketmq__V2__ReceiveMessageResponse pb_receive_response;
+typedef Apache__Rocketmq__V2__Message pb_message;
+
+void mql_frame_clear(mql_frame *f) {
+    mql_message_clear(&f->msg);
+    memset(f, 0, sizeof(*f));
+}
+
+/* A message nobody can ack or renew is malformed; say which part is missing. */
+static const char *missing_identity(const mql_message *m) {
+    if (!m->id || !*m->id) return "no_message_id";
+    if (!m->receipt_handle) return "no_receipt_handle";
+    if (!m->topic || !*m->topic) return "no_topic";
+    return NULL;
+}
+
+static void judge_message(mql_frame *f, const pb_message *pm, size_t max_body) {
+    const Apache__Rocketmq__V2__SystemProperties *sp = pm->system_properties;
+    const Apache__Rocketmq__V2__Digest *dg = sp ? sp->body_digest : NULL;
+    mql_body_status st;
+    mql_message_fields_from_pb(&f->msg, pm);
+    if ((f->reason = missing_identity(&f->msg)) != NULL) {
+        f->kind = MQL_FRAME_MALFORMED;
+        return;
+    }
+    st = mql_body_decode(sp->body_encoding, dg ? dg->type : 0, dg ? dg->checksum : NULL,
+                         pm->body.data, pm->body.len, max_body, &f->msg.body, &f->msg.body_len);
+    if (st != MQL_BODY_OK) {
+        f->kind = MQL_FRAME_CORRUPTED;
+        f->reason = mql_body_status_name(st);
+        return;
+    }
+    f->kind = MQL_FRAME_MESSAGE;
+}
+
+void mql_frame_decode(mql_frame *f, const uint8_t *data, size_t len, size_t max_body) {
+    pb_receive_response *resp;
+    memset(f, 0, sizeof(*f));
+    resp = (void *)protobuf_c_message_unpack(&apache__rocketmq__v2__receive_message_response__descriptor,
+                                             NULL, len, data);
+    if (!resp) {
+        f->kind = MQL_FRAME_MALFORMED;
+        f->reason = "undecodable";
+        return;
+    }
+    switch (resp->content_case) {
+    case APACHE__ROCKETMQ__V2__RECEIVE_MESSAGE_RESPONSE__CONTENT_STATUS:
+        f->kind = MQL_FRAME_STATUS;
+        mql_result_from_status(&f->status, resp->status, "ReceiveMessage");
+        break;
+    case APACHE__ROCKETMQ__V2__RECEIVE_MESSAGE_RESPONSE__CONTENT_MESSAGE:
+        judge_message(f, resp->message, max_body);
+        break;
+    default:
+        f->kind = MQL_FRAME_OTHER;
+        break;
+    }
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+}
+
+static int64_t duration_ms(const Google__Protobuf__Duration *d) {
+    return d ? mql_duration_ms(d->seconds, d->nanos) : 0;   /* saturated, never negative */
+}
+
+static void read_backoff(mql_telemetry_reply *out, const Apache__Rocketmq__V2__RetryPolicy *rp) {
+    out->max_attempts = rp->max_attempts;
+    if (rp->strategy_case == APACHE__ROCKETMQ__V2__RETRY_POLICY__STRATEGY_EXPONENTIAL_BACKOFF &&
+        rp->exponential_backoff) {
+        out->backoff_initial_ms = duration_ms(rp->exponential_backoff->initial);
+        out->backoff_max_ms = duration_ms(rp->exponential_backoff->max);
+    } else if (rp->strategy_case == APACHE__ROCKETMQ__V2__RETRY_POLICY__STRATEGY_CUSTOMIZED_BACKOFF &&
+               rp->customized_backoff && rp->customized_backoff->n_next > 0) {
+        size_t i, n = rp->customized_backoff->n_next;
+        out->backoff_initial_ms = duration_ms(rp->customized_backoff->next[0]);
+        for (i = 0; i < n; i++) {
+            int64_t step = duration_ms(rp->customized_backoff->next[i]);
+            if (step > out->backoff_max_ms) out->backoff_max_ms = step;
+        }
+    }
+}
+
+static void read_settings(mql_telemetry_reply *out, const Apache__Rocketmq__V2__Settings *s) {
+    out->has_settings = 1;
+    if (s->backoff_policy) read_backoff(out, s->backoff_policy);
+    out->request_timeout_ms = duration_ms(s->request_timeout);
+    if (s->pub_sub_case == APACHE__ROCKETMQ__V2__SETTINGS__PUB_SUB_SUBSCRIPTION && s->subscription) {
+        out->long_polling_ms = duration_ms(s->subscription->long_polling_timeout);
+        out->receive_batch_size = s->subscription->receive_batch_size;
+        out->fifo = s->subscription->fifo ? 1 : 0;
+    } else if (s->pub_sub_case == APACHE__ROCKETMQ__V2__SETTINGS__PUB_SUB_PUBLISHING && s->publishing) {
+        out->max_body_size = s->publishing->max_body_size > 0 ? s->publishing->max_body_size : 0;
+    }
+}
+
+void mql_telemetry_decode(mql_telemetry_reply *out, const uint8_t *data, size_t len) {
+    Apache__Rocketmq__V2__TelemetryCommand *cmd;
+    memset(out, 0, sizeof(*out));
+    cmd = (void *)protobuf_c_message_unpack(&apache__rocketmq__v2__telemetry_command__descriptor,
+                                            NULL, len, data);
+    if (!cmd) return;
+    out->decoded = 1;
+    if (cmd->status) {
+        out->has_status = 1;
+        mql_result_from_status(&out->status, cmd->status, "Telemetry");
+    }
+    if (cmd->command_case == APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND_SETTINGS && cmd->settings)
+        read_settings(out, cmd->settings);
+    protobuf_c_message_free_unpacked(&cmd->base, NULL);
+}

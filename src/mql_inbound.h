@@ -1,0 +1,61 @@
+/* mql_inbound.h -- what the server streams to us, judged before anyone uses it.
+ *
+ * One ReceiveMessage response frame becomes exactly one of: the in-band status,
+ * a good message (identity present, digest verified, body inflated), a
+ * *corrupted* message (identity fine, body failed: it still holds a lease and
+ * must be given back or dead-lettered, but never reaches a handler), or a
+ * *malformed* frame (undecodable, or no message id / receipt handle / topic:
+ * nothing can be done with it but count it). A Telemetry frame becomes the
+ * settings the server pushed, with every duration saturated.
+ *
+ * Pure functions over bytes, so the fuzz targets drive exactly what the
+ * client runs (spec/fuzz/mql_receive_fuzz.c, mql_telemetry_fuzz.c).
+ */
+#ifndef MQL_INBOUND_H
+#define MQL_INBOUND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mql_events.h"
+
+typedef enum mql_frame_kind {
+    MQL_FRAME_STATUS = 1,   /* status holds the in-band Status as a result */
+    MQL_FRAME_MESSAGE,      /* msg is a good message */
+    MQL_FRAME_CORRUPTED,    /* msg has id, topic, handle but no body; reason says why */
+    MQL_FRAME_MALFORMED,    /* reason says why; msg holds whatever could be read */
+    MQL_FRAME_OTHER         /* delivery_timestamp, or content this client does not use */
+} mql_frame_kind;
+
+typedef struct mql_frame {
+    mql_frame_kind kind;
+    const char *reason;     /* static text: "undecodable", "no_message_id", "no_receipt_handle",
+                             * "no_topic"; or an mql_body_status_name() */
+    mql_result status;
+    mql_message msg;
+} mql_frame;
+
+/* Judges one ReceiveMessageResponse. max_body bounds the body after inflation. */
+void mql_frame_decode(mql_frame *f, const uint8_t *data, size_t len, size_t max_body);
+void mql_frame_clear(mql_frame *f);
+
+/* What a Telemetry frame from the server says. Durations in ms (0 when
+ * absent, saturated, never negative). */
+typedef struct mql_telemetry_reply {
+    int decoded;                /* 0: the frame did not decode */
+    int has_status;
+    mql_result status;          /* when has_status */
+    int has_settings;
+    int max_attempts;           /* backoff_policy.max_attempts */
+    int64_t backoff_initial_ms; /* exponential backoff, or the first customized step */
+    int64_t backoff_max_ms;
+    int64_t request_timeout_ms;
+    int64_t long_polling_ms;    /* subscription */
+    int receive_batch_size;
+    int fifo;
+    int64_t max_body_size;      /* publishing; 0 when absent or negative */
+} mql_telemetry_reply;
+
+void mql_telemetry_decode(mql_telemetry_reply *out, const uint8_t *data, size_t len);
+
+#endif /* MQL_INBOUND_H */
