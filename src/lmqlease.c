@@ -180,7 +180,9 @@ static const char *message_type_name(int t) {
  * times are epoch seconds (like os.time(), with milliseconds as fractions). */
 static void push_message(lua_State *L, const mql_message *m) {
     size_t i;
-    lua_createtable(L, 0, 24);
+    /* 16 slots: a typical message has 15 fields here and 16 once wrapped (Lua
+     * rounds a size hint up to a power of two; a rarer, fuller one grows) */
+    lua_createtable(L, 0, 16);
     set_str(L, "id", m->id);
     set_str(L, "topic", m->topic);
     set_str(L, "tag", m->tag);

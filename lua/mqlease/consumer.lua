@@ -257,8 +257,11 @@ local NO_KEYS, NO_PROPERTIES = read_only("keys"), read_only("properties")
 local function wrap_message(session, consumer, m)
   if next(m.keys) == nil then m.keys = NO_KEYS end
   if next(m.properties) == nil then m.properties = NO_PROPERTIES end
-  m.lease = new_lease(session, consumer, m.lease_id)
+  -- lease_id goes first so its slot is free again: a typical message then
+  -- fits the 16 slots the core sized its table for
+  local id = m.lease_id
   m.lease_id = nil
+  m.lease = new_lease(session, consumer, id)
   m.consumer = consumer
   return setmetatable(m, message_mt)
 end
