@@ -3,6 +3,8 @@
 --   produce ENDPOINT TOPIC COUNT SIZE
 --   consume ENDPOINT GROUP TOPIC COUNT INVISIBLE_S BATCH
 --   hold    ENDPOINT GROUP TOPIC COUNT INVISIBLE_S HOLD_S
+--   run     ENDPOINT GROUP TOPIC COUNT: mqlease.run with a no-op handler over a pre-loaded
+--           backlog (bench/lease.lua load); msgs/s and the process's CPU seconds per 10,000
 package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
 package.cpath = "build/?.so;" .. package.cpath
 local mqlease = require "mqlease"
@@ -41,7 +43,31 @@ local function percentile(h, p)
   return lower * 1000
 end
 
-if mode == "produce" then
+-- utime + stime of this process in seconds (fields 14 and 15 of /proc/self/stat)
+local TICKS = tonumber(io.popen("getconf CLK_TCK"):read("l")) or 100
+local function cpu_s()
+  local f = assert(io.open("/proc/self/stat"))
+  local line = f:read("l")
+  f:close()
+  local fields = {}
+  for w in line:match("%) (.*)$"):gmatch("%S+") do fields[#fields + 1] = w end
+  return (tonumber(fields[12]) + tonumber(fields[13])) / TICKS
+end
+
+if mode == "run" then
+  local endpoint, group, topic, count = arg[2], arg[3], arg[4], tonumber(arg[5])
+  local cpu0, t0 = cpu_s(), mqlease.now()   -- like the Java side: from before the consumer is built
+  local c = assert(mqlease.consumer { endpoints = endpoint, group = group, topic = topic,
+    invisible = 30, batch = 32, await = 5 })
+  local handled = 0
+  local summary = mqlease.run(c, function() handled = handled + 1; return true end, {
+    concurrency = 256, signals = false,
+    stop = function() return handled >= count or mqlease.now() - t0 > 300 end })
+  local s, cpu = mqlease.now() - t0, cpu_s() - cpu0
+  print(json { _order = { "mode", "count", "seconds", "msgs_per_s", "cpu_s_per_10k", "rss_kb" },
+    mode = "run", count = summary.acked, seconds = s, msgs_per_s = summary.acked / s,
+    cpu_s_per_10k = cpu * 10000 / math.max(summary.acked, 1), rss_kb = rss_kb() })
+elseif mode == "produce" then
   local endpoint, topic, count, size = arg[2], arg[3], tonumber(arg[4]), tonumber(arg[5])
   local p = assert(mqlease.producer { endpoints = endpoint })
   local body = ("x"):rep(size)
@@ -56,7 +82,7 @@ elseif mode == "consume" then
   local endpoint, group, topic, count, invisible, batch = arg[2], arg[3], arg[4], tonumber(arg[5]), tonumber(arg[6]), tonumber(arg[7])
   local c = assert(mqlease.consumer { endpoints = endpoint, group = group, topic = topic,
     invisible = invisible, batch = math.min(batch, 32), await = 5 })
-  local got, t0 = 0, mqlease.now()
+  local got, t0, cpu0 = 0, mqlease.now(), cpu_s()
   while got < count and mqlease.now() - t0 < 120 do
     local msgs = assert(c:receive())
     if #msgs > 0 then
@@ -66,8 +92,10 @@ elseif mode == "consume" then
   end
   local s = mqlease.now() - t0
   c:close()
-  print(json { _order = { "mode", "count", "seconds", "msgs_per_s", "rss_kb" },
-    mode = "consume", count = got, seconds = s, msgs_per_s = got / s, rss_kb = rss_kb() })
+  local cpu = cpu_s() - cpu0
+  print(json { _order = { "mode", "count", "seconds", "msgs_per_s", "cpu_s_per_10k", "rss_kb" },
+    mode = "consume", count = got, seconds = s, msgs_per_s = got / s,
+    cpu_s_per_10k = cpu * 10000 / math.max(got, 1), rss_kb = rss_kb() })
 elseif mode == "hold" then
   local endpoint, group, topic, count, invisible, hold = arg[2], arg[3], arg[4], tonumber(arg[5]), tonumber(arg[6]), tonumber(arg[7])
   local c = assert(mqlease.consumer { endpoints = endpoint, group = group, topic = topic,

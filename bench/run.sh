@@ -1,12 +1,26 @@
 #!/usr/bin/env bash
-# make bench: mqlease against the official Java client (rocketmq-client-java 5.0.7), same
-# broker, same run, same machine. Starts a real RocketMQ on loopback (stopped afterwards),
-# runs each mode of bench/bench.lua and bench/java/Bench.java, and prints a Markdown table
-# (also written to bench/results.md).
+# make bench: two parts, one Markdown report (printed, and written to bench/results.md).
 #
-# BENCH_COUNT (2000) messages of BENCH_SIZE (1024) bytes; BENCH_HOLD leases (200) held
-# BENCH_HOLD_S (25) seconds with a 10 s invisible duration; BENCH_HOLD_BIG (1000) leases for
-# mqlease's renewal lateness at scale.
+# 1. mqlease against the official Java client (rocketmq-client-java 5.0.7), same broker,
+#    same run, same machine: a real RocketMQ on loopback (stopped afterwards if this script
+#    started it), each mode of bench/bench.lua and bench/java/Bench.java.
+#    BENCH_COUNT (2000) messages of BENCH_SIZE (1024) bytes; BENCH_HOLD leases (200) held
+#    BENCH_HOLD_S (25) seconds with a 10 s invisible duration; BENCH_HOLD_BIG (1000) leases
+#    for mqlease's renewal lateness at scale.
+# 2. Lease scale on the dev broker (build/mqlease-devbroker, started here on a free port):
+#    1,000 / 10,000 / 100,000 leases held by one consumer (bench/lease.lua), and 10,000
+#    while the Lua VM spins 5 s; BENCH_RUNS runs of each (3), medians with min-max.
+#    BENCH_LEASES ("1000 10000 100000") picks the rows. Then mqlease.run with a no-op
+#    handler over BENCH_RUN_COUNT (20000) pre-loaded messages of BENCH_SIZE bytes.
+# Part 1 also runs that throughput case on RocketMQ against the Java PushConsumer and
+# SimpleConsumer (CPU seconds per 10,000 messages of each client process).
+#
+# BENCH_PARTS picks what runs: "lease" (part 2), "throughput" and "java" (part 1: the
+# backlog throughput, and the produce/consume/hold table); default all three.
+# QUICK=1 is BENCH_PARTS=lease with one run per row (under 3 minutes on 2 cores).
+# BENCH_RAW=DIR keeps the raw JSON lines (DIR/results, DIR/leases; appended), so rows of
+# several invocations can be tabled together: lua5.4 bench/table.lua DIR/results 2000 1024
+# 200 25 1000 DIR/leases.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 COUNT=${BENCH_COUNT:-2000}
@@ -15,19 +29,97 @@ HOLD=${BENCH_HOLD:-200}
 HOLD_S=${BENCH_HOLD_S:-25}
 HOLD_BIG=${BENCH_HOLD_BIG:-1000}
 OUT=${BENCH_OUT:-bench/results.md}
+QUICK=${QUICK:-0}
+if [[ $QUICK == 1 ]]; then RUNS=${BENCH_RUNS:-1}; PARTS=${BENCH_PARTS:-lease}
+else RUNS=${BENCH_RUNS:-3}; PARTS=${BENCH_PARTS:-lease throughput java}; fi
+part() { [[ " $PARTS " == *" $1 "* ]]; }
+ROCKETMQ=0
+LEASES=${BENCH_LEASES:-1000 10000 100000}
+RUN_COUNT=${BENCH_RUN_COUNT:-20000}
 
-trap 'bash spec/support/rocketmq.sh stop >/dev/null || true' EXIT
+note() { echo "bench: $*" >&2; }
+results=$(mktemp)
+lease_results=$(mktemp)
+DV_PID=
+cleanup() {
+  if [[ -n $DV_PID ]]; then kill "$DV_PID" 2>/dev/null || true; wait "$DV_PID" 2>/dev/null || true; fi
+  if ((ROCKETMQ)); then bash spec/support/rocketmq.sh stop >/dev/null || true; fi
+  if [[ -n ${BENCH_RAW:-} ]]; then
+    mkdir -p "$BENCH_RAW"
+    cat "$results" >>"$BENCH_RAW/results"
+    cat "$lease_results" >>"$BENCH_RAW/leases"
+  fi
+  rm -f "$results" "$lease_results"
+}
+trap cleanup EXIT
+
+# ---- part 2 (first: it needs no JVM) -------------------------------------------------
+# row: lease count, invisible s, hold s, spin s. The hold spans two renewal periods of
+# the leases (first renewals are paced over the slack of the window, see src/mql_pace.h).
+lease_row() { # n invisible hold spin run
+  local n=$1 inv=$2 hold=$3 spin=$4 run=$5 topic
+  topic="lease_${n}_${spin}_${run}_$RANDOM"
+  printf 'topic %s\n' "$topic" | timeout 5 bash -c "exec 3<>/dev/tcp/127.0.0.1/$DV_CONTROL; cat >&3; head -n1 <&3" >/dev/null
+  lua5.4 bench/lease.lua load "$DV" "$topic" "$n" >/dev/null
+  echo "lease {\"row\":\"$n/$spin\",\"run\":$run,$(lua5.4 bench/lease.lua hold "$DV" "$topic" "$n" "$inv" "$hold" "$spin" | sed 's/^{//')" >>"$lease_results"
+}
+part_lease() {
+dv_log=$(mktemp)
+build/mqlease-devbroker --listen 127.0.0.1:0 --control 127.0.0.1:0 >"$dv_log" 2>&1 &
+DV_PID=$!
+for _ in $(seq 100); do grep -q listening "$dv_log" && break; sleep 0.05; done
+DV=127.0.0.1:$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\) .*/\1/p' "$dv_log")
+DV_CONTROL=$(sed -n 's/.* control 127.0.0.1:\([0-9]*\).*/\1/p' "$dv_log")
+rm -f "$dv_log"
+for run in $(seq "$RUNS"); do
+  for n in $LEASES; do
+    if ((n >= 100000)); then inv=60; hold=60; else inv=30; hold=30; fi
+    note "lease scale: $n leases, invisible $inv s, hold $hold s (run $run/$RUNS)"
+    lease_row "$n" "$inv" "$hold" 0 "$run"
+  done
+  note "blocked VM: 10000 leases, invisible 10 s, Lua spins 5 s (run $run/$RUNS)"
+  lease_row 10000 10 10 5 "$run"
+  topic="run_${run}_$RANDOM"
+  printf 'topic %s\n' "$topic" | timeout 5 bash -c "exec 3<>/dev/tcp/127.0.0.1/$DV_CONTROL; cat >&3; head -n1 <&3" >/dev/null
+  note "mqlease.run, no-op handler: $RUN_COUNT x $SIZE B (run $run/$RUNS)"
+  lua5.4 bench/lease.lua load "$DV" "$topic" "$RUN_COUNT" "$SIZE" >/dev/null
+  echo "run $(lua5.4 bench/bench.lua run "$DV" "${topic}_g" "$topic" "$RUN_COUNT")" >>"$lease_results"
+done
+kill "$DV_PID" 2>/dev/null; wait "$DV_PID" 2>/dev/null || true
+DV_PID=
+}
+if part lease; then part_lease; fi
+if ! part throughput && ! part java; then
+  lua5.4 bench/table.lua "$results" "$COUNT" "$SIZE" "$HOLD" "$HOLD_S" "$HOLD_BIG" "$lease_results" | tee "$OUT"
+  exit 0
+fi
+
+# ---- part 1 ----------------------------------------------------------------------------
+ROCKETMQ=1
 bash spec/support/rocketmq.sh start
 bash bench/java.sh fetch >/dev/null
 eval "$(bash spec/support/rocketmq.sh env)"
 E=$MQLEASE_ENDPOINTS
 R=b$(date +%s)
-bash spec/support/rocketmq.sh topics "${R}_lp" "${R}_jp" "${R}_lh" "${R}_jh" "${R}_lb" >/dev/null
-results=$(mktemp)
+bash spec/support/rocketmq.sh topics "${R}_lp" "${R}_jp" "${R}_lh" "${R}_jh" "${R}_lb" \
+  "${R}_lr" "${R}_jr" "${R}_js" >/dev/null
 
 lua() { lua5.4 bench/bench.lua "$@"; }
 java() { bash bench/java.sh run "$@"; }
-note() { echo "bench: $*" >&2; }
+
+part_throughput() {
+# a pre-loaded backlog per client, each consumed by a fresh group
+note "throughput: $RUN_COUNT x $SIZE B each for mqlease.run, the Java PushConsumer and SimpleConsumer"
+for t in "${R}_lr" "${R}_jr" "${R}_js"; do lua5.4 bench/lease.lua load "$E" "$t" "$RUN_COUNT" "$SIZE" >/dev/null; done
+{ echo "luarun $(lua run "$E" "${R}_glr" "${R}_lr" "$RUN_COUNT")"; } >>"$results"
+{ echo "javarun $(java push "$E" "${R}_gjr" "${R}_jr" "$RUN_COUNT")"; } >>"$results"
+{ echo "javarun $(java consume "$E" "${R}_gjs" "${R}_js" "$RUN_COUNT" 30 32)"; } >>"$results"
+}
+if part throughput; then part_throughput; fi
+if ! part java; then
+  lua5.4 bench/table.lua "$results" "$COUNT" "$SIZE" "$HOLD" "$HOLD_S" "$HOLD_BIG" "$lease_results" | tee "$OUT"
+  exit 0
+fi
 
 # produce, then consume the backlog (a fresh group on a fresh topic starts at offset 0)
 note "produce $COUNT x $SIZE B"
@@ -36,6 +128,7 @@ note "produce $COUNT x $SIZE B"
 note "consume $COUNT"
 { echo "lua $(lua consume "$E" "${R}_glc" "${R}_lp" "$COUNT" 30 32)"; } >>"$results"
 { echo "java $(java consume "$E" "${R}_gjc" "${R}_jp" "$COUNT" 30 32)"; } >>"$results"
+
 
 # hold: the consumer waits for the messages, then keeps them all alive for HOLD_S
 hold() { # who topic count
@@ -56,5 +149,4 @@ hold java "${R}_jh" "$HOLD"
 note "hold $HOLD_BIG leases (mqlease only)"
 hold lua "${R}_lb" "$HOLD_BIG"
 
-lua5.4 bench/table.lua "$results" "$COUNT" "$SIZE" "$HOLD" "$HOLD_S" "$HOLD_BIG" | tee "$OUT"
-rm -f "$results"
+lua5.4 bench/table.lua "$results" "$COUNT" "$SIZE" "$HOLD" "$HOLD_S" "$HOLD_BIG" "$lease_results" | tee "$OUT"

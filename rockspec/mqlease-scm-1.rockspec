@@ -42,7 +42,7 @@ build = {
       sources = {
         "src/mql_util.c", "src/mql_events.c", "src/mql_lease.c", "src/mql_codec.c",
         "src/mql_call.c", "src/mql_metrics.c", "src/mql_client.c", "src/mql_session.c",
-        "src/mql_receive.c", "src/mql_renew.c", "src/mql_release.c", "src/mql_producer.c",
+        "src/mql_receive.c", "src/mql_renew.c", "src/mql_pace.c", "src/mql_release.c", "src/mql_producer.c",
         "src/mql_shutdown.c", "src/mql_redis.c", "src/lmqlease.c", "src/mql_body.c",
         "src/mql_inbound.c",
         "proto/gen/apache/rocketmq/v2/definition.pb-c.c",

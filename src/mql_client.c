@@ -259,6 +259,7 @@ static void copy_config(mql_client *c, const mql_config *cfg) {
     c->invisible_ms = cfg->invisible_ms;
     c->renew = cfg->renew;
     c->renew_every_ms = cfg->renew_every_ms > 0 ? cfg->renew_every_ms : cfg->invisible_ms / 3;
+    mql_pace_init(&c->pace, c->invisible_ms, c->renew_every_ms);
     c->max_renewals = cfg->max_renewals;
     c->max_lease_ms = cfg->max_lease_ms;
     c->on_budget = cfg->on_budget ? cfg->on_budget : MQL_BUDGET_EXPIRE;

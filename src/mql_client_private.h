@@ -21,6 +21,7 @@
 
 #include "mql_client.h"
 #include "mql_codec.h"
+#include "mql_pace.h"
 
 #define MQL_M_QUERY_ROUTE "/apache.rocketmq.v2.MessagingService/QueryRoute"
 #define MQL_M_HEARTBEAT "/apache.rocketmq.v2.MessagingService/Heartbeat"
@@ -104,6 +105,8 @@ struct mql_client {
     int on_corrupt_dlq;
     int64_t corrupt_nack_delay_ms;
     size_t max_body;
+    mql_pace pace;              /* renewal pacing (mql_renew.c) */
+    int renew_inflight;         /* renewals (MQL_K_RENEW calls) in flight */
 };
 
 /* ------------------------------------------------------- mql_client.c */
@@ -156,7 +159,8 @@ void mql_receive_on_done(mql_client *c, mql_call *call);
 
 /* -------------------------------------------------------- mql_renew.c */
 
-/* When a lease renewed (or acquired) at from_ms renews next. */
+/* When a lease acquired at from_ms renews first: paced, so leases received
+ * together do not renew together (see mql_pace.h). */
 int64_t mql_renew_next_at(mql_client *c, int64_t from_ms);
 /* Runs every due lease timer; returns the earlier of wake and the next one. */
 int64_t mql_renew_timers(mql_client *c, int64_t now, int64_t wake);

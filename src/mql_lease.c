@@ -26,8 +26,6 @@ void mql_lease_table_init(mql_lease_table *t) {
 }
 
 static void lease_free(mql_lease *l) {
-    free(l->message_id);
-    free(l->topic);
     free(l->handle);
     free(l);
 }
@@ -41,6 +39,8 @@ void mql_lease_table_free(mql_lease_table *t) {
             lease_free(l);
         }
     }
+    for (i = 0; i < t->ntopics; i++) free(t->topics[i]);
+    free(t->topics);
     free(t->buckets);
     free(t->heap);
     memset(t, 0, sizeof(*t));
@@ -68,14 +68,25 @@ static void table_grow(mql_lease_table *t) {
     free(old);
 }
 
+static const char *topic_intern(mql_lease_table *t, const char *topic) {
+    size_t i;
+    for (i = 0; i < t->ntopics; i++)
+        if (strcmp(t->topics[i], topic) == 0) return t->topics[i];
+    t->topics = realloc(t->topics, (t->ntopics + 1) * sizeof(*t->topics));
+    if (!t->topics) abort();
+    t->topics[t->ntopics] = mql_strdup(topic);
+    return t->topics[t->ntopics++];
+}
+
 mql_lease *mql_lease_add(mql_lease_table *t, const char *message_id, const char *topic,
                          const char *handle, int64_t now_ms, int64_t invisible_ms) {
-    mql_lease *l = mql_xcalloc(1, sizeof(*l));
+    size_t idlen = strlen(message_id ? message_id : "");
+    mql_lease *l = mql_xcalloc(1, sizeof(*l) + idlen + 1);
     size_t b;
-    if (t->count + 1 > t->nbuckets) table_grow(t);
+    if (t->count + 1 > 2 * t->nbuckets) table_grow(t);   /* chains of two on average */
     l->id = t->next_id++;
-    l->message_id = mql_strdup(message_id ? message_id : "");
-    l->topic = mql_strdup(topic ? topic : "");
+    memcpy(l->message_id, message_id ? message_id : "", idlen + 1);
+    l->topic = topic_intern(t, topic ? topic : "");
     l->handle = mql_strdup(handle ? handle : "");
     l->state = MQL_LEASE_HELD;
     l->acquired_ms = now_ms;
@@ -99,6 +110,11 @@ void mql_lease_set_handle(mql_lease *l, const char *handle) {
     l->handle = mql_strdup(handle);
 }
 
+void mql_lease_take_handle(mql_lease *l, char *handle) {
+    free(l->handle);
+    l->handle = handle;
+}
+
 /* ---- timer heap: ordered by (timer_ms, id) so ties are stable ---- */
 
 static int heap_less(const mql_lease *a, const mql_lease *b) {
@@ -108,7 +124,7 @@ static int heap_less(const mql_lease *a, const mql_lease *b) {
 
 static void heap_place(mql_lease_table *t, size_t i, mql_lease *l) {
     t->heap[i] = l;
-    l->heap_index = i;
+    l->heap_index = (uint32_t)i;
 }
 
 static void heap_up(mql_lease_table *t, size_t i) {
@@ -136,7 +152,7 @@ static void heap_down(mql_lease_table *t, size_t i) {
 }
 
 void mql_lease_disarm(mql_lease_table *t, mql_lease *l) {
-    size_t i = l->heap_index;
+    uint32_t i = l->heap_index;
     mql_lease *last;
     if (i == MQL_HEAP_NONE) return;
     l->heap_index = MQL_HEAP_NONE;

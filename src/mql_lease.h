@@ -39,48 +39,54 @@ typedef enum mql_lease_pending {
     MQL_PENDING_NACK
 } mql_lease_pending;
 
-#define MQL_HEAP_NONE ((size_t)-1)
+#define MQL_HEAP_NONE UINT32_MAX
 
 typedef struct mql_lease {
     uint64_t id;               /* table key, never reused within a client */
-    char *message_id;          /* broker id, stable across redeliveries */
-    char *topic;
+    const char *topic;         /* interned in the table: one copy per topic */
     char *handle;              /* the latest receipt handle; the only one ever sent */
-    mql_lease_state state;
     int64_t acquired_ms;       /* monotonic: when the receive returned it */
     int64_t deadline_ms;       /* monotonic: when the broker will redeliver */
     int64_t timer_ms;          /* monotonic: next renewal or deadline check */
-    int renewals;              /* successful renewals */
-    int attempts;              /* failed tries of the current renewal */
     int64_t renew_sent_ms;     /* when the in-flight renewal left */
-    mql_lease_pending pending; /* a release is under way (or waits for a renewal) */
-    int let_go;                /* the host chose to let it expire: not "expired while alive" */
-    int uncertain;             /* a renewal got no reply: the broker may hold a newer handle
-                                  (and a second deadline) we never saw */
-    size_t heap_index;         /* MQL_HEAP_NONE when no timer is armed */
     struct mql_lease *hnext;   /* hash chain */
+    uint32_t heap_index;       /* MQL_HEAP_NONE when no timer is armed */
+    int32_t renewals;          /* successful renewals */
+    int32_t attempts;          /* failed tries of the current renewal */
+    uint8_t state;             /* an mql_lease_state */
+    uint8_t pending;           /* an mql_lease_pending: a release is under way (or waits) */
+    uint8_t let_go;            /* the host chose to let it expire: not "expired while alive" */
+    uint8_t uncertain;         /* a renewal got no reply: the broker may hold a newer handle
+                                  (and a second deadline) we never saw */
+    char message_id[];         /* broker id, stable across redeliveries (same allocation) */
 } mql_lease;
 
 typedef struct mql_lease_table {
+    char **topics;             /* interned topic names (a consumer has one or a few) */
+    size_t ntopics;
     mql_lease **buckets;
     size_t nbuckets;           /* power of two */
     size_t count;
     mql_lease **heap;
-    size_t heap_len;
-    size_t heap_cap;
+    uint32_t heap_len;
+    uint32_t heap_cap;
     uint64_t next_id;
 } mql_lease_table;
 
 void mql_lease_table_init(mql_lease_table *t);
 void mql_lease_table_free(mql_lease_table *t);
 
-/* Adds a held lease and returns it; the table owns it and copies the strings. */
+/* Adds a held lease and returns it; the table owns it and copies the strings.
+ * A lease is one allocation with its message id, plus its handle; the topic
+ * is shared by every lease of that topic. */
 mql_lease *mql_lease_add(mql_lease_table *t, const char *message_id, const char *topic,
                          const char *handle, int64_t now_ms, int64_t invisible_ms);
 mql_lease *mql_lease_find(const mql_lease_table *t, uint64_t id);
 /* Unlinks and frees the lease (and disarms its timer). */
 void mql_lease_remove(mql_lease_table *t, mql_lease *l);
 void mql_lease_set_handle(mql_lease *l, const char *handle);
+/* Same, taking ownership of a malloc'd handle (no copy). */
+void mql_lease_take_handle(mql_lease *l, char *handle);
 
 /* Arms (or re-arms) the lease's timer at when_ms; disarm takes it off the heap. */
 void mql_lease_arm(mql_lease_table *t, mql_lease *l, int64_t when_ms);

@@ -9,6 +9,13 @@
  * The budget (max_renewals, max_lease) ends renewing with one decision:
  * let it expire, or nack it.
  *
+ * Pacing (mql_pace.h): first renewals are spread over the slack between the
+ * preferred and the latest safe time, and at most pace.max_inflight renewals
+ * are out at once. A due renewal beyond that cap stays at the top of the
+ * heap, and the timers behind it wait for the next reply (which comes within
+ * the request timeout): leases renew in timer order, and a renewal's latency
+ * is the broker's, not our queue's.
+ *
  * Every function here runs with c->mu held unless it says otherwise.
  */
 #include "mql_client_private.h"
@@ -18,12 +25,16 @@
 
 #define RENEW_BACKOFF_MIN_MS 200
 #define RENEW_BACKOFF_MAX_MS 5000
+#define RENEW_BLOCKED_WAKE_MS 20   /* at the in-flight cap: look again this soon at the latest */
 
-/* A little before renew_every at random, so leases received together do not
- * renew in lock-step. */
+/* Up to a tenth of the period early, at random: phases drift apart over time. */
+static int64_t renew_jitter(mql_client *c) {
+    int64_t jitter = c->renew_every_ms / 10;
+    return jitter > 0 ? (int64_t)(mql_client_random(c) % (uint64_t)jitter) : 0;
+}
+
 int64_t mql_renew_next_at(mql_client *c, int64_t from_ms) {
-    int64_t every = c->renew_every_ms, jitter = every / 10;
-    return from_ms + every - (jitter > 0 ? (int64_t)(mql_client_random(c) % (uint64_t)jitter) : 0);
+    return mql_pace_first_at(&c->pace, from_ms, from_ms + c->invisible_ms, renew_jitter(c));
 }
 
 void mql_lease_end(mql_client *c, mql_lease *l, mql_lease_state final) {
@@ -37,6 +48,12 @@ static int budget_spent(const mql_client *c, const mql_lease *l, int64_t now) {
     if (c->max_renewals >= 0 && l->renewals >= c->max_renewals) return 1;
     if (c->max_lease_ms > 0 && now + c->invisible_ms - l->acquired_ms > c->max_lease_ms) return 1;
     return 0;
+}
+
+/* The lease's due timer would start a renewal (and so needs a free slot). */
+static int wants_renewal(const mql_client *c, const mql_lease *l, int64_t now) {
+    return now < l->deadline_ms && l->state == MQL_LEASE_HELD &&
+           l->pending == MQL_PENDING_NONE && c->renew && !budget_spent(c, l, now);
 }
 
 /* One timer of one lease is due: the deadline passed, or it is time to renew. */
@@ -85,7 +102,8 @@ int mql_renew_change_start(mql_client *c, mql_lease *l, int64_t duration_ms,
         APACHE__ROCKETMQ__V2__CHANGE_INVISIBLE_DURATION_REQUEST__INIT;
     mql_pb_resource group, topic;
     Google__Protobuf__Duration d;
-    int own_ctx = ctx == NULL;
+    int own_ctx = ctx == NULL && kind != MQL_K_RENEW;
+    uint64_t op = kind == MQL_K_RENEW ? l->id : 0;   /* a renewal names its lease by op */
     mql_set_resource(&group, c->namespace_, c->group);
     mql_set_resource(&topic, c->namespace_, l->topic);
     mql_set_duration(&d, duration_ms);
@@ -100,7 +118,7 @@ int mql_renew_change_start(mql_client *c, mql_lease *l, int64_t duration_ms,
         ctx = id;
     }
     if (mql_client_unary(c, mql_client_call(c, c->broker, MQL_M_CHANGE, c->request_timeout_ms,
-                                            kind, 0, ctx),
+                                            kind, op, ctx),
                          &req.base) < 0) {
         if (own_ctx) free(ctx);
         return -1;
@@ -116,6 +134,7 @@ static void renew_start(mql_client *c, mql_lease *l, int64_t now) {
         return;
     }
     l->state = MQL_LEASE_RENEWING;
+    c->renew_inflight++;
     /* no timer while renewing: the reply (or the call's own deadline) re-arms it */
 }
 
@@ -123,26 +142,24 @@ void mql_renew_on_done(mql_client *c, mql_call *call) {
     mql_result r;
     Apache__Rocketmq__V2__ChangeInvisibleDurationResponse *resp = mql_reply_take(
         call, &apache__rocketmq__v2__change_invisible_duration_response__descriptor, &r);
-    uint64_t id = *(uint64_t *)call->ctx;
-    mql_lease *l = mql_lease_find(&c->leases, id);
+    mql_lease *l = mql_lease_find(&c->leases, call->op);
     int64_t now = mql_now_ms();
-    free(call->ctx);
-    call->ctx = NULL;
+    c->renew_inflight--;
     if (!l || l->state != MQL_LEASE_RENEWING) goto out;   /* gone meanwhile */
     l->state = MQL_LEASE_HELD;
     if (r.ok && resp->receipt_handle && *resp->receipt_handle) {
         /* The old handle is dead to us from this instant: the proxy would still
          * accept it, but an ack with it does nothing and a change arms a
          * second deadline. */
-        char *handle = mql_handle_after_change(resp->receipt_handle);
-        mql_lease_set_handle(l, handle);
-        free(handle);
+        mql_lease_take_handle(l, mql_handle_after_change(resp->receipt_handle));
         l->deadline_ms = l->renew_sent_ms + c->invisible_ms;
         l->renewals++;
         l->attempts = 0;
         c->metrics.renew_success++;
         mql_hist_observe(&c->metrics.renew_latency, (double)(now - l->renew_sent_ms) / 1000.0);
-        mql_lease_arm(&c->leases, l, mql_renew_next_at(c, l->renew_sent_ms));
+        mql_pace_observe(&c->pace, now - l->renew_sent_ms);
+        mql_lease_arm(&c->leases, l, mql_pace_next_at(&c->pace, l->renew_sent_ms, l->deadline_ms,
+                                                      renew_jitter(c)));
     } else if (strcmp(r.code, "INVALID_RECEIPT_HANDLE") == 0) {
         /* final: the broker no longer knows this delivery; no retry storm */
         c->metrics.renew_fail++;
@@ -156,6 +173,7 @@ void mql_renew_on_done(mql_client *c, mql_call *call) {
          * the message may come back once more. Count it apart. */
         int uncertain = strcmp(r.code, "TIMEOUT") == 0 || strcmp(r.code, "CANCELLED") == 0;
         int64_t backoff = RENEW_BACKOFF_MIN_MS << (l->attempts < 5 ? l->attempts : 5);
+        mql_pace_observe(&c->pace, now - l->renew_sent_ms);   /* a timeout is slowness too */
         /* The change may have been applied: then the broker minted a handle we
          * never saw, and armed a deadline that our handle cannot cancel. No
          * handle we hold can undo that, so we keep renewing with the one we
@@ -183,7 +201,11 @@ out:
 
 int64_t mql_renew_timers(mql_client *c, int64_t now, int64_t wake) {
     mql_lease *l;
-    while ((l = mql_lease_next(&c->leases)) && l->timer_ms <= now) lease_timer(c, l, now);
+    while ((l = mql_lease_next(&c->leases)) && l->timer_ms <= now) {
+        if (wants_renewal(c, l, now) && mql_pace_may_start(&c->pace, c->renew_inflight) == 0)
+            return now + RENEW_BLOCKED_WAKE_MS < wake ? now + RENEW_BLOCKED_WAKE_MS : wake;
+        lease_timer(c, l, now);
+    }
     if ((l = mql_lease_next(&c->leases)) && l->timer_ms < wake) wake = l->timer_ms;
     return wake;
 }

@@ -15,7 +15,13 @@
 //       Ack mode (default async): the official API has no batch ack, so "async" issues
 //       ackAsync for every message of a batch and waits for all of them before the next
 //       receive (one RPC per message, all in flight together); "sync" calls ack() one by one.
-//       {"mode":"consume","count":N,"seconds":S,"msgs_per_s":R,"rss_kb":K}
+//       {"mode":"consume","count":N,"seconds":S,"msgs_per_s":R,"cpu_s_per_10k":C,"rss_kb":K}
+//   push ENDPOINT GROUP TOPIC COUNT
+//       PushConsumer (the client's defaults: 20 consumption threads, its own cache and ack)
+//       with a no-op listener returning SUCCESS, until COUNT messages were consumed or 120 s
+//       passed. cpu_s_per_10k is the process's CPU time (OperatingSystemMXBean, the same
+//       utime+stime /proc/PID/stat shows) from before the consumer is built to the end.
+//       {"mode":"push","count":N,"seconds":S,"msgs_per_s":R,"cpu_s_per_10k":C,"rss_kb":K}
 //   hold ENDPOINT GROUP TOPIC COUNT INVISIBLE_S HOLD_S
 //       Receives COUNT messages (batches of up to 32, invisible INVISIBLE_S), keeps every one alive for HOLD_S s
 //       after the last arrived by calling changeInvisibleDuration(view, INVISIBLE_S) on it
@@ -99,6 +105,12 @@ public final class Bench {
                     rc = consume(args[1], args[2], args[3], posInt(args[4], "COUNT"), posInt(args[5], "INVISIBLE_S"), batch, async);
                     break;
                 }
+                case "push": {
+                    if (args.length != 5) usage();
+                    watchdog(120 + 60);
+                    rc = push(args[1], args[2], args[3], posInt(args[4], "COUNT"));
+                    break;
+                }
                 case "hold": {
                     if (args.length != 7) usage();
                     int inv = posInt(args[5], "INVISIBLE_S"), hold = posInt(args[6], "HOLD_S");
@@ -169,6 +181,7 @@ public final class Bench {
 
     static int consume(String endpoint, String group, String topic, int count, int invisibleS, int batch, boolean async) throws Exception {
         ClientServiceProvider p = ClientServiceProvider.loadService();
+        long cpu0 = cpuNs();
         SimpleConsumer c = simpleConsumer(p, endpoint, group, topic);
         Duration inv = Duration.ofSeconds(invisibleS);
         int acked = 0, ackFailed = 0, receiveFailed = 0;
@@ -207,8 +220,9 @@ public final class Bench {
         }
         double secs = (end - t0) / 1e9;
         long rss = peakRssKb();
-        emit(String.format(Locale.ROOT, "{\"mode\":\"consume\",\"count\":%d,\"seconds\":%.3f,\"msgs_per_s\":%.1f,\"rss_kb\":%d}",
-            acked, secs, secs > 0 ? acked / secs : 0.0, rss));
+        long cpu = cpuNs() - cpu0;
+        emit(String.format(Locale.ROOT, "{\"mode\":\"consume\",\"count\":%d,\"seconds\":%.3f,\"msgs_per_s\":%.1f,\"cpu_s_per_10k\":%.3f,\"rss_kb\":%d}",
+            acked, secs, secs > 0 ? acked / secs : 0.0, cpu / 1e9 * 10000.0 / Math.max(acked, 1), rss));
         if (ackFailed > 0 || receiveFailed > 0)
             System.err.println("bench: " + ackFailed + " acks and " + receiveFailed + " receives failed");
         if (acked < count) System.err.println("bench: only " + acked + " of " + count + " messages acked within 120 s");
@@ -228,6 +242,7 @@ public final class Bench {
 
     static int hold(String endpoint, String group, String topic, int count, int invisibleS, int holdS) throws Exception {
         ClientServiceProvider p = ClientServiceProvider.loadService();
+        long cpu0 = cpuNs();
         SimpleConsumer c = simpleConsumer(p, endpoint, group, topic);
         Duration inv = Duration.ofSeconds(invisibleS);
         long period = TimeUnit.SECONDS.toNanos(invisibleS) / 3;
@@ -330,6 +345,38 @@ public final class Bench {
         return all.size() == count && fails == 0 && ackFailed == 0 ? 0 : 3;
     }
 
+    static long cpuNs() {
+        java.lang.management.OperatingSystemMXBean os = java.lang.management.ManagementFactory.getOperatingSystemMXBean();
+        if (os instanceof com.sun.management.OperatingSystemMXBean)
+            return ((com.sun.management.OperatingSystemMXBean) os).getProcessCpuTime();
+        return -1;
+    }
+
+    static int push(String endpoint, String group, String topic, int count) throws Exception {
+        ClientServiceProvider p = ClientServiceProvider.loadService();
+        java.util.concurrent.atomic.AtomicInteger consumed = new java.util.concurrent.atomic.AtomicInteger();
+        java.util.concurrent.CountDownLatch done = new java.util.concurrent.CountDownLatch(1);
+        long cpu0 = cpuNs(), t0 = System.nanoTime();
+        org.apache.rocketmq.client.apis.consumer.PushConsumer c = p.newPushConsumerBuilder()
+            .setClientConfiguration(config(endpoint))
+            .setConsumerGroup(group)
+            .setSubscriptionExpressions(Map.of(topic, new FilterExpression("*", FilterExpressionType.TAG)))
+            .setMessageListener(m -> {
+                if (consumed.incrementAndGet() >= count) done.countDown();
+                return org.apache.rocketmq.client.apis.consumer.ConsumeResult.SUCCESS;
+            })
+            .build();
+        done.await(120, TimeUnit.SECONDS);
+        double secs = (System.nanoTime() - t0) / 1e9;
+        long cpu = cpuNs() - cpu0;
+        int n = Math.min(consumed.get(), count);
+        long rss = peakRssKb();
+        emit(String.format(Locale.ROOT, "{\"mode\":\"push\",\"count\":%d,\"seconds\":%.3f,\"msgs_per_s\":%.1f,\"cpu_s_per_10k\":%.3f,\"rss_kb\":%d}",
+            n, secs, n / secs, cpu / 1e9 * 10000.0 / Math.max(n, 1), rss));
+        closeQuietly(c);
+        return n >= count ? 0 : 3;
+    }
+
     // ---------------------------------------------------------------------------------------
 
     // Nearest-rank percentile of the first n values, in ms.
@@ -407,6 +454,7 @@ public final class Bench {
         die(2, "usage:\n"
             + "  Bench produce ENDPOINT TOPIC COUNT SIZE\n"
             + "  Bench consume ENDPOINT GROUP TOPIC COUNT INVISIBLE_S BATCH [sync|async]\n"
+            + "  Bench push    ENDPOINT GROUP TOPIC COUNT\n"
             + "  Bench hold    ENDPOINT GROUP TOPIC COUNT INVISIBLE_S HOLD_S");
     }
 }

@@ -17,6 +17,10 @@ local wait = require "mqlease.wait"
 local policy_mod = require "mqlease.policy"
 
 local min, floor = math.min, math.floor
+local coroutine_running = coroutine.running
+local pcall, type = pcall, type
+
+local ACK_BATCH = 32   -- entries per coalesced AckMessage
 
 local function default_nack_delay(attempt)
   return min(2 ^ ((attempt or 1) - 1), 60)
@@ -68,6 +72,55 @@ return function(consumer, handler, opts)
 
   local start_handlers
 
+  -- Acks coalesce: the handlers that finish within one scheduler tick share
+  -- AckMessage requests of up to ACK_BATCH entries (sent on the next tick),
+  -- and each handler still gets its own message's result.
+  local ack_queue, ack_flush_queued = {}, false
+
+  local function ack_chunk(chunk)
+    local msgs = {}
+    for i, e in ipairs(chunk) do msgs[i] = e.m end
+    local called, ok, err, code, results = pcall(consumer.ack, consumer, msgs)
+    if not called then ok, err, code, results = nil, tostring(ok), "INTERNAL", nil end
+    for i, e in ipairs(chunk) do
+      local r = results and results[i]
+      if ok or r == true then e.ok = true
+      elseif type(r) == "table" then e.err, e.code = r.err, r.code
+      else e.err, e.code = err, code end
+      e.done = true
+      sched:wake(e.co)
+    end
+  end
+
+  local function ack_flush()
+    ack_flush_queued = false
+    local queue = ack_queue
+    ack_queue = {}
+    for first = ACK_BATCH + 1, #queue, ACK_BATCH do
+      local chunk = {}
+      for i = first, min(first + ACK_BATCH - 1, #queue) do chunk[#chunk + 1] = queue[i] end
+      sched:spawn(ack_chunk, chunk)
+    end
+    for i = ACK_BATCH + 1, #queue do queue[i] = nil end
+    ack_chunk(queue)
+  end
+
+  -- m:ack() for a handler task: true, or nil, message, code. A message whose
+  -- ack is queued is no longer the drain's to give back (it still counts as
+  -- running until settle).
+  local function ack(m)
+    local e = { m = m, co = coroutine_running() }
+    st.running[m] = nil
+    ack_queue[#ack_queue + 1] = e
+    if not ack_flush_queued then
+      ack_flush_queued = true
+      sched:spawn(ack_flush)
+    end
+    while not e.done do sched:park() end
+    if e.ok then return true end
+    return nil, e.err, e.code
+  end
+
   -- max_attempts: a message past its last attempt goes to the DLQ without running,
   -- and a failure on its last attempt sends it there instead of back to the queue.
   local max_attempts = o.max_attempts
@@ -89,7 +142,7 @@ return function(consumer, handler, opts)
       on_error(m, err)
     end
     if action == "ack" then
-      if m:ack() then st.acked = st.acked + 1 end
+      if ack(m) then st.acked = st.acked + 1 end
     elseif action == "nack" and max_attempts and (m.delivery_attempt or 1) >= max_attempts then
       dead_letter(m)
     elseif action == "nack" then

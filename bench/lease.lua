@@ -1,0 +1,159 @@
+-- bench/lease.lua load ENDPOINT TOPIC COUNT [SIZE]
+-- bench/lease.lua hold ENDPOINT TOPIC COUNT INVISIBLE_S HOLD_S [SPIN_S]
+-- One row of the lease-scale table of `make bench`. `load` pre-loads COUNT messages of 100
+-- bytes into the broker (the dev broker) from its own process, so the holder's memory
+-- figures start clean; `hold` receives and holds them, as a user holds them (Lua message objects
+-- alive), for HOLD_S seconds while the core renews them; prints one JSON line.
+-- SPIN_S > 0 spins the Lua VM in a busy loop for that long at the start of the hold (a
+-- handler that never yields): the renewals must not care.
+--
+-- What it reports, from the client process only:
+--   expired     leases that expired while held (metrics.expire_while_alive)
+--   uncertain   renewals whose reply never came (metrics.renew_uncertain)
+--   lateness / renew latency p99, interpolated in the core's histogram buckets
+--   bytes per lease: RSS growth (VmRSS) from before the first receive to all held,
+--     minus the bodies, and the Lua heap's share of it (collectgarbage "count")
+--   CPU µs per renewal: user+system time of the whole process (/proc/self/stat: the core's
+--     thread and grpc's) during the hold, over the renewals in that time; Lua sleeps in C
+--     meanwhile (not with SPIN_S, whose row reports no CPU figure)
+package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
+package.cpath = "build/?.so;" .. package.cpath
+local mqlease = require "mqlease"
+
+local mode, endpoint, topic = arg[1], arg[2], arg[3]
+local count, invisible, hold = tonumber(arg[4]), tonumber(arg[5]), tonumber(arg[6])
+local spin = tonumber(arg[7] or "0")
+local BODY = ("x"):rep(mode == "load" and tonumber(arg[5] or "100") or 100)
+local group = topic .. "_g"
+
+local function status_kb(field)
+  for line in io.lines("/proc/self/status") do
+    local v = line:match("^" .. field .. ":%s+(%d+)")
+    if v then return tonumber(v) end
+  end
+end
+
+-- utime + stime of this process in seconds (fields 14 and 15 of /proc/self/stat)
+local TICKS = tonumber(io.popen("getconf CLK_TCK"):read("l")) or 100
+local function cpu_s()
+  local f = assert(io.open("/proc/self/stat"))
+  local line = f:read("l")
+  f:close()
+  local rest = line:match("%) (.*)$")   -- the command name may hold spaces
+  local fields = {}
+  for w in rest:gmatch("%S+") do fields[#fields + 1] = w end
+  -- rest starts at field 3 (state): utime is field 14, stime field 15
+  return (tonumber(fields[12]) + tonumber(fields[13])) / TICKS
+end
+
+-- a percentile from a core histogram, interpolated inside its bucket (seconds -> ms)
+local function percentile(h, p)
+  if h.count == 0 then return 0 end
+  local rank, seen, lower = p * h.count, 0, 0
+  for i, c in ipairs(h.counts) do
+    local upper = h.bounds[i] or h.bounds[#h.bounds]
+    if seen + c >= rank and c > 0 then
+      return (lower + (upper - lower) * (rank - seen) / c) * 1000
+    end
+    seen = seen + c
+    lower = upper
+  end
+  return lower * 1000
+end
+
+local function json(t, order)
+  local parts = {}
+  for _, k in ipairs(order) do
+    local v = t[k]
+    parts[#parts + 1] = ('"%s":%s'):format(k, math.type(v) == "integer" and tostring(v) or ("%.3f"):format(v))
+  end
+  return "{" .. table.concat(parts, ",") .. "}"
+end
+
+-- Pre-load: many sends in flight at once through the core (the Lua producer API sends
+-- one at a time; this is only the bench's setup, not what it measures).
+local function preload()
+  local p = assert(mqlease.producer { endpoints = endpoint })
+  assert(p:send(topic, BODY, { tag = "bench" }))
+  local session = p._session
+  local client = session.client
+  local window, sent, pending = 256, 1, {}
+  local npending = 0
+  while sent < count or npending > 0 do
+    while sent < count and npending < window do
+      pending[client:send(topic, BODY, "bench", nil, nil)] = true
+      sent = sent + 1
+      npending = npending + 1
+    end
+    for op in pairs(pending) do
+      local ev = session:await(op)
+      assert(ev.ok, ev.err)
+      pending[op] = nil
+      npending = npending - 1
+      break
+    end
+  end
+  p:close()
+end
+
+if mode == "load" then
+  local t = mqlease.now()
+  preload()
+  print(('{"count":%d,"load_s":%.3f}'):format(count, mqlease.now() - t))
+  return
+end
+assert(mode == "hold", "usage: lease.lua load|hold ...")
+
+local c = assert(mqlease.consumer { endpoints = endpoint, group = group, topic = topic,
+  invisible = invisible, batch = 32, await = 1 })
+collectgarbage("collect")
+local rss0, lua0 = status_kb("VmRSS"), collectgarbage("count")
+
+local held, t0 = {}, mqlease.now()
+while #held < count and mqlease.now() - t0 < 300 do
+  for _, m in ipairs(assert(c:receive(32))) do held[#held + 1] = m end
+end
+local t_receive = mqlease.now() - t0
+collectgarbage("collect")
+local rss1, lua1 = status_kb("VmRSS"), collectgarbage("count")
+
+local m0, cpu0, h0 = c:metrics(), cpu_s(), mqlease.now()
+if spin > 0 then
+  local deadline, x = mqlease.now() + spin, 0
+  while mqlease.now() < deadline do x = x + 1 end
+end
+local rest = hold - (mqlease.now() - h0)
+if rest > 0 then mqlease.sleep(rest) end
+local m1, cpu1, h1 = c:metrics(), cpu_s(), mqlease.now()
+
+local acked = 0
+for first = 1, #held, 256 do
+  local b = {}
+  for i = first, math.min(first + 255, #held) do b[#b + 1] = held[i] end
+  local ok, _, _, results = c:ack(b)
+  if ok then acked = acked + #b else
+    for _, r in ipairs(results) do if r == true then acked = acked + 1 end end
+  end
+end
+local m = c:metrics()
+c:close()
+
+local n = #held
+local renewals = (m1.renew_success + m1.renew_fail + m1.renew_uncertain)
+  - (m0.renew_success + m0.renew_fail + m0.renew_uncertain)
+print(json({
+  count = n, acked = acked, invisible_s = invisible, hold_s = h1 - h0, spin_s = spin,
+  receive_s = t_receive,
+  renewals = m.renew_success, renewals_hold = renewals, renewals_per_s = renewals / (h1 - h0),
+  renew_fail = m.renew_fail, uncertain = m.renew_uncertain, expired = m.expire_while_alive,
+  lateness_p50_ms = percentile(m.renew_lateness, 0.5), lateness_p99_ms = percentile(m.renew_lateness, 0.99),
+  lateness_max_ms = percentile(m.renew_lateness, 1.0),
+  renew_p50_ms = percentile(m.renew_latency, 0.5), renew_p99_ms = percentile(m.renew_latency, 0.99),
+  bytes_per_lease = (rss1 - rss0) * 1024 / math.max(n, 1) - #BODY,
+  lua_bytes_per_lease = (lua1 - lua0) * 1024 / math.max(n, 1),
+  cpu_us_per_renewal = (spin > 0 or renewals == 0) and -1 or (cpu1 - cpu0) * 1e6 / renewals,
+  rss_kb = status_kb("VmHWM"),
+}, { "count", "acked", "invisible_s", "hold_s", "spin_s", "receive_s", "renewals",
+  "renewals_hold", "renewals_per_s", "renew_fail", "uncertain", "expired", "lateness_p50_ms",
+  "lateness_p99_ms", "lateness_max_ms", "renew_p50_ms", "renew_p99_ms", "bytes_per_lease",
+  "lua_bytes_per_lease", "cpu_us_per_renewal", "rss_kb" }))

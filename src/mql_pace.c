@@ -1,0 +1,79 @@
+/* mql_pace.c -- renewal pacing rules (see mql_pace.h). Pure: no clock, no lock. */
+#include "mql_pace.h"
+
+#include <string.h>
+
+#define PACE_DECAY 4096        /* halve the histogram after this many samples */
+#define PACE_RECOMPUTE 64      /* recompute the p99 this often */
+#define PACE_MIN_SAMPLES 64    /* no p99 from fewer samples */
+
+void mql_pace_init(mql_pace *p, int64_t invisible_ms, int64_t every_ms) {
+    memset(p, 0, sizeof(*p));
+    p->invisible_ms = invisible_ms;
+    p->every_ms = every_ms > 0 ? every_ms : invisible_ms / 3;
+    p->max_inflight = MQL_PACE_MAX_INFLIGHT;
+    p->spacing_us = MQL_PACE_SPACING_US;
+}
+
+int64_t mql_pace_margin_ms(const mql_pace *p) {
+    int64_t third = p->invisible_ms / 3, left = p->invisible_ms - p->every_ms;
+    int64_t margin = left < third ? left : third;
+    int64_t slow = MQL_PACE_P99_FACTOR * p->p99_ms;
+    int64_t most = p->invisible_ms - p->invisible_ms / 10;
+    if (slow > margin) margin = slow;
+    if (margin > most) margin = most;   /* still renew once per tenth of the window */
+    return margin > 0 ? margin : 0;
+}
+
+int64_t mql_pace_first_at(mql_pace *p, int64_t acquired_ms, int64_t deadline_ms,
+                          int64_t jitter_ms) {
+    int64_t latest = deadline_ms - mql_pace_margin_ms(p);
+    int64_t preferred = acquired_ms + p->every_ms - jitter_ms;
+    int64_t slot_us;
+    if (preferred > latest) preferred = latest;
+    slot_us = preferred * 1000 > p->cursor_us ? preferred * 1000 : p->cursor_us;
+    if (slot_us > latest * 1000) return latest;   /* no slot left in time: overloaded */
+    p->cursor_us = slot_us + p->spacing_us;
+    return (slot_us + 999) / 1000;
+}
+
+int64_t mql_pace_next_at(const mql_pace *p, int64_t sent_ms, int64_t deadline_ms,
+                         int64_t jitter_ms) {
+    int64_t at = sent_ms + p->every_ms - jitter_ms;
+    int64_t latest = deadline_ms - mql_pace_margin_ms(p);
+    return at < latest ? at : latest;
+}
+
+int mql_pace_may_start(const mql_pace *p, int inflight) {
+    return inflight < p->max_inflight ? p->max_inflight - inflight : 0;
+}
+
+static int bucket_of(int64_t ms) {
+    int b = 0;
+    while (b < MQL_PACE_BUCKETS - 1 && ms > ((int64_t)1 << b)) b++;
+    return b;
+}
+
+static void recompute_p99(mql_pace *p) {
+    uint64_t total = 0, seen = 0;
+    int b;
+    for (b = 0; b < MQL_PACE_BUCKETS; b++) total += p->counts[b];
+    if (total < PACE_MIN_SAMPLES) return;
+    for (b = 0; b < MQL_PACE_BUCKETS; b++) {
+        seen += p->counts[b];
+        if (seen * 100 >= total * 99) break;
+    }
+    /* the bucket's upper bound: a p99 is never under-estimated */
+    p->p99_ms = (int64_t)1 << (b < MQL_PACE_BUCKETS - 1 ? b : MQL_PACE_BUCKETS - 1);
+}
+
+void mql_pace_observe(mql_pace *p, int64_t latency_ms) {
+    int b;
+    p->counts[bucket_of(latency_ms < 0 ? 0 : latency_ms)]++;
+    p->samples++;
+    if (p->samples % PACE_RECOMPUTE == 0) recompute_p99(p);
+    if (p->samples >= PACE_DECAY) {
+        for (b = 0; b < MQL_PACE_BUCKETS; b++) p->counts[b] /= 2;
+        p->samples = 0;
+    }
+}
