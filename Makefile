@@ -25,10 +25,12 @@ CFLAGS_BASE = -std=gnu11 -fPIC -g -D_GNU_SOURCE -Isrc -Iproto/gen -I$(LUA_INC)
 OPT        ?= -O2
 LIBS        = -lgrpc -lgpr -lprotobuf-c -lhiredis -lcrypto -lz -lpthread
 
+# The Lua binding: the only files that include lua.h.
+BINDING_SRC = src/lmqlease.c src/lmql_push.c src/lmql_redis.c src/lmql_signals.c
 CORE_SRC = src/mql_util.c src/mql_events.c src/mql_lease.c src/mql_codec.c src/mql_body.c src/mql_inbound.c \
            src/mql_call.c src/mql_metrics.c src/mql_client.c src/mql_session.c src/mql_receive.c \
-           src/mql_renew.c src/mql_pace.c src/mql_release.c src/mql_producer.c src/mql_shutdown.c src/mql_redis.c \
-           src/mql_redis_link.c src/mql_redis_cluster.c src/lmqlease.c
+           src/mql_renew.c src/mql_pace.c src/mql_release.c src/mql_producer.c src/mql_shutdown.c \
+           src/mql_redis.c src/mql_redis_link.c src/mql_redis_cluster.c $(BINDING_SRC)
 GEN_SRC  = proto/gen/apache/rocketmq/v2/definition.pb-c.c \
            proto/gen/apache/rocketmq/v2/service.pb-c.c \
            proto/gen/google/protobuf/duration.pb-c.c \
@@ -108,7 +110,7 @@ deps-fuzz:
 # The server-free tier: each spec/c/*_test.c is a program linked against the core (no Lua,
 # sanitizers on); spec/unit holds busted specs that need no broker and no Redis.
 C_TESTS   = $(patsubst spec/c/%.c,$(BUILD)/check/%,$(wildcard spec/c/*_test.c))
-CHECK_SRC = $(filter-out src/lmqlease.c,$(CORE_SRC)) $(GEN_SRC)
+CHECK_SRC = $(filter-out $(BINDING_SRC),$(CORE_SRC)) $(GEN_SRC)
 # The core is compiled once into a static library; each test links against it.
 CHECK_LIB = $(BUILD)/check/libmql-check.a
 CHECK_OBJ = $(patsubst %.c,$(BUILD)/check/obj/%.o,$(CHECK_SRC))
@@ -142,7 +144,7 @@ FUZZ_SECONDS      ?= 60
 TEST_FUZZ_SECONDS ?= 10
 FUZZ_CC     ?= clang
 FUZZ_FLAGS   = -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-FUZZ_CORE    = $(filter-out src/lmqlease.c,$(CORE_SRC)) $(GEN_SRC)
+FUZZ_CORE    = $(filter-out $(BINDING_SRC),$(CORE_SRC)) $(GEN_SRC)
 FUZZ_DV      = $(filter-out src/devbroker/dv_main.c,$(DEVBROKER_SRC)) $(GEN_SRC)
 FUZZ_TARGETS = $(patsubst spec/fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard spec/fuzz/mql_*_fuzz.c spec/fuzz/dv_*_fuzz.c))
 

@@ -1,0 +1,182 @@
+/* lmql_push.c -- what the core hands Lua, as Lua values: results, messages,
+ * Redis replies and event lists (see lmqlease.h).
+ *
+ * Event lists are turned into tables in a protected call, so an allocation
+ * error halfway gives the list back to its queue instead of losing it.
+ */
+#include "lmqlease.h"
+
+#include <string.h>
+
+const char lmql_null = 0;
+
+
+void lmql_set_str(lua_State *L, const char *key, const char *v) {
+    if (!v) return;
+    lua_pushstring(L, v);
+    lua_setfield(L, -2, key);
+}
+
+void lmql_set_int(lua_State *L, const char *key, lua_Integer v) {
+    lua_pushinteger(L, v);
+    lua_setfield(L, -2, key);
+}
+
+void lmql_set_num(lua_State *L, const char *key, lua_Number v) {
+    lua_pushnumber(L, v);
+    lua_setfield(L, -2, key);
+}
+
+void lmql_push_result_fields(lua_State *L, const mql_result *r) {
+    lua_pushboolean(L, r->ok);
+    lua_setfield(L, -2, "ok");
+    if (!r->ok) {
+        lmql_set_str(L, "err", r->msg);
+        lmql_set_str(L, "code", r->code);
+    }
+}
+
+static const char *message_type_name(int t) {
+    switch (t) {
+    case 1: return "NORMAL";
+    case 2: return "FIFO";
+    case 3: return "DELAY";
+    case 4: return "TRANSACTION";
+    default: return NULL;
+    }
+}
+
+/* Field names follow the Java client's MessageView getters in snake_case;
+ * times are epoch seconds (like os.time(), with milliseconds as fractions). */
+static void push_message(lua_State *L, const mql_message *m) {
+    size_t i;
+    /* 16 slots: a typical message has 15 fields here and 16 once wrapped (Lua
+     * rounds a size hint up to a power of two; a rarer, fuller one grows) */
+    lua_createtable(L, 0, 16);
+    lmql_set_str(L, "id", m->id);
+    lmql_set_str(L, "topic", m->topic);
+    lmql_set_str(L, "tag", m->tag);
+    lmql_set_str(L, "message_group", m->message_group);
+    lmql_set_str(L, "born_host", m->born_host);
+    lmql_set_str(L, "store_host", m->store_host);
+    lmql_set_str(L, "trace_context", m->trace_context);
+    lmql_set_str(L, "message_type", message_type_name(m->message_type));
+    lua_pushlstring(L, (const char *)m->body, m->body_len);
+    lua_setfield(L, -2, "body");
+    lua_createtable(L, (int)m->nkeys, 0);
+    for (i = 0; i < m->nkeys; i++) {
+        lua_pushstring(L, m->keys[i]);
+        lua_rawseti(L, -2, (int)i + 1);
+    }
+    lua_setfield(L, -2, "keys");
+    lua_createtable(L, 0, (int)m->nprops);
+    for (i = 0; i < m->nprops; i++) {
+        lua_pushlstring(L, m->props[i].value, m->props[i].value_len);
+        lua_setfield(L, -2, m->props[i].key);
+    }
+    lua_setfield(L, -2, "properties");
+    lmql_set_int(L, "delivery_attempt", m->delivery_attempt);
+    lmql_set_int(L, "queue_id", m->queue_id);
+    lmql_set_int(L, "offset", (lua_Integer)m->queue_offset);
+    lmql_set_num(L, "born_at", (lua_Number)m->born_ms / 1000.0);
+    if (m->store_ms) lmql_set_num(L, "store_at", (lua_Number)m->store_ms / 1000.0);
+    if (m->delivery_ms) lmql_set_num(L, "delivery_timestamp", (lua_Number)m->delivery_ms / 1000.0);
+    lmql_set_int(L, "lease_id", (lua_Integer)m->lease_id);
+}
+
+static void push_reply(lua_State *L, const mql_reply *r) {
+    size_t i;
+    /* nested arrays recurse: make room for each level (hiredis bounds the depth) */
+    luaL_checkstack(L, 3, "mqlease: Redis reply nested too deeply");
+    switch (r->type) {
+    case MQL_REPLY_NIL: LMQL_PUSH_NULL(L); break;
+    case MQL_REPLY_INTEGER: lua_pushinteger(L, (lua_Integer)r->integer); break;
+    case MQL_REPLY_STRING:
+    case MQL_REPLY_STATUS:
+    case MQL_REPLY_ERROR: lua_pushlstring(L, r->str ? r->str : "", r->len); break;
+    case MQL_REPLY_ARRAY:
+        lua_createtable(L, (int)r->nelements, 0);
+        for (i = 0; i < r->nelements; i++) {
+            push_reply(L, &r->elements[i]);
+            lua_rawseti(L, -2, (int)i + 1);
+        }
+        break;
+    }
+}
+
+static void push_event(lua_State *L, const mql_event *ev) {
+    size_t i;
+    lua_createtable(L, 0, 8);
+    if (ev->kind == MQL_EV_LOCK_LOST) {
+        lmql_set_str(L, "kind", "lock_lost");
+        lmql_set_int(L, "keepalive", (lua_Integer)ev->keepalive_id);
+        return;
+    }
+    if (ev->kind == MQL_EV_LEASE) {
+        lmql_set_str(L, "kind", "lease");
+        lmql_set_int(L, "lease_id", (lua_Integer)ev->lease_id);
+        lmql_set_str(L, "state", mql_lease_state_name((mql_lease_state)ev->lease_state));
+        lmql_set_int(L, "renewals", ev->lease_renewals);
+        return;
+    }
+    lmql_set_str(L, "kind", "op");
+    lmql_set_int(L, "op", (lua_Integer)ev->op);
+    lmql_push_result_fields(L, &ev->result);
+    if (ev->msgs || ev->nmsgs) {
+        lua_createtable(L, (int)ev->nmsgs, 0);
+        for (i = 0; i < ev->nmsgs; i++) {
+            push_message(L, &ev->msgs[i]);
+            lua_rawseti(L, -2, (int)i + 1);
+        }
+        lua_setfield(L, -2, "messages");
+    }
+    if (ev->message_id) {
+        lmql_set_str(L, "message_id", ev->message_id);
+        lmql_set_int(L, "offset", (lua_Integer)ev->offset);
+    }
+    if (ev->reply) {
+        push_reply(L, ev->reply);
+        lua_setfield(L, -2, "reply");
+        if (ev->reply->type == MQL_REPLY_ERROR) lmql_set_str(L, "reply_error", ev->reply->str);
+    }
+    if (ev->entries) {
+        lua_createtable(L, (int)ev->nentries, 0);
+        for (i = 0; i < ev->nentries; i++) {
+            lua_createtable(L, 0, 3);
+            lmql_push_result_fields(L, &ev->entries[i]);
+            lua_rawseti(L, -2, (int)i + 1);
+        }
+        lua_setfield(L, -2, "entries");
+    }
+}
+
+static int push_event_list(lua_State *L) {
+    const mql_event *ev = lua_touserdata(L, 1);
+    int n = 0;
+    lua_newtable(L);
+    for (; ev; ev = ev->next) {
+        push_event(L, ev);
+        lua_rawseti(L, -2, ++n);
+    }
+    return 1;
+}
+
+/* Pushes an array of event tables (possibly empty) and frees the list. The
+ * tables are built in a protected call: if Lua runs out of memory halfway,
+ * the whole list goes back to its queue (requeue) -- no event, and so no
+ * waiting coroutine's result, is lost -- and the error is raised again. */
+void lmql_push_events(lua_State *L, mql_event *list, void (*requeue)(void *, mql_event *),
+                        void *owner) {
+    mql_event *ev, *next;
+    lua_pushcfunction(L, push_event_list);
+    lua_pushlightuserdata(L, list);
+    if (lua_pcall(L, 1, 1, 0) != 0) {
+        if (requeue) requeue(owner, list);
+        lua_error(L);
+    }
+    for (ev = list; ev; ev = next) {
+        next = ev->next;
+        mql_event_free(ev);
+    }
+}
+

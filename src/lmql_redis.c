@@ -1,0 +1,165 @@
+/* lmql_redis.c -- core.redis: the Redis client of the core for Lua (commands,
+ * scripts and lock keepalives run on the client's own threads; see mql_redis.h). */
+#include "lmqlease.h"
+
+#include <string.h>
+
+#include "mql_redis.h"
+
+static void requeue_redis_events(void *r, mql_event *list) {
+    mql_redis_requeue_events(r, list);
+}
+
+
+typedef struct lredis {
+    mql_redis *r;
+} lredis;
+
+static mql_redis *check_redis(lua_State *L) {
+    lredis *lr = luaL_checkudata(L, 1, REDIS_MT);
+    if (!lr->r) luaL_error(L, "mqlease: the redis client is closed");
+    return lr->r;
+}
+
+/* The strings of the array cfg[key] ("host:port" nodes); the table keeps them alive. */
+static int opt_nodes(lua_State *L, int t, const char *key, const char **out, int max) {
+    int n = 0;
+    lua_getfield(L, t, key);
+    if (lua_istable(L, -1)) {
+        for (n = 0; n < max; n++) {
+            lua_rawgeti(L, -1, n + 1);
+            if (lua_isnil(L, -1)) {
+                lua_pop(L, 1);
+                break;
+            }
+            out[n] = luaL_checkstring(L, -1);
+            lua_pop(L, 1);
+        }
+    }
+    lua_pop(L, 1);
+    return n;
+}
+
+/* core.redis{host=, port=, unix=, username=, password=, db=, timeout_ms=,
+ *            master=, cluster=, nodes={"h:p", ...}} -> client */
+int lmql_redis(lua_State *L) {
+    mql_redis_config cfg;
+    const char *nodes[64];
+    char err[128];
+    lredis *lr;
+    luaL_checktype(L, 1, LUA_TTABLE);
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.nodes = nodes;
+    cfg.nnodes = opt_nodes(L, 1, "nodes", nodes, 64);
+    cfg.master = lmql_opt_string(L, 1, "master");
+    cfg.cluster = lmql_opt_bool(L, 1, "cluster", 0);
+    cfg.host = lmql_opt_string(L, 1, "host");
+    cfg.port = (int)lmql_opt_int(L, 1, "port", 6379);
+    cfg.unix_path = lmql_opt_string(L, 1, "unix");
+    cfg.username = lmql_opt_string(L, 1, "username");
+    cfg.password = lmql_opt_string(L, 1, "password");
+    cfg.db = (int)lmql_opt_int(L, 1, "db", 0);
+    cfg.timeout_ms = lmql_opt_int(L, 1, "timeout_ms", 1000);
+    if (!cfg.host && !cfg.unix_path && !cfg.nnodes)
+        return luaL_error(L, "mqlease.core.redis: host, unix or nodes is required");
+    lr = lua_newuserdata(L, sizeof(*lr));
+    lr->r = NULL;
+    luaL_getmetatable(L, REDIS_MT);
+    lua_setmetatable(L, -2);
+    lr->r = mql_redis_new(&cfg, err, sizeof(err));
+    if (!lr->r) return luaL_error(L, "mqlease.core.redis: %s", err);
+    return 1;
+}
+
+/* Collects arguments from index first on as strings (numbers are converted). */
+static int collect_args(lua_State *L, int first, const char **argv, size_t *lens, int max) {
+    int top = lua_gettop(L), n = 0, i;
+    for (i = first; i <= top; i++) {
+        if (n == max) luaL_error(L, "mqlease: at most %d redis arguments", max);
+        argv[n] = luaL_checklstring(L, i, &lens[n]);
+        n++;
+    }
+    return n;
+}
+
+static int l_redis_command(lua_State *L) {
+    mql_redis *r = check_redis(L);
+    const char *argv[64];
+    size_t lens[64];
+    int n = collect_args(L, 2, argv, lens, 64);
+    luaL_argcheck(L, n > 0, 2, "a command expected");
+    lua_pushinteger(L, (lua_Integer)mql_redis_command(r, n, argv, lens));
+    return 1;
+}
+
+/* r:eval(script, numkeys, keys..., args...) -> op */
+static int l_redis_eval(lua_State *L) {
+    mql_redis *r = check_redis(L);
+    const char *script = luaL_checkstring(L, 2);
+    int numkeys = (int)luaL_checkinteger(L, 3);
+    const char *argv[64];
+    size_t lens[64];
+    int n = collect_args(L, 4, argv, lens, 64);
+    luaL_argcheck(L, numkeys >= 0 && numkeys <= n, 3, "numkeys out of range");
+    lua_pushinteger(L, (lua_Integer)mql_redis_eval(r, script, numkeys, n, argv, lens));
+    return 1;
+}
+
+static int l_redis_keepalive(lua_State *L) {
+    mql_redis *r = check_redis(L);
+    const char *key = luaL_checkstring(L, 2), *owner = luaL_checkstring(L, 3);
+    lua_Integer ttl = luaL_checkinteger(L, 4), every = luaL_checkinteger(L, 5);
+    lua_Integer max = luaL_optinteger(L, 6, 0);
+    lua_pushinteger(L, (lua_Integer)mql_redis_keepalive(r, key, owner, ttl, every, max));
+    return 1;
+}
+
+static int l_redis_keepalive_stop(lua_State *L) {
+    lua_pushboolean(L, mql_redis_keepalive_stop(check_redis(L), (uint64_t)luaL_checkinteger(L, 2)));
+    return 1;
+}
+
+static int l_redis_fd(lua_State *L) {
+    lua_pushinteger(L, mql_redis_fd(check_redis(L)));
+    return 1;
+}
+
+static int l_redis_events(lua_State *L) {
+    mql_redis *r = check_redis(L);
+    lmql_push_events(L, mql_redis_take_events(r), requeue_redis_events, r);
+    return 1;
+}
+
+static int l_redis_close(lua_State *L) {
+    lredis *lr = luaL_checkudata(L, 1, REDIS_MT);
+    if (lr->r) {
+        mql_redis_free(lr->r);
+        lr->r = NULL;
+    }
+    return 0;
+}
+
+static int l_redis_closed(lua_State *L) {
+    lredis *lr = luaL_checkudata(L, 1, REDIS_MT);
+    lua_pushboolean(L, lr->r == NULL);
+    return 1;
+}
+
+static const luaL_Reg redis_methods[] = {
+    {"command", l_redis_command}, {"eval", l_redis_eval}, {"keepalive", l_redis_keepalive},
+    {"keepalive_stop", l_redis_keepalive_stop}, {"fd", l_redis_fd}, {"events", l_redis_events},
+    {"close", l_redis_close}, {"closed", l_redis_closed}, {NULL, NULL}};
+
+
+void lmql_open_redis(lua_State *L) {
+    if (luaL_newmetatable(L, REDIS_MT)) {
+        lua_newtable(L);
+        luaL_setfuncs(L, redis_methods, 0);
+        lua_setfield(L, -2, "__index");
+        lua_pushcfunction(L, l_redis_close);
+        lua_setfield(L, -2, "__gc");
+        lua_pushcfunction(L, l_redis_close);
+        lua_setfield(L, -2, "__close");
+    }
+    lua_pop(L, 1);
+}

@@ -1,0 +1,49 @@
+/* lmqlease.h -- what the files of the Lua binding (mqlease.core) share.
+ *
+ * The binding is the only part of the project that includes lua.h, split by
+ * what it binds: lmqlease.c (the module, consumers and producers, waiting),
+ * lmql_push.c (core values -> Lua values), lmql_redis.c (core.redis) and
+ * lmql_signals.c (core.watch_signals). No C thread of the core ever calls
+ * into these files: they run on the Lua thread only.
+ */
+#ifndef LMQLEASE_H
+#define LMQLEASE_H
+
+#include "mql_client.h"
+#include "mql_compat.h"
+
+#define CLIENT_MT "mqlease.core.client"
+#define WATCHER_MT "mqlease.core.signals"
+#define REDIS_MT "mqlease.core.redis"
+
+/* core.null: a Redis nil inside an array (a Lua nil would end the array). */
+extern const char lmql_null;
+#define LMQL_PUSH_NULL(L) lua_pushlightuserdata(L, (void *)&lmql_null)
+
+typedef struct lclient {
+    mql_client *c;
+} lclient;
+
+/* lmqlease.c: the client at index 1 (raises if closed), option readers. */
+mql_client *lmql_check_client(lua_State *L);
+const char *lmql_opt_string(lua_State *L, int t, const char *key);
+lua_Integer lmql_opt_int(lua_State *L, int t, const char *key, lua_Integer def);
+int lmql_opt_bool(lua_State *L, int t, const char *key, int def);
+
+/* lmql_push.c: fields of the table on top of the stack; event lists. */
+void lmql_set_str(lua_State *L, const char *key, const char *v);
+void lmql_set_int(lua_State *L, const char *key, lua_Integer v);
+void lmql_set_num(lua_State *L, const char *key, lua_Number v);
+void lmql_push_result_fields(lua_State *L, const mql_result *r);
+/* Pushes an array of event tables and frees the list; on a Lua error the list
+ * goes back to its queue through requeue(owner, list) and the error is raised. */
+void lmql_push_events(lua_State *L, mql_event *list, void (*requeue)(void *, mql_event *),
+                      void *owner);
+
+/* lmql_signals.c and lmql_redis.c: their metatables and constructors. */
+void lmql_open_signals(lua_State *L);
+int lmql_watch_signals(lua_State *L);
+void lmql_open_redis(lua_State *L);
+int lmql_redis(lua_State *L);
+
+#endif /* LMQLEASE_H */
