@@ -74,6 +74,7 @@ rm -f "$dv_log"
 for run in $(seq "$RUNS"); do
   for n in $LEASES; do
     if ((n >= 100000)); then inv=60; hold=60; else inv=30; hold=30; fi
+    if [[ $QUICK == 1 ]] && ((n < 100000)); then hold=20; fi   # one renewal period and some
     note "lease scale: $n leases, invisible $inv s, hold $hold s (run $run/$RUNS)"
     lease_row "$n" "$inv" "$hold" 0 "$run"
   done
