@@ -61,8 +61,8 @@ local function lease_table()
     return s
   end
   local function thousands(n) return ("%d"):format(n):reverse():gsub("(%d%d%d)", "%1,"):reverse():gsub("^,", "") end
-  print(("Lease scale: one consumer on the dev broker (loopback, same machine), 100-byte bodies, %d run(s) per row;"):format(#by_row[order[1]]))
-  print("median (min–max). Memory and CPU are the client process's only.")
+  print(("Lease scale: one consumer on the dev broker (loopback, same machine), 100-byte bodies, up to %d runs per row;"):format(#by_row[order[1]]))
+  print("median (min–max); a value without a range is one run. Memory and CPU are the client process's only.")
   print("")
   print("| leases (invisible, hold) | expired while alive | uncertain | renewals/s | renewal lateness p99 (ms) | renewal latency p99 (ms) | client bytes per lease; Lua's part | client CPU µs per renewal | peak RSS |")
   print("|---|---|---|---|---|---|---|---|---|")
