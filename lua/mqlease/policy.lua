@@ -89,6 +89,11 @@ local function check_options(opts)
   end
   if o.lock_ttl < 1 then error("mqlease.policy.exactly_once: option 'lock_ttl' must be at least 1 second", 3) end
   if type(o.prefix) ~= "string" then error("mqlease.policy.exactly_once: option 'prefix' must be a string", 3) end
+  -- a Redis address or options table: checked now, connected at the first message
+  if not (type(o.redis) == "table" and o.redis.call) then
+    local ok, err = pcall(redis_mod.check, o.redis)
+    if not ok then error("mqlease.policy.exactly_once: option 'redis': " .. tostring(err):gsub("^[^:]*:%d+: ", ""), 3) end
+  end
   return o
 end
 
