@@ -374,7 +374,7 @@ static uint64_t release_start(mql_client *c, const uint64_t *ids, size_t n, rele
             mql_result_fail(&r, "CLOSED", "the consumer is closed");
             settle(c, rel, i, &r);
         } else if (!l) {
-            mql_result_fail(&r, "NO_LEASE", "no lease %llu: already acked, released or lost",
+            mql_result_fail(&r, "NO_LEASE", "no lease %llu: already acked, nacked or lost",
                             (unsigned long long)ids[i]);
             settle(c, rel, i, &r);
         } else if (l->pending != MQL_PENDING_NONE) {

@@ -8,7 +8,7 @@
 -- and, once a stop is asked for, one drain task:
 --   stop receiving -> give back what never started -> let running handlers
 --   finish until grace -> give back what still runs -> close the consumer.
--- Every message ends exactly once: acked, released (nack), or -- only if the
+-- Every message ends exactly once: acked, nacked, or -- only if the
 -- process is killed -- left to expire.
 
 local core = require "mqlease.core"
