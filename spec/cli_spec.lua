@@ -306,7 +306,7 @@ return function(m) log:write("handled ", m.id, "\n") return true end
     local id = assert(producer:send(topic, "once"))
     wait_for(function() return read(log):find("handled " .. id, 1, true) end, 30, "the handler")
     local r = mqlease.redis("127.0.0.1:" .. env.redis_port)
-    wait_for(function() return r:call("EXISTS", "mqlease:done:" .. id) == 1 end, 10, "the done marker")
+    wait_for(function() return r:call("EXISTS", mqlease.policy.keys(id).done) == 1 end, 10, "the done marker")
     h.term()
     assert.equal(0, h.wait(20))
     assert.equal(1, summary_of(h.stderr()).acked)

@@ -28,10 +28,13 @@ end
 
 -- The sources of the Makefile's CORE_SRC (continuation lines included).
 local function makefile_core_src()
-  local text = env.read("Makefile"):gsub("\\\n", " ")
-  local list = assert(text:match("\nCORE_SRC%s*=([^\n]*)"), "CORE_SRC in the Makefile")
+  -- ask make itself, so that variables inside CORE_SRC (BINDING_SRC) expand
+  local p = assert(io.popen("make -s --no-print-directory --eval 'print-core-src: ; @echo $(CORE_SRC)' print-core-src"))
+  local list = p:read("a")
+  p:close()
   local out = {}
   for f in list:gmatch("%S+") do out[#out + 1] = f end
+  assert(#out > 0, "CORE_SRC in the Makefile")
   table.sort(out)
   return out
 end

@@ -112,7 +112,7 @@ uint64_t mql_client_terminate(mql_client *c);
 /* QueryRoute for a topic: OK if the proxy knows it (TOPIC_NOT_FOUND else). */
 uint64_t mql_client_route(mql_client *c, const char *topic);
 
-/* Snapshot of one lease; 0 if the id is not in the table (acked, released, lost). */
+/* Snapshot of one lease; 0 if the id is not in the table (acked, nacked, lost). */
 typedef struct mql_lease_info {
     mql_lease_state state;
     int64_t remaining_ms;

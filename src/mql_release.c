@@ -217,14 +217,16 @@ void mql_release_on_ack_done(mql_client *c, mql_call *call) {
     mql_release_free(rel);
 }
 
-/* One lease of a nack: the proxy has no batch ChangeInvisibleDuration, so a
- * nack of n leases is n calls, each answering for its own entry. */
-typedef struct nack_part {
+/* One lease of a nack or a dead letter: the proxy has no batch form of
+ * either, so a release of n leases is n calls, each answering for its entry. */
+typedef struct lease_part {
     mql_release *rel;
     size_t i;
-} nack_part;
+} lease_part;
 
-static void nack_part_settle(mql_client *c, mql_release *rel, size_t i, const mql_result *r) {
+typedef int (*lease_call_fn)(mql_client *c, const mql_release *rel, mql_lease *l, void *ctx);
+
+static void part_settle(mql_client *c, mql_release *rel, size_t i, const mql_result *r) {
     release_settle_lease(c, rel, i, mql_lease_find(&c->leases, rel->ids[i]), r);
     if (release_done(rel)) {
         release_post(c, rel);
@@ -232,44 +234,52 @@ static void nack_part_settle(mql_client *c, mql_release *rel, size_t i, const mq
     }
 }
 
-static void nack_send(mql_client *c, mql_release *rel) {
+/* Starts one call per unsettled lease of rel with start(). */
+static void send_each(mql_client *c, mql_release *rel, lease_call_fn start, const char *what) {
     size_t i, left = 0;
     mql_result r;
-    mql_result_fail(&r, "INTERNAL", "nack: grpc refused to start the call");
+    mql_result_fail(&r, "INTERNAL", "%s: grpc refused to start the call", what);
     for (i = 0; i < rel->n; i++) left += !rel->settled[i];
     /* A refused start settles its entry at once, and the last settle frees
      * rel: stop touching it once every entry is sent or settled. */
     for (i = 0; left > 0; i++) {
-        nack_part *part;
+        lease_part *part;
         if (rel->settled[i]) continue;
         left--;
         part = mql_xmalloc(sizeof(*part));
         part->rel = rel;
         part->i = i;
-        if (mql_renew_change_start(c, mql_lease_find(&c->leases, rel->ids[i]), rel->delay_ms,
-                                   MQL_K_NACK, part) < 0) {
+        if (start(c, rel, mql_lease_find(&c->leases, rel->ids[i]), part) < 0) {
             free(part);
-            nack_part_settle(c, rel, i, &r);
+            part_settle(c, rel, i, &r);
         }
     }
 }
 
-void mql_release_on_nack_done(mql_client *c, mql_call *call) {
-    nack_part *part = call->ctx;
+/* The reply of one lease's call settles its entry. */
+static void part_done(mql_client *c, mql_call *call, const ProtobufCMessageDescriptor *desc) {
+    lease_part *part = call->ctx;
     mql_result r;
-    void *resp = mql_reply_take(
-        call, &apache__rocketmq__v2__change_invisible_duration_response__descriptor, &r);
-    nack_part_settle(c, part->rel, part->i, &r);
+    void *resp = mql_reply_take(call, desc, &r);
+    part_settle(c, part->rel, part->i, &r);
     free(part);
     call->ctx = NULL;
     mql_reply_free(resp);
 }
 
-/* Dead letters go one call per lease, like nacks, answering through a nack_part. */
-static int dead_letter_start(mql_client *c, mql_lease *l, void *ctx) {
+static int nack_start(mql_client *c, const mql_release *rel, mql_lease *l, void *ctx) {
+    return mql_renew_change_start(c, l, rel->delay_ms, MQL_K_NACK, ctx);
+}
+
+void mql_release_on_nack_done(mql_client *c, mql_call *call) {
+    part_done(c, call, &apache__rocketmq__v2__change_invisible_duration_response__descriptor);
+}
+
+static int dead_letter_start(mql_client *c, const mql_release *rel, mql_lease *l, void *ctx) {
     Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueRequest req =
         APACHE__ROCKETMQ__V2__FORWARD_MESSAGE_TO_DEAD_LETTER_QUEUE_REQUEST__INIT;
     mql_pb_resource group, topic;
+    (void)rel;
     mql_set_resource(&group, c->namespace_, c->group);
     mql_set_resource(&topic, c->namespace_, l->topic);
     req.group = &group;
@@ -281,34 +291,9 @@ static int dead_letter_start(mql_client *c, mql_lease *l, void *ctx) {
                             &req.base);
 }
 
-static void dead_letter_send(mql_client *c, mql_release *rel) {
-    size_t i, left = 0;
-    mql_result r;
-    mql_result_fail(&r, "INTERNAL", "dead_letter: grpc refused to start the call");
-    for (i = 0; i < rel->n; i++) left += !rel->settled[i];
-    for (i = 0; left > 0; i++) {
-        nack_part *part;
-        if (rel->settled[i]) continue;
-        left--;
-        part = mql_xmalloc(sizeof(*part));
-        part->rel = rel;
-        part->i = i;
-        if (dead_letter_start(c, mql_lease_find(&c->leases, rel->ids[i]), part) < 0) {
-            free(part);
-            nack_part_settle(c, rel, i, &r);
-        }
-    }
-}
-
 void mql_release_on_dead_letter_done(mql_client *c, mql_call *call) {
-    nack_part *part = call->ctx;
-    mql_result r;
-    void *resp = mql_reply_take(
-        call, &apache__rocketmq__v2__forward_message_to_dead_letter_queue_response__descriptor, &r);
-    nack_part_settle(c, part->rel, part->i, &r);
-    free(part);
-    call->ctx = NULL;
-    mql_reply_free(resp);
+    part_done(c, call,
+              &apache__rocketmq__v2__forward_message_to_dead_letter_queue_response__descriptor);
 }
 
 /* The budget's own nack: no host op waits for it. */
@@ -340,9 +325,9 @@ static int release_try(mql_client *c, mql_release *rel) {
     } else if (rel->is_ack) {
         ack_send(c, rel);
     } else if (rel->dead_letter) {
-        dead_letter_send(c, rel);
+        send_each(c, rel, dead_letter_start, "dead_letter");
     } else {
-        nack_send(c, rel);
+        send_each(c, rel, nack_start, "nack");
     }
     return 1;
 }
@@ -389,7 +374,7 @@ static uint64_t release_start(mql_client *c, const uint64_t *ids, size_t n, rele
             mql_result_fail(&r, "CLOSED", "the consumer is closed");
             settle(c, rel, i, &r);
         } else if (!l) {
-            mql_result_fail(&r, "NO_LEASE", "no lease %llu: already acked, released or lost",
+            mql_result_fail(&r, "NO_LEASE", "no lease %llu: already acked, nacked or lost",
                             (unsigned long long)ids[i]);
             settle(c, rel, i, &r);
         } else if (l->pending != MQL_PENDING_NONE) {

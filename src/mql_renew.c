@@ -194,6 +194,11 @@ void mql_renew_on_done(mql_client *c, mql_call *call) {
         else
             mql_lease_arm(&c->leases, l, l->deadline_ms);
     }
+    if (l && l->let_go) {
+        /* the host let it expire while this renewal was out: that stands */
+        l->state = MQL_LEASE_EXPIRING;
+        mql_lease_arm(&c->leases, l, l->deadline_ms);
+    }
 out:
     mql_reply_free(resp);
     mql_release_run_deferred(c);

@@ -15,7 +15,7 @@ local COUNTERS = {
   { "mqlease_nacks_total", "Nacks (early releases) by result.", { { 'result="ok"', "nacks_ok" }, { 'result="fail"', "nacks_fail" } } },
   { "mqlease_lease_renew_total", "Lease renewals (ChangeInvisibleDuration) by result; uncertain = no reply came.",
     { { 'result="success"', "renew_success" }, { 'result="fail"', "renew_fail" }, { 'result="uncertain"', "renew_uncertain" } } },
-  { "mqlease_lease_expire_while_alive_total", "Leases whose deadline passed while neither acked nor released.",
+  { "mqlease_lease_expire_while_alive_total", "Leases whose deadline passed while neither acked nor nacked.",
     { { nil, "expire_while_alive" } } },
   { "mqlease_lease_lost_total", "Leases lost, by reason.", { { 'reason="expired"', "lost_expired" }, { 'reason="rejected"', "lost_rejected" } } },
   { "mqlease_lease_budget_exhausted_total", "Leases whose renewal budget ran out, by the decision taken.",

@@ -9,7 +9,7 @@
 --                   (nil: the run's nack_delay for m.delivery_attempt)
 --           "skip"  do nothing: the policy settled the message itself
 --   err     non-nil when the handler failed: logged through on_error and counted
---   after   a function run once the ack or nack is done (e.g. to release a lock)
+--   after   a function run once the ack or nack is done (e.g. to unlock a Redis lock)
 --
 -- The policy decides whether and how to call handler(m, lease), which returns
 -- truthy on success or false/nil, err (or raises) on failure. Write your own
@@ -45,12 +45,12 @@ return {0, redis.call('get', KEYS[1]) or ''}
 ]]
 
 -- compare owner, then DEL
-local RELEASE = [[
+local UNLOCK = [[
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
 return 0
 ]]
 
-_M.scripts = { acquire = ACQUIRE, release = RELEASE }
+_M.scripts = { acquire = ACQUIRE, unlock = UNLOCK }
 
 -- The keys of one message: { done =, lock =, fence = } (README "Key layout").
 -- They share the hash tag {<id>}, so a Redis Cluster keeps them in one slot
@@ -89,6 +89,11 @@ local function check_options(opts)
   end
   if o.lock_ttl < 1 then error("mqlease.policy.exactly_once: option 'lock_ttl' must be at least 1 second", 3) end
   if type(o.prefix) ~= "string" then error("mqlease.policy.exactly_once: option 'prefix' must be a string", 3) end
+  -- a Redis address or options table: checked now, connected at the first message
+  if not (type(o.redis) == "table" and o.redis.call) then
+    local ok, err = pcall(redis_mod.check, o.redis)
+    if not ok then error("mqlease.policy.exactly_once: option 'redis': " .. tostring(err):gsub("^[^:]*:%d+: ", ""), 3) end
+  end
   return o
 end
 
@@ -149,14 +154,14 @@ function _M.exactly_once(opts)
       lease:_lock_lost()
       m.consumer:count("lock_lost")
     end
-    local function release() rc:eval(RELEASE, { lock_key }, { owner }) end
+    local function unlock() rc:eval(UNLOCK, { lock_key }, { owner }) end
     if ok and res then
       -- the done marker first: a redelivery from now on is acked without running
       local marked = rc:call("SET", done_key, "1", "EX", done_ttl)
       if not marked then m.consumer:count("done_marker_failed") end
-      return "ack", nil, nil, release
+      return "ack", nil, nil, unlock
     end
-    release()
+    unlock()
     if not ok then return "nack", nil, tostring(res) end
     return "nack", nil, herr ~= nil and tostring(herr) or "handler returned false"
   end

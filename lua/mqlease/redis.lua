@@ -85,6 +85,12 @@ local function parse(opts)
   return cfg
 end
 
+-- Checks Redis options without connecting (raises naming the bad one), for
+-- those who connect later (the exactly-once policy connects at its first use).
+function _M.check(opts)
+  parse(opts)
+end
+
 function _M.new(opts)
   local client = core.redis(parse(opts))
   local self = setmetatable({ _session = session_mod.new(client), _lost = {}, _on_lost = {} }, mt)

@@ -8,7 +8,7 @@
 -- and, once a stop is asked for, one drain task:
 --   stop receiving -> give back what never started -> let running handlers
 --   finish until grace -> give back what still runs -> close the consumer.
--- Every message ends exactly once: acked, released (nack), or -- only if the
+-- Every message ends exactly once: acked, nacked, or -- only if the
 -- process is killed -- left to expire.
 
 local core = require "mqlease.core"
@@ -128,6 +128,9 @@ return function(consumer, handler, opts)
     if m:dead_letter("max_attempts") then st.dead_lettered = st.dead_lettered + 1 end
   end
 
+  -- an ack that failed this way may still have reached the broker
+  local TRANSIENT = { TIMEOUT = true, UNAVAILABLE = true, CANCELLED = true, INTERNAL = true }
+
   local function handle(m)
     if max_attempts and (m.delivery_attempt or 1) > max_attempts then
       dead_letter(m)
@@ -135,22 +138,40 @@ return function(consumer, handler, opts)
       start_handlers()
       return
     end
-    -- action "ack" | "nack" | "skip"; err set means the handler failed (logged, counted)
-    local action, delay, err, after = policy(m, m.lease, handler)
-    if err ~= nil then
+    -- A raising policy, on_error, nack_delay or after() must not cost a slot
+    -- or strand the message: whatever happens, the message is settled, and
+    -- if nothing released it, it is nacked (handled = its handler succeeded).
+    local ok, raised = pcall(function()
+      -- action "ack" | "nack" | "skip"; err set means the handler failed (logged, counted)
+      local action, delay, err, after = policy(m, m.lease, handler)
+      if err ~= nil then
+        st.failed = st.failed + 1
+        on_error(m, err)
+      end
+      if action == "ack" then
+        local acked, _, code = ack(m)
+        if acked then
+          st.acked = st.acked + 1
+        elseif TRANSIENT[code] then
+          -- the ack may or may not have reached the broker: stop renewing, so
+          -- the message comes back at its deadline if it did not (a policy's
+          -- done marker then turns that into a plain ack)
+          m:let_expire()
+        end
+      elseif action == "nack" and max_attempts and (m.delivery_attempt or 1) >= max_attempts then
+        dead_letter(m)
+      elseif action == "nack" then
+        if m:nack(delay or nack_delay(m.delivery_attempt)) then st.nacked = st.nacked + 1 end
+      else
+        st.skipped = st.skipped + 1
+      end
+      if after then after() end
+    end)
+    if not ok then
       st.failed = st.failed + 1
-      on_error(m, err)
+      pcall(on_error, m, raised)
+      if m.lease:alive() and m:nack(release_delay) then st.nacked = st.nacked + 1 end
     end
-    if action == "ack" then
-      if ack(m) then st.acked = st.acked + 1 end
-    elseif action == "nack" and max_attempts and (m.delivery_attempt or 1) >= max_attempts then
-      dead_letter(m)
-    elseif action == "nack" then
-      if m:nack(delay or nack_delay(m.delivery_attempt)) then st.nacked = st.nacked + 1 end
-    else
-      st.skipped = st.skipped + 1
-    end
-    if after then after() end
     settle(m)
     start_handlers()
   end

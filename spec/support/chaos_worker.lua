@@ -76,8 +76,9 @@ local summary = mqlease.run(consumer, function(m, lease)
     log:write(("effect %s\n"):format(m.id))
     return true
   elseif effect == "fenced" then
+    local keys = mqlease.policy.keys(m.id)   -- the policy's own fence and done marker
     local applied, err = business:eval(FENCED,
-      { "mqlease:fence:" .. m.id, prefix .. "biz:" .. m.id, "mqlease:done:" .. m.id },
+      { keys.fence, prefix .. "biz:" .. m.id, keys.done },
       { lease.fence, 7 * 86400 })
     if applied == nil then return false, err end
     if applied == 0 then

@@ -54,3 +54,12 @@ describe("consumer options", function()
   end)
 
 end)
+
+describe("exactly_once options", function()
+  it("checks the redis option when the policy is made, not at the first message", function()
+    raises("option 'redis': .*must be host:port", function()
+      mqlease.policy.exactly_once { redis = "localhost" }
+    end)
+    assert.is_function(mqlease.policy.exactly_once { redis = "127.0.0.1:6379" })
+  end)
+end)
