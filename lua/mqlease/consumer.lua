@@ -188,7 +188,7 @@ function message_methods:dead_letter(reason)
     error(("bad argument #1 to 'dead_letter' (reason: a word of at most 31 letters, digits, '_' or '-' expected, got %s)"):format(tostring(reason)), 2)
   end
   local lease = self.lease
-  local session = rawget(lease, "_session")
+  local session = session_of(lease)
   if session.client:closed() then return nil, "the consumer is closed", "CLOSED" end
   local ev = session:await(session.client:dead_letter(rawget(lease, "id"), reason or "handler"))
   return finish_release(lease, ev, "dead_lettered")
