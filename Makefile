@@ -146,7 +146,8 @@ FUZZ_CC     ?= clang
 FUZZ_FLAGS   = -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 FUZZ_CORE    = $(filter-out $(BINDING_SRC),$(CORE_SRC)) $(GEN_SRC)
 FUZZ_DV      = $(filter-out src/devbroker/dv_main.c,$(DEVBROKER_SRC)) $(GEN_SRC)
-FUZZ_TARGETS = $(patsubst spec/fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard spec/fuzz/mql_*_fuzz.c spec/fuzz/dv_*_fuzz.c))
+FUZZ_TARGETS = $(patsubst spec/fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard spec/fuzz/mql_*_fuzz.c spec/fuzz/dv_*_fuzz.c \
+                 spec/fuzz/lmql_*_fuzz.c))
 
 $(BUILD)/fuzz/mql_%_fuzz: spec/fuzz/mql_%_fuzz.c $(FUZZ_CORE) $(HEADERS)
 	@mkdir -p $(dir $@)
@@ -155,6 +156,11 @@ $(BUILD)/fuzz/mql_%_fuzz: spec/fuzz/mql_%_fuzz.c $(FUZZ_CORE) $(HEADERS)
 $(BUILD)/fuzz/dv_%_fuzz: spec/fuzz/dv_%_fuzz.c $(FUZZ_DV) $(HEADERS) $(wildcard src/devbroker/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(CFLAGS_BASE) -Isrc/devbroker -Wall -Wextra $(FUZZ_FLAGS) -o $@ $< $(FUZZ_DV) $(LIBS)
+
+# lmql_*: what reaches Lua -- the core plus the binding, in a Lua 5.4 state.
+$(BUILD)/fuzz/lmql_%_fuzz: spec/fuzz/lmql_%_fuzz.c $(FUZZ_CORE) $(BINDING_SRC) $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(CFLAGS_BASE) -Wall -Wextra $(FUZZ_FLAGS) -o $@ $< $(FUZZ_CORE) $(BINDING_SRC) $(LIBS) -llua5.4
 
 fuzz-build: deps-fuzz $(FUZZ_TARGETS)
 

@@ -84,7 +84,7 @@ static void push_message(lua_State *L, const mql_message *m) {
     lmql_set_int(L, "lease_id", (lua_Integer)m->lease_id);
 }
 
-static void push_reply(lua_State *L, const mql_reply *r) {
+void lmql_push_reply(lua_State *L, const mql_reply *r) {
     size_t i;
     /* nested arrays recurse: make room for each level (hiredis bounds the depth) */
     luaL_checkstack(L, 3, "mqlease: Redis reply nested too deeply");
@@ -97,7 +97,7 @@ static void push_reply(lua_State *L, const mql_reply *r) {
     case MQL_REPLY_ARRAY:
         lua_createtable(L, (int)r->nelements, 0);
         for (i = 0; i < r->nelements; i++) {
-            push_reply(L, &r->elements[i]);
+            lmql_push_reply(L, &r->elements[i]);
             lua_rawseti(L, -2, (int)i + 1);
         }
         break;
@@ -135,7 +135,7 @@ static void push_event(lua_State *L, const mql_event *ev) {
         lmql_set_int(L, "offset", (lua_Integer)ev->offset);
     }
     if (ev->reply) {
-        push_reply(L, ev->reply);
+        lmql_push_reply(L, ev->reply);
         lua_setfield(L, -2, "reply");
         if (ev->reply->type == MQL_REPLY_ERROR) lmql_set_str(L, "reply_error", ev->reply->str);
     }

@@ -35,6 +35,8 @@ void lmql_set_str(lua_State *L, const char *key, const char *v);
 void lmql_set_int(lua_State *L, const char *key, lua_Integer v);
 void lmql_set_num(lua_State *L, const char *key, lua_Number v);
 void lmql_push_result_fields(lua_State *L, const mql_result *r);
+/* A Redis reply as a Lua value (arrays as tables, nil inside arrays as core.null). */
+void lmql_push_reply(lua_State *L, const mql_reply *r);
 /* Pushes an array of event tables and frees the list; on a Lua error the list
  * goes back to its queue through requeue(owner, list) and the error is raised. */
 void lmql_push_events(lua_State *L, mql_event *list, void (*requeue)(void *, mql_event *),

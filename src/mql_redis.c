@@ -81,7 +81,7 @@ static void sha1_hex(const char *s, char out[41]) {
     out[40] = '\0';
 }
 
-static void copy_reply(mql_reply *out, const redisReply *in) {
+void mql_reply_copy(mql_reply *out, const struct redisReply *in) {
     size_t i;
     memset(out, 0, sizeof(*out));
     switch (in->type) {
@@ -102,7 +102,7 @@ static void copy_reply(mql_reply *out, const redisReply *in) {
     if (in->type == REDIS_REPLY_ARRAY && in->elements) {
         out->nelements = in->elements;
         out->elements = mql_xcalloc(in->elements, sizeof(*out->elements));
-        for (i = 0; i < in->elements; i++) copy_reply(&out->elements[i], in->element[i]);
+        for (i = 0; i < in->elements; i++) mql_reply_copy(&out->elements[i], in->element[i]);
     }
 }
 
@@ -174,7 +174,7 @@ static void exec_cmd(mql_redis *r, redis_cmd *cmd) {
                             &ev->result);
     if (reply) {
         ev->reply = mql_xcalloc(1, sizeof(*ev->reply));
-        copy_reply(ev->reply, reply);
+        mql_reply_copy(ev->reply, reply);
         freeReplyObject(reply);
     }
     mql_events_push(&r->events, ev);

@@ -41,6 +41,10 @@ mql_redis *mql_redis_new(const mql_redis_config *cfg, char *err, size_t errlen);
 void mql_redis_free(mql_redis *r);
 int mql_redis_fd(const mql_redis *r);
 mql_event *mql_redis_take_events(mql_redis *r);
+/* A hiredis reply, copied into the core's own form (what events carry to the
+ * host). Exposed for the fuzzer that feeds it whatever a server could send. */
+struct redisReply;
+void mql_reply_copy(mql_reply *out, const struct redisReply *in);
 void mql_redis_requeue_events(mql_redis *r, mql_event *list);   /* see mql_events_requeue */
 
 /* A command; the arguments are copied. Its event carries the reply. */
