@@ -142,6 +142,10 @@ check: $(C_TESTS) sanitize luajit
 # crash, leak or sanitizer report fails the run. `make test` runs each briefly.
 FUZZ_SECONDS      ?= 60
 TEST_FUZZ_SECONDS ?= 10
+# make test replays the corpus and then fuzzes from a fixed seed, so CI is not a
+# lottery; `make fuzz` (FUZZ_SEED unset) explores from a new seed each run.
+FUZZ_SEED         ?=
+TEST_FUZZ_SEED    ?= 1
 FUZZ_CC     ?= clang
 FUZZ_FLAGS   = -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 FUZZ_CORE    = $(filter-out $(BINDING_SRC),$(CORE_SRC)) $(GEN_SRC)
@@ -165,14 +169,14 @@ $(BUILD)/fuzz/lmql_%_fuzz: spec/fuzz/lmql_%_fuzz.c $(FUZZ_CORE) $(BINDING_SRC) $
 fuzz-build: deps-fuzz $(FUZZ_TARGETS)
 
 fuzz: fuzz-build
-	@bash spec/support/run-fuzz.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+	@FUZZ_SEED=$(FUZZ_SEED) bash spec/support/run-fuzz.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 # SPEC selects spec files (default: all, plus a LuaJIT pass); the servers are always stopped.
 SPEC ?=
 test: deps
 	@$(MAKE) --no-print-directory core sanitize luajit
 	@$(MAKE) --no-print-directory check
-	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(TEST_FUZZ_SECONDS)
+	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(TEST_FUZZ_SECONDS) FUZZ_SEED=$(TEST_FUZZ_SEED)
 	@bash spec/support/run-specs.sh $(SPEC)
 
 # The demo needs no JVM unless BROKER=rocketmq (rocketmq.sh then says what to install).

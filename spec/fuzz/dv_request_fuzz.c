@@ -184,6 +184,32 @@ static void add_change(seed *sd, const char *handle, int64_t seconds) {
     add(sd, R_CHANGE, &req.base);
 }
 
+/* Settings that already carry the fields the broker fills in (a backoff policy,
+ * a long polling timeout): the answer must not lose the client's own. */
+static void add_settings_with_policies(seed *sd) {
+    Apache__Rocketmq__V2__TelemetryCommand cmd = APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__INIT;
+    Apache__Rocketmq__V2__Settings set = APACHE__ROCKETMQ__V2__SETTINGS__INIT;
+    Apache__Rocketmq__V2__Subscription sub = APACHE__ROCKETMQ__V2__SUBSCRIPTION__INIT;
+    Apache__Rocketmq__V2__RetryPolicy retry = APACHE__ROCKETMQ__V2__RETRY_POLICY__INIT;
+    Apache__Rocketmq__V2__ExponentialBackoff exp = APACHE__ROCKETMQ__V2__EXPONENTIAL_BACKOFF__INIT;
+    Google__Protobuf__Duration d = GOOGLE__PROTOBUF__DURATION__INIT;
+    d.seconds = 7;
+    exp.initial = &d;
+    exp.max = &d;
+    retry.max_attempts = 5;
+    retry.strategy_case = APACHE__ROCKETMQ__V2__RETRY_POLICY__STRATEGY_EXPONENTIAL_BACKOFF;
+    retry.exponential_backoff = &exp;
+    sub.group = &group_g;
+    sub.long_polling_timeout = &d;
+    set.client_type = APACHE__ROCKETMQ__V2__CLIENT_TYPE__SIMPLE_CONSUMER;
+    set.backoff_policy = &retry;
+    set.pub_sub_case = APACHE__ROCKETMQ__V2__SETTINGS__PUB_SUB_SUBSCRIPTION;
+    set.subscription = &sub;
+    cmd.command_case = APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND_SETTINGS;
+    cmd.settings = &set;
+    add(sd, R_TELEMETRY, &cmd.base);
+}
+
 int main(int argc, char **argv) {
     /* a handle of topic 0, group 0, message 0, token 1 (the first pop), far deadline */
     const char *h = "dv 0 0 0 1 9000000000000";
@@ -229,6 +255,10 @@ int main(int argc, char **argv) {
     add(&sd, R_TERMINATE, &term.base);
     add(&sd, 8, &term.base);
     write_seed(argv[1], "route-heartbeat-terminate", &sd);
+    sd.n = 0;
+    sd.buf[sd.n++] = 0;
+    add_settings_with_policies(&sd);
+    write_seed(argv[1], "settings-with-policies", &sd);
     return 0;
 }
 #endif

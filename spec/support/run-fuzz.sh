@@ -9,6 +9,10 @@ set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 seconds=$1
 shift
+# FUZZ_SEED fixes libFuzzer's random seed, so that a run's inputs are the same
+# sequence on every machine (make test sets it); unset, every run explores anew.
+seed_opt=()
+if [ -n "${FUZZ_SEED:-}" ]; then seed_opt=(-seed="$FUZZ_SEED"); fi
 status=0
 export ASAN_OPTIONS="abort_on_error=1:detect_leaks=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
@@ -20,7 +24,7 @@ for bin in "$@"; do
   if [ -d "spec/fuzz/corpus/$name" ]; then cp -r "spec/fuzz/corpus/$name/." "$work/corpus/"; fi
   log=$work/log
   "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
-    -print_final_stats=1 -artifact_prefix="$work/" "$work/corpus" >"$log" 2>&1
+    -print_final_stats=1 "${seed_opt[@]}" -artifact_prefix="$work/" "$work/corpus" >"$log" 2>&1
   rc=$?
   execs=$(awk '/stat::number_of_executed_units/ { print $2 }' "$log" | tail -1)
   covft=$(grep -Eo 'cov: [0-9]+ ft: [0-9]+' "$log" | tail -1)

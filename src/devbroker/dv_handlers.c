@@ -343,6 +343,11 @@ void dv_on_telemetry(dv_server *s, dv_call *c) {
         cmd->settings) {
         Apache__Rocketmq__V2__Settings *set = cmd->settings;
         int consumer = set->pub_sub_case == APACHE__ROCKETMQ__V2__SETTINGS__PUB_SUB_SUBSCRIPTION;
+        /* what the client sent in the fields answered from this stack: the
+         * unpacked tree owns these and must get them back to free them */
+        Apache__Rocketmq__V2__RetryPolicy *own_retry = set->backoff_policy;
+        Google__Protobuf__Duration *own_poll =
+            consumer && set->subscription ? set->subscription->long_polling_timeout : NULL;
         dv_client_register(s, c->client_id, consumer);
         dv_set_status(&st, APACHE__ROCKETMQ__V2__CODE__OK, "OK");
         b1.nanos = 10000000;
@@ -367,8 +372,8 @@ void dv_on_telemetry(dv_server *s, dv_call *c) {
         out.settings = set;
         dv_reply(c, &out.base);
         /* the unpacked tree must not free what lives on this stack */
-        set->backoff_policy = NULL;
-        if (consumer && set->subscription) set->subscription->long_polling_timeout = NULL;
+        set->backoff_policy = own_retry;
+        if (consumer && set->subscription) set->subscription->long_polling_timeout = own_poll;
         dv_pump(c);
     }
     if (cmd) protobuf_c_message_free_unpacked(&cmd->base, NULL);
