@@ -46,42 +46,80 @@ static const char *message_type_name(int t) {
     }
 }
 
-/* Field names follow the Java client's MessageView getters in snake_case;
- * times are epoch seconds (like os.time(), with milliseconds as fractions). */
+/* A message is held by the thousand, so its table keeps only what differs
+ * from message to message; the rest -- topic, tag, hosts, type, queue and
+ * delivery attempt, equal for most messages of a consumer -- goes into a
+ * shape that the Lua side turns into the __index of a shared metatable
+ * (lua/mqlease/consumer.lua). A message's table then has 6 fields and 8 slots
+ * instead of 16: 192 bytes less per held lease in Lua 5.4.
+ *
+ * Field names follow the Java client's MessageView getters in snake_case;
+ * times are epoch seconds (like os.time(), with milliseconds as fractions).
+ * "lease" holds the core's lease id until the Lua side puts the lease object
+ * in that same slot; keys and properties are set only when not empty. */
 static void push_message(lua_State *L, const mql_message *m) {
     size_t i;
-    /* 16 slots: a typical message has 15 fields here and 16 once wrapped (Lua
-     * rounds a size hint up to a power of two; a rarer, fuller one grows) */
-    lua_createtable(L, 0, 16);
+    int n = 5 + (m->store_ms != 0) + (m->delivery_ms != 0) + (m->trace_context != NULL)
+          + (m->message_group != NULL) + (m->nkeys > 0) + (m->nprops > 0);
+    lua_createtable(L, 0, n);
     lmql_set_str(L, "id", m->id);
-    lmql_set_str(L, "topic", m->topic);
-    lmql_set_str(L, "tag", m->tag);
-    lmql_set_str(L, "message_group", m->message_group);
-    lmql_set_str(L, "born_host", m->born_host);
-    lmql_set_str(L, "store_host", m->store_host);
-    lmql_set_str(L, "trace_context", m->trace_context);
-    lmql_set_str(L, "message_type", message_type_name(m->message_type));
     lua_pushlstring(L, (const char *)m->body, m->body_len);
     lua_setfield(L, -2, "body");
-    lua_createtable(L, (int)m->nkeys, 0);
-    for (i = 0; i < m->nkeys; i++) {
-        lua_pushstring(L, m->keys[i]);
-        lua_rawseti(L, -2, (int)i + 1);
-    }
-    lua_setfield(L, -2, "keys");
-    lua_createtable(L, 0, (int)m->nprops);
-    for (i = 0; i < m->nprops; i++) {
-        lua_pushlstring(L, m->props[i].value, m->props[i].value_len);
-        lua_setfield(L, -2, m->props[i].key);
-    }
-    lua_setfield(L, -2, "properties");
-    lmql_set_int(L, "delivery_attempt", m->delivery_attempt);
-    lmql_set_int(L, "queue_id", m->queue_id);
     lmql_set_int(L, "offset", (lua_Integer)m->queue_offset);
     lmql_set_num(L, "born_at", (lua_Number)m->born_ms / 1000.0);
     if (m->store_ms) lmql_set_num(L, "store_at", (lua_Number)m->store_ms / 1000.0);
     if (m->delivery_ms) lmql_set_num(L, "delivery_timestamp", (lua_Number)m->delivery_ms / 1000.0);
-    lmql_set_int(L, "lease_id", (lua_Integer)m->lease_id);
+    lmql_set_str(L, "trace_context", m->trace_context);
+    lmql_set_str(L, "message_group", m->message_group);
+    if (m->nkeys > 0) {
+        lua_createtable(L, (int)m->nkeys, 0);
+        for (i = 0; i < m->nkeys; i++) {
+            lua_pushstring(L, m->keys[i]);
+            lua_rawseti(L, -2, (int)i + 1);
+        }
+        lua_setfield(L, -2, "keys");
+    }
+    if (m->nprops > 0) {
+        lua_createtable(L, 0, (int)m->nprops);
+        for (i = 0; i < m->nprops; i++) {
+            lua_pushlstring(L, m->props[i].value, m->props[i].value_len);
+            lua_setfield(L, -2, m->props[i].key);
+        }
+        lua_setfield(L, -2, "properties");
+    }
+    lmql_set_int(L, "lease", (lua_Integer)m->lease_id);
+}
+
+static int same_str(const char *a, const char *b) {
+    return a == b || (a && b && strcmp(a, b) == 0);
+}
+
+static int same_shape(const mql_message *a, const mql_message *b) {
+    return a->message_type == b->message_type && a->queue_id == b->queue_id
+        && a->delivery_attempt == b->delivery_attempt && same_str(a->topic, b->topic)
+        && same_str(a->tag, b->tag) && same_str(a->born_host, b->born_host)
+        && same_str(a->store_host, b->store_host);
+}
+
+/* The shape of msgs[i]: the table of an earlier message of the batch with the
+ * same shape (from the shapes array at the top of the stack), else a new one. */
+static void push_shape(lua_State *L, const mql_message *msgs, size_t i) {
+    const mql_message *m = &msgs[i];
+    size_t j;
+    for (j = 0; j < i; j++) {
+        if (same_shape(&msgs[j], m)) {
+            lua_rawgeti(L, -1, (lua_Integer)j + 1);
+            return;
+        }
+    }
+    lua_createtable(L, 0, 7);
+    lmql_set_str(L, "topic", m->topic);
+    lmql_set_str(L, "tag", m->tag);
+    lmql_set_str(L, "born_host", m->born_host);
+    lmql_set_str(L, "store_host", m->store_host);
+    lmql_set_str(L, "message_type", message_type_name(m->message_type));
+    lmql_set_int(L, "queue_id", m->queue_id);
+    lmql_set_int(L, "delivery_attempt", m->delivery_attempt);
 }
 
 void lmql_push_reply(lua_State *L, const mql_reply *r) {
@@ -123,11 +161,16 @@ static void push_event(lua_State *L, const mql_event *ev) {
     lmql_set_int(L, "op", (lua_Integer)ev->op);
     lmql_push_result_fields(L, &ev->result);
     if (ev->msgs || ev->nmsgs) {
+        /* messages[i] and shapes[i]: messages of one shape share its table */
+        lua_createtable(L, (int)ev->nmsgs, 0);
         lua_createtable(L, (int)ev->nmsgs, 0);
         for (i = 0; i < ev->nmsgs; i++) {
-            push_message(L, &ev->msgs[i]);
+            push_shape(L, ev->msgs, i);
             lua_rawseti(L, -2, (int)i + 1);
+            push_message(L, &ev->msgs[i]);
+            lua_rawseti(L, -3, (int)i + 1);
         }
+        lua_setfield(L, -3, "shapes");
         lua_setfield(L, -2, "messages");
     }
     if (ev->message_id) {

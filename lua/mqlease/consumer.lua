@@ -128,13 +128,8 @@ end
 -- ---------------------------------------------------------------- message
 
 local message_methods = {}
-local message_mt = {
-  __name = "mqlease.message",
-  __index = message_methods,
-  __tostring = function(self)
-    return ("mqlease.message(%s, %s, attempt %d)"):format(self.id, self.topic, self.delivery_attempt)
-  end,
-}
+-- the metatable of a shape (see shape_mt): its fields, then the methods
+local message_mt = { __index = message_methods }
 
 -- A release failed because the core no longer holds the lease: say why.
 local function gone_reason(lease, err, code)
@@ -241,6 +236,7 @@ function _M.new(opts)
   return setmetatable({
     group = o.group, topic = o.topic, options = o,
     _session = session, _closed = false, _counters = {},
+    _shapes = setmetatable({}, { __mode = "v" }),   -- shape key -> message metatable
   }, consumer_mt)
 end
 
@@ -254,16 +250,40 @@ local function read_only(what)
 end
 local NO_KEYS, NO_PROPERTIES = read_only("keys"), read_only("properties")
 
-local function wrap_message(session, consumer, m)
-  if next(m.keys) == nil then m.keys = NO_KEYS end
-  if next(m.properties) == nil then m.properties = NO_PROPERTIES end
-  -- lease_id goes first so its slot is free again: a typical message then
-  -- fits the 16 slots the core sized its table for
-  local id = m.lease_id
-  m.lease_id = nil
-  m.lease = new_lease(session, consumer, id)
-  m.consumer = consumer
-  return setmetatable(m, message_mt)
+local function message_tostring(self)
+  return ("mqlease.message(%s, %s, attempt %d)"):format(self.id, self.topic, self.delivery_attempt)
+end
+
+local function shape_part(v)
+  if v == nil then return "-" end
+  v = tostring(v)
+  return #v .. ":" .. v
+end
+
+-- A message's table holds only its own fields (id, body, offset, times, lease,
+-- and keys/properties when it has some); the fields most messages of a
+-- consumer share (topic, tag, hosts, type, queue, delivery attempt) come from
+-- a shape the core hands beside it (src/lmql_push.c). Each shape becomes the
+-- __index of one metatable, shared by every message of that shape; a weak
+-- cache finds it again, and lets it go with its last message.
+local function shape_mt(consumer, shape)
+  local key = shape_part(shape.topic) .. shape_part(shape.tag) .. shape_part(shape.born_host)
+    .. shape_part(shape.store_host) .. shape_part(shape.message_type)
+    .. shape_part(shape.queue_id) .. shape_part(shape.delivery_attempt)
+  local cache = consumer._shapes
+  local mt = cache[key]
+  if not mt then
+    shape.consumer, shape.keys, shape.properties = consumer, NO_KEYS, NO_PROPERTIES
+    mt = { __name = "mqlease.message", __index = setmetatable(shape, message_mt),
+      __tostring = message_tostring }
+    cache[key] = mt
+  end
+  return mt
+end
+
+local function wrap_message(session, consumer, m, mt)
+  m.lease = new_lease(session, consumer, m.lease)   -- the core's lease id until now
+  return setmetatable(m, mt)
 end
 
 -- Receives up to n messages (default: the batch option), long-polling up to
@@ -289,8 +309,13 @@ function consumer_methods:receive(n, opts)
   local session = self._session
   local ev = session:await(session.client:receive(n, floor(await * 1000)))
   if not ev.ok then return nil, ev.err, ev.code end
-  local msgs = ev.messages or {}
-  for i, m in ipairs(msgs) do msgs[i] = wrap_message(session, self, m) end
+  local msgs, shapes, mts = ev.messages or {}, ev.shapes, {}
+  for i, m in ipairs(msgs) do
+    local shape = shapes[i]
+    local mt = mts[shape]
+    if not mt then mt = shape_mt(self, shape); mts[shape] = mt end
+    msgs[i] = wrap_message(session, self, m, mt)
+  end
   return msgs
 end
 
