@@ -3,18 +3,21 @@
 -- One row of the lease-scale table of `make bench`. `load` pre-loads COUNT messages of 100
 -- bytes into the broker (the dev broker) from its own process, so the holder's memory
 -- figures start clean; `hold` receives and holds them, as a user holds them (Lua message objects
--- alive), for HOLD_S seconds while the core renews them; prints one JSON line.
--- SPIN_S > 0 spins the Lua VM in a busy loop for that long at the start of the hold (a
+-- alive), while the core renews them: from the receive until the first renewal, then for a
+-- window of HOLD_S seconds in which rate and CPU are measured (steady state: two renewal
+-- periods are 2 x INVISIBLE_S / 3); prints one JSON line.
+-- SPIN_S > 0 spins the Lua VM in a busy loop for that long at the start of the window (a
 -- handler that never yields): the renewals must not care.
 --
 -- What it reports, from the client process only:
---   expired     leases that expired while held (metrics.expire_while_alive)
---   uncertain   renewals whose reply never came (metrics.renew_uncertain)
+--   expired     leases that expired while held (metrics.expire_while_alive), whole run
+--   uncertain   renewals whose reply never came (metrics.renew_uncertain), whole run
+--   renewals/s  renewals answered in the window over its length
 --   lateness / renew latency p99, interpolated in the core's histogram buckets
 --   bytes per lease: RSS growth (VmRSS) from before the first receive to all held,
 --     minus the bodies, and the Lua heap's share of it (collectgarbage "count")
 --   CPU µs per renewal: user+system time of the whole process (/proc/self/stat: the core's
---     thread and grpc's) during the hold, over the renewals in that time; Lua sleeps in C
+--     thread and grpc's) during the window, over the renewals in it; Lua sleeps in C
 --     meanwhile (not with SPIN_S, whose row reports no CPU figure)
 package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
 package.cpath = "build/?.so;" .. package.cpath
@@ -117,6 +120,14 @@ local t_receive = mqlease.now() - t0
 collectgarbage("collect")
 local rss1, lua1 = status_kb("VmRSS"), collectgarbage("count")
 
+-- The window starts at the first renewal: before it nothing is renewed (the first
+-- renewals fall due a renewal period after the receive, then take paced slots),
+-- so a window started at the receive would average the steady rate with idle time.
+local function renewed(mt) return mt.renew_success + mt.renew_fail + mt.renew_uncertain end
+local w0 = mqlease.now()
+while renewed(c:metrics()) == 0 and mqlease.now() - w0 < invisible do mqlease.sleep(0.05) end
+local wait_s = mqlease.now() - w0
+
 local m0, cpu0, h0 = c:metrics(), cpu_s(), mqlease.now()
 if spin > 0 then
   local deadline, x = mqlease.now() + spin, 0
@@ -139,11 +150,10 @@ local m = c:metrics()
 c:close()
 
 local n = #held
-local renewals = (m1.renew_success + m1.renew_fail + m1.renew_uncertain)
-  - (m0.renew_success + m0.renew_fail + m0.renew_uncertain)
+local renewals = renewed(m1) - renewed(m0)
 print(json({
   count = n, acked = acked, invisible_s = invisible, hold_s = h1 - h0, spin_s = spin,
-  receive_s = t_receive,
+  receive_s = t_receive, wait_s = wait_s,
   renewals = m.renew_success, renewals_hold = renewals, renewals_per_s = renewals / (h1 - h0),
   renew_fail = m.renew_fail, uncertain = m.renew_uncertain, expired = m.expire_while_alive,
   lateness_p50_ms = percentile(m.renew_lateness, 0.5), lateness_p99_ms = percentile(m.renew_lateness, 0.99),
@@ -153,7 +163,7 @@ print(json({
   lua_bytes_per_lease = (lua1 - lua0) * 1024 / math.max(n, 1),
   cpu_us_per_renewal = (spin > 0 or renewals == 0) and -1 or (cpu1 - cpu0) * 1e6 / renewals,
   rss_kb = status_kb("VmHWM"),
-}, { "count", "acked", "invisible_s", "hold_s", "spin_s", "receive_s", "renewals",
+}, { "count", "acked", "invisible_s", "hold_s", "spin_s", "receive_s", "wait_s", "renewals",
   "renewals_hold", "renewals_per_s", "renew_fail", "uncertain", "expired", "lateness_p50_ms",
   "lateness_p99_ms", "lateness_max_ms", "renew_p50_ms", "renew_p99_ms", "bytes_per_lease",
   "lua_bytes_per_lease", "cpu_us_per_renewal", "rss_kb" }))

@@ -6,10 +6,13 @@
 #    started it), each mode of bench/bench.lua and bench/java/Bench.java.
 #    BENCH_COUNT (2000) messages of BENCH_SIZE (1024) bytes; BENCH_HOLD leases (200) held
 #    BENCH_HOLD_S (25) seconds with a 10 s invisible duration; BENCH_HOLD_BIG (1000) leases
-#    for mqlease's renewal lateness at scale.
+#    for mqlease's renewal lateness at scale. BENCH_RUNS runs of everything (3), medians
+#    with min-max, each run on fresh topics.
 # 2. Lease scale on the dev broker (build/mqlease-devbroker, started here on a free port):
 #    1,000 / 10,000 / 100,000 leases held by one consumer (bench/lease.lua), and 10,000
 #    while the Lua VM spins 5 s; BENCH_RUNS runs of each (3), medians with min-max.
+#    Rate and CPU are measured in a window that opens at the first renewal and lasts two
+#    renewal periods (40 s at invisible 60 s, 20 s at 30 s; QUICK: one for the small rows).
 #    BENCH_LEASES ("1000 10000 100000") picks the rows. Then mqlease.run with a no-op
 #    handler over BENCH_RUN_COUNT (20000) pre-loaded messages of BENCH_SIZE bytes.
 # Part 1 also runs that throughput case on RocketMQ against the Java PushConsumer and
@@ -54,8 +57,8 @@ cleanup() {
 trap cleanup EXIT
 
 # ---- part 2 (first: it needs no JVM) -------------------------------------------------
-# row: lease count, invisible s, hold s, spin s. The hold spans two renewal periods of
-# the leases (first renewals are paced over the slack of the window, see src/mql_pace.h).
+# row: lease count, invisible s, hold s, spin s. The hold is measured from the first
+# renewal (first renewals are paced over the slack of the window, see src/mql_pace.h).
 lease_row() { # n invisible hold spin run
   local n=$1 inv=$2 hold=$3 spin=$4 run=$5 topic
   topic="lease_${n}_${spin}_${run}_$RANDOM"
@@ -73,8 +76,9 @@ DV_CONTROL=$(sed -n 's/.* control 127.0.0.1:\([0-9]*\).*/\1/p' "$dv_log")
 rm -f "$dv_log"
 for run in $(seq "$RUNS"); do
   for n in $LEASES; do
-    if ((n >= 100000)); then inv=60; hold=60; else inv=30; hold=30; fi
-    if [[ $QUICK == 1 ]] && ((n < 100000)); then hold=20; fi   # one renewal period and some
+    # hold: the window after the first renewal, two renewal periods (2 x invisible / 3)
+    if ((n >= 100000)); then inv=60; hold=40; else inv=30; hold=20; fi
+    if [[ $QUICK == 1 ]] && ((n < 100000)); then hold=10; fi   # one renewal period
     note "lease scale: $n leases, invisible $inv s, hold $hold s (run $run/$RUNS)"
     lease_row "$n" "$inv" "$hold" 0 "$run"
   done
@@ -102,19 +106,25 @@ bash bench/java.sh fetch >/dev/null
 eval "$(bash spec/support/rocketmq.sh env)"
 E=$MQLEASE_ENDPOINTS
 R=b$(date +%s)
-bash spec/support/rocketmq.sh topics "${R}_lp" "${R}_jp" "${R}_lh" "${R}_jh" "${R}_lb" \
-  "${R}_lr" "${R}_jr" "${R}_js" >/dev/null
+# fresh topics for each run: a new group on a topic starts at offset 0 only when it is fresh
+topics=()
+for run in $(seq "$RUNS"); do
+  for t in lp jp lh jh lb lr jr js; do topics+=("${R}_$t$run"); done
+done
+bash spec/support/rocketmq.sh topics "${topics[@]}" >/dev/null
 
 lua() { lua5.4 bench/bench.lua "$@"; }
 java() { bash bench/java.sh run "$@"; }
 
 part_throughput() {
 # a pre-loaded backlog per client, each consumed by a fresh group
-note "throughput: $RUN_COUNT x $SIZE B each for mqlease.run, the Java PushConsumer and SimpleConsumer"
-for t in "${R}_lr" "${R}_jr" "${R}_js"; do lua5.4 bench/lease.lua load "$E" "$t" "$RUN_COUNT" "$SIZE" >/dev/null; done
-{ echo "luarun $(lua run "$E" "${R}_glr" "${R}_lr" "$RUN_COUNT")"; } >>"$results"
-{ echo "javarun $(java push "$E" "${R}_gjr" "${R}_jr" "$RUN_COUNT")"; } >>"$results"
-{ echo "javarun $(java consume "$E" "${R}_gjs" "${R}_js" "$RUN_COUNT" 30 32)"; } >>"$results"
+for run in $(seq "$RUNS"); do
+note "throughput: $RUN_COUNT x $SIZE B each for mqlease.run, the Java PushConsumer and SimpleConsumer (run $run/$RUNS)"
+for t in "${R}_lr$run" "${R}_jr$run" "${R}_js$run"; do lua5.4 bench/lease.lua load "$E" "$t" "$RUN_COUNT" "$SIZE" >/dev/null; done
+{ echo "luarun $(lua run "$E" "${R}_glr$run" "${R}_lr$run" "$RUN_COUNT")"; } >>"$results"
+{ echo "javarun $(java push "$E" "${R}_gjr$run" "${R}_jr$run" "$RUN_COUNT")"; } >>"$results"
+{ echo "javarun $(java consume "$E" "${R}_gjs$run" "${R}_js$run" "$RUN_COUNT" 30 32)"; } >>"$results"
+done
 }
 if part throughput; then part_throughput; fi
 if ! part java; then
@@ -123,14 +133,6 @@ if ! part java; then
 fi
 
 # produce, then consume the backlog (a fresh group on a fresh topic starts at offset 0)
-note "produce $COUNT x $SIZE B"
-{ echo "lua $(lua produce "$E" "${R}_lp" "$COUNT" "$SIZE")"; } >>"$results"
-{ echo "java $(java produce "$E" "${R}_jp" "$COUNT" "$SIZE")"; } >>"$results"
-note "consume $COUNT"
-{ echo "lua $(lua consume "$E" "${R}_glc" "${R}_lp" "$COUNT" 30 32)"; } >>"$results"
-{ echo "java $(java consume "$E" "${R}_gjc" "${R}_jp" "$COUNT" 30 32)"; } >>"$results"
-
-
 # hold: the consumer waits for the messages, then keeps them all alive for HOLD_S
 hold() { # who topic count
   local who=$1 topic=$2 n=$3 f
@@ -144,10 +146,18 @@ hold() { # who topic count
   echo "$who $(cat "$f")" >>"$results"
   rm -f "$f"
 }
-note "hold $HOLD leases for $HOLD_S s"
-hold lua "${R}_lh" "$HOLD"
-hold java "${R}_jh" "$HOLD"
-note "hold $HOLD_BIG leases (mqlease only)"
-hold lua "${R}_lb" "$HOLD_BIG"
+for run in $(seq "$RUNS"); do
+note "produce $COUNT x $SIZE B (run $run/$RUNS)"
+{ echo "lua $(lua produce "$E" "${R}_lp$run" "$COUNT" "$SIZE")"; } >>"$results"
+{ echo "java $(java produce "$E" "${R}_jp$run" "$COUNT" "$SIZE")"; } >>"$results"
+note "consume $COUNT (run $run/$RUNS)"
+{ echo "lua $(lua consume "$E" "${R}_glc$run" "${R}_lp$run" "$COUNT" 30 32)"; } >>"$results"
+{ echo "java $(java consume "$E" "${R}_gjc$run" "${R}_jp$run" "$COUNT" 30 32)"; } >>"$results"
+note "hold $HOLD leases for $HOLD_S s (run $run/$RUNS)"
+hold lua "${R}_lh$run" "$HOLD"
+hold java "${R}_jh$run" "$HOLD"
+note "hold $HOLD_BIG leases (mqlease only, run $run/$RUNS)"
+hold lua "${R}_lb$run" "$HOLD_BIG"
+done
 
 lua5.4 bench/table.lua "$results" "$COUNT" "$SIZE" "$HOLD" "$HOLD_S" "$HOLD_BIG" "$lease_results" | tee "$OUT"

@@ -1,6 +1,7 @@
 -- bench/table.lua RESULTS COUNT SIZE HOLD HOLD_S HOLD_BIG [LEASE_RESULTS]: the Markdown
 -- tables of a bench run: mqlease vs the Java client (when RESULTS has rows), then the
--- lease-scale table (when LEASE_RESULTS has rows; medians of the runs, min-max beside).
+-- lease-scale table (when LEASE_RESULTS has rows). Every figure is the median of the runs
+-- in the files, with min-max beside it when there are several.
 package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
 package.cpath = "build/?.so;" .. package.cpath
 local cjson = require "cjson"
@@ -11,13 +12,31 @@ local nrows = 0
 for line in io.lines(file) do
   local who, json = line:match("^(%a+) (.*)$")
   local r = cjson.decode(json)
+  r.rss_mb = r.rss_kb and r.rss_kb / 1024
   local key = r.mode
   if r.mode == "hold" then key = r.count == hold and "hold" or "hold_big" end
-  rows[who][key] = r
+  rows[who][key] = rows[who][key] or {}
+  table.insert(rows[who][key], r)
   if who == "lua" or who == "java" then nrows = nrows + 1 end
 end
-local function f(v, fmt) return v and (fmt or "%.0f"):format(v) or "-" end
-local function mb(kb) return kb and ("%.0f MB"):format(kb / 1024) or "-" end
+-- median of the runs, and min-max when there are several ("-" when none has the figure)
+local function stat(runs, key, fmt)
+  local v = {}
+  for _, r in ipairs(runs or {}) do
+    if r[key] and r[key] >= 0 then v[#v + 1] = r[key] end
+  end
+  if #v == 0 then return "-" end
+  table.sort(v)
+  local med = #v % 2 == 1 and v[(#v + 1) // 2] or (v[#v // 2] + v[#v // 2 + 1]) / 2
+  local s = (fmt or "%.0f"):format(med)
+  if #v > 1 then s = s .. (" (" .. (fmt or "%.0f") .. "–" .. (fmt or "%.0f") .. ")"):format(v[1], v[#v]) end
+  return s
+end
+local function nruns(...)
+  local n = 0
+  for _, runs in ipairs({ ... }) do n = math.max(n, #runs) end
+  return n
+end
 local function sh(cmd)
   local p = io.popen(cmd .. " 2>/dev/null")
   local out = p and p:read("l")
@@ -27,9 +46,9 @@ end
 local L, J = rows.lua, rows.java
 local uname = sh("uname -srm")
 local cpu = sh("nproc")
-print(("mqlease %s (Lua 5.4, grpc %s, protobuf-c %s), %s, %s cores shared with other work, %s UTC"):format(
-  require("mqlease")._VERSION or "?", sh("pkg-config --modversion grpc"), sh("pkg-config --modversion libprotobuf-c"),
-  uname, cpu, os.date("!%Y-%m-%d %H:%M")))
+print(("mqlease %s (%s, grpc %s, protobuf-c %s), %s, %s cores shared with other work, load average %s at %s UTC"):format(
+  require("mqlease")._VERSION or "?", sh("lua5.4 -v"):match("Lua [%d.]+") or "Lua 5.4", sh("pkg-config --modversion grpc"),
+  sh("pkg-config --modversion libprotobuf-c"), uname, cpu, sh("cut -d' ' -f1-3 /proc/loadavg"), os.date("!%Y-%m-%d %H:%M")))
 print("")
 
 local function lease_table()
@@ -47,30 +66,20 @@ local function lease_table()
     end
   end
   if #order == 0 then return end
-  -- median of the runs, and min-max when there are several
-  local function stat(runs, key, fmt)
-    local v = {}
-    for _, r in ipairs(runs) do
-      if r[key] and r[key] >= 0 then v[#v + 1] = r[key] end
-    end
-    if #v == 0 then return "-" end
-    table.sort(v)
-    local med = #v % 2 == 1 and v[(#v + 1) // 2] or (v[#v // 2] + v[#v // 2 + 1]) / 2
-    local s = (fmt or "%.0f"):format(med)
-    if #v > 1 then s = s .. (" (" .. (fmt or "%.0f") .. "–" .. (fmt or "%.0f") .. ")"):format(v[1], v[#v]) end
-    return s
-  end
   local function thousands(n) return ("%d"):format(n):reverse():gsub("(%d%d%d)", "%1,"):reverse():gsub("^,", "") end
   print(("Lease scale: one consumer on the dev broker (loopback, same machine), 100-byte bodies, up to %d runs per row;"):format(#by_row[order[1]]))
   print("median (min–max); a value without a range is one run. Memory and CPU are the client process's only.")
   print("")
-  print("| leases (invisible, hold) | expired while alive | uncertain | renewals/s | renewal lateness p99 (ms) | renewal latency p99 (ms) | client bytes per lease; Lua's part | client CPU µs per renewal | peak RSS |")
+  print("| leases (invisible, window from the first renewal) | expired while alive | uncertain | renewals/s | renewal lateness p99 (ms) | renewal latency p99 (ms) | client bytes per lease; Lua's part | client CPU µs per renewal | peak RSS |")
   print("|---|---|---|---|---|---|---|---|---|")
   for _, key in ipairs(order) do
     local runs = by_row[key]
     local r1 = runs[1]
     local label = ("%s (%d s, %d s)"):format(thousands(r1.count), r1.invisible_s, math.floor(r1.hold_s + 0.5))
     if r1.spin_s > 0 then label = ("%s, Lua VM spinning %d s (%d s, %d s)"):format(thousands(r1.count), r1.spin_s, r1.invisible_s, math.floor(r1.hold_s + 0.5)) end
+    if r1.wait_s then   -- rows measured from the first renewal: say how many periods
+      label = label:gsub(" s%)$", (" s = %.0f periods)"):format(r1.hold_s / (r1.invisible_s / 3)))
+    end
     print(("| %s | %s | %s | %s | %s | %s | %s; Lua %s | %s | %s MB |"):format(label,
       stat(runs, "expired"), stat(runs, "uncertain"), stat(runs, "renewals_per_s"),
       stat(runs, "lateness_p99_ms", "%.1f"), stat(runs, "renew_p99_ms", "%.1f"),
@@ -80,7 +89,9 @@ local function lease_table()
   print("")
   print("Bytes per lease: growth of VmRSS from before the first receive to all leases held, minus the")
   print("bodies; the Lua part is the growth of the Lua heap. CPU: user+system time of the client process")
-  print("(/proc/self/stat) during the hold over the renewals sent in it; the broker's CPU is not counted.")
+  print("(/proc/self/stat) in the window over the renewals answered in it; the broker's CPU is not counted.")
+  print("The window opens at the first renewal (a renewal period after the receive): rate and CPU are the")
+  print("steady state's; expired and uncertain count the whole run, receive to close.")
   print("Percentiles are interpolated in the core's histogram buckets (1, 2.5, 5, 10, 25, 50 ms, ...).")
   print("")
   if #runs_dev > 0 then
@@ -93,22 +104,24 @@ end
 if nrows > 0 then
   print("mqlease vs rocketmq-client-java 5.0.7 on RocketMQ 5.2.0 (namesrv + proxy local mode, loopback):")
   print("")
+  print(("Median of %d runs (min–max):"):format(nruns(L.produce or {}, J.produce or {})))
+  print("")
   print("| measure | mqlease (Lua 5.4) | Java client 5.0.7 |")
   print("|---|---|---|")
-  print(("| produce %s x %s B, one at a time (msg/s) | %s | %s |"):format(count, size, f(L.produce and L.produce.msgs_per_s), f(J.produce and J.produce.msgs_per_s)))
-  print(("| consume + ack a backlog of %s (msg/s) | %s | %s |"):format(count, f(L.consume and L.consume.msgs_per_s), f(J.consume and J.consume.msgs_per_s)))
-  print(("| peak RSS, producer | %s | %s |"):format(mb(L.produce and L.produce.rss_kb), mb(J.produce and J.produce.rss_kb)))
-  print(("| peak RSS, consumer | %s | %s |"):format(mb(L.consume and L.consume.rss_kb), mb(J.consume and J.consume.rss_kb)))
-  local lh, jh = L.hold or {}, J.hold or {}
+  print(("| produce %s x %s B, one at a time (msg/s) | %s | %s |"):format(count, size, stat(L.produce, "msgs_per_s"), stat(J.produce, "msgs_per_s")))
+  print(("| consume + ack a backlog of %s (msg/s) | %s | %s |"):format(count, stat(L.consume, "msgs_per_s"), stat(J.consume, "msgs_per_s")))
+  print(("| peak RSS (MB), producer | %s | %s |"):format(stat(L.produce, "rss_mb"), stat(J.produce, "rss_mb")))
+  print(("| peak RSS (MB), consumer | %s | %s |"):format(stat(L.consume, "rss_mb"), stat(J.consume, "rss_mb")))
+  local lh, jh = L.hold, J.hold
   print(("| hold %d leases %s s (invisible 10 s): renewals / failed | %s / %s | %s / %s |"):format(hold, hold_s,
-    f(lh.renewals), f(lh.renew_fail), f(jh.renewals), f(jh.renew_fail)))
-  print(("| renewal latency p50 / p99 (ms) | %s / %s | %s / %s |"):format(f(lh.renew_p50_ms, "%.1f"), f(lh.renew_p99_ms, "%.1f"),
-    f(jh.renew_p50_ms, "%.1f"), f(jh.renew_p99_ms, "%.1f")))
-  print(("| renewal lateness p99 (ms) | %s | %s |"):format(f(lh.lateness_p99_ms, "%.1f"), f(jh.lateness_p99_ms, "%.1f")))
-  print(("| peak RSS, holding %d leases | %s | %s |"):format(hold, mb(lh.rss_kb), mb(jh.rss_kb)))
-  local lb = L.hold_big or {}
+    stat(lh, "renewals"), stat(lh, "renew_fail"), stat(jh, "renewals"), stat(jh, "renew_fail")))
+  print(("| renewal latency p50 / p99 (ms) | %s / %s | %s / %s |"):format(stat(lh, "renew_p50_ms", "%.1f"), stat(lh, "renew_p99_ms", "%.1f"),
+    stat(jh, "renew_p50_ms", "%.1f"), stat(jh, "renew_p99_ms", "%.1f")))
+  print(("| renewal lateness p99 (ms) | %s | %s |"):format(stat(lh, "lateness_p99_ms", "%.1f"), stat(jh, "lateness_p99_ms", "%.1f")))
+  print(("| peak RSS (MB), holding %d leases | %s | %s |"):format(hold, stat(lh, "rss_mb"), stat(jh, "rss_mb")))
+  local lb = L.hold_big
   print(("| hold %d leases %s s: renewals / failed, lateness p99 / max (ms) | %s / %s, %s / ≤ %s | (not run) |"):format(
-    hold_big, hold_s, f(lb.renewals), f(lb.renew_fail), f(lb.lateness_p99_ms, "%.1f"), f(lb.lateness_max_ms, "%.1f")))
+    hold_big, hold_s, stat(lb, "renewals"), stat(lb, "renew_fail"), stat(lb, "lateness_p99_ms", "%.1f"), stat(lb, "lateness_max_ms", "%.1f")))
   print("")
   print("mqlease acks a received batch in one AckMessage (c:ack(msgs)); the Java client has no batch ack,")
   print("so Bench.java acks with ackAsync for the whole batch and waits. mqlease renews from its C thread;")
@@ -118,17 +131,18 @@ if nrows > 0 then
 end
 local LR, JR = rows.luarun, rows.javarun
 if LR.run or JR.push or JR.consume then
-  print("Throughput on RocketMQ 5.2.0 (loopback), mqlease.run vs rocketmq-client-java 5.0.7:")
+  print(("Throughput on RocketMQ 5.2.0 (loopback), mqlease.run vs rocketmq-client-java 5.0.7, median of %d runs (min–max):"):format(
+    nruns(LR.run or {}, JR.push or {}, JR.consume or {})))
   print("")
-  print("| a pre-loaded backlog, no-op handler | msg/s | client CPU s per 10,000 msgs | peak RSS |")
+  print("| a pre-loaded backlog, no-op handler | msg/s | client CPU s per 10,000 msgs | peak RSS (MB) |")
   print("|---|---|---|---|")
-  local function tp(label, r)
-    r = r or {}
-    print(("| %s | %s | %s | %s |"):format(label, f(r.msgs_per_s), f(r.cpu_s_per_10k, "%.2f"), mb(r.rss_kb)))
+  local function tp(label, runs)
+    print(("| %s | %s | %s | %s |"):format(label, stat(runs, "msgs_per_s"), stat(runs, "cpu_s_per_10k", "%.2f"), stat(runs, "rss_mb")))
   end
-  tp(("mqlease.run (concurrency 256), %s msgs"):format(f(LR.run and LR.run.count)), LR.run)
-  tp(("Java PushConsumer (client defaults), %s msgs"):format(f(JR.push and JR.push.count)), JR.push)
-  tp(("Java SimpleConsumer (receive 32 + ackAsync each), %s msgs"):format(f(JR.consume and JR.consume.count)), JR.consume)
+  local function count(runs) return runs and ("%d"):format(runs[1].count) or "-" end
+  tp(("mqlease.run (concurrency 256), %s msgs"):format(count(LR.run)), LR.run)
+  tp(("Java PushConsumer (client defaults), %s msgs"):format(count(JR.push)), JR.push)
+  tp(("Java SimpleConsumer (receive 32 + ackAsync each), %s msgs"):format(count(JR.consume)), JR.consume)
   print("")
   print("Each client consumes its own pre-loaded backlog of " .. size .. "-byte messages with a fresh group; CPU is")
   print("the client process's user+system time from before the consumer is built to the last message.")
