@@ -78,7 +78,8 @@ local function lease_table()
     local label = ("%s (%d s, %d s)"):format(thousands(r1.count), r1.invisible_s, math.floor(r1.hold_s + 0.5))
     if r1.spin_s > 0 then label = ("%s, Lua VM spinning %d s (%d s, %d s)"):format(thousands(r1.count), r1.spin_s, r1.invisible_s, math.floor(r1.hold_s + 0.5)) end
     if r1.wait_s then   -- rows measured from the first renewal: say how many periods
-      label = label:gsub(" s%)$", (" s = %.0f periods)"):format(r1.hold_s / (r1.invisible_s / 3)))
+      local periods = math.floor(r1.hold_s / (r1.invisible_s / 3) + 0.5)
+      label = label:gsub(" s%)$", (" s = %d period%s)"):format(periods, periods == 1 and "" or "s"))
     end
     print(("| %s | %s | %s | %s | %s | %s | %s; Lua %s | %s | %s MB |"):format(label,
       stat(runs, "expired"), stat(runs, "uncertain"), stat(runs, "renewals_per_s"),
