@@ -11,7 +11,8 @@
 # 2. Lease scale on the dev broker (build/mqlease-devbroker, started here on a free port):
 #    1,000 / 10,000 / 100,000 leases held by one consumer (bench/lease.lua), and 10,000
 #    while the Lua VM spins 5 s; BENCH_RUNS runs of each (3), medians with min-max.
-#    Rate and CPU are measured in a window that opens at the first renewal and lasts two
+#    Rate and CPU are measured in a window that opens at the first renewal (half a period
+#    later for rows whose renewals come in bursts) and lasts two
 #    renewal periods (40 s at invisible 60 s, 20 s at 30 s; QUICK: one for the small rows).
 #    BENCH_LEASES ("1000 10000 100000") picks the rows. Then mqlease.run with a no-op
 #    handler over BENCH_RUN_COUNT (20000) pre-loaded messages of BENCH_SIZE bytes.
