@@ -11,6 +11,7 @@ local rows = { lua = {}, java = {}, luarun = {}, javarun = {} }
 local nrows = 0
 for line in io.lines(file) do
   local who, json = line:match("^(%a+) (.*)$")
+  if not who then goto next_line end   -- a blank line (raw files appended by hand)
   local r = cjson.decode(json)
   r.rss_mb = r.rss_kb and r.rss_kb / 1024
   local key = r.mode
@@ -18,6 +19,7 @@ for line in io.lines(file) do
   rows[who][key] = rows[who][key] or {}
   table.insert(rows[who][key], r)
   if who == "lua" or who == "java" then nrows = nrows + 1 end
+  ::next_line::
 end
 -- median of the runs, and min-max when there are several ("-" when none has the figure)
 local function stat(runs, key, fmt)
