@@ -5,8 +5,9 @@
  * from a client id it has no settings for. The client is ready when the
  * settings come back. A Heartbeat every 10 s keeps the proxy from dropping
  * the client (ClientActivity's expiry), and NotifyClientTermination says
- * goodbye so the proxy drops the client's registration at once. (It does not give messages back: with
- * auto_renew off the proxy tracks no handles of ours; close nacks them.)
+ * goodbye so the proxy drops the client's registration at once. (It does not
+ * give messages back: with auto_renew off the proxy tracks no handles of
+ * ours; close nacks them.)
  *
  * The session also owns how we reach the proxy: the channels (plaintext or
  * TLS, same port) and the endpoint list, tried in order while the start fails
