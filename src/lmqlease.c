@@ -315,7 +315,8 @@ static int l_metrics(lua_State *L) {
     lmql_set_int(L, "reconnects", (lua_Integer)m.reconnects);
     lmql_set_str(L, "session_state", m.session_state == MQL_CLIENT_READY ? "ready"
                                 : m.session_state == MQL_CLIENT_STARTING ? "starting"
-                                : m.session_state == MQL_CLIENT_FAILED ? "failed" : "closing");
+                                : m.session_state == MQL_CLIENT_FAILED ? "failed"
+                                : m.session_state == MQL_CLIENT_RECONNECTING ? "reconnecting" : "closing");
     lmql_set_int(L, "inflight", (lua_Integer)inflight);
     push_reasons(L, "corrupted", &m.corrupted);
     push_reasons(L, "malformed", &m.malformed);

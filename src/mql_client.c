@@ -307,6 +307,7 @@ mql_client *mql_client_new(const mql_config *cfg, uint64_t *start_op, char *err,
     c->refs = 1;
     mql_lease_table_init(&c->leases);
     c->state = MQL_CLIENT_STARTING;
+    mql_backoff_init(&c->reconnect, MQL_BACKOFF_BASE_MS, MQL_BACKOFF_CAP_MS);
     c->start_op = *start_op = ++c->next_op;
 
     /* grpc's own threads, and ours, inherit this mask: signals belong to the host. */
@@ -422,7 +423,8 @@ int mql_client_lease_info(mql_client *c, uint64_t lease_id, mql_lease_info *out)
 void mql_client_metrics(mql_client *c, mql_metrics *out, size_t *inflight) {
     pthread_mutex_lock(&c->mu);
     *out = c->metrics;
-    out->session_state = (int)c->state;
+    out->session_state = c->reconnecting && c->state == MQL_CLIENT_READY
+                             ? MQL_CLIENT_RECONNECTING : (int)c->state;
     *inflight = c->leases.count;
     pthread_mutex_unlock(&c->mu);
 }

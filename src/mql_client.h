@@ -71,7 +71,8 @@ typedef enum mql_client_state {
     MQL_CLIENT_STARTING = 1,
     MQL_CLIENT_READY,
     MQL_CLIENT_FAILED,
-    MQL_CLIENT_CLOSING
+    MQL_CLIENT_CLOSING,
+    MQL_CLIENT_RECONNECTING     /* metrics only: READY, but its proxy was lost */
 } mql_client_state;
 
 typedef struct mql_client mql_client;

@@ -21,6 +21,7 @@
 
 #include "mql_client.h"
 #include "mql_codec.h"
+#include "mql_backoff.h"
 #include "mql_pace.h"
 
 #define MQL_M_QUERY_ROUTE "/apache.rocketmq.v2.MessagingService/QueryRoute"
@@ -95,6 +96,8 @@ struct mql_client {
     mql_call *calls;            /* every live call, so close can cancel them */
     mql_call *telemetry;
     int64_t telemetry_retry_at; /* 0: not scheduled */
+    int reconnecting;           /* a started session lost its Telemetry stream */
+    mql_backoff reconnect;      /* waits between reconnection attempts */
     int64_t heartbeat_at;       /* 0: not scheduled */
     int stopping;               /* set once by close: no call starts from then on */
     int nacked_all;             /* nack_all ran (close, shutdown): late messages go back */

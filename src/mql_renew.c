@@ -25,6 +25,7 @@
 
 #define RENEW_BACKOFF_MIN_MS 200
 #define RENEW_BACKOFF_MAX_MS 5000
+#define UNAVAILABLE_RETRY_NEEDS_MS 1000   /* see retry_needs_ms */
 #define RENEW_BLOCKED_WAKE_MS 20   /* at the in-flight cap: look again this soon at the latest */
 
 /* Up to a tenth of the period early, at random: phases drift apart over time. */
@@ -138,6 +139,22 @@ static void renew_start(mql_client *c, mql_lease *l, int64_t now) {
     /* no timer while renewing: the reply (or the call's own deadline) re-arms it */
 }
 
+/* How long a retried renewal must have before the deadline. A proxy that
+ * went away (UNAVAILABLE) answered nothing, and the session is moving to a
+ * live one: the retry goes there and takes what renewals take (K x the
+ * observed p99; a second until there are enough renewals for a p99), not
+ * the worst case. Without that, a lease whose renewal fell due just as its
+ * proxy died (a third of the window left) would be given up at once though
+ * another proxy could renew it. */
+static int64_t retry_needs_ms(const mql_client *c, const char *code) {
+    if (strcmp(code, "UNAVAILABLE") == 0) {
+        int64_t need = c->pace.p99_ms > 0 ? MQL_PACE_P99_FACTOR * c->pace.p99_ms
+                                          : UNAVAILABLE_RETRY_NEEDS_MS;
+        return need < c->request_timeout_ms ? need : c->request_timeout_ms;
+    }
+    return c->request_timeout_ms;
+}
+
 void mql_renew_on_done(mql_client *c, mql_call *call) {
     mql_result r;
     Apache__Rocketmq__V2__ChangeInvisibleDurationResponse *resp = mql_reply_take(
@@ -189,7 +206,7 @@ void mql_renew_on_done(mql_client *c, mql_call *call) {
         mql_metrics_error(&c->metrics, "renew", r.code);
         if (backoff > RENEW_BACKOFF_MAX_MS) backoff = RENEW_BACKOFF_MAX_MS;
         l->attempts++;
-        if (now + backoff + c->request_timeout_ms < l->deadline_ms)
+        if (now + backoff + retry_needs_ms(c, r.code) < l->deadline_ms)
             mql_lease_arm(&c->leases, l, now + backoff);
         else
             mql_lease_arm(&c->leases, l, l->deadline_ms);

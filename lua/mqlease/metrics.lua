@@ -43,7 +43,7 @@ local BY_REASON = {
     "Messages forwarded to the group's dead-letter queue, by reason.", "dead_lettered" },
 }
 
-local SESSION_STATES = { "starting", "ready", "failed", "closing" }
+local SESSION_STATES = { "starting", "ready", "reconnecting", "failed", "closing" }
 
 local HISTOGRAMS = {
   { "mqlease_renew_latency_seconds", "Time from sending a renewal to its reply.", "renew_latency" },
