@@ -21,7 +21,10 @@
 --
 -- `scenario` runs one and prints one JSON line:
 --   sent, past_window  messages whose handler ran past the window it started with
---   runs, duplicates   business runs completed, and those beyond one per message
+--   runs, duplicates   business runs completed, and those beyond one per message that
+--                      overlapped or followed a live run (a lease lost while its handler worked)
+--   duplicates_after_crash  second runs of a message the killed worker had completed but
+--                      not yet marked done and acked (SIGKILL between the effect and the marker)
 --   caught             redeliveries the policy did not run (done marker, or held
 --                      by a live owner)
 --   lost               messages never completed by the end
@@ -30,7 +33,9 @@
 --                      elsewhere (incident seconds)
 --   renewals           ChangeInvisibleDuration calls of the surviving workers and
 --                      of the killed one up to its last metrics line (every 0.5 s)
---   invisible_s        the window of new receives at the end (incident seconds)
+--   invisible_s        the window of new receives at the end (incident seconds; after the
+--                      sending only the long handlers still finish, so "auto" ends high)
+--   invisible_sending_s  its median while the producer sent
 --   expired_renewed    leases lost although renewed (c, d: late renewals on a loaded box)
 --   eo_trouble         done markers not written + Redis locks lost or unreachable
 package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
@@ -92,7 +97,7 @@ local function worker(endpoint, topic, name, logfile, stopfile, prefix)
   end
   local function snapshot()
     local m = c:metrics()
-    log:write(("metrics %d %d %d %.3f %d %d %d\n"):format((m.renew_success or 0) + (m.renew_fail or 0) + (m.renew_uncertain or 0),
+    log:write(("metrics %d %d %d %d %.3f %d %d %d\n"):format(math.floor(now() * 1000), (m.renew_success or 0) + (m.renew_fail or 0) + (m.renew_uncertain or 0),
       m.duplicate_skipped or 0, m.handoff or 0, m.invisible_seconds or 0, m.expire_while_alive or 0,
       m.done_marker_failed or 0, (m.lock_lost or 0) + (m.redis_unavailable or 0)))
   end
@@ -208,11 +213,11 @@ local function scenario(endpoint, cport, name, produce_s, rate, dir)
   local pad = ("x"):rep(BODY_BYTES)
   local sent, nsent = {}, 0
   local t_start = now()
-  local t_kill, victim
+  local t_kill, victim, t_stop
   local rng = math.random
   while true do
     local t = now() - t_start
-    if t >= produce_s then break end
+    if t >= produce_s then t_stop = now(); break end
     if not t_kill and t >= produce_s / 2 then
       victim = busiest(logs)
       os.execute(("kill -9 %d"):format(pids[victim]))
@@ -254,6 +259,8 @@ local function scenario(endpoint, cport, name, produce_s, rate, dir)
   local expired, eo_trouble = 0, 0   -- leases lost while renewed; done markers not written, locks lost
   local s = SCENARIOS[name]
   local kill_ms = math.floor(t_kill * 1000)
+  local start_ms, stop_ms = math.floor(t_start * 1000), math.floor(t_stop * 1000)
+  local done_by, windows = {}, {}
   for i = 1, WORKERS do
     local last
     tail({}, logs[i], function(f)
@@ -267,24 +274,46 @@ local function scenario(endpoint, cport, name, produce_s, rate, dir)
       elseif f[1] == "effect" then
         runs = runs + 1
         effects[id] = (effects[id] or 0) + 1
+        local list = done_by[id] or {}
+        done_by[id] = list
+        list[#list + 1] = { worker = i, t = tonumber(f[3]), start = tonumber(f[3]) - tonumber(f[4]) }
         if i == victim then killed_open[id] = nil end
         if tonumber(f[4]) > tonumber(f[5]) then past[id] = true end
       elseif f[1] == "metrics" then
         last = f
+        local t = tonumber(f[2])
+        if i ~= victim and t >= start_ms and t <= stop_ms then windows[#windows + 1] = tonumber(f[6]) / SCALE end
       end
     end)
     if last then
-      renewals = renewals + tonumber(last[2])
-      caught = caught + tonumber(last[3]) + tonumber(last[4])
-      if i ~= victim then invisible = math.max(invisible, tonumber(last[5])) end
-      if s.renew ~= false then expired = expired + tonumber(last[6]) end
-      eo_trouble = eo_trouble + tonumber(last[7]) + tonumber(last[8])
+      renewals = renewals + tonumber(last[3])
+      caught = caught + tonumber(last[4]) + tonumber(last[5])
+      if i ~= victim then invisible = math.max(invisible, tonumber(last[6])) end
+      if s.renew ~= false then expired = expired + tonumber(last[7]) end
+      eo_trouble = eo_trouble + tonumber(last[8]) + tonumber(last[9])
     end
   end
-  local dup, lost, npast = 0, 0, 0
+  -- A second run is "after a crash" when the run before it completed on the
+  -- killed worker before the kill and this one started after it: the effect
+  -- was done, its done marker and ack were not yet (a SIGKILL between the two).
+  -- Any other second run overlapped or followed a live one: a lease lost while
+  -- its handler still worked, the incident itself.
+  local dup, dup_crash, lost, npast = 0, 0, 0, 0
   for id in pairs(sent) do
     local n = effects[id] or 0
-    if n == 0 then lost = lost + 1 elseif n > 1 then dup = dup + n - 1 end
+    if n == 0 then lost = lost + 1 end
+    local list = done_by[id]
+    if list and #list > 1 then
+      table.sort(list, function(x, y) return x.start < y.start end)
+      for k = 2, #list do
+        local prev = list[k - 1]
+        if prev.worker == victim and prev.t <= kill_ms and list[k].start >= kill_ms then
+          dup_crash = dup_crash + 1
+        else
+          dup = dup + 1
+        end
+      end
+    end
     if past[id] then npast = npast + 1 end
   end
   local rec, norphan, never = {}, 0, 0
@@ -297,9 +326,9 @@ local function scenario(endpoint, cport, name, produce_s, rate, dir)
   end
   local rmax = -1
   for _, v in ipairs(rec) do rmax = math.max(rmax, v) end
-  print(('{"scenario":"%s","scale":%s,"rate":%s,"produce_s":%s,"sent":%d,"past_window":%d,"runs":%d,"duplicates":%d,"caught":%d,"lost":%d,"orphans":%d,"orphans_never_rerun":%d,"recovery_max_s":%.1f,"recovery_p50_s":%.1f,"renewals":%d,"invisible_s":%.1f,"expired_renewed":%d,"eo_trouble":%d}'):format(
-    name, SCALE, rate, produce_s, nsent, npast, runs, dup, caught, lost, norphan, never, rmax, median(rec),
-    renewals, invisible / SCALE, expired, eo_trouble))
+  print(('{"scenario":"%s","scale":%s,"rate":%s,"produce_s":%s,"sent":%d,"past_window":%d,"runs":%d,"duplicates":%d,"duplicates_after_crash":%d,"caught":%d,"lost":%d,"orphans":%d,"orphans_never_rerun":%d,"recovery_max_s":%.1f,"recovery_p50_s":%.1f,"renewals":%d,"invisible_s":%.1f,"invisible_sending_s":%.1f,"expired_renewed":%d,"eo_trouble":%d}'):format(
+    name, SCALE, rate, produce_s, nsent, npast, runs, dup, dup_crash, caught, lost, norphan, never, rmax, median(rec),
+    renewals, invisible / SCALE, median(windows), expired, eo_trouble))
 end
 
 math.randomseed(os.time(), tonumber(tostring({}):match("0x(%x+)"), 16) or 0)
