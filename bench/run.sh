@@ -15,17 +15,17 @@
 # Part 1 also runs that throughput case on RocketMQ against the Java PushConsumer and
 # SimpleConsumer (CPU seconds per 10,000 messages of each client process).
 #
-# BENCH_PARTS picks what runs: "lease" (part 2), "throughput" and "java" (part 1: the
-# backlog throughput, and the produce/consume/hold table); default all three.
+# BENCH_PARTS picks what runs: "lease" (part 2), "replay" (part 3), "throughput" and "java"
+# (part 1: the backlog throughput, and the produce/consume/hold table); default all four.
 # 3. The incident replay (bench/replay.lua) on its own dev broker: four scenarios (fixed
 #    window, 10x window, renewal + exactly-once, invisible = "auto" + exactly-once), three
 #    workers, one killed; BENCH_RUNS runs one after another. REPLAY_PRODUCE (20 s) of
 #    sending at REPLAY_RATE (380 msg/s), REPLAY_DRAIN (40 s) at most for the rest.
 # QUICK=1 is BENCH_PARTS="lease replay" with one run per row, the four replay scenarios side by
-# side and 8 s of sending (under 3 minutes on 2 cores).
-# BENCH_RAW=DIR keeps the raw JSON lines (DIR/results, DIR/leases; appended), so rows of
-# several invocations can be tabled together: lua5.4 bench/table.lua DIR/results 2000 1024
-# 200 25 1000 DIR/leases.
+# side, 6 s of sending and at most 25 s more (under 3 minutes on 2 cores).
+# BENCH_RAW=DIR keeps the raw JSON lines (DIR/results, DIR/leases, DIR/replay; appended), so
+# rows of several invocations can be tabled together: BENCH_REPLAY=DIR/replay lua5.4
+# bench/table.lua DIR/results 2000 1024 200 25 1000 DIR/leases.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 COUNT=${BENCH_COUNT:-2000}
@@ -102,7 +102,7 @@ if part lease; then part_lease; fi
 # ---- part 3: the incident replay ------------------------------------------------------
 part_replay() {
 local produce=${REPLAY_PRODUCE:-20} rate=${REPLAY_RATE:-380} dir s run pid pids
-[[ $QUICK == 1 ]] && { produce=${REPLAY_PRODUCE:-8}; export REPLAY_DRAIN=${REPLAY_DRAIN:-30}; }
+[[ $QUICK == 1 ]] && { produce=${REPLAY_PRODUCE:-6}; export REPLAY_DRAIN=${REPLAY_DRAIN:-25}; }
 dv_log=$(mktemp)
 dir=$(mktemp -d)
 # windows down to 1 s: the replay runs at a tenth of the incident's time
