@@ -27,7 +27,8 @@
 --                      not yet marked done and acked (SIGKILL between the effect and the marker)
 --   caught             redeliveries the policy did not run (done marker, or held
 --                      by a live owner)
---   lost               messages never completed by the end
+--   lost               messages never completed by the end, and not running then either
+--   unfinished         messages whose handler was still running when the scenario ended
 --   orphans            messages the killed worker was running; recovery_max_s /
 --                      recovery_p50_s: from the kill to their next start
 --                      elsewhere (incident seconds)
@@ -260,13 +261,13 @@ local function scenario(endpoint, cport, name, produce_s, rate, dir)
   local s = SCENARIOS[name]
   local kill_ms = math.floor(t_kill * 1000)
   local start_ms, stop_ms = math.floor(t_start * 1000), math.floor(t_stop * 1000)
-  local done_by, windows = {}, {}
+  local done_by, windows, running = {}, {}, {}
   for i = 1, WORKERS do
     local last
     tail({}, logs[i], function(f)
       local id = f[2]
       if f[1] == "start" then
-        if i == victim then killed_open[id] = true end
+        if i == victim then killed_open[id] = true else running[id] = (running[id] or 0) + 1 end
         if i ~= victim and tonumber(f[3]) >= kill_ms then
           local t = tonumber(f[3])
           if not starts_after_kill[id] or t < starts_after_kill[id] then starts_after_kill[id] = t end
@@ -277,7 +278,7 @@ local function scenario(endpoint, cport, name, produce_s, rate, dir)
         local list = done_by[id] or {}
         done_by[id] = list
         list[#list + 1] = { worker = i, t = tonumber(f[3]), start = tonumber(f[3]) - tonumber(f[4]) }
-        if i == victim then killed_open[id] = nil end
+        if i == victim then killed_open[id] = nil else running[id] = running[id] - 1 end
         if tonumber(f[4]) > tonumber(f[5]) then past[id] = true end
       elseif f[1] == "metrics" then
         last = f
@@ -298,10 +299,11 @@ local function scenario(endpoint, cport, name, produce_s, rate, dir)
   -- was done, its done marker and ack were not yet (a SIGKILL between the two).
   -- Any other second run overlapped or followed a live one: a lease lost while
   -- its handler still worked, the incident itself.
-  local dup, dup_crash, lost, npast = 0, 0, 0, 0
+  local dup, dup_crash, lost, unfinished, npast = 0, 0, 0, 0, 0
   for id in pairs(sent) do
     local n = effects[id] or 0
-    if n == 0 then lost = lost + 1 end
+    if n == 0 and (running[id] or 0) > 0 then unfinished = unfinished + 1
+    elseif n == 0 then lost = lost + 1 end
     local list = done_by[id]
     if list and #list > 1 then
       table.sort(list, function(x, y) return x.start < y.start end)
@@ -326,8 +328,8 @@ local function scenario(endpoint, cport, name, produce_s, rate, dir)
   end
   local rmax = -1
   for _, v in ipairs(rec) do rmax = math.max(rmax, v) end
-  print(('{"scenario":"%s","scale":%s,"rate":%s,"produce_s":%s,"sent":%d,"past_window":%d,"runs":%d,"duplicates":%d,"duplicates_after_crash":%d,"caught":%d,"lost":%d,"orphans":%d,"orphans_never_rerun":%d,"recovery_max_s":%.1f,"recovery_p50_s":%.1f,"renewals":%d,"invisible_s":%.1f,"invisible_sending_s":%.1f,"expired_renewed":%d,"eo_trouble":%d}'):format(
-    name, SCALE, rate, produce_s, nsent, npast, runs, dup, dup_crash, caught, lost, norphan, never, rmax, median(rec),
+  print(('{"scenario":"%s","scale":%s,"rate":%s,"produce_s":%s,"sent":%d,"past_window":%d,"runs":%d,"duplicates":%d,"duplicates_after_crash":%d,"caught":%d,"lost":%d,"unfinished":%d,"orphans":%d,"orphans_never_rerun":%d,"recovery_max_s":%.1f,"recovery_p50_s":%.1f,"renewals":%d,"invisible_s":%.1f,"invisible_sending_s":%.1f,"expired_renewed":%d,"eo_trouble":%d}'):format(
+    name, SCALE, rate, produce_s, nsent, npast, runs, dup, dup_crash, caught, lost, unfinished, norphan, never, rmax, median(rec),
     renewals, invisible / SCALE, median(windows), expired, eo_trouble))
 end
 

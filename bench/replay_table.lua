@@ -44,13 +44,13 @@ local r1 = by[order[1]][1]
 print(("Incident replay on the dev broker, time x %s (incident seconds below; the run is %g times as fast): %d msg/s of 2.4 KiB for %d s, handler times p99 6 s, p99.9 252 s; 3 workers, the busiest killed (SIGKILL) halfway; %d run(s) per row, median (min–max)."):format(
   r1.scale, 1 / r1.scale, r1.rate, r1.produce_s, #by[order[1]]))
 print("")
-print("| scenario | messages | past the window | duplicate business runs (lease lost while working) | re-runs after the kill (effect done, not yet marked) | duplicates caught by the policy | lost | killed worker's messages | their recovery, max / median (s) | renewal calls | window while sending (s) |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
+print("| scenario | messages | past the window | duplicate business runs (lease lost while working) | re-runs after the kill (effect done, not yet marked) | duplicates caught by the policy | lost | still running at the end | killed worker's messages | their recovery, max / median (s) | renewal calls | window while sending (s) |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 for _, k in ipairs(order) do
   local runs = by[k]
-  print(("| %s | %s | %s | %s | %s | %s | %s | %s | %s / %s | %s | %s |"):format(LABEL[k] or k,
+  print(("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s | %s | %s |"):format(LABEL[k] or k,
     stat(runs, "sent"), stat(runs, "past_window"), stat(runs, "duplicates"), stat(runs, "duplicates_after_crash"),
-    stat(runs, "caught"), stat(runs, "lost"), stat(runs, "orphans"), stat(runs, "recovery_max_s"),
+    stat(runs, "caught"), stat(runs, "lost"), stat(runs, "unfinished"), stat(runs, "orphans"), stat(runs, "recovery_max_s"),
     stat(runs, "recovery_p50_s"), stat(runs, "renewals"), stat(runs, "invisible_sending_s", "%.0f")))
 end
 print("")

@@ -22,7 +22,7 @@
 #    workers, one killed; BENCH_RUNS runs one after another. REPLAY_PRODUCE (20 s) of
 #    sending at REPLAY_RATE (380 msg/s), REPLAY_DRAIN (40 s) at most for the rest.
 # QUICK=1 is BENCH_PARTS="lease replay" with one run per row, the four replay scenarios side by
-# side, 6 s of sending and at most 25 s more (under 3 minutes on 2 cores).
+# side, 6 s of sending and at most 12 s more (under 3 minutes on 2 cores).
 # BENCH_RAW=DIR keeps the raw JSON lines (DIR/results, DIR/leases, DIR/replay; appended), so
 # rows of several invocations can be tabled together: BENCH_REPLAY=DIR/replay lua5.4
 # bench/table.lua DIR/results 2000 1024 200 25 1000 DIR/leases.
@@ -102,7 +102,7 @@ if part lease; then part_lease; fi
 # ---- part 3: the incident replay ------------------------------------------------------
 part_replay() {
 local produce=${REPLAY_PRODUCE:-20} rate=${REPLAY_RATE:-380} dir s run pid pids
-[[ $QUICK == 1 ]] && { produce=${REPLAY_PRODUCE:-6}; export REPLAY_DRAIN=${REPLAY_DRAIN:-25}; }
+[[ $QUICK == 1 ]] && { produce=${REPLAY_PRODUCE:-6}; export REPLAY_DRAIN=${REPLAY_DRAIN:-12}; }
 dv_log=$(mktemp)
 dir=$(mktemp -d)
 # windows down to 1 s: the replay runs at a tenth of the incident's time
