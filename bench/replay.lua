@@ -94,7 +94,7 @@ local function worker(endpoint, topic, name, logfile, stopfile, prefix)
     -- the lock lives as long as the shortest window: a dead owner's lock must
     -- not outlast the lease it guarded, or it, not the lease, sets the recovery
     policy = mqlease.policy.exactly_once { redis = REDIS, prefix = prefix, lock_ttl = math.max(1, 10 * SCALE),
-      defer_delay = 0.5, fail_delay = 0.5 }
+      defer_delay = 0.5, fail_delay = 0.5, done_ttl = 600 }   -- the shared Redis forgets the replay
   end
   local function snapshot()
     local m = c:metrics()
