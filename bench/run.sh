@@ -19,12 +19,17 @@
 # Part 1 also runs that throughput case on RocketMQ against the Java PushConsumer and
 # SimpleConsumer (CPU seconds per 10,000 messages of each client process).
 #
-# BENCH_PARTS picks what runs: "lease" (part 2), "throughput" and "java" (part 1: the
-# backlog throughput, and the produce/consume/hold table); default all three.
-# QUICK=1 is BENCH_PARTS=lease with one run per row (under 3 minutes on 2 cores).
-# BENCH_RAW=DIR keeps the raw JSON lines (DIR/results, DIR/leases; appended), so rows of
-# several invocations can be tabled together: lua5.4 bench/table.lua DIR/results 2000 1024
-# 200 25 1000 DIR/leases.
+# BENCH_PARTS picks what runs: "lease" (part 2), "replay" (part 3), "throughput" and "java"
+# (part 1: the backlog throughput, and the produce/consume/hold table); default all four.
+# 3. The incident replay (bench/replay.lua) on its own dev broker: four scenarios (fixed
+#    window, 10x window, renewal + exactly-once, invisible = "auto" + exactly-once), three
+#    workers, one killed; BENCH_RUNS runs one after another. REPLAY_PRODUCE (20 s) of
+#    sending at REPLAY_RATE (380 msg/s), REPLAY_DRAIN (40 s) at most for the rest.
+# QUICK=1 is BENCH_PARTS="lease replay" with one run per row, the four replay scenarios side by
+# side, 6 s of sending and at most 12 s more (under 3 minutes on 2 cores).
+# BENCH_RAW=DIR keeps the raw JSON lines (DIR/results, DIR/leases, DIR/replay; appended), so
+# rows of several invocations can be tabled together: BENCH_REPLAY=DIR/replay lua5.4
+# bench/table.lua DIR/results 2000 1024 200 25 1000 DIR/leases.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 COUNT=${BENCH_COUNT:-2000}
@@ -34,8 +39,8 @@ HOLD_S=${BENCH_HOLD_S:-25}
 HOLD_BIG=${BENCH_HOLD_BIG:-1000}
 OUT=${BENCH_OUT:-bench/results.md}
 QUICK=${QUICK:-0}
-if [[ $QUICK == 1 ]]; then RUNS=${BENCH_RUNS:-1}; PARTS=${BENCH_PARTS:-lease}
-else RUNS=${BENCH_RUNS:-3}; PARTS=${BENCH_PARTS:-lease throughput java}; fi
+if [[ $QUICK == 1 ]]; then RUNS=${BENCH_RUNS:-1}; PARTS=${BENCH_PARTS:-lease replay}
+else RUNS=${BENCH_RUNS:-3}; PARTS=${BENCH_PARTS:-lease replay throughput java}; fi
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 ROCKETMQ=0
 LEASES=${BENCH_LEASES:-1000 10000 100000}
@@ -44,6 +49,8 @@ RUN_COUNT=${BENCH_RUN_COUNT:-20000}
 note() { echo "bench: $*" >&2; }
 results=$(mktemp)
 lease_results=$(mktemp)
+replay_results=$(mktemp)
+export BENCH_REPLAY=$replay_results   # bench/table.lua adds the replay table from it
 DV_PID=
 cleanup() {
   if [[ -n $DV_PID ]]; then kill "$DV_PID" 2>/dev/null || true; wait "$DV_PID" 2>/dev/null || true; fi
@@ -52,8 +59,9 @@ cleanup() {
     mkdir -p "$BENCH_RAW"
     cat "$results" >>"$BENCH_RAW/results"
     cat "$lease_results" >>"$BENCH_RAW/leases"
+    cat "$replay_results" >>"$BENCH_RAW/replay"
   fi
-  rm -f "$results" "$lease_results"
+  rm -f "$results" "$lease_results" "$replay_results"
 }
 trap cleanup EXIT
 
@@ -95,6 +103,40 @@ kill "$DV_PID" 2>/dev/null; wait "$DV_PID" 2>/dev/null || true
 DV_PID=
 }
 if part lease; then part_lease; fi
+
+# ---- part 3: the incident replay ------------------------------------------------------
+part_replay() {
+local produce=${REPLAY_PRODUCE:-20} rate=${REPLAY_RATE:-380} dir s run pid pids
+[[ $QUICK == 1 ]] && { produce=${REPLAY_PRODUCE:-6}; export REPLAY_DRAIN=${REPLAY_DRAIN:-12}; }
+dv_log=$(mktemp)
+dir=$(mktemp -d)
+# windows down to 1 s: the replay runs at a tenth of the incident's time
+build/mqlease-devbroker --listen 127.0.0.1:0 --control 127.0.0.1:0 --min-invisible-ms 1000 >"$dv_log" 2>&1 &
+DV_PID=$!
+for _ in $(seq 100); do grep -q listening "$dv_log" && break; sleep 0.05; done
+DV=127.0.0.1:$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\) .*/\1/p' "$dv_log")
+DV_CONTROL=$(sed -n 's/.* control 127.0.0.1:\([0-9]*\).*/\1/p' "$dv_log")
+rm -f "$dv_log"
+for run in $(seq "$RUNS"); do
+  pids=()
+  for s in a b c d; do
+    mkdir -p "$dir/$s"
+    note "incident replay: scenario $s, $produce s at $rate msg/s (run $run/$RUNS)"
+    if [[ $QUICK == 1 ]]; then
+      lua5.4 bench/replay.lua scenario "$DV" "$DV_CONTROL" "$s" "$produce" "$rate" "$dir/$s" >"$dir/$s.json" &
+      pids+=($!)
+    else
+      lua5.4 bench/replay.lua scenario "$DV" "$DV_CONTROL" "$s" "$produce" "$rate" "$dir/$s" >"$dir/$s.json"
+    fi
+  done
+  for pid in "${pids[@]}"; do wait "$pid" || true; done
+  for s in a b c d; do echo "replay $(cat "$dir/$s.json")" >>"$replay_results"; done
+done
+kill "$DV_PID" 2>/dev/null; wait "$DV_PID" 2>/dev/null || true
+DV_PID=
+rm -rf "$dir"
+}
+if part replay; then part_replay; fi
 if ! part throughput && ! part java; then
   lua5.4 bench/table.lua "$results" "$COUNT" "$SIZE" "$HOLD" "$HOLD_S" "$HOLD_BIG" "$lease_results" | tee "$OUT"
   exit 0

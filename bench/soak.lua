@@ -5,13 +5,14 @@
 -- pending operation results, all back to zero.
 --
 -- A second process (this file with "produce") sends the messages while this one
--- consumes, so the consumer's memory is measured alone. Not part of `make test`.
+-- consumes, so the consumer's memory is measured alone; the broker's RSS is printed
+-- beside it (it keeps every message, so it grows). Not part of `make test`.
 package.path = "lua/?.lua;lua/?/init.lua;spec/?.lua;" .. package.path
 package.cpath = "build/?.so;" .. package.cpath
 local mqlease = require "mqlease"
 
-local function kb(field)
-  for line in io.lines("/proc/self/status") do
+local function kb(field, pid)
+  for line in io.lines("/proc/" .. (pid or "self") .. "/status") do
     local v = line:match("^" .. field .. ":%s+(%d+)")
     if v then return tonumber(v) end
   end
@@ -53,11 +54,12 @@ local ok, err = pcall(function()
   local handled, next_report, step = 0, 0, math.max(1, n // 10)
   local fds0 = fds()
   print(("soak: %d messages through mqlease.run on the dev broker (%s), no-op handler"):format(n, dv.endpoints))
-  print(("%10s %9s %9s %8s %9s"):format("handled", "seconds", "msg/s", "RSS MiB", "inflight"))
+  print(("%10s %9s %9s %8s %8s %9s %11s"):format("handled", "seconds", "msg/s", "RSS MiB", "Lua MiB", "inflight",
+    "broker MiB"))
   local function report()
     local t = mqlease.now() - t0
-    print(("%10d %9.1f %9.0f %8.1f %9d"):format(handled, t, handled / math.max(t, 1e-9), kb("VmRSS") / 1024,
-      c:metrics().inflight))
+    print(("%10d %9.1f %9.0f %8.1f %8.2f %9d %11.1f"):format(handled, t, handled / math.max(t, 1e-9),
+      kb("VmRSS") / 1024, collectgarbage("count") / 1024, c:metrics().inflight, kb("VmRSS", dv.pid) / 1024))
     io.stdout:flush()
   end
   local final

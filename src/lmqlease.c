@@ -78,6 +78,10 @@ static int new_client(lua_State *L, mql_client_type type) {
     cfg.filter = lmql_opt_string(L, 1, "filter");
     cfg.filter_sql = lmql_opt_bool(L, 1, "filter_sql", 0);
     cfg.invisible_ms = lmql_opt_int(L, 1, "invisible_ms", 30000);
+    cfg.invisible_auto = lmql_opt_bool(L, 1, "invisible_auto", 0);
+    cfg.auto_min_ms = lmql_opt_int(L, 1, "auto_min_ms", 10000);
+    cfg.auto_max_ms = lmql_opt_int(L, 1, "auto_max_ms", 600000);
+    cfg.auto_margin_pct = (int)lmql_opt_int(L, 1, "auto_margin_pct", 200);
     cfg.renew = lmql_opt_bool(L, 1, "renew", 1);
     cfg.renew_every_ms = lmql_opt_int(L, 1, "renew_every_ms", 0);
     cfg.max_renewals = (int)lmql_opt_int(L, 1, "max_renewals", -1);
@@ -315,8 +319,11 @@ static int l_metrics(lua_State *L) {
     lmql_set_int(L, "reconnects", (lua_Integer)m.reconnects);
     lmql_set_str(L, "session_state", m.session_state == MQL_CLIENT_READY ? "ready"
                                 : m.session_state == MQL_CLIENT_STARTING ? "starting"
-                                : m.session_state == MQL_CLIENT_FAILED ? "failed" : "closing");
+                                : m.session_state == MQL_CLIENT_FAILED ? "failed"
+                                : m.session_state == MQL_CLIENT_RECONNECTING ? "reconnecting" : "closing");
     lmql_set_int(L, "inflight", (lua_Integer)inflight);
+    lua_pushnumber(L, (lua_Number)m.invisible_ms / 1000.0);
+    lua_setfield(L, -2, "invisible_seconds");
     push_reasons(L, "corrupted", &m.corrupted);
     push_reasons(L, "malformed", &m.malformed);
     push_reasons(L, "dead_lettered", &m.dead_lettered);

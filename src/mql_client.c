@@ -258,7 +258,14 @@ static void copy_config(mql_client *c, const mql_config *cfg) {
     c->filter_sql = cfg->filter_sql;
     c->invisible_ms = cfg->invisible_ms;
     c->renew = cfg->renew;
-    c->renew_every_ms = cfg->renew_every_ms > 0 ? cfg->renew_every_ms : cfg->invisible_ms / 3;
+    c->renew_every_fixed = cfg->renew_every_ms > 0;
+    c->invisible_auto = cfg->invisible_auto;
+    if (c->invisible_auto) {
+        mql_auto_init(&c->auto_, cfg->invisible_ms, cfg->auto_min_ms, cfg->auto_max_ms,
+                      cfg->auto_margin_pct);
+        c->invisible_ms = c->auto_.value_ms;
+    }
+    c->renew_every_ms = c->renew_every_fixed ? cfg->renew_every_ms : c->invisible_ms / 3;
     mql_pace_init(&c->pace, c->invisible_ms, c->renew_every_ms);
     c->max_renewals = cfg->max_renewals;
     c->max_lease_ms = cfg->max_lease_ms;
@@ -307,6 +314,7 @@ mql_client *mql_client_new(const mql_config *cfg, uint64_t *start_op, char *err,
     c->refs = 1;
     mql_lease_table_init(&c->leases);
     c->state = MQL_CLIENT_STARTING;
+    mql_backoff_init(&c->reconnect, MQL_BACKOFF_BASE_MS, MQL_BACKOFF_CAP_MS);
     c->start_op = *start_op = ++c->next_op;
 
     /* grpc's own threads, and ours, inherit this mask: signals belong to the host. */
@@ -422,7 +430,9 @@ int mql_client_lease_info(mql_client *c, uint64_t lease_id, mql_lease_info *out)
 void mql_client_metrics(mql_client *c, mql_metrics *out, size_t *inflight) {
     pthread_mutex_lock(&c->mu);
     *out = c->metrics;
-    out->session_state = (int)c->state;
+    out->session_state = c->reconnecting && c->state == MQL_CLIENT_READY
+                             ? MQL_CLIENT_RECONNECTING : (int)c->state;
+    out->invisible_ms = c->invisible_ms;
     *inflight = c->leases.count;
     pthread_mutex_unlock(&c->mu);
 }

@@ -52,7 +52,10 @@ typedef struct mql_config {
     const char *topic;
     const char *filter;          /* tag expression, "*" for all */
     int filter_sql;              /* 1: filter is SQL92 */
-    int64_t invisible_ms;        /* invisible duration of each receive and renewal */
+    int64_t invisible_ms;        /* invisible duration of each receive and renewal (auto: the start) */
+    int invisible_auto;          /* 1: follow the handler times (mql_auto.h) */
+    int64_t auto_min_ms, auto_max_ms;
+    int auto_margin_pct;         /* 200: twice the p99 */
     int renew;                   /* 0: leases are never renewed (expire at the deadline) */
     int64_t renew_every_ms;      /* 0: invisible / 3 */
     int max_renewals;            /* < 0: unlimited */
@@ -71,7 +74,8 @@ typedef enum mql_client_state {
     MQL_CLIENT_STARTING = 1,
     MQL_CLIENT_READY,
     MQL_CLIENT_FAILED,
-    MQL_CLIENT_CLOSING
+    MQL_CLIENT_CLOSING,
+    MQL_CLIENT_RECONNECTING     /* metrics only: READY, but its proxy was lost */
 } mql_client_state;
 
 typedef struct mql_client mql_client;

@@ -21,6 +21,8 @@
 
 #include "mql_client.h"
 #include "mql_codec.h"
+#include "mql_backoff.h"
+#include "mql_auto.h"
 #include "mql_pace.h"
 
 #define MQL_M_QUERY_ROUTE "/apache.rocketmq.v2.MessagingService/QueryRoute"
@@ -69,7 +71,12 @@ struct mql_client {
     size_t ntopics;
     int tls, tls_insecure;
     char *tls_ca_pem, *tls_cert_pem, *tls_key_pem, *tls_server_name;   /* NULL: not given */
-    int64_t request_timeout_ms, invisible_ms, renew_every_ms, max_lease_ms, budget_nack_delay_ms;
+    int64_t request_timeout_ms, max_lease_ms, budget_nack_delay_ms;
+    int64_t invisible_ms;       /* what the next receive and renewal ask for */
+    int64_t renew_every_ms;     /* follows invisible_ms unless configured */
+    int renew_every_fixed;      /* renew_every was configured */
+    int invisible_auto;         /* invisible_ms follows the handler times */
+    mql_auto auto_;             /* (mql_auto.h) */
     int renew, max_renewals;
     mql_budget_action on_budget;
     char client_id[192];
@@ -95,6 +102,8 @@ struct mql_client {
     mql_call *calls;            /* every live call, so close can cancel them */
     mql_call *telemetry;
     int64_t telemetry_retry_at; /* 0: not scheduled */
+    int reconnecting;           /* a started session lost its Telemetry stream */
+    mql_backoff reconnect;      /* waits between reconnection attempts */
     int64_t heartbeat_at;       /* 0: not scheduled */
     int stopping;               /* set once by close: no call starts from then on */
     int nacked_all;             /* nack_all ran (close, shutdown): late messages go back */
@@ -159,9 +168,13 @@ void mql_receive_on_done(mql_client *c, mql_call *call);
 
 /* -------------------------------------------------------- mql_renew.c */
 
-/* When a lease acquired at from_ms renews first: paced, so leases received
+/* A lease was held held_ms (receive to ack or nack): with invisible = "auto"
+ * it moves the invisible duration of later receives and renewals. */
+void mql_renew_observe_held(mql_client *c, int64_t held_ms);
+
+/* When a lease just received renews first: paced, so leases received
  * together do not renew together (see mql_pace.h). */
-int64_t mql_renew_next_at(mql_client *c, int64_t from_ms);
+int64_t mql_renew_next_at(mql_client *c, const mql_lease *l);
 /* Runs every due lease timer; returns the earlier of wake and the next one. */
 int64_t mql_renew_timers(mql_client *c, int64_t now, int64_t wake);
 /* ChangeInvisibleDuration with the lease's newest handle. A host's nack passes

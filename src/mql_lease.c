@@ -1,6 +1,7 @@
 /* mql_lease.c -- lease table: hash by id plus a min-heap of timers (see mql_lease.h). */
 #include "mql_lease.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -81,7 +82,8 @@ static const char *topic_intern(mql_lease_table *t, const char *topic) {
 mql_lease *mql_lease_add(mql_lease_table *t, const char *message_id, const char *topic,
                          const char *handle, int64_t now_ms, int64_t invisible_ms) {
     size_t idlen = strlen(message_id ? message_id : "");
-    mql_lease *l = mql_xcalloc(1, sizeof(*l) + idlen + 1);
+    /* offsetof, not sizeof: the id starts in the struct's tail padding */
+    mql_lease *l = mql_xcalloc(1, offsetof(mql_lease, message_id) + idlen + 1);
     size_t b;
     if (t->count + 1 > 2 * t->nbuckets) table_grow(t);   /* chains of two on average */
     l->id = t->next_id++;
@@ -91,6 +93,7 @@ mql_lease *mql_lease_add(mql_lease_table *t, const char *message_id, const char 
     l->state = MQL_LEASE_HELD;
     l->acquired_ms = now_ms;
     l->deadline_ms = now_ms + invisible_ms;
+    l->window_ms = (uint32_t)invisible_ms;
     l->heap_index = MQL_HEAP_NONE;
     b = bucket_of(t, l->id);
     l->hnext = t->buckets[b];

@@ -58,6 +58,8 @@ typedef struct mql_lease {
     uint8_t let_go;            /* the host chose to let it expire: not "expired while alive" */
     uint8_t uncertain;         /* a renewal got no reply: the broker may hold a newer handle
                                   (and a second deadline) we never saw */
+    uint32_t window_ms;        /* the invisible duration its receive or in-flight renewal
+                                  asked for (they differ with invisible = "auto") */
     char message_id[];         /* broker id, stable across redeliveries (same allocation) */
 } mql_lease;
 

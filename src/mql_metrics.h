@@ -55,6 +55,7 @@ typedef struct mql_metrics {
     uint64_t dead_letter_fail;
     uint64_t reconnects;        /* next endpoint at start, Telemetry re-opened */
     int session_state;          /* mql_client_state, set when copied out */
+    int64_t invisible_ms;       /* what the next receive asks for, set when copied out */
     mql_hist renew_latency;     /* request to reply of ChangeInvisibleDuration */
     mql_hist renew_lateness;    /* scheduled time to send time of a renewal */
     mql_hist handler;           /* receive to ack or nack */

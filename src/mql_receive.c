@@ -26,16 +26,17 @@ typedef struct receive_ctx {
     size_t n, cap;
     mql_result status;
     int have_status;
+    int64_t invisible_ms;       /* what this receive asked for: its leases' first deadline */
     size_t malformed;           /* frames that were no usable message */
     const char *malformed_reason;   /* the first one's (static text) */
 } receive_ctx;
 
 /* The lease starts now: from here on the message is renewed whatever the host
  * does, until it is acked, nacked or its budget is spent. */
-static mql_lease *lease_begin(mql_client *c, const mql_message *m) {
+static mql_lease *lease_begin(mql_client *c, const receive_ctx *rx, const mql_message *m) {
     mql_lease *l = mql_lease_add(&c->leases, m->id, m->topic, m->receipt_handle, mql_now_ms(),
-                                 c->invisible_ms);
-    mql_lease_arm(&c->leases, l, c->renew ? mql_renew_next_at(c, l->acquired_ms) : l->deadline_ms);
+                                 rx->invisible_ms);
+    mql_lease_arm(&c->leases, l, c->renew ? mql_renew_next_at(c, l) : l->deadline_ms);
     return l;
 }
 
@@ -68,17 +69,17 @@ void mql_receive_on_message(mql_client *c, mql_call *call, grpc_byte_buffer *rep
         if (c->nacked_all) {
             /* the host has given everything back (close, shutdown): a message
              * this late would reach nobody, or a handler after the drain */
-            mql_release_unseen(c, lease_begin(c, &f.msg), 0, c->nacked_all_delay_ms,
+            mql_release_unseen(c, lease_begin(c, rx, &f.msg), 0, c->nacked_all_delay_ms,
                                "arrived after close");
             break;
         }
-        f.msg.lease_id = lease_begin(c, &f.msg)->id;
+        f.msg.lease_id = lease_begin(c, rx, &f.msg)->id;
         keep_message(rx, &f.msg);
         break;
     case MQL_FRAME_CORRUPTED:
         /* it holds a lease like any other, but the host never sees it */
         mql_metrics_reason(&c->metrics.corrupted, f.reason);
-        mql_release_unseen(c, lease_begin(c, &f.msg), c->on_corrupt_dlq, c->corrupt_nack_delay_ms,
+        mql_release_unseen(c, lease_begin(c, rx, &f.msg), c->on_corrupt_dlq, c->corrupt_nack_delay_ms,
                            "corrupted");
         break;
     case MQL_FRAME_MALFORMED:
@@ -125,6 +126,7 @@ uint64_t mql_client_receive(mql_client *c, int batch, int64_t await_ms) {
     Apache__Rocketmq__V2__FilterExpression fe = APACHE__ROCKETMQ__V2__FILTER_EXPRESSION__INIT;
     mql_pb_resource group, topic;
     Google__Protobuf__Duration invisible, poll;
+    receive_ctx *rx;
     mql_call *call;
     uint64_t op;
 
@@ -154,11 +156,13 @@ uint64_t mql_client_receive(mql_client *c, int batch, int64_t await_ms) {
     req.long_polling_timeout = &poll;
     /* The proxy needs a deadline longer than the long poll, or it fails the
      * call; and it never polls for less than 5 s, whatever we ask. */
+    rx = mql_xcalloc(1, sizeof(receive_ctx));
+    /* with invisible = "auto" the value moves: the leases keep what was asked */
+    rx->invisible_ms = c->invisible_ms;
     call = mql_client_call(c, c->broker, MQL_M_RECEIVE,
                     (await_ms > MIN_PROXY_POLL_MS ? await_ms : MIN_PROXY_POLL_MS) +
                         c->request_timeout_ms,
-                    MQL_K_RECEIVE, op,
-                    mql_xcalloc(1, sizeof(receive_ctx)));
+                    MQL_K_RECEIVE, op, rx);
     if (mql_call_start_server_stream(call, &req.base) < 0) {
         free(call->ctx);
         mql_client_unlink(c, call);

@@ -95,9 +95,11 @@ static void release_settle_lease(mql_client *c, mql_release *rel, size_t i, mql_
     settle(c, rel, i, r);
     if (!l) return;
     if (r->ok) {
-        if (!rel->silent)
-            mql_hist_observe(&c->metrics.handler,
-                             (double)(mql_now_ms() - l->acquired_ms) / 1000.0);
+        if (!rel->silent) {
+            int64_t held = mql_now_ms() - l->acquired_ms;
+            mql_hist_observe(&c->metrics.handler, (double)held / 1000.0);
+            mql_renew_observe_held(c, held);
+        }
         mql_lease_end(c, l, rel->is_ack || rel->dead_letter ? MQL_LEASE_ACKED : MQL_LEASE_NACKED);
     } else if (strcmp(r->code, "INVALID_RECEIPT_HANDLE") == 0) {
         c->metrics.lost_rejected++;

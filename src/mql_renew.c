@@ -25,6 +25,7 @@
 
 #define RENEW_BACKOFF_MIN_MS 200
 #define RENEW_BACKOFF_MAX_MS 5000
+#define UNAVAILABLE_RETRY_NEEDS_MS 1000   /* see retry_needs_ms */
 #define RENEW_BLOCKED_WAKE_MS 20   /* at the in-flight cap: look again this soon at the latest */
 
 /* Up to a tenth of the period early, at random: phases drift apart over time. */
@@ -33,8 +34,18 @@ static int64_t renew_jitter(mql_client *c) {
     return jitter > 0 ? (int64_t)(mql_client_random(c) % (uint64_t)jitter) : 0;
 }
 
-int64_t mql_renew_next_at(mql_client *c, int64_t from_ms) {
-    return mql_pace_first_at(&c->pace, from_ms, from_ms + c->invisible_ms, renew_jitter(c));
+int64_t mql_renew_next_at(mql_client *c, const mql_lease *l) {
+    return mql_pace_first_at(&c->pace, l->acquired_ms, l->deadline_ms, renew_jitter(c));
+}
+
+void mql_renew_observe_held(mql_client *c, int64_t held_ms) {
+    if (!c->invisible_auto || !mql_auto_observe(&c->auto_, held_ms)) return;
+    /* Leases already out keep their deadlines and timers (each renewal says
+     * what it asked for); the pace's period and margin follow the new value. */
+    c->invisible_ms = c->auto_.value_ms;
+    if (!c->renew_every_fixed) c->renew_every_ms = c->invisible_ms / 3;
+    c->pace.invisible_ms = c->invisible_ms;
+    c->pace.every_ms = c->renew_every_ms;
 }
 
 void mql_lease_end(mql_client *c, mql_lease *l, mql_lease_state final) {
@@ -128,14 +139,31 @@ int mql_renew_change_start(mql_client *c, mql_lease *l, int64_t duration_ms,
 
 static void renew_start(mql_client *c, mql_lease *l, int64_t now) {
     l->renew_sent_ms = now;
+    l->window_ms = (uint32_t)c->invisible_ms;
     mql_hist_observe(&c->metrics.renew_lateness, (double)(now - l->timer_ms) / 1000.0);
-    if (mql_renew_change_start(c, l, c->invisible_ms, MQL_K_RENEW, NULL) < 0) {
+    if (mql_renew_change_start(c, l, l->window_ms, MQL_K_RENEW, NULL) < 0) {
         mql_lease_arm(&c->leases, l, now + RENEW_BACKOFF_MIN_MS);
         return;
     }
     l->state = MQL_LEASE_RENEWING;
     c->renew_inflight++;
     /* no timer while renewing: the reply (or the call's own deadline) re-arms it */
+}
+
+/* How long a retried renewal must have before the deadline. A proxy that
+ * went away (UNAVAILABLE) answered nothing, and the session is moving to a
+ * live one: the retry goes there and takes what renewals take (K x the
+ * observed p99; a second until there are enough renewals for a p99), not
+ * the worst case. Without that, a lease whose renewal fell due just as its
+ * proxy died (a third of the window left) would be given up at once though
+ * another proxy could renew it. */
+static int64_t retry_needs_ms(const mql_client *c, const char *code) {
+    if (strcmp(code, "UNAVAILABLE") == 0) {
+        int64_t need = c->pace.p99_ms > 0 ? MQL_PACE_P99_FACTOR * c->pace.p99_ms
+                                          : UNAVAILABLE_RETRY_NEEDS_MS;
+        return need < c->request_timeout_ms ? need : c->request_timeout_ms;
+    }
+    return c->request_timeout_ms;
 }
 
 void mql_renew_on_done(mql_client *c, mql_call *call) {
@@ -152,7 +180,7 @@ void mql_renew_on_done(mql_client *c, mql_call *call) {
          * accept it, but an ack with it does nothing and a change arms a
          * second deadline. */
         mql_lease_take_handle(l, mql_handle_after_change(resp->receipt_handle));
-        l->deadline_ms = l->renew_sent_ms + c->invisible_ms;
+        l->deadline_ms = l->renew_sent_ms + l->window_ms;
         l->renewals++;
         l->attempts = 0;
         c->metrics.renew_success++;
@@ -189,7 +217,7 @@ void mql_renew_on_done(mql_client *c, mql_call *call) {
         mql_metrics_error(&c->metrics, "renew", r.code);
         if (backoff > RENEW_BACKOFF_MAX_MS) backoff = RENEW_BACKOFF_MAX_MS;
         l->attempts++;
-        if (now + backoff + c->request_timeout_ms < l->deadline_ms)
+        if (now + backoff + retry_needs_ms(c, r.code) < l->deadline_ms)
             mql_lease_arm(&c->leases, l, now + backoff);
         else
             mql_lease_arm(&c->leases, l, l->deadline_ms);

@@ -4,14 +4,27 @@
  * stream whose first command sends our Settings: the proxy refuses receives
  * from a client id it has no settings for. The client is ready when the
  * settings come back. A Heartbeat every 10 s keeps the proxy from dropping
- * the client (ClientActivity's expiry), Telemetry is re-opened 1 s after it
- * dies, and NotifyClientTermination says goodbye so the proxy drops the
- * client's registration at once. (It does not give messages back: with
- * auto_renew off the proxy tracks no handles of ours; close nacks them.)
+ * the client (ClientActivity's expiry), and NotifyClientTermination says
+ * goodbye so the proxy drops the client's registration at once. (It does not
+ * give messages back: with auto_renew off the proxy tracks no handles of
+ * ours; close nacks them.)
  *
  * The session also owns how we reach the proxy: the channels (plaintext or
  * TLS, same port) and the endpoint list, tried in order while the start fails
- * for want of a connection. Once started, the session stays on its endpoint.
+ * for want of a connection.
+ *
+ * Reconnecting. A started session whose Telemetry stream ends has lost its
+ * proxy (a killed proxy's sockets are reset at once, so this is prompt). After
+ * a backoff with jitter (mql_backoff.h) it re-opens Telemetry, or with several
+ * endpoints moves to the next one (wrapping around): a new channel, QueryRoute
+ * again, then Telemetry and a heartbeat at once. In cluster mode every proxy
+ * reaches the same brokers through namesrv, and a receipt handle names its
+ * broker, so renewals and acks of messages received through the dead proxy
+ * simply go out on the new channel; what the broker refuses is lost as any
+ * renewal failure is. The session stays READY meanwhile (a host's calls fail
+ * UNAVAILABLE, never NOT_READY), and says `reconnecting` in its metrics until
+ * the new proxy has our settings. Calls in flight on the old channel keep it
+ * alive (grpc counts their references) and end on their own.
  *
  * Every function here runs with c->mu held unless it says otherwise.
  */
@@ -25,7 +38,6 @@
 #include "mql_inbound.h"
 
 #define HEARTBEAT_EVERY_MS 10000
-#define TELEMETRY_RETRY_MS 1000
 
 static int is_ipv4(const char *h) {
     int dots = 0;
@@ -111,6 +123,21 @@ int mql_session_endpoints_init(mql_client *c, char *err, size_t errlen) {
     return 0;
 }
 
+/* New channels to the endpoint in use. A call in flight on an old channel
+ * holds its own reference to it, so destroying ours frees nothing under it. */
+static void channels_renew(mql_client *c) {
+    if (c->broker != c->access) grpc_channel_destroy(c->broker);
+    grpc_channel_destroy(c->access);
+    c->access = c->broker = mql_session_channel_new(c, c->endpoint);
+}
+
+/* A started session lost its proxy: try again after the next backoff. */
+static void reconnect_later(mql_client *c) {
+    if (c->stopping || c->state != MQL_CLIENT_READY) return;
+    c->reconnecting = 1;
+    c->telemetry_retry_at = mql_now_ms() + mql_backoff_next(&c->reconnect, mql_client_random(c));
+}
+
 /* A start that failed for want of a connection (nothing answered, or the call
  * ran out of time) goes on with the next endpoint, as the official clients go
  * through theirs; a proxy that answered with an error would answer the same
@@ -120,11 +147,7 @@ static int start_next_endpoint(mql_client *c, const mql_result *r) {
     if (c->stopping || c->endpoint_at + 1 >= c->nendpoints) return 0;
     if (strcmp(r->code, "UNAVAILABLE") != 0 && strcmp(r->code, "TIMEOUT") != 0) return 0;
     if (endpoint_use(c, c->endpoint_at + 1, err, sizeof(err)) < 0) return 0;
-    /* nothing else is in flight before the start ends; a call would keep
-     * its channel alive anyway */
-    if (c->broker != c->access) grpc_channel_destroy(c->broker);
-    grpc_channel_destroy(c->access);
-    c->access = c->broker = mql_session_channel_new(c, c->endpoint);
+    channels_renew(c);
     c->metrics.reconnects++;
     mql_metrics_error(&c->metrics, "start", r->code);
     mql_session_begin(c);
@@ -222,7 +245,7 @@ static grpc_channel_credentials *tls_credentials(const mql_client *c) {
 grpc_channel *mql_session_channel_new(const mql_client *c, const char *target) {
     grpc_channel_credentials *cr =
         c->tls ? tls_credentials(c) : grpc_insecure_credentials_create();
-    grpc_arg args[3];
+    grpc_arg args[4];
     grpc_channel_args ca;
     grpc_channel *ch;
     args[0].type = GRPC_ARG_INTEGER;
@@ -231,12 +254,17 @@ grpc_channel *mql_session_channel_new(const mql_client *c, const char *target) {
     args[1].type = GRPC_ARG_INTEGER;
     args[1].key = GRPC_ARG_KEEPALIVE_TIME_MS;
     args[1].value.integer = 30000;
-    ca.num_args = 2;
+    /* grpc's own reconnection backs off up to 120 s by default: a proxy back
+     * after a restart would stay unused for up to two minutes. Our cap. */
+    args[2].type = GRPC_ARG_INTEGER;
+    args[2].key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS;
+    args[2].value.integer = MQL_BACKOFF_CAP_MS;
+    ca.num_args = 3;
     if (c->tls && c->tls_server_name) {
-        args[2].type = GRPC_ARG_STRING;
-        args[2].key = GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
-        args[2].value.string = c->tls_server_name;
-        ca.num_args = 3;
+        args[3].type = GRPC_ARG_STRING;
+        args[3].key = GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
+        args[3].value.string = c->tls_server_name;
+        ca.num_args = 4;
     }
     ca.args = args;
     ch = grpc_channel_create(target, cr, &ca);
@@ -277,6 +305,10 @@ void mql_session_on_route_done(mql_client *c, mql_call *call) {
     }
     mql_reply_free(resp);
     if (!r.ok) {
+        if (c->state == MQL_CLIENT_READY) {
+            mql_metrics_error(&c->metrics, "reconnect", r.code);
+            reconnect_later(c);
+        }
         fail_start(c, &r);
         return;
     }
@@ -362,7 +394,7 @@ static void telemetry_open(mql_client *c) {
         c->telemetry = NULL;
         mql_result_fail(&r, "INTERNAL", "Telemetry: grpc refused to start the stream");
         fail_start(c, &r);
-        c->telemetry_retry_at = mql_now_ms() + TELEMETRY_RETRY_MS;
+        reconnect_later(c);
         return;
     }
     telemetry_send_settings(c);
@@ -385,6 +417,13 @@ void mql_session_on_telemetry_message(mql_client *c, grpc_byte_buffer *reply) {
         c->heartbeat_at = mql_now_ms();
         mql_result_ok(&r);
         mql_post_op(c, c->start_op, &r);
+        mql_backoff_reset(&c->reconnect);
+    } else if (t.has_settings && c->reconnecting) {
+        /* the proxy we reconnected to has our settings: heartbeat at once so
+         * it knows our group before the next receive */
+        c->reconnecting = 0;
+        c->heartbeat_at = mql_now_ms();
+        mql_backoff_reset(&c->reconnect);
     }
 }
 
@@ -394,8 +433,8 @@ void mql_session_on_telemetry_done(mql_client *c, mql_call *call) {
     mql_call_result(call, NULL, &r);
     if (r.ok) mql_result_fail(&r, "UNAVAILABLE", "Telemetry: the server closed the stream");
     fail_start(c, &r);
-    if (!c->stopping && c->state == MQL_CLIENT_READY)
-        c->telemetry_retry_at = mql_now_ms() + TELEMETRY_RETRY_MS;
+    if (!c->stopping && c->state == MQL_CLIENT_READY) mql_metrics_error(&c->metrics, "telemetry", r.code);
+    reconnect_later(c);
 }
 
 static void heartbeat_start(mql_client *c) {
@@ -461,11 +500,22 @@ void mql_session_begin(mql_client *c) {
     else telemetry_open(c);
 }
 
-int64_t mql_session_timers(mql_client *c, int64_t now, int64_t wake) {
-    if (c->telemetry_retry_at && now >= c->telemetry_retry_at) {
-        c->metrics.reconnects++;
-        telemetry_open(c);
+/* A reconnection attempt: the same proxy again, or with several endpoints the
+ * next one (wrapping around), asked for the route afresh. */
+static void reconnect_now(mql_client *c) {
+    char err[MQL_ERRLEN];
+    c->telemetry_retry_at = 0;
+    c->metrics.reconnects++;
+    if (c->nendpoints > 1 &&
+        endpoint_use(c, (c->endpoint_at + 1) % c->nendpoints, err, sizeof(err)) == 0) {
+        channels_renew(c);
+        if (c->type == MQL_CONSUMER && route_start(c, c->topic, 0) == 0) return;
     }
+    telemetry_open(c);
+}
+
+int64_t mql_session_timers(mql_client *c, int64_t now, int64_t wake) {
+    if (c->telemetry_retry_at && now >= c->telemetry_retry_at) reconnect_now(c);
     if (c->heartbeat_at && now >= c->heartbeat_at && c->state == MQL_CLIENT_READY) {
         heartbeat_start(c);
         c->heartbeat_at = now + HEARTBEAT_EVERY_MS;

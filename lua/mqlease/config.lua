@@ -12,7 +12,8 @@ local concat, sort = table.concat, table.sort
 local _M = {}
 
 -- RocketMQ's own limits (proxy ProxyConfig and ReceiveMessageActivity / ChangeInvisibleDurationActivity):
-local MIN_INVISIBLE = 10        -- the proxy's minimum for ReceiveMessage
+local PROXY_MIN_INVISIBLE = 10  -- minInvisibleTimeMillsForRecv's default: a receive asking less fails
+local MIN_INVISIBLE = 1         -- what a proxy configured lower (or the dev broker) may accept
 local MAX_INVISIBLE = 43200     -- 12 h, the proxy's maximum per call
 local NAME_PATTERN = "^[%%|%w_%-]+$"
 
@@ -27,6 +28,16 @@ local function describe(v)
 end
 
 -- kind: "string" | "number" | "integer" | "boolean" | "table" | "enum" | "name" | "strings" | "tls"
+--       | "invisible" | "auto_invisible"
+
+-- The fields of auto_invisible, their defaults and ranges (seconds; margin a factor).
+local AUTO_FIELDS = {
+  min = { default = PROXY_MIN_INVISIBLE, min = MIN_INVISIBLE, max = MAX_INVISIBLE },
+  max = { default = 600, min = MIN_INVISIBLE, max = MAX_INVISIBLE },
+  margin = { default = 2, min = 1, max = 100 },
+  start = { default = 30, min = MIN_INVISIBLE, max = MAX_INVISIBLE },
+}
+_M.AUTO_FIELDS = AUTO_FIELDS
 local common = {
   endpoints = { kind = "string", required = true,
     doc = "host:port of the RocketMQ proxy (gRPC port); several joined by ';' are tried in order at start" },
@@ -47,8 +58,10 @@ _M.consumer = {
   topic = { kind = "name", required = true, max_len = 127, doc = "topic to consume" },
   filter = { kind = "string", default = "*", doc = "tag expression (\"*\", \"TagA || TagB\") or SQL92 when filter_type = \"sql\"" },
   filter_type = { kind = "enum", values = { "tag", "sql" }, default = "tag", doc = "how filter is read" },
-  invisible = { kind = "number", default = 30, min = MIN_INVISIBLE, max = MAX_INVISIBLE,
-    doc = "seconds each receive and each renewal hides a message (the lease length)" },
+  invisible = { kind = "invisible", default = 30, min = MIN_INVISIBLE, max = MAX_INVISIBLE,
+    doc = "seconds each receive and each renewal hides a message (the lease length), or \"auto\": follow the handler times (auto_invisible)" },
+  auto_invisible = { kind = "auto_invisible",
+    doc = "with invisible = \"auto\": {min=, max=, margin=, start=}, the value is clamp(p99 of the handler times x margin, min, max), start until 100 releases" },
   renew = { kind = "boolean", default = true, doc = "renew leases in the C core until acked, nacked or out of budget" },
   renew_every = { kind = "number", min = 1, max = MAX_INVISIBLE,
     doc = "seconds between renewals (default invisible/3, minus up to 10% jitter); must be < invisible" },
@@ -117,6 +130,20 @@ local function check_tls(v, bad)
   end
 end
 
+local function check_auto(v, bad)
+  if type(v) ~= "table" then bad("a table {min=, max=, margin=, start=}") end
+  for k, fv in pairs(v) do
+    local f = AUTO_FIELDS[k]
+    if not f then bad(("a table with only min, max, margin, start (unknown field '%s')"):format(tostring(k))) end
+    if type(fv) ~= "number" or fv ~= fv or fv < f.min or fv > f.max then
+      bad(("a table whose field '%s' is a number between %s and %s"):format(k, f.min, f.max))
+    end
+  end
+  if (v.min or AUTO_FIELDS.min.default) > (v.max or AUTO_FIELDS.max.default) then
+    bad("a table whose 'min' is at most its 'max'")
+  end
+end
+
 local function check_value(where, name, spec, v)
   local function bad(expected)
     error(("%s: option '%s' must be %s (got %s)"):format(where, name, expected, describe(v)), 6)
@@ -153,6 +180,12 @@ local function check_value(where, name, spec, v)
     end
   elseif kind == "tls" then
     check_tls(v, bad)
+  elseif kind == "invisible" then
+    if v ~= "auto" and (type(v) ~= "number" or v ~= v or v < spec.min or v > spec.max) then
+      bad(("a number between %s and %s, or \"auto\""):format(spec.min, spec.max))
+    end
+  elseif kind == "auto_invisible" then
+    check_auto(v, bad)
   elseif kind == "strings" then
     if type(v) ~= "table" then bad("an array of strings") end
     for _, s in ipairs(v) do
@@ -201,11 +234,23 @@ end
 function _M.consumer_options(opts)
   local where = "mqlease.consumer"
   local o = _M.check(where, _M.consumer, opts)
-  if o.renew_every and o.renew_every >= o.invisible then
-    relation_error(where, ("option 'renew_every' (%s) must be less than 'invisible' (%s)"):format(o.renew_every, o.invisible))
+  -- with "auto" the smallest and largest value stand in for invisible
+  local shortest, longest, what = o.invisible, o.invisible, "'invisible'"
+  if o.invisible == "auto" then
+    local a = {}
+    for k, f in pairs(AUTO_FIELDS) do a[k] = (o.auto_invisible or {})[k] or f.default end
+    o.auto_invisible = a
+    shortest, longest = a.min, a.max
+  elseif o.auto_invisible then
+    relation_error(where, ("option 'auto_invisible' needs 'invisible' = \"auto\" (got %s)"):format(describe(o.invisible)))
   end
-  if o.max_lease < o.invisible then
-    relation_error(where, ("option 'max_lease' (%s) must be at least 'invisible' (%s)"):format(o.max_lease, o.invisible))
+  if o.renew_every and o.renew_every >= shortest then
+    if o.invisible == "auto" then what = "'auto_invisible.min'" end
+    relation_error(where, ("option 'renew_every' (%s) must be less than %s (%s)"):format(o.renew_every, what, shortest))
+  end
+  if o.max_lease < longest then
+    if o.invisible == "auto" then what = "'auto_invisible.max'" end
+    relation_error(where, ("option 'max_lease' (%s) must be at least %s (%s)"):format(o.max_lease, what, longest))
   end
   if o.credentials then
     local cr = o.credentials

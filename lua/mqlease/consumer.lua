@@ -220,7 +220,15 @@ function _M.new(opts)
   local args = config.client_core("mqlease.consumer", o)
   args.group, args.topic, args.filter = o.group, o.topic, o.filter
   args.filter_sql = o.filter_type == "sql"
-  args.invisible_ms = floor(o.invisible * 1000)
+  if o.invisible == "auto" then
+    local a = o.auto_invisible
+    args.invisible_auto = true
+    args.invisible_ms = floor(a.start * 1000)   -- the core clamps it to the bounds
+    args.auto_min_ms, args.auto_max_ms = floor(a.min * 1000), floor(a.max * 1000)
+    args.auto_margin_pct = floor(a.margin * 100 + 0.5)
+  else
+    args.invisible_ms = floor(o.invisible * 1000)
+  end
   args.renew = o.renew
   args.renew_every_ms = o.renew_every and floor(o.renew_every * 1000) or 0
   args.max_renewals = o.max_renewals or -1

@@ -43,7 +43,7 @@ local BY_REASON = {
     "Messages forwarded to the group's dead-letter queue, by reason.", "dead_lettered" },
 }
 
-local SESSION_STATES = { "starting", "ready", "failed", "closing" }
+local SESSION_STATES = { "starting", "ready", "reconnecting", "failed", "closing" }
 
 local HISTOGRAMS = {
   { "mqlease_renew_latency_seconds", "Time from sending a renewal to its reply.", "renew_latency" },
@@ -92,6 +92,11 @@ function _M.text(c, labels)
   line("# HELP mqlease_inflight_leases Leases held right now.")
   line("# TYPE mqlease_inflight_leases gauge")
   line(format("mqlease_inflight_leases%s %s", label(nil, base), num(m.inflight or 0)))
+  if m.invisible_seconds then
+    line("# HELP mqlease_invisible_seconds The invisible duration the next receive and renewal ask for (moves with invisible = \"auto\").")
+    line("# TYPE mqlease_invisible_seconds gauge")
+    line(format("mqlease_invisible_seconds%s %s", label(nil, base), num(m.invisible_seconds)))
+  end
   line("# HELP mqlease_session_state The session's state: 1 for the one it is in.")
   line("# TYPE mqlease_session_state gauge")
   for _, st in ipairs(SESSION_STATES) do

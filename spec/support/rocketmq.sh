@@ -7,10 +7,13 @@
 #   rocketmq.sh start                  start namesrv + proxy/broker (or reuse a running one);
 #                                      returns once the broker is registered with namesrv
 #   rocketmq.sh stop                   stop only what `start` started
-#   rocketmq.sh restart-proxy          start our proxy JVM again after it died, keeping namesrv
-#                                      and the store (for chaos specs that kill it)
+#   rocketmq.sh restart-proxy [N]      start our proxy JVM (cluster mode: proxy N, 1 or 2) again
+#                                      after it died, keeping namesrv and the store (for chaos
+#                                      specs that kill it)
+#   rocketmq.sh kill-proxy N           cluster mode: SIGKILL proxy N (1 or 2) and wait until it is gone
 #   rocketmq.sh status                 exit 0 if the gRPC port answers
-#   rocketmq.sh env                    print MQLEASE_ENDPOINTS=... lines
+#   rocketmq.sh env                    print MQLEASE_ENDPOINTS=... lines (cluster mode: both
+#                                      proxies, "a:p;b:p")
 #   rocketmq.sh topics NAME[:TYPE]... [--group G] [--orderly-group G]
 #                                      create topics (4r/4w queues, TYPE default NORMAL;
 #                                      FIFO|DELAY|TRANSACTION) and consumer groups, in one
@@ -31,6 +34,12 @@
 #                                  mqlease-admin / mqlease-admin-secret (admin) and
 #                                  mqlease-readonly / mqlease-readonly-secret (SUB on every
 #                                  topic and group, no PUB). Use it on an instance of your own.
+#   MQLEASE_CLUSTER        0       1: cluster mode, as RocketMQ is deployed for real: namesrv, one
+#                                  broker JVM (BrokerStartup) and TWO proxy JVMs (ProxyStartup
+#                                  -pm cluster) that reach the broker through namesrv. Proxy 1
+#                                  serves gRPC on MQLEASE_GRPC_PORT, proxy 2 on MQLEASE_GRPC_PORT2
+#                                  (default GRPC_PORT+2; remoting MQLEASE_REMOTING_PORT2, default
+#                                  REMOTING_PORT+2). Use it on an instance of your own.
 # Ports are deliberately not RocketMQ's defaults (9876/10911/8081/8080) so a developer's own
 # RocketMQ keeps working next to the tests. namesrv and the broker bind 127.0.0.1; the gRPC,
 # proxy-remoting and HA ports bind the wildcard (RocketMQ 5.2.0 has no setting for them).
@@ -50,6 +59,11 @@ HOST=127.0.0.1
 BOOT_TIMEOUT=${MQLEASE_BOOT_TIMEOUT:-120}  # s per JVM; typically a few s, more on a loaded CI box
 STOP_GRACE=${MQLEASE_STOP_GRACE:-15}  # seconds between SIGTERM and SIGKILL
 ACL=${MQLEASE_ACL:-0}
+CLUSTER=${MQLEASE_CLUSTER:-0}
+GRPC_PORT2=${MQLEASE_GRPC_PORT2:-$((GRPC_PORT + 2))}
+REMOTING_PORT2=${MQLEASE_REMOTING_PORT2:-$((REMOTING_PORT + 2))}
+# JVMs of this run dir, in the order they are stopped (proxies before the broker before namesrv)
+if [[ $CLUSTER == 1 ]]; then JVMS=(proxy1 proxy2 broker namesrv); else JVMS=(proxy namesrv); fi
 ACL_JSON=''
 
 # JDK 17 flags: the store casts mmapped buffers to sun.nio.ch.DirectBuffer on shutdown and on
@@ -212,6 +226,27 @@ EOF
 EOF
 }
 
+# Cluster mode: proxy N's config. Routes a cluster-mode proxy returns name the address the
+# client asked with, on the proxy's own gRPC port (RouteActivity.convertToAddressList), so each
+# client stays on the proxy it dialed. The broker is found through namesrv, also for a receipt
+# handle taken through the other proxy (the handle names its broker).
+write_cluster_proxy_config() {
+  local n=$1 grpc=$2 remoting=$3
+  cat >"$RUN/rmq-proxy$n.json" <<EOF
+{
+  "rocketMQClusterName": "DefaultCluster",
+  "proxyMode": "cluster",
+  "proxyName": "mqlease-proxy-$n",
+  "namesrvAddr": "$HOST:$NS_PORT",
+  "grpcServerPort": $grpc,
+  "remotingListenPort": $remoting,
+  "localServeAddr": "$HOST",
+  "topicRouteServiceCacheRefreshSeconds": 2,
+  "grpcShutdownTimeSeconds": 3$ACL_JSON
+}
+EOF
+}
+
 # ACL 1.0 as RocketMQ 5.2.0 has it: the proxy's AuthenticationInterceptor runs the plain
 # validator (PlainAccessValidator, accounts from $ROCKETMQ_HOME/conf/plain_acl.yml) on every
 # gRPC call when enableACL is true. The embedded broker keeps aclEnable=false: in local mode
@@ -243,12 +278,14 @@ cmd_start() {
     return 0
   fi
   # A half-up instance of ours (e.g. the proxy crashed) is useless: restart from scratch.
-  if our_pid proxy >/dev/null || our_pid namesrv >/dev/null; then
+  if any_ours; then
     log "our previous instance in $RUN is only partly running; restarting it"
     stop_ours
   fi
   local p
-  for p in "$NS_PORT" "$BROKER_PORT" $((BROKER_PORT - 2)) $((BROKER_PORT + 1)) "$GRPC_PORT" "$REMOTING_PORT"; do
+  local ports=("$NS_PORT" "$BROKER_PORT" $((BROKER_PORT - 2)) $((BROKER_PORT + 1)) "$GRPC_PORT" "$REMOTING_PORT")
+  [[ $CLUSTER != 1 ]] || ports+=("$GRPC_PORT2" "$REMOTING_PORT2")
+  for p in "${ports[@]}"; do
     ! port_open "$p" || die "port $HOST:$p is already in use by a process this script did not start;
   stop it or choose other ports (MQLEASE_NAMESRV_PORT, MQLEASE_BROKER_PORT [uses PORT-2..PORT+1], MQLEASE_GRPC_PORT, MQLEASE_REMOTING_PORT)"
   done
@@ -258,6 +295,7 @@ cmd_start() {
   # and old messages/offsets that would leak into the specs.
   rm -rf "$RUN/store" "$RUN/home" "$RUN/conf" "$RUN"/*.out "$RUN"/*.pid
   mkdir -p "$RUN/store" "$RUN/home/namesrv" "$RUN/home/proxy" "$RUN/home/tools" "$RUN/conf"
+  mkdir -p "$RUN/home/broker" "$RUN/home/proxy1" "$RUN/home/proxy2"
   # 5.2.0's proxy always instantiates the plain ACL validator, which insists on
   # $ROCKETMQ_HOME/conf/plain_acl.yml existing (AclException otherwise). An empty file means
   # no ACL data; ACL stays disabled (enableACL/aclEnable default to false).
@@ -276,8 +314,48 @@ cmd_start() {
     -cp "$LIB/*" "$SCRIPT_DIR/rocketmq/LoopbackNamesrv.java" -c "$RUN/namesrv.conf"
   wait_for namesrv "$RUN/namesrv.out" "The Name Server boot success"
   # Started after namesrv, which the broker registers with.
+  if [[ $CLUSTER == 1 ]]; then
+    start_cluster
+    log "started RocketMQ $ROCKETMQ_VERSION in cluster mode in $(elapsed "$t0")s: namesrv $HOST:$NS_PORT (pid $(our_pid namesrv)), broker $HOST:$BROKER_PORT (pid $(our_pid broker)), gRPC proxies $HOST:$GRPC_PORT (pid $(our_pid proxy1)) and $HOST:$GRPC_PORT2 (pid $(our_pid proxy2)); run dir $RUN"
+    return 0
+  fi
   start_proxy
   log "started RocketMQ $ROCKETMQ_VERSION in $(elapsed "$t0")s: namesrv $HOST:$NS_PORT (pid $(our_pid namesrv)), broker $HOST:$BROKER_PORT + gRPC proxy $HOST:$GRPC_PORT (pid $(our_pid proxy)); run dir $RUN"
+}
+
+# Cluster mode: the broker JVM, then both proxies at once (each boots in seconds and they do not
+# need each other). Small heaps: the test box has 2 cores and other JVMs.
+start_cluster() {
+  write_cluster_proxy_config 1 "$GRPC_PORT" "$REMOTING_PORT"
+  write_cluster_proxy_config 2 "$GRPC_PORT2" "$REMOTING_PORT2"
+  launch broker "$RUN/broker.out" java "${JOPT[@]}" -Xms128m -Xmx384m -XX:MaxDirectMemorySize=256m \
+    "$(marker broker)" -Duser.home="$RUN/home/broker" -Drmq.logback.configurationFile=rmq.broker.logback.xml \
+    -cp "$LIB/*" org.apache.rocketmq.broker.BrokerStartup -c "$RUN/broker.conf" -n "$HOST:$NS_PORT"
+  wait_for broker "$RUN/broker.out" "boot success"
+  launch_cluster_proxy 1
+  launch_cluster_proxy 2
+  wait_for proxy1 "$RUN/proxy1.out" "rocketmq-proxy startup successfully"
+  wait_for proxy2 "$RUN/proxy2.out" "rocketmq-proxy startup successfully"
+  # as in local mode: make the broker register with namesrv now, not in 10 s
+  if ! admin_java >"$RUN/register.out" 2>&1; then
+    echo "rocketmq: error: the broker did not register with namesrv:" >&2
+    cat "$RUN/register.out" >&2
+    stop_ours >&2
+    exit 1
+  fi
+}
+
+launch_cluster_proxy() {
+  local n=$1
+  launch "proxy$n" "$RUN/proxy$n.out" java "${JOPT[@]}" -Xms64m -Xmx256m -XX:MaxDirectMemorySize=128m \
+    "$(marker "proxy$n")" -Duser.home="$RUN/home/proxy$n" -Drmq.logback.configurationFile=rmq.proxy.logback.xml \
+    -cp "$LIB/*" org.apache.rocketmq.proxy.ProxyStartup -pm cluster -pc "$RUN/rmq-proxy$n.json"
+}
+
+any_ours() {
+  local name
+  for name in "${JVMS[@]}"; do our_pid "$name" >/dev/null && return 0; done
+  return 1
 }
 
 # The proxy JVM (with the broker inside), on the configs and the store already in $RUN.
@@ -303,17 +381,41 @@ start_proxy() {
 # keeping namesrv and the store: the broker recovers its commit log, topics, groups and
 # offsets from $RUN/store (an `abort` file left by a kill means the slower abnormal recovery).
 cmd_restart_proxy() {
+  local name=proxy n=${1:-1}
+  if [[ $CLUSTER == 1 ]]; then
+    [[ $n == 1 || $n == 2 ]] || die "restart-proxy: N must be 1 or 2"
+    name=proxy$n
+  fi
   lock
   our_pid namesrv >/dev/null || die "restart-proxy: no namesrv of ours runs in $RUN; use start"
   local t0=$EPOCHREALTIME deadline=$((SECONDS + 10))
   # a JVM just sent SIGKILL may take a moment to go
-  while our_pid proxy >/dev/null && ((SECONDS < deadline)); do sleep 0.1; done
-  ! our_pid proxy >/dev/null || die "restart-proxy: the proxy (pid $(our_pid proxy)) is still running"
+  while our_pid "$name" >/dev/null && ((SECONDS < deadline)); do sleep 0.1; done
+  ! our_pid "$name" >/dev/null || die "restart-proxy: $name (pid $(our_pid "$name")) is still running"
   # launch waits for a fresh pid file: the dead JVM's must go first
-  rm -f "$(pid_file proxy)"
+  rm -f "$(pid_file "$name")"
   export ROCKETMQ_HOME=$RUN
+  if [[ $CLUSTER == 1 ]]; then
+    # the broker and its store live on in their own JVM; only the proxy comes back
+    launch_cluster_proxy "$n"
+    wait_for "$name" "$RUN/$name.out" "rocketmq-proxy startup successfully"
+    log "restarted $name in $(elapsed "$t0")s (pid $(our_pid "$name"))"
+    return 0
+  fi
   start_proxy
   log "restarted the proxy in $(elapsed "$t0")s (pid $(our_pid proxy)); store $RUN/store kept"
+}
+
+# kill-proxy N (cluster mode): SIGKILL, as a crashed host would; returns once it is gone.
+cmd_kill_proxy() {
+  [[ $CLUSTER == 1 ]] || die "kill-proxy: only in cluster mode (MQLEASE_CLUSTER=1)"
+  local n=${1:-} pid deadline=$((SECONDS + 10))
+  [[ $n == 1 || $n == 2 ]] || die "kill-proxy: N must be 1 or 2"
+  pid=$(our_pid "proxy$n") || die "kill-proxy: proxy$n of $RUN is not running"
+  kill -KILL "$pid"
+  while our_pid "proxy$n" >/dev/null && ((SECONDS < deadline)); do sleep 0.1; done
+  ! our_pid "proxy$n" >/dev/null || die "kill-proxy: proxy$n (pid $pid) survived SIGKILL"
+  log "killed proxy$n (pid $pid)"
 }
 
 # Stop our JVMs: SIGTERM both (proxy first; shutdown hooks flush the store and unregister the
@@ -323,14 +425,14 @@ cmd_restart_proxy() {
 stop_ours() {
   local name pid deadline t0=$EPOCHREALTIME
   local -A pids=()
-  for name in proxy namesrv; do
+  for name in "${JVMS[@]}"; do
     if pid=$(our_pid "$name"); then
       pids[$name]=$pid
       kill -TERM "$pid" 2>/dev/null || true
     fi
   done
   if ((${#pids[@]} == 0)); then
-    rm -f "$(pid_file proxy)" "$(pid_file namesrv)"
+    for name in "${JVMS[@]}"; do rm -f "$(pid_file "$name")"; done
     log "nothing of ours is running (run dir $RUN)"
     return 0
   fi
@@ -348,8 +450,8 @@ stop_ours() {
   for name in "${!pids[@]}"; do
     ! our_pid "$name" >/dev/null || die "$name (pid ${pids[$name]}) survived SIGKILL"
   done
-  rm -f "$(pid_file proxy)" "$(pid_file namesrv)"
-  log "stopped $(for name in proxy namesrv; do [[ -n ${pids[$name]:-} ]] && printf '%s (pid %s) ' "$name" "${pids[$name]}"; done)in $(elapsed "$t0")s"
+  for name in "${JVMS[@]}"; do rm -f "$(pid_file "$name")"; done
+  log "stopped $(for name in "${JVMS[@]}"; do [[ -n ${pids[$name]:-} ]] && printf '%s (pid %s) ' "$name" "${pids[$name]}"; done)in $(elapsed "$t0")s"
 }
 
 cmd_stop() { lock; stop_ours; }
@@ -362,8 +464,10 @@ cmd_status() {
 }
 
 cmd_env() {
+  local endpoints=$HOST:$GRPC_PORT
+  [[ $CLUSTER != 1 ]] || endpoints="$endpoints;$HOST:$GRPC_PORT2"
   cat <<EOF
-MQLEASE_ENDPOINTS=$HOST:$GRPC_PORT
+MQLEASE_ENDPOINTS=$endpoints
 MQLEASE_NAMESRV=$HOST:$NS_PORT
 MQLEASE_BROKER=$HOST:$BROKER_PORT
 MQLEASE_ROCKETMQ_VERSION=$ROCKETMQ_VERSION
@@ -412,7 +516,8 @@ cmd=${1:-}
 case $cmd in
   fetch) cmd_fetch ;;
   start) cmd_start ;;
-  restart-proxy) cmd_restart_proxy ;;
+  restart-proxy) cmd_restart_proxy "$@" ;;
+  kill-proxy) cmd_kill_proxy "$@" ;;
   stop) cmd_stop ;;
   status) cmd_status ;;
   env) cmd_env ;;

@@ -53,5 +53,6 @@ fi
 # One closing line for everything that ran.
 awk '/^busted: [0-9]+ passed/ { p += $2; f += $4; s += $6 }
      END { printf "\nall specs: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"
+echo "specs: $(( $(date +%s) - t0 )) s from the servers' start to the last spec"
 rm -f "$log"
 exit $status

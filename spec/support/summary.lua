@@ -1,13 +1,30 @@
--- A busted output handler: busted's own terminal output, then one closing line
--- "busted: N passed, N failed, N skipped" that CI recognises.
+-- A busted output handler: busted's own terminal output, then the seconds each
+-- spec file took (slowest first, to keep the suite's total in check) and one
+-- closing line "busted: N passed, N failed, N skipped" that CI recognises.
 return function(options)
   local busted = require "busted"
   local handler = require "busted.outputHandlers.utfTerminal"(options)
   local passed, failed, skipped = 0, 0, 0
+  local files, started = {}, {}
+  local clock = function()
+    local ok, socket = pcall(require, "socket")
+    if ok and socket.gettime then return socket.gettime() end
+    return os.time()
+  end
   busted.subscribe({ "test", "end" }, function(_, _, status)
     if status == "success" then passed = passed + 1
     elseif status == "pending" then skipped = skipped + 1
     else failed = failed + 1 end
+    return nil, true
+  end)
+  busted.subscribe({ "file", "start" }, function(file)
+    started[file.name] = clock()
+    return nil, true
+  end)
+  busted.subscribe({ "file", "end" }, function(file)
+    if started[file.name] then
+      files[#files + 1] = { name = file.name, seconds = clock() - started[file.name] }
+    end
     return nil, true
   end)
   -- errors outside a test (a failing setup, a file that does not load) fail the run too;
@@ -17,6 +34,11 @@ return function(options)
     return nil, true
   end)
   busted.subscribe({ "suite", "end" }, function()
+    table.sort(files, function(a, b) return a.seconds > b.seconds end)
+    if #files > 1 then
+      io.write("\nseconds per spec file:\n")
+      for _, f in ipairs(files) do io.write(("  %7.1f  %s\n"):format(f.seconds, f.name)) end
+    end
     io.write(("\nbusted: %d passed, %d failed, %d skipped\n"):format(passed, failed, skipped))
     io.flush()
     return nil, true

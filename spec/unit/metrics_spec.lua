@@ -41,7 +41,7 @@ end
 describe("mqlease.metrics.text", function()
   local raw = {
     received = 7, acks_ok = 5, acks_fail = 1, renew_success = 12, renew_uncertain = 2,
-    leases_dropped = 1, inflight = 3, session_state = "ready",
+    leases_dropped = 1, inflight = 3, session_state = "ready", invisible_seconds = 12.5,
     errors = { { op = "ack", code = "INVALID_RECEIPT_HANDLE", n = 1 }, { op = "renew", code = 'we"ird', n = 2 } },
     renew_latency = hist({ 1, 2, 0, 1 }, 3.2),
   }
@@ -61,6 +61,7 @@ describe("mqlease.metrics.text", function()
     assert.equal(2, value_of(samples, "mqlease_lease_renew_total", '{result="uncertain"}'))
     assert.equal(1, value_of(samples, "mqlease_leases_dropped_total"))
     assert.equal(3, value_of(samples, "mqlease_inflight_leases"))
+    assert.equal(12.5, value_of(samples, "mqlease_invisible_seconds"))
     assert.equal(2, value_of(samples, "mqlease_errors_total", '{op="renew",code="we\\"ird"}'))
     assert.equal(1, value_of(samples, "mqlease_session_state", '{state="ready"}'))
   end)

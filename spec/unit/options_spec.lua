@@ -1,6 +1,7 @@
 -- Wrong options raise an error naming the option, before anything connects:
 -- no server is needed (the endpoint below is never dialled).
 local mqlease = require "mqlease"
+local config = require "mqlease.config"
 
 local function raises(pattern, fn)
   local ok, err = pcall(fn)
@@ -31,8 +32,8 @@ describe("consumer options", function()
   end)
 
   it("names an option out of range, with the range", function()
-    raises("option 'invisible' must be a number between 10 and 43200", function()
-      mqlease.consumer(base { invisible = 5 })
+    raises("option 'invisible' must be a number between 1 and 43200, or \"auto\"", function()
+      mqlease.consumer(base { invisible = 0.5 })
     end)
     raises("option 'batch' must be a number between 1 and 32", function() mqlease.consumer(base { batch = 64 }) end)
     raises("option 'on_budget' must be one of \"expire\", \"nack\"", function()
@@ -47,6 +48,39 @@ describe("consumer options", function()
     raises("'max_lease' %(20%) must be at least 'invisible' %(30%)", function()
       mqlease.consumer(base { invisible = 30, max_lease = 20 })
     end)
+  end)
+
+  it("takes invisible = \"auto\" with bounds, and names a bad bound", function()
+    raises("option 'invisible' must be a number between 1 and 43200, or \"auto\"", function()
+      mqlease.consumer(base { invisible = "automatic" })
+    end)
+    raises("option 'auto_invisible' must be a table {min=, max=, margin=, start=}", function()
+      mqlease.consumer(base { invisible = "auto", auto_invisible = 60 })
+    end)
+    raises("option 'auto_invisible' must be a table whose field 'margin' is a number between 1 and 100", function()
+      mqlease.consumer(base { invisible = "auto", auto_invisible = { margin = 0.5 } })
+    end)
+    raises("option 'auto_invisible' must be a table with only min, max, margin, start %(unknown field 'p99'%)", function()
+      mqlease.consumer(base { invisible = "auto", auto_invisible = { p99 = 3 } })
+    end)
+    raises("option 'auto_invisible' must be a table whose 'min' is at most its 'max'", function()
+      mqlease.consumer(base { invisible = "auto", auto_invisible = { min = 120, max = 60 } })
+    end)
+    raises("option 'auto_invisible' needs 'invisible' = \"auto\" %(got 30%)", function()
+      mqlease.consumer(base { invisible = 30, auto_invisible = { min = 10 } })
+    end)
+    raises("'renew_every' %(15%) must be less than 'auto_invisible.min' %(10%)", function()
+      mqlease.consumer(base { invisible = "auto", renew_every = 15 })
+    end)
+    raises("'max_lease' %(300%) must be at least 'auto_invisible.max' %(600%)", function()
+      mqlease.consumer(base { invisible = "auto", max_lease = 300 })
+    end)
+  end)
+
+  it("fills the bounds of invisible = \"auto\" it was not given", function()
+    local o = config.consumer_options { endpoints = "127.0.0.1:1", group = "g", topic = "t",
+      invisible = "auto", auto_invisible = { max = 120 } }
+    assert.same({ min = 10, max = 120, margin = 2, start = 30 }, o.auto_invisible)
   end)
 
   it("rejects a malformed group or topic name", function()

@@ -134,11 +134,39 @@ static int tag_matches(const char *filter, const char *tag) {
     return 0;
 }
 
+static int settled(const dv_view *v) { return v->state == DV_ACKED || v->state == DV_DEAD; }
+
+/* The first view at or after i that is not settled, or n. A settled view
+ * never becomes ready again, so the walk can follow skip links and then point
+ * every link it followed at where it ended (path compression, as in a
+ * union-find): over a run each settled view is passed a few times, not once
+ * per receive, while an unsettled one -- in flight, waiting for its delivery
+ * time -- is never passed over, so an expired lease is found again. */
+static size_t next_unsettled(dv_store *s, dv_group *g, size_t n, size_t i) {
+    size_t end = i, next;
+    while (end < n && settled(&g->views[end])) {
+        end = g->views[end].skip ? g->views[end].skip : end + 1;
+        s->examined++;
+    }
+    while (i < end) {
+        next = g->views[i].skip ? g->views[i].skip : i + 1;
+        g->views[i].skip = end;
+        i = next;
+    }
+    return end;
+}
+
 size_t dv_pop(dv_store *s, dv_topic *t, const char *group, const char *filter, size_t batch,
               int64_t invisible_ms, int64_t now_ms, size_t *out) {
     size_t i, n = 0;
-    for (i = 0; i < t->n && n < batch; i++) {
-        dv_view *v = dv_view_of(t, group, i);
+    dv_group *g;
+    if (t->n == 0) return 0;
+    dv_view_of(t, group, t->n - 1);   /* every view exists: g->views stays put below */
+    g = group_of(t, group, NULL);
+    for (i = next_unsettled(s, g, t->n, 0); i < t->n && n < batch;
+         i = next_unsettled(s, g, t->n, i + 1)) {
+        dv_view *v = &g->views[i];
+        s->examined++;
         if (v->state == DV_INFLIGHT && v->visible_at <= now_ms) v->state = DV_READY;
         if (v->state != DV_READY || t->msgs[i].deliver_ms > now_ms) continue;
         if (!tag_matches(filter, t->msgs[i].tag)) {

@@ -28,6 +28,8 @@ typedef struct dv_view {       /* one group's view of one message */
     uint64_t token;            /* the current handle's token */
     int64_t visible_at;        /* wall ms when an in-flight message becomes ready */
     int changes;               /* successful ChangeInvisibleDuration calls */
+    size_t skip;               /* settled (acked, dead): a later index with no unsettled
+                                * view between; 0 until set, meaning the next one */
 } dv_view;
 
 typedef struct dv_message {
@@ -60,6 +62,7 @@ typedef struct dv_store {
     size_t ntopics;
     uint64_t next_token;
     uint64_t next_id;
+    uint64_t examined;         /* views a pop looked at, all pops: the test of its cost */
 } dv_store;
 
 void dv_store_init(dv_store *s);

@@ -5,7 +5,6 @@
 -- so one peek never shows a message twice.
 
 local mqlease = require "mqlease"
-local config = require "mqlease.config"
 local options = require "mqlease.cli.options"
 
 local tostring, pairs, ipairs, math_min = tostring, pairs, ipairs, math.min
@@ -45,7 +44,7 @@ end
 function _M.main(opts)
   local consumer, err, code = mqlease.consumer {
     endpoints = opts.endpoints, namespace = opts.namespace, group = opts.group, topic = opts.topic,
-    invisible = config.consumer.invisible.min,   -- if we die, they come back soon
+    invisible = 10,   -- the proxy's least by default: if we die, they come back soon
   }
   if not consumer then
     io.stderr:write(("mqlease peek: cannot start the consumer: %s (%s)\n"):format(tostring(err), tostring(code)))
