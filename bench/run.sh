@@ -75,14 +75,20 @@ lease_row() { # n invisible hold spin run
   lua5.4 bench/lease.lua load "$DV" "$topic" "$n" >/dev/null
   echo "lease {\"row\":\"$n/$spin\",\"run\":$run,$(lua5.4 bench/lease.lua hold "$DV" "$topic" "$n" "$inv" "$hold" "$spin" | sed 's/^{//')" >>"$lease_results"
 }
-part_lease() {
+# start_devbroker [ARGS...]: a dev broker on free loopback ports; sets DV_PID, DV
+# (its gRPC address) and DV_CONTROL (its control port).
+start_devbroker() {
+local dv_log
 dv_log=$(mktemp)
-build/mqlease-devbroker --listen 127.0.0.1:0 --control 127.0.0.1:0 >"$dv_log" 2>&1 &
+build/mqlease-devbroker --listen 127.0.0.1:0 --control 127.0.0.1:0 "$@" >"$dv_log" 2>&1 &
 DV_PID=$!
 for _ in $(seq 100); do grep -q listening "$dv_log" && break; sleep 0.05; done
 DV=127.0.0.1:$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\) .*/\1/p' "$dv_log")
 DV_CONTROL=$(sed -n 's/.* control 127.0.0.1:\([0-9]*\).*/\1/p' "$dv_log")
 rm -f "$dv_log"
+}
+part_lease() {
+start_devbroker
 for run in $(seq "$RUNS"); do
   for n in $LEASES; do
     # hold: the window after the first renewal, two renewal periods (2 x invisible / 3)
@@ -108,15 +114,9 @@ if part lease; then part_lease; fi
 part_replay() {
 local produce=${REPLAY_PRODUCE:-20} rate=${REPLAY_RATE:-380} dir s run pid pids
 [[ $QUICK == 1 ]] && { produce=${REPLAY_PRODUCE:-6}; export REPLAY_DRAIN=${REPLAY_DRAIN:-12}; }
-dv_log=$(mktemp)
 dir=$(mktemp -d)
 # windows down to 1 s: the replay runs at a tenth of the incident's time
-build/mqlease-devbroker --listen 127.0.0.1:0 --control 127.0.0.1:0 --min-invisible-ms 1000 >"$dv_log" 2>&1 &
-DV_PID=$!
-for _ in $(seq 100); do grep -q listening "$dv_log" && break; sleep 0.05; done
-DV=127.0.0.1:$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\) .*/\1/p' "$dv_log")
-DV_CONTROL=$(sed -n 's/.* control 127.0.0.1:\([0-9]*\).*/\1/p' "$dv_log")
-rm -f "$dv_log"
+start_devbroker --min-invisible-ms 1000
 for run in $(seq "$RUNS"); do
   pids=()
   for s in a b c d; do

@@ -26,14 +26,7 @@ local function timed(fn)
   return mqlease.now() - t0, table.unpack(r, 1, r.n)
 end
 
--- A process that has exited (or is a zombie) counts as gone.
-local function alive(pid)
-  local f = io.open(("/proc/%d/stat"):format(pid))
-  if not f then return false end
-  local stat = f:read("a")
-  f:close()
-  return stat:match("^%d+ %b() (%a)") ~= "Z"
-end
+local alive = env.alive
 
 local function signal(pid, sig)
   os.execute(("kill -%s %d 2>/dev/null"):format(sig, pid))
@@ -179,14 +172,7 @@ local function spawn(cmd, out)
   return tonumber(env.sh(("%s >>%s 2>&1 & echo $!"):format(cmd, out)):match("%d+"))
 end
 
--- SIGTERM, up to `patience` seconds, then SIGKILL.
-local function stop_pid(pid, patience)
-  if not pid or not alive(pid) then return end
-  signal(pid, "TERM")
-  local deadline = mqlease.now() + (patience or 5)
-  while alive(pid) and mqlease.now() < deadline do mqlease.sleep(0.1) end
-  if alive(pid) then signal(pid, "KILL") end
-end
+local stop_pid = env.stop_pid
 
 -- A private redis-server with every write on disk before its reply (AOF, fsync
 -- always), so what it acknowledged survives kill -9.

@@ -17,21 +17,9 @@ local RMQ = ("MQLEASE_CLUSTER=1 MQLEASE_RUN=%s MQLEASE_GRPC_PORT=%d MQLEASE_GRPC
   "MQLEASE_BROKER_PORT=20681 MQLEASE_STOP_GRACE=5 "):format(RUN, GRPC1, GRPC2)
 local function rmq(args) return env.sh(RMQ .. "bash spec/support/rocketmq.sh " .. args) end
 
-local function alive(pid)
-  local f = io.open(("/proc/%d/stat"):format(pid))
-  if not f then return false end
-  local stat = f:read("a")
-  f:close()
-  return stat:match("^%d+ %b() (%a)") ~= "Z"
-end
+local alive = env.alive
 
-local function stop_pid(pid, patience)
-  if not pid or not alive(pid) then return end
-  os.execute(("kill -TERM %d 2>/dev/null"):format(pid))
-  local deadline = mqlease.now() + (patience or 5)
-  while alive(pid) and mqlease.now() < deadline do mqlease.sleep(0.1) end
-  if alive(pid) then os.execute(("kill -KILL %d 2>/dev/null"):format(pid)) end
-end
+local stop_pid = env.stop_pid
 
 -- spec/support/chaos_worker.lua on both proxies; vars are its CW_* settings.
 local function start_worker(group, topic, logfile, vars)

@@ -28,12 +28,7 @@ local function exists(path)
   return f ~= nil
 end
 
--- A process that has exited but waits to be reaped counts as gone.
-local function alive(pid)
-  if not pid then return false end
-  local state = env.read("/proc/" .. pid .. "/stat"):match("^%d+ %b() (%a)")
-  return state ~= nil and state ~= "Z"
-end
+local alive = env.alive
 
 -- ------------------------------------------------------------ nginx control
 

@@ -14,16 +14,7 @@ local function start_worker(group, topic, logfile, mode, grace)
   return tonumber(out:match("%d+"))
 end
 
--- A process that has exited but not been reaped yet (a zombie: its parent
--- was the shell that started it, and init reaps it when it gets to it) counts
--- as gone.
-local function alive(pid)
-  local f = io.open(("/proc/%d/stat"):format(pid))
-  if not f then return false end
-  local stat = f:read("a")
-  f:close()
-  return stat:match("^%d+ %b() (%a)") ~= "Z"
-end
+local alive = env.alive
 
 
 describe("mqlease shutdown", function()

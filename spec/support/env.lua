@@ -107,4 +107,21 @@ function _M.sh(cmd)
   return out
 end
 
+-- Whether process pid runs: one that has exited but waits to be reaped (a
+-- zombie) counts as gone.
+function _M.alive(pid)
+  if not pid then return false end
+  local state = _M.read("/proc/" .. pid .. "/stat"):match("^%d+ %b() (%a)")
+  return state ~= nil and state ~= "Z"
+end
+
+-- SIGTERM, up to `patience` seconds (default 5) for the exit, then SIGKILL.
+function _M.stop_pid(pid, patience)
+  if not _M.alive(pid) then return end
+  os.execute(("kill -TERM %d 2>/dev/null"):format(pid))
+  local deadline = mqlease.now() + (patience or 5)
+  while _M.alive(pid) and mqlease.now() < deadline do mqlease.sleep(0.1) end
+  if _M.alive(pid) then os.execute(("kill -KILL %d 2>/dev/null"):format(pid)) end
+end
+
 return _M
