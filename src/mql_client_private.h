@@ -103,6 +103,7 @@ struct mql_client {
     mql_call *telemetry;
     int64_t telemetry_retry_at; /* 0: not scheduled */
     int reconnecting;           /* a started session lost its Telemetry stream */
+    int64_t settings_due_at;    /* 0: none; a reconnect's stream must bring our settings back by then */
     mql_backoff reconnect;      /* waits between reconnection attempts */
     int64_t heartbeat_at;       /* 0: not scheduled */
     int stopping;               /* set once by close: no call starts from then on */

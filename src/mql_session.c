@@ -398,6 +398,10 @@ static void telemetry_open(mql_client *c) {
         return;
     }
     telemetry_send_settings(c);
+    /* a stream has no deadline, so the answer to a reconnect's settings gets
+     * one: a proxy that holds the stream and never answers is given up like a
+     * dead one (the start has start_timeout for the same) */
+    if (c->reconnecting) c->settings_due_at = mql_now_ms() + c->request_timeout_ms;
 }
 
 /* The frame is read by mql_telemetry_decode (mql_inbound.h), which the fuzzer drives too. */
@@ -422,6 +426,7 @@ void mql_session_on_telemetry_message(mql_client *c, grpc_byte_buffer *reply) {
         /* the proxy we reconnected to has our settings: heartbeat at once so
          * it knows our group before the next receive */
         c->reconnecting = 0;
+        c->settings_due_at = 0;
         c->heartbeat_at = mql_now_ms();
         mql_backoff_reset(&c->reconnect);
     }
@@ -430,6 +435,7 @@ void mql_session_on_telemetry_message(mql_client *c, grpc_byte_buffer *reply) {
 void mql_session_on_telemetry_done(mql_client *c, mql_call *call) {
     mql_result r;
     c->telemetry = NULL;
+    c->settings_due_at = 0;
     mql_call_result(call, NULL, &r);
     if (r.ok) mql_result_fail(&r, "UNAVAILABLE", "Telemetry: the server closed the stream");
     fail_start(c, &r);
@@ -514,13 +520,24 @@ static void reconnect_now(mql_client *c) {
     telemetry_open(c);
 }
 
+/* A reconnect's settings were not answered in time: cancel the stream; its
+ * end (CANCELLED) schedules the next attempt after the backoff. */
+static void settings_overdue(mql_client *c) {
+    c->settings_due_at = 0;
+    mql_metrics_error(&c->metrics, "telemetry", "TIMEOUT");
+    if (c->telemetry) mql_call_cancel(c->telemetry);
+    else reconnect_later(c);
+}
+
 int64_t mql_session_timers(mql_client *c, int64_t now, int64_t wake) {
+    if (c->settings_due_at && now >= c->settings_due_at) settings_overdue(c);
     if (c->telemetry_retry_at && now >= c->telemetry_retry_at) reconnect_now(c);
     if (c->heartbeat_at && now >= c->heartbeat_at && c->state == MQL_CLIENT_READY) {
         heartbeat_start(c);
         c->heartbeat_at = now + HEARTBEAT_EVERY_MS;
     }
     if (c->telemetry_retry_at && c->telemetry_retry_at < wake) wake = c->telemetry_retry_at;
+    if (c->settings_due_at && c->settings_due_at < wake) wake = c->settings_due_at;
     if (c->heartbeat_at && c->heartbeat_at < wake) wake = c->heartbeat_at;
     return wake;
 }

@@ -95,7 +95,74 @@ static void a_route_reply_after_close_opens_no_telemetry_stream(void) {
     grpc_shutdown();
 }
 
+static uint64_t errors_of(const mql_client *c, const char *op, const char *code) {
+    int i;
+    for (i = 0; i < c->metrics.nerrors; i++)
+        if (strcmp(c->metrics.errors[i].op, op) == 0 && strcmp(c->metrics.errors[i].code, code) == 0)
+            return c->metrics.errors[i].n;
+    return 0;
+}
+
+/* A started session whose proxy was lost re-opens Telemetry and waits for the
+ * proxy to answer its settings. A proxy that accepts the stream and never
+ * answers (hung, or a middlebox that holds streams) left the session
+ * `reconnecting` for good: the stream has no deadline of its own. The answer
+ * is due within request_timeout; past it the stream is cancelled, counted as
+ * telemetry TIMEOUT, and the next attempt follows the backoff. */
+static void a_reconnect_whose_settings_never_come_back_is_given_up(void) {
+    mql_client c;
+    grpc_channel_credentials *cr;
+    mql_call *call;
+    grpc_event ev;
+    int64_t now, wake;
+    memset(&c, 0, sizeof(c));
+    grpc_init();
+    c.type = MQL_PRODUCER;
+    c.endpoint = "127.0.0.1:1";
+    c.host = "127.0.0.1";
+    c.port = 1;
+    c.nendpoints = 1;
+    c.request_timeout_ms = 1000;
+    c.rand_state = 42;
+    c.id.client_id = "session-test";
+    c.cq = grpc_completion_queue_create_for_next(NULL);
+    cr = grpc_insecure_credentials_create();
+    c.access = c.broker = grpc_channel_create(c.endpoint, cr, NULL);
+    grpc_channel_credentials_release(cr);
+    mql_backoff_init(&c.reconnect, 200, 10000);
+    c.state = MQL_CLIENT_READY;
+    c.reconnecting = 1;                  /* its stream ended; the retry is due */
+    now = mql_now_ms();
+    c.telemetry_retry_at = now - 1;
+
+    mql_session_timers(&c, now, now + 60000);
+    CHECK(c.telemetry != NULL);          /* the stream is open, the settings sent */
+    CHECK(c.reconnecting);
+    /* no answer: a moment past request_timeout the attempt is given up */
+    wake = mql_session_timers(&c, now + 500, now + 60000);
+    CHECK(errors_of(&c, "telemetry", "TIMEOUT") == 0);
+    CHECK(wake <= now + 1500);           /* the thread wakes for the due answer */
+    mql_session_timers(&c, now + 1500, now + 60000);
+    CHECK(errors_of(&c, "telemetry", "TIMEOUT") == 1);
+    CHECK(c.reconnecting);               /* still reconnecting: the stream's end schedules the next try */
+    mql_session_timers(&c, now + 5000, now + 60000);
+    CHECK(errors_of(&c, "telemetry", "TIMEOUT") == 1);   /* given up once, not at every tick */
+
+    for (call = c.calls; call; call = call->next) mql_call_cancel(call);
+    grpc_channel_destroy(c.access);
+    grpc_completion_queue_shutdown(c.cq);
+    do ev = grpc_completion_queue_next(c.cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+    while (ev.type != GRPC_QUEUE_SHUTDOWN);
+    grpc_completion_queue_destroy(c.cq);
+    while ((call = c.calls)) {
+        mql_client_unlink(&c, call);
+        mql_call_free(call);
+    }
+    grpc_shutdown();
+}
+
 int main(void) {
     RUN(a_route_reply_after_close_opens_no_telemetry_stream);
+    RUN(a_reconnect_whose_settings_never_come_back_is_given_up);
     return TEST_REPORT("session_test");
 }
