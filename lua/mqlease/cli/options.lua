@@ -40,8 +40,8 @@ local DEFS = {
   topic = { kind = "name", env = true, required = true, arg = "TOPIC", help = "topic" },
   filter = { kind = "string", env = true, arg = "EXPR", default = "*",
     help = "tag expression, e.g. \"TagA || TagB\"" },
-  invisible = { kind = "number", env = true, arg = "SECONDS", range = config.consumer.invisible,
-    help = "lease length: seconds each receive and renewal hides a message" },
+  invisible = { kind = "number", auto = true, env = true, arg = "SECONDS|auto", range = config.consumer.invisible,
+    help = "lease length: seconds each receive and renewal hides a message, or auto (from the handlers' p99)" },
   concurrency = { kind = "integer", env = true, arg = "N", range = config.run.concurrency, default = "16",
     help = "handlers running at once" },
   grace = { kind = "number", env = true, arg = "SECONDS", range = config.run.grace,
@@ -161,11 +161,13 @@ local function check(d, v)
     if not v:match(NAME_PATTERN) then return nil, "a name of letters, digits, '%', '|', '_' or '-'" end
     return v
   elseif kind == "number" or kind == "integer" then
+    if d.auto and v == "auto" then return v end   -- the library's own word for it
     local n = tonumber(v)
     local what = kind == "integer" and "an integer" or "a number"
     if d.range and d.range.min and d.range.max then
       what = ("%s from %s to %s"):format(what, d.range.min, d.range.max)
     end
+    if d.auto then what = what .. ", or auto" end
     if not n or n ~= n or (kind == "integer" and n ~= floor(n)) or not in_range(n, d.range) then
       return nil, what
     end
