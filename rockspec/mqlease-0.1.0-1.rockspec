@@ -38,7 +38,7 @@ build = {
         "src/mql_util.c", "src/mql_events.c", "src/mql_lease.c", "src/mql_codec.c",
         "src/mql_body.c", "src/mql_inbound.c", "src/mql_call.c", "src/mql_metrics.c",
         "src/mql_client.c", "src/mql_session.c", "src/mql_receive.c", "src/mql_renew.c",
-        "src/mql_pace.c", "src/mql_backoff.c", "src/mql_release.c", "src/mql_producer.c", "src/mql_shutdown.c",
+        "src/mql_pace.c", "src/mql_backoff.c", "src/mql_auto.c", "src/mql_release.c", "src/mql_producer.c", "src/mql_shutdown.c",
         "src/mql_redis.c", "src/mql_redis_link.c", "src/mql_redis_cluster.c", "src/lmqlease.c",
         "src/lmql_push.c", "src/lmql_redis.c", "src/lmql_signals.c",
         "proto/gen/apache/rocketmq/v2/definition.pb-c.c",
