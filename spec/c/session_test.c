@@ -42,6 +42,44 @@ static grpc_byte_buffer *route_reply(void) {
     return bb;
 }
 
+/* A client of the given type whose channel points nowhere: grpc connects
+ * lazily, so nothing goes out unless a call starts. */
+static void client_init(mql_client *c, mql_client_type type) {
+    grpc_channel_credentials *cr;
+    memset(c, 0, sizeof(*c));
+    grpc_init();
+    c->type = type;
+    c->endpoint = "127.0.0.1:1";
+    c->host = "127.0.0.1";
+    c->port = 1;
+    c->nendpoints = 1;
+    c->request_timeout_ms = 1000;
+    c->rand_state = 42;
+    c->id.client_id = "session-test";
+    c->cq = grpc_completion_queue_create_for_next(NULL);
+    cr = grpc_insecure_credentials_create();
+    c->access = c->broker = grpc_channel_create(c->endpoint, cr, NULL);
+    grpc_channel_credentials_release(cr);
+}
+
+/* What close does: cancel every call, drain the queue, free what is left. */
+static void client_finish(mql_client *c) {
+    mql_call *call;
+    grpc_event ev;
+    for (call = c->calls; call; call = call->next) mql_call_cancel(call);
+    grpc_channel_destroy(c->access);
+    grpc_completion_queue_shutdown(c->cq);
+    do ev = grpc_completion_queue_next(c->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+    while (ev.type != GRPC_QUEUE_SHUTDOWN);
+    grpc_completion_queue_destroy(c->cq);
+    while ((call = c->calls)) {
+        mql_client_unlink(c, call);
+        mql_call_free(call);
+    }
+    free(c->broker_name);
+    grpc_shutdown();
+}
+
 /* Defect 5 of issue 10: close() cancels every call in c->calls and joins the
  * thread once none is left. A route reply that had already arrived when close
  * cancelled reaches the thread afterwards as a success; the handler went on to
@@ -49,24 +87,11 @@ static grpc_byte_buffer *route_reply(void) {
  * the thread waited for it forever. Once stopping, no call may start. */
 static void a_route_reply_after_close_opens_no_telemetry_stream(void) {
     mql_client c;
-    grpc_channel_credentials *cr;
-    mql_call *route, *call;
-    grpc_event ev;
-    memset(&c, 0, sizeof(c));
-    grpc_init();
-    c.type = MQL_CONSUMER;
-    c.endpoint = "127.0.0.1:1";
-    c.host = "127.0.0.1";
-    c.port = 1;
+    mql_call *route;
+    client_init(&c, MQL_CONSUMER);
     c.group = "g";
     c.topic = "t";
     c.filter = "*";
-    c.request_timeout_ms = 1000;
-    c.id.client_id = "session-test";
-    c.cq = grpc_completion_queue_create_for_next(NULL);
-    cr = grpc_insecure_credentials_create();
-    c.access = c.broker = grpc_channel_create(c.endpoint, cr, NULL);
-    grpc_channel_credentials_release(cr);
 
     route = mql_call_new(c.access, c.cq, MQL_M_QUERY_ROUTE, 1000, &c.id);
     route->owner = &c;
@@ -78,21 +103,8 @@ static void a_route_reply_after_close_opens_no_telemetry_stream(void) {
     CHECK(c.broker_name && strcmp(c.broker_name, "broker-a") == 0);   /* taken as a success */
     CHECK(c.calls == NULL);
     CHECK(c.telemetry == NULL);
-
-    /* what close does next, so the test ends cleanly even if a stream opened */
     mql_call_free(route);
-    for (call = c.calls; call; call = call->next) mql_call_cancel(call);
-    grpc_channel_destroy(c.access);
-    grpc_completion_queue_shutdown(c.cq);
-    do ev = grpc_completion_queue_next(c.cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
-    while (ev.type != GRPC_QUEUE_SHUTDOWN);
-    grpc_completion_queue_destroy(c.cq);
-    while ((call = c.calls)) {
-        mql_client_unlink(&c, call);
-        mql_call_free(call);
-    }
-    free(c.broker_name);
-    grpc_shutdown();
+    client_finish(&c);   /* ends cleanly even if a stream opened */
 }
 
 static uint64_t errors_of(const mql_client *c, const char *op, const char *code) {
@@ -111,24 +123,8 @@ static uint64_t errors_of(const mql_client *c, const char *op, const char *code)
  * telemetry TIMEOUT, and the next attempt follows the backoff. */
 static void a_reconnect_whose_settings_never_come_back_is_given_up(void) {
     mql_client c;
-    grpc_channel_credentials *cr;
-    mql_call *call;
-    grpc_event ev;
     int64_t now, wake;
-    memset(&c, 0, sizeof(c));
-    grpc_init();
-    c.type = MQL_PRODUCER;
-    c.endpoint = "127.0.0.1:1";
-    c.host = "127.0.0.1";
-    c.port = 1;
-    c.nendpoints = 1;
-    c.request_timeout_ms = 1000;
-    c.rand_state = 42;
-    c.id.client_id = "session-test";
-    c.cq = grpc_completion_queue_create_for_next(NULL);
-    cr = grpc_insecure_credentials_create();
-    c.access = c.broker = grpc_channel_create(c.endpoint, cr, NULL);
-    grpc_channel_credentials_release(cr);
+    client_init(&c, MQL_PRODUCER);
     mql_backoff_init(&c.reconnect, 200, 10000);
     c.state = MQL_CLIENT_READY;
     c.reconnecting = 1;                  /* its stream ended; the retry is due */
@@ -148,17 +144,7 @@ static void a_reconnect_whose_settings_never_come_back_is_given_up(void) {
     mql_session_timers(&c, now + 5000, now + 60000);
     CHECK(errors_of(&c, "telemetry", "TIMEOUT") == 1);   /* given up once, not at every tick */
 
-    for (call = c.calls; call; call = call->next) mql_call_cancel(call);
-    grpc_channel_destroy(c.access);
-    grpc_completion_queue_shutdown(c.cq);
-    do ev = grpc_completion_queue_next(c.cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
-    while (ev.type != GRPC_QUEUE_SHUTDOWN);
-    grpc_completion_queue_destroy(c.cq);
-    while ((call = c.calls)) {
-        mql_client_unlink(&c, call);
-        mql_call_free(call);
-    }
-    grpc_shutdown();
+    client_finish(&c);
 }
 
 int main(void) {
