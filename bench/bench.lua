@@ -5,54 +5,15 @@
 --   hold    ENDPOINT GROUP TOPIC COUNT INVISIBLE_S HOLD_S
 --   run     ENDPOINT GROUP TOPIC COUNT: mqlease.run with a no-op handler over a pre-loaded
 --           backlog (bench/lease.lua load); msgs/s and the process's CPU seconds per 10,000
-package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
+package.path = "./?.lua;lua/?.lua;lua/?/init.lua;" .. package.path
 package.cpath = "build/?.so;" .. package.cpath
 local mqlease = require "mqlease"
+local common = require "bench.common"
 
 local mode = arg[1]
 
-local function rss_kb()
-  for line in io.lines("/proc/self/status") do
-    local v = line:match("^VmHWM:%s+(%d+)")
-    if v then return tonumber(v) end
-  end
-end
-
-local function json(t)
-  local parts = {}
-  for _, k in ipairs(t._order) do
-    local v = t[k]
-    parts[#parts + 1] = ('"%s":%s'):format(k, type(v) == "string" and ('"' .. v .. '"') or
-      (math.type(v) == "integer" and tostring(v) or ("%.3f"):format(v)))
-  end
-  return "{" .. table.concat(parts, ",") .. "}"
-end
-
--- a percentile from a core histogram, interpolated inside its bucket (seconds -> ms)
-local function percentile(h, p)
-  if h.count == 0 then return 0 end
-  local rank, seen, lower = p * h.count, 0, 0
-  for i, c in ipairs(h.counts) do
-    local upper = h.bounds[i] or h.bounds[#h.bounds]
-    if seen + c >= rank and c > 0 then
-      return (lower + (upper - lower) * (rank - seen) / c) * 1000
-    end
-    seen = seen + c
-    lower = upper
-  end
-  return lower * 1000
-end
-
--- utime + stime of this process in seconds (fields 14 and 15 of /proc/self/stat)
-local TICKS = tonumber(io.popen("getconf CLK_TCK"):read("l")) or 100
-local function cpu_s()
-  local f = assert(io.open("/proc/self/stat"))
-  local line = f:read("l")
-  f:close()
-  local fields = {}
-  for w in line:match("%) (.*)$"):gmatch("%S+") do fields[#fields + 1] = w end
-  return (tonumber(fields[12]) + tonumber(fields[13])) / TICKS
-end
+local json, percentile, cpu_s = common.json, common.percentile, common.cpu_s
+local function rss_kb() return common.status_kb("VmHWM") end
 
 if mode == "run" then
   local endpoint, group, topic, count = arg[2], arg[3], arg[4], tonumber(arg[5])

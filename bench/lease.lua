@@ -20,9 +20,10 @@
 --   CPU µs per renewal: user+system time of the whole process (/proc/self/stat: the core's
 --     thread and grpc's) during the window, over the renewals in it; Lua sleeps in C
 --     meanwhile (not with SPIN_S, whose row reports no CPU figure)
-package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
+package.path = "./?.lua;lua/?.lua;lua/?/init.lua;" .. package.path
 package.cpath = "build/?.so;" .. package.cpath
 local mqlease = require "mqlease"
+local common = require "bench.common"
 
 local mode, endpoint, topic = arg[1], arg[2], arg[3]
 local count, invisible, hold = tonumber(arg[4]), tonumber(arg[5]), tonumber(arg[6])
@@ -30,49 +31,7 @@ local spin = tonumber(arg[7] or "0")
 local BODY = ("x"):rep(mode == "load" and tonumber(arg[5] or "100") or 100)
 local group = topic .. "_g"
 
-local function status_kb(field)
-  for line in io.lines("/proc/self/status") do
-    local v = line:match("^" .. field .. ":%s+(%d+)")
-    if v then return tonumber(v) end
-  end
-end
-
--- utime + stime of this process in seconds (fields 14 and 15 of /proc/self/stat)
-local TICKS = tonumber(io.popen("getconf CLK_TCK"):read("l")) or 100
-local function cpu_s()
-  local f = assert(io.open("/proc/self/stat"))
-  local line = f:read("l")
-  f:close()
-  local rest = line:match("%) (.*)$")   -- the command name may hold spaces
-  local fields = {}
-  for w in rest:gmatch("%S+") do fields[#fields + 1] = w end
-  -- rest starts at field 3 (state): utime is field 14, stime field 15
-  return (tonumber(fields[12]) + tonumber(fields[13])) / TICKS
-end
-
--- a percentile from a core histogram, interpolated inside its bucket (seconds -> ms)
-local function percentile(h, p)
-  if h.count == 0 then return 0 end
-  local rank, seen, lower = p * h.count, 0, 0
-  for i, c in ipairs(h.counts) do
-    local upper = h.bounds[i] or h.bounds[#h.bounds]
-    if seen + c >= rank and c > 0 then
-      return (lower + (upper - lower) * (rank - seen) / c) * 1000
-    end
-    seen = seen + c
-    lower = upper
-  end
-  return lower * 1000
-end
-
-local function json(t, order)
-  local parts = {}
-  for _, k in ipairs(order) do
-    local v = t[k]
-    parts[#parts + 1] = ('"%s":%s'):format(k, math.type(v) == "integer" and tostring(v) or ("%.3f"):format(v))
-  end
-  return "{" .. table.concat(parts, ",") .. "}"
-end
+local status_kb, cpu_s, percentile, json = common.status_kb, common.cpu_s, common.percentile, common.json
 
 -- Pre-load: many sends in flight at once through the core (the Lua producer API sends
 -- one at a time; this is only the bench's setup, not what it measures).

@@ -39,7 +39,7 @@
 --   invisible_sending_s  its median while the producer sent
 --   expired_renewed    leases lost although renewed (c, d: late renewals on a loaded box)
 --   eo_trouble         done markers not written + Redis locks lost or unreachable
-package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
+package.path = "./?.lua;lua/?.lua;lua/?/init.lua;" .. package.path
 package.cpath = "build/?.so;" .. package.cpath
 local mqlease = require "mqlease"
 
@@ -179,11 +179,8 @@ local function busiest(logs)
   return best
 end
 
-local function median(v)
-  if #v == 0 then return -1 end
-  table.sort(v)
-  return #v % 2 == 1 and v[(#v + 1) // 2] or (v[#v // 2] + v[#v // 2 + 1]) / 2
-end
+local common_median = require("bench.common").median
+local function median(v) return common_median(v) or -1 end   -- -1: not measured
 
 local function scenario(endpoint, cport, name, produce_s, rate, dir)
   local drain_s = tonumber(os.getenv("REPLAY_DRAIN") or "40")

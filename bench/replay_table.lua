@@ -1,7 +1,7 @@
 -- bench/replay_table.lua FILE: the incident replay's Markdown table from the
 -- "replay {json}" lines of bench/replay.lua scenario runs (medians of the
 -- runs, min-max beside). Also run by bench/table.lua when BENCH_REPLAY is set.
-package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
+package.path = "./?.lua;lua/?.lua;lua/?/init.lua;" .. package.path
 local cjson = require "cjson"
 
 local file = ...
@@ -20,19 +20,7 @@ f:close()
 if #order == 0 then return end
 table.sort(order)
 
-local function stat(runs, key, fmt)
-  local v = {}
-  for _, r in ipairs(runs) do
-    if r[key] and r[key] >= 0 then v[#v + 1] = r[key] end
-  end
-  if #v == 0 then return "-" end
-  table.sort(v)
-  fmt = fmt or "%.0f"
-  local med = #v % 2 == 1 and v[(#v + 1) // 2] or (v[#v // 2] + v[#v // 2 + 1]) / 2
-  local s = fmt:format(med)
-  if #v > 1 then s = s .. (" (" .. fmt .. "–" .. fmt .. ")"):format(v[1], v[#v]) end
-  return s
-end
+local stat = require("bench.common").stat
 
 local LABEL = {
   a = "a. fixed 10 s window, no renewal",

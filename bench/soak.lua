@@ -7,16 +7,11 @@
 -- A second process (this file with "produce") sends the messages while this one
 -- consumes, so the consumer's memory is measured alone; the broker's RSS is printed
 -- beside it (it keeps every message, so it grows). Not part of `make test`.
-package.path = "lua/?.lua;lua/?/init.lua;spec/?.lua;" .. package.path
+package.path = "./?.lua;lua/?.lua;lua/?/init.lua;spec/?.lua;" .. package.path
 package.cpath = "build/?.so;" .. package.cpath
 local mqlease = require "mqlease"
 
-local function kb(field, pid)
-  for line in io.lines("/proc/" .. (pid or "self") .. "/status") do
-    local v = line:match("^" .. field .. ":%s+(%d+)")
-    if v then return tonumber(v) end
-  end
-end
+local kb = require("bench.common").status_kb
 
 local function fds()
   local p = assert(io.popen("ls /proc/" .. (io.open("/proc/self/stat"):read("l"):match("^%d+")) .. "/fd | wc -l"))

@@ -2,7 +2,7 @@
 -- tables of a bench run: mqlease vs the Java client (when RESULTS has rows), then the
 -- lease-scale table (when LEASE_RESULTS has rows). Every figure is the median of the runs
 -- in the files, with min-max beside it when there are several.
-package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
+package.path = "./?.lua;lua/?.lua;lua/?/init.lua;" .. package.path
 package.cpath = "build/?.so;" .. package.cpath
 local cjson = require "cjson"
 local file, count, size, hold, hold_s, hold_big = arg[1], arg[2], arg[3], tonumber(arg[4]), arg[5], tonumber(arg[6])
@@ -21,19 +21,7 @@ for line in io.lines(file) do
   if who == "lua" or who == "java" then nrows = nrows + 1 end
   ::next_line::
 end
--- median of the runs, and min-max when there are several ("-" when none has the figure)
-local function stat(runs, key, fmt)
-  local v = {}
-  for _, r in ipairs(runs or {}) do
-    if r[key] and r[key] >= 0 then v[#v + 1] = r[key] end
-  end
-  if #v == 0 then return "-" end
-  table.sort(v)
-  local med = #v % 2 == 1 and v[(#v + 1) // 2] or (v[#v // 2] + v[#v // 2 + 1]) / 2
-  local s = (fmt or "%.0f"):format(med)
-  if #v > 1 then s = s .. (" (" .. (fmt or "%.0f") .. "–" .. (fmt or "%.0f") .. ")"):format(v[1], v[#v]) end
-  return s
-end
+local stat = require("bench.common").stat
 local function nruns(...)
   local n = 0
   for _, runs in ipairs({ ... }) do n = math.max(n, #runs) end

@@ -1,0 +1,73 @@
+-- bench/common.lua: what the bench scripts measure and print the same way.
+-- Scripts run from the repository's root and load it as require "bench.common".
+local _M = {}
+
+-- A "Vm..." field of /proc/PID/status (default: this process) in kB.
+function _M.status_kb(field, pid)
+  for line in io.lines("/proc/" .. (pid or "self") .. "/status") do
+    local v = line:match("^" .. field .. ":%s+(%d+)")
+    if v then return tonumber(v) end
+  end
+end
+
+-- utime + stime of this process in seconds (fields 14 and 15 of /proc/self/stat).
+local TICKS = tonumber(io.popen("getconf CLK_TCK"):read("l")) or 100
+function _M.cpu_s()
+  local f = assert(io.open("/proc/self/stat"))
+  local line = f:read("l")
+  f:close()
+  local fields = {}
+  -- after the command name (which may hold spaces) comes field 3, the state
+  for w in line:match("%) (.*)$"):gmatch("%S+") do fields[#fields + 1] = w end
+  return (tonumber(fields[12]) + tonumber(fields[13])) / TICKS
+end
+
+-- A percentile from a core histogram, interpolated inside its bucket (seconds -> ms).
+function _M.percentile(h, p)
+  if h.count == 0 then return 0 end
+  local rank, seen, lower = p * h.count, 0, 0
+  for i, c in ipairs(h.counts) do
+    local upper = h.bounds[i] or h.bounds[#h.bounds]
+    if seen + c >= rank and c > 0 then
+      return (lower + (upper - lower) * (rank - seen) / c) * 1000
+    end
+    seen = seen + c
+    lower = upper
+  end
+  return lower * 1000
+end
+
+-- One JSON line of t's fields in the given order (default t._order): strings
+-- quoted, integers as they are, other numbers with 3 decimals.
+function _M.json(t, order)
+  local parts = {}
+  for _, k in ipairs(order or t._order) do
+    local v = t[k]
+    parts[#parts + 1] = ('"%s":%s'):format(k, type(v) == "string" and ('"' .. v .. '"') or
+      (math.type(v) == "integer" and tostring(v) or ("%.3f"):format(v)))
+  end
+  return "{" .. table.concat(parts, ",") .. "}"
+end
+
+-- The median of a list of numbers (nil when empty); sorts the list.
+function _M.median(v)
+  if #v == 0 then return nil end
+  table.sort(v)
+  return #v % 2 == 1 and v[(#v + 1) // 2] or (v[#v // 2] + v[#v // 2 + 1]) / 2
+end
+
+-- The median of key over the runs, and min-max when there are several ("-" when
+-- no run has the figure; a negative value means "not measured").
+function _M.stat(runs, key, fmt)
+  local v = {}
+  for _, r in ipairs(runs or {}) do
+    if r[key] and r[key] >= 0 then v[#v + 1] = r[key] end
+  end
+  if #v == 0 then return "-" end
+  fmt = fmt or "%.0f"
+  local s = fmt:format(_M.median(v))
+  if #v > 1 then s = s .. (" (" .. fmt .. "–" .. fmt .. ")"):format(v[1], v[#v]) end
+  return s
+end
+
+return _M
