@@ -43,6 +43,7 @@ if [[ $QUICK == 1 ]]; then RUNS=${BENCH_RUNS:-1}; PARTS=${BENCH_PARTS:-lease rep
 else RUNS=${BENCH_RUNS:-3}; PARTS=${BENCH_PARTS:-lease replay throughput java}; fi
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 ROCKETMQ=0
+REDIS=0
 LEASES=${BENCH_LEASES:-1000 10000 100000}
 RUN_COUNT=${BENCH_RUN_COUNT:-20000}
 
@@ -55,6 +56,7 @@ DV_PID=
 cleanup() {
   if [[ -n $DV_PID ]]; then kill "$DV_PID" 2>/dev/null || true; wait "$DV_PID" 2>/dev/null || true; fi
   if ((ROCKETMQ)); then bash spec/support/rocketmq.sh stop >/dev/null || true; fi
+  if ((REDIS)); then bash spec/support/redis.sh stop >/dev/null || true; fi
   if [[ -n ${BENCH_RAW:-} ]]; then
     mkdir -p "$BENCH_RAW"
     cat "$results" >>"$BENCH_RAW/results"
@@ -115,6 +117,11 @@ part_replay() {
 local produce=${REPLAY_PRODUCE:-20} rate=${REPLAY_RATE:-380} dir s run pid pids
 [[ $QUICK == 1 ]] && { produce=${REPLAY_PRODUCE:-6}; export REPLAY_DRAIN=${REPLAY_DRAIN:-12}; }
 dir=$(mktemp -d)
+# scenarios c and d keep their locks and done markers in Redis (stopped afterwards if
+# this script started it): without one every message of theirs would fail its policy
+REDIS=1
+bash spec/support/redis.sh start >/dev/null
+export REPLAY_REDIS=${REPLAY_REDIS:-127.0.0.1:${MQLEASE_REDIS_PORT:-16379}}
 # windows down to 1 s: the replay runs at a tenth of the incident's time
 start_devbroker --min-invisible-ms 1000
 for run in $(seq "$RUNS"); do
