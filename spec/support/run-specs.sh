@@ -54,5 +54,6 @@ fi
 awk '/^busted: [0-9]+ passed/ { p += $2; f += $4; s += $6 }
      END { printf "\nall specs: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"
 echo "specs: $(( $(date +%s) - t0 )) s from the servers' start to the last spec"
+grep '^FAILED: ' "$log" || true
 rm -f "$log"
 exit $status
