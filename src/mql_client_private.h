@@ -104,6 +104,7 @@ struct mql_client {
     int64_t telemetry_retry_at; /* 0: not scheduled */
     int reconnecting;           /* a started session lost its Telemetry stream */
     int64_t settings_due_at;    /* 0: none; a reconnect's stream must bring our settings back by then */
+    int telemetry_given_up;     /* we cancelled the stream (counted as TIMEOUT): its end is not a new failure */
     mql_backoff reconnect;      /* waits between reconnection attempts */
     int64_t heartbeat_at;       /* 0: not scheduled */
     int stopping;               /* set once by close: no call starts from then on */

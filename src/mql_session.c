@@ -434,12 +434,15 @@ void mql_session_on_telemetry_message(mql_client *c, grpc_byte_buffer *reply) {
 
 void mql_session_on_telemetry_done(mql_client *c, mql_call *call) {
     mql_result r;
+    int given_up = c->telemetry_given_up;
     c->telemetry = NULL;
     c->settings_due_at = 0;
+    c->telemetry_given_up = 0;
     mql_call_result(call, NULL, &r);
     if (r.ok) mql_result_fail(&r, "UNAVAILABLE", "Telemetry: the server closed the stream");
     fail_start(c, &r);
-    if (!c->stopping && c->state == MQL_CLIENT_READY) mql_metrics_error(&c->metrics, "telemetry", r.code);
+    if (!c->stopping && !given_up && c->state == MQL_CLIENT_READY)
+        mql_metrics_error(&c->metrics, "telemetry", r.code);
     reconnect_later(c);
 }
 
@@ -525,8 +528,12 @@ static void reconnect_now(mql_client *c) {
 static void settings_overdue(mql_client *c) {
     c->settings_due_at = 0;
     mql_metrics_error(&c->metrics, "telemetry", "TIMEOUT");
-    if (c->telemetry) mql_call_cancel(c->telemetry);
-    else reconnect_later(c);
+    if (c->telemetry) {
+        c->telemetry_given_up = 1;
+        mql_call_cancel(c->telemetry);
+    } else {
+        reconnect_later(c);
+    }
 }
 
 int64_t mql_session_timers(mql_client *c, int64_t now, int64_t wake) {

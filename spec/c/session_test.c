@@ -147,8 +147,47 @@ static void a_reconnect_whose_settings_never_come_back_is_given_up(void) {
     client_finish(&c);
 }
 
+/* The stream given up above ends as CANCELLED, by our own hand: that end is
+ * the same failure, already counted as TIMEOUT, and must not be counted again
+ * (mqlease_errors_total{op="telemetry"} read 2 per give-up). A stream the
+ * server ends is still counted. */
+static void a_given_up_stream_is_counted_once(void) {
+    mql_client c;
+    mql_call *stream;
+    int64_t now;
+    client_init(&c, MQL_PRODUCER);
+    mql_backoff_init(&c.reconnect, 200, 10000);
+    c.state = MQL_CLIENT_READY;
+    c.reconnecting = 1;
+    now = mql_now_ms();
+    c.telemetry_retry_at = now - 1;
+    mql_session_timers(&c, now, now + 60000);
+    stream = c.telemetry;
+    CHECK(stream != NULL);
+    mql_session_timers(&c, now + 1500, now + 60000);    /* given up: TIMEOUT, stream cancelled */
+    CHECK(errors_of(&c, "telemetry", "TIMEOUT") == 1);
+
+    stream->status = GRPC_STATUS_CANCELLED;             /* its end, as the client thread sees it */
+    mql_session_on_telemetry_done(&c, stream);
+    CHECK(errors_of(&c, "telemetry", "CANCELLED") == 0);
+    CHECK(c.telemetry_retry_at != 0);                    /* the next attempt is scheduled */
+
+    /* the next stream, ended by the server, is a failure of its own */
+    c.telemetry_retry_at = now - 1;
+    mql_session_timers(&c, now + 1600, now + 60000);
+    stream = c.telemetry;
+    CHECK(stream != NULL);
+    stream->status = GRPC_STATUS_UNAVAILABLE;
+    mql_session_on_telemetry_done(&c, stream);
+    CHECK(errors_of(&c, "telemetry", "UNAVAILABLE") == 1);
+    CHECK(errors_of(&c, "telemetry", "TIMEOUT") == 1);
+
+    client_finish(&c);
+}
+
 int main(void) {
     RUN(a_route_reply_after_close_opens_no_telemetry_stream);
     RUN(a_reconnect_whose_settings_never_come_back_is_given_up);
+    RUN(a_given_up_stream_is_counted_once);
     return TEST_REPORT("session_test");
 }
