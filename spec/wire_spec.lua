@@ -113,6 +113,71 @@ describe("wire fidelity with the Java clients on RocketMQ 5.2.0", function()
     for _, c in pairs(consumers) do c:close() end
   end)
 
+  it("sends FIFO messages (message_group) and DELAY messages (delay, deliver_at) the broker keeps as such", function()
+    -- topics of its own: only what this test sends is on them
+    local fifo, delay = env.name("wire_f2"), env.name("wire_d2")
+    create_topics { fifo .. ":FIFO", delay .. ":DELAY" }
+    local cf = env.consumer { group = env.name("wire_gf2"), topic = fifo, invisible = 30, await = 5 }
+    local cd = env.consumer { group = env.name("wire_gd2"), topic = delay, invisible = 30, await = 5 }
+    assert(cf:receive(1, { await = 0 }))
+    assert(cd:receive(1, { await = 0 }))
+    local producer = env.producer { topics = { fifo, delay, topic } }
+
+    -- one group: the proxy hashes it to one queue, so the offsets follow the send order
+    local fifo_sent, last_offset = {}, -1
+    for i = 1, 3 do
+      local id, offset = assert(producer:send(fifo, "step " .. i, { message_group = "order-42" }))
+      assert.is_true(offset > last_offset, "offsets follow the send order")
+      last_offset = offset
+      fifo_sent[id] = i
+    end
+    local t_sent = mqlease.now()
+    local at = os.time() + 6
+    local delayed = assert(producer:send(delay, "in four seconds", { delay = 4 }))
+    local at_id = assert(producer:send(delay, "at a wall-clock time", { deliver_at = at }))
+
+    -- what no broker accepts comes back as nil, message, code
+    local id, err, code = producer:send(topic, "a FIFO message on a NORMAL topic", { message_group = "g" })
+    assert.is_nil(id)
+    assert.equal("MESSAGE_PROPERTY_CONFLICT_WITH_TYPE", code, err)
+    id, err, code = producer:send(delay, "two days out", { delay = 2 * 86400 })
+    assert.is_nil(id)
+    assert.equal("ILLEGAL_DELIVERY_TIME", code, err)
+    producer:close()
+
+    local got = env.collect(cf, 30, function(m) assert(m:ack()) end, function(all) return #all >= 3 end)
+    assert.equal(3, #got)
+    local queue
+    for _, m in ipairs(got) do
+      assert.is_number(fifo_sent[m.id], "an id we did not send")
+      assert.equal("FIFO", m.message_type)
+      assert.equal("order-42", m.message_group)
+      assert.equal("step " .. fifo_sent[m.id], m.body)
+      queue = queue or m.queue_id
+      assert.equal(queue, m.queue_id, "one message group, one queue")
+    end
+
+    local when = {}
+    env.collect(cd, 40, function(m)
+      when[m.id] = { m = m, after = mqlease.now() - t_sent }
+      assert(m:ack())
+    end, function() return when[delayed] and when[at_id] end)
+    assert.is_table(when[delayed], "the delayed message never came")
+    assert.is_table(when[at_id], "the timed message never came")
+    local m = when[delayed].m
+    assert.equal("DELAY", m.message_type)
+    assert.equal("in four seconds", m.body)
+    assert.is_true(math.abs(m.delivery_timestamp - m.born_at - 4) < 0.05,
+      ("asked 4 s after birth, stored %.3f"):format(m.delivery_timestamp - m.born_at))
+    -- the broker's timer has a 1 s precision: never much before the time asked
+    assert.is_true(when[delayed].after >= 3, ("delivered %.1f s after the send"):format(when[delayed].after))
+    m = when[at_id].m
+    assert.equal("DELAY", m.message_type)
+    assert.equal(at, m.delivery_timestamp)
+    cf:close()
+    cd:close()
+  end)
+
   it("writes what a remoting consumer and the 5.x Java consumer read back with every field equal", function()
     local rtopic = env.name("wire_r")
     create_topics { rtopic }

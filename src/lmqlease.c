@@ -198,21 +198,26 @@ static int l_let_expire(lua_State *L) {
     return 1;
 }
 
+/* client:send(topic, body, tag, keys, properties, message_group, deliver_at_ms, delay_ms):
+ * config.lua has checked every argument (and that at most one of the last
+ * three is set); deliver_at_ms is wall-clock ms since the epoch, delay_ms is
+ * counted from now on this host's wall clock, as the official clients do. */
 static int l_send(lua_State *L) {
     mql_client *c = lmql_check_client(L);
-    size_t len, i, nkeys = 0, nprops = 0;
+    size_t len, i, nprops = 0;
     const char *topic = luaL_checkstring(L, 2);
     const char *body = luaL_checklstring(L, 3, &len);
-    const char *tag = luaL_optstring(L, 4, NULL);
-    const char **keys = NULL;
+    mql_send_opts o;
     mql_kv *props = NULL;
     uint64_t op;
+    memset(&o, 0, sizeof(o));
+    o.tag = luaL_optstring(L, 4, NULL);
     if (lua_istable(L, 5)) {
-        nkeys = lua_rawlen(L, 5);
-        keys = calloc(nkeys ? nkeys : 1, sizeof(*keys));
-        for (i = 0; i < nkeys; i++) {
+        o.nkeys = lua_rawlen(L, 5);
+        o.keys = calloc(o.nkeys ? o.nkeys : 1, sizeof(*o.keys));
+        for (i = 0; i < o.nkeys; i++) {
             lua_rawgeti(L, 5, (int)i + 1);
-            keys[i] = lua_tostring(L, -1);   /* config.lua checked they are strings */
+            o.keys[i] = lua_tostring(L, -1);   /* config.lua checked they are strings */
             lua_pop(L, 1);
         }
     }
@@ -235,8 +240,13 @@ static int l_send(lua_State *L) {
             lua_pop(L, 1);
         }
     }
-    op = mql_client_send(c, topic, (const uint8_t *)body, len, tag, keys, nkeys, props, nprops);
-    free(keys);
+    o.props = props;
+    o.nprops = nprops;
+    o.message_group = luaL_optstring(L, 7, NULL);
+    o.delivery_ms = (int64_t)luaL_optinteger(L, 8, 0);
+    if (!lua_isnoneornil(L, 9)) o.delivery_ms = mql_wall_ms() + (int64_t)luaL_checkinteger(L, 9);
+    op = mql_client_send(c, topic, (const uint8_t *)body, len, &o);
+    free((void *)o.keys);
     free(props);
     return push_op(L, op);
 }

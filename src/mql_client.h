@@ -109,9 +109,20 @@ uint64_t mql_client_nack(mql_client *c, uint64_t lease_id, int64_t delay_ms);
 uint64_t mql_client_dead_letter(mql_client *c, uint64_t lease_id, const char *reason);
 /* Stops renewing; the message comes back when its deadline passes. */
 int mql_client_let_expire(mql_client *c, uint64_t lease_id);
+/* What a send may carry besides its body; zero-initialise and set what applies.
+ * A message_group makes it a FIFO message, a delivery_ms a DELAY one (the two
+ * exclude each other, as in the official clients' MessageBuilder). */
+typedef struct mql_send_opts {
+    const char *tag;
+    const char **keys;
+    size_t nkeys;
+    const mql_kv *props;
+    size_t nprops;
+    const char *message_group;   /* NULL: none */
+    int64_t delivery_ms;         /* wall clock, ms since the epoch; 0: deliver at once */
+} mql_send_opts;
 uint64_t mql_client_send(mql_client *c, const char *topic, const uint8_t *body, size_t len,
-                         const char *tag, const char **keys, size_t nkeys,
-                         const mql_kv *props, size_t nprops);
+                         const mql_send_opts *opts);
 uint64_t mql_client_terminate(mql_client *c);
 /* QueryRoute for a topic: OK if the proxy knows it (TOPIC_NOT_FOUND else). */
 uint64_t mql_client_route(mql_client *c, const char *topic);

@@ -35,14 +35,14 @@ static void make_message_id(mql_client *c, char *out) {
 }
 
 uint64_t mql_client_send(mql_client *c, const char *topic_name, const uint8_t *body, size_t len,
-                         const char *tag, const char **keys, size_t nkeys,
-                         const mql_kv *props, size_t nprops) {
+                         const mql_send_opts *o) {
     Apache__Rocketmq__V2__SendMessageRequest req = APACHE__ROCKETMQ__V2__SEND_MESSAGE_REQUEST__INIT;
     Apache__Rocketmq__V2__Message msg = APACHE__ROCKETMQ__V2__MESSAGE__INIT;
     Apache__Rocketmq__V2__Message *msgs[1] = {&msg};
     Apache__Rocketmq__V2__SystemProperties sp = APACHE__ROCKETMQ__V2__SYSTEM_PROPERTIES__INIT;
     Apache__Rocketmq__V2__Message__UserPropertiesEntry *pstore, **pptrs;
     Google__Protobuf__Timestamp born = GOOGLE__PROTOBUF__TIMESTAMP__INIT;
+    Google__Protobuf__Timestamp deliver = GOOGLE__PROTOBUF__TIMESTAMP__INIT;
     mql_pb_resource topic;
     char id[35];
     int64_t now = mql_wall_ms();
@@ -58,27 +58,36 @@ uint64_t mql_client_send(mql_client *c, const char *topic_name, const uint8_t *b
     op = ++c->next_op;
     make_message_id(c, id);
     mql_set_resource(&topic, c->namespace_, topic_name);
-    pstore = mql_xcalloc(nprops, sizeof(*pstore));
-    pptrs = mql_xcalloc(nprops, sizeof(*pptrs));
-    for (i = 0; i < nprops; i++) {
+    pstore = mql_xcalloc(o->nprops, sizeof(*pstore));
+    pptrs = mql_xcalloc(o->nprops, sizeof(*pptrs));
+    for (i = 0; i < o->nprops; i++) {
         apache__rocketmq__v2__message__user_properties_entry__init(&pstore[i]);
-        pstore[i].key = props[i].key;
-        pstore[i].value.data = (uint8_t *)props[i].value;
-        pstore[i].value.len = props[i].value_len ? props[i].value_len : strlen(props[i].value);
+        pstore[i].key = o->props[i].key;
+        pstore[i].value.data = (uint8_t *)o->props[i].value;
+        pstore[i].value.len = o->props[i].value_len ? o->props[i].value_len : strlen(o->props[i].value);
         pptrs[i] = &pstore[i];
     }
     mql_set_timestamp(&born, now);
-    sp.tag = (char *)(tag ? tag : "");
-    sp.n_keys = nkeys;
-    sp.keys = (char **)keys;
+    sp.tag = (char *)(o->tag ? o->tag : "");
+    sp.n_keys = o->nkeys;
+    sp.keys = (char **)o->keys;
     sp.message_id = id;
     sp.body_encoding = APACHE__ROCKETMQ__V2__ENCODING__IDENTITY;
+    /* the proxy checks the type against the topic's message.type attribute */
     sp.message_type = APACHE__ROCKETMQ__V2__MESSAGE_TYPE__NORMAL;
+    if (o->message_group) {
+        sp.message_group = (char *)o->message_group;
+        sp.message_type = APACHE__ROCKETMQ__V2__MESSAGE_TYPE__FIFO;
+    } else if (o->delivery_ms > 0) {
+        mql_set_timestamp(&deliver, o->delivery_ms);
+        sp.delivery_timestamp = &deliver;
+        sp.message_type = APACHE__ROCKETMQ__V2__MESSAGE_TYPE__DELAY;
+    }
     sp.born_timestamp = &born;
     sp.born_host = c->hostname;
     msg.topic = &topic;
     msg.system_properties = &sp;
-    msg.n_user_properties = nprops;
+    msg.n_user_properties = o->nprops;
     msg.user_properties = pptrs;
     msg.body.data = (uint8_t *)body;
     msg.body.len = len;

@@ -334,6 +334,14 @@ function _M.endpoint_list(endpoints)
   return concat(out, ";")
 end
 
+-- Bounds for send's options: the proxy's default max message group length
+-- (ProxyConfig.maxMessageGroupSize, 64), and values whose milliseconds fit an
+-- int64 with room to spare (the proxy itself refuses a delivery time past
+-- ProxyConfig.maxDelayTimeMills, one day by default, as ILLEGAL_DELIVERY_TIME).
+local MAX_MESSAGE_GROUP = 64
+local MAX_DELAY_SECONDS = 10 * 365 * 86400
+local MAX_EPOCH_SECONDS = 1e11
+
 -- Checks the arguments of producer:send; raises naming the bad one.
 function _M.check_send(topic, body, opts)
   if type(topic) ~= "string" or not topic:match(NAME_PATTERN) then
@@ -368,9 +376,32 @@ function _M.check_send(topic, body, opts)
           error(("mqlease.send: option 'properties' must map strings to strings (bad entry %s)"):format(describe(pk)), 3)
         end
       end
+    elseif k == "message_group" then
+      if type(v) ~= "string" or not v:match("%S") or #v > MAX_MESSAGE_GROUP then
+        error(("mqlease.send: option 'message_group' must be a non-blank string of at most %d bytes (got %s)")
+          :format(MAX_MESSAGE_GROUP, describe(v)), 3)
+      end
+    elseif k == "delay" then
+      if type(v) ~= "number" or v ~= v or v <= 0 or v > MAX_DELAY_SECONDS then
+        error(("mqlease.send: option 'delay' must be seconds, more than 0 and at most %d (got %s)")
+          :format(MAX_DELAY_SECONDS, describe(v)), 3)
+      end
+    elseif k == "deliver_at" then
+      if type(v) ~= "number" or v ~= v or v <= 0 or v > MAX_EPOCH_SECONDS then
+        error(("mqlease.send: option 'deliver_at' must be epoch seconds, a positive number (got %s)")
+          :format(describe(v)), 3)
+      end
     elseif k ~= "timeout" then
-      error(("mqlease.send: unknown option '%s' (known: keys, properties, tag, timeout)"):format(tostring(k)), 3)
+      error(("mqlease.send: unknown option '%s' (known: delay, deliver_at, keys, message_group, properties, tag, timeout)")
+        :format(tostring(k)), 3)
     end
+  end
+  -- a message is FIFO or DELAY, not both (the official clients' MessageBuilder refuses it too)
+  local timed = opts.delay ~= nil and "delay" or opts.deliver_at ~= nil and "deliver_at" or nil
+  if opts.delay ~= nil and opts.deliver_at ~= nil then
+    error("mqlease.send: options 'delay' and 'deliver_at' exclude each other", 3)
+  elseif timed and opts.message_group ~= nil then
+    error(("mqlease.send: options 'message_group' and '%s' exclude each other"):format(timed), 3)
   end
   return opts
 end

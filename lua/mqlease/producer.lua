@@ -21,8 +21,11 @@ function _M.new(opts)
   return setmetatable({ options = o, _session = session, _closed = false, _routes = {} }, mt)
 end
 
--- Sends one message. opts: tag, keys (string or array), properties (string -> string).
--- Returns the message id and the queue offset, or nil, message, code.
+-- Sends one message. opts: tag, keys (string or array), properties (string -> string),
+-- and at most one of message_group (a FIFO message: the topic's message.type must be
+-- FIFO), delay (seconds from now) or deliver_at (epoch seconds) (a DELAY message: the
+-- topic's message.type must be DELAY). Returns the message id and the queue offset,
+-- or nil, message, code.
 function methods:send(topic, body, opts)
   opts = config.check_send(topic, body, opts)
   if rawget(self, "_closed") then return nil, "the producer is closed", "CLOSED" end
@@ -36,7 +39,10 @@ function methods:send(topic, body, opts)
     if not ok then return nil, err, code end
     self._routes[topic] = true
   end
-  local ev = session:await(session.client:send(topic, body, opts.tag, keys, opts.properties))
+  local deliver_at = opts.deliver_at and floor(opts.deliver_at * 1000 + 0.5) or nil
+  local delay = opts.delay and floor(opts.delay * 1000 + 0.5) or nil
+  local ev = session:await(session.client:send(topic, body, opts.tag, keys, opts.properties,
+    opts.message_group, deliver_at, delay))
   if not ev.ok then return nil, ev.err, ev.code end
   return ev.message_id, ev.offset
 end

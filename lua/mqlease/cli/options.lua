@@ -55,6 +55,10 @@ local DEFS = {
   key = { kind = "nonblank", list = true, arg = "KEY", help = "message key (repeatable)" },
   prop = { kind = "property", list = true, arg = "K=V", help = "user property (repeatable)" },
   file = { kind = "string", arg = "FILE", help = "send the whole file as one message" },
+  ["message-group"] = { kind = "nonblank", arg = "GROUP",
+    help = "message group: FIFO messages, kept in order within the group (the topic must be FIFO)" },
+  delay = { kind = "number", arg = "SECONDS", range = { min = 0.001, max = 86400 },
+    help = "deliver this many seconds from now (the topic must be DELAY)" },
   quiet = { kind = "flag", help = "no progress or summary line on stderr" },
   progress = { kind = "number", arg = "SECONDS", default = "2", range = { min = 0, max = 3600 },
     help = "seconds between progress lines on stderr (0: none)" },
@@ -76,7 +80,8 @@ local COMMANDS = {
     description = "Prints the id of each message sent, one per line. With no BODY and no --file, "
       .. "or with BODY '-', each line of stdin is one message (empty lines are skipped). "
       .. "Stops at the first failure.",
-    options = { "endpoints", "namespace", "topic", "tag", "key", "prop", "file", "progress", "quiet" },
+    options = { "endpoints", "namespace", "topic", "tag", "key", "prop", "message-group", "delay", "file",
+                "progress", "quiet" },
     arguments = { { "body", "message body, or - for stdin", "?" } } },
   { name = "peek", summary = "Show messages without consuming them: receive, print, give back.",
     description = "Prints id, delivery attempt, tag, keys, properties and the start of the body; "
@@ -125,10 +130,11 @@ function _M.parser()
         local names = (d.short and (d.short .. " ") or "") .. "--" .. key
         local default = d.default or (d.range and d.range.default)
         local text = d.help .. env_doc(key) .. (default and (" (default " .. default .. ")") or "")
+        -- target = the DEFS key as written ("message-group", not argparse's "message_group")
         if d.kind == "flag" then
-          cmd:flag(names, text)
+          cmd:flag(names, text):target(key)
         else
-          local o = cmd:option(names, text):argname(d.arg)
+          local o = cmd:option(names, text):argname(d.arg):target(key)
           if d.list then o:count("*") end
         end
       end
@@ -256,6 +262,9 @@ local function relate(command, opts)
   elseif command == "send" then
     if opts.file and opts.body ~= nil then
       return "give either BODY or option '--file', not both"
+    end
+    if opts["message-group"] and opts.delay then
+      return "give either option '--message-group' or option '--delay', not both"
     end
   end
 end

@@ -70,7 +70,7 @@ function _M.main(opts)
     io.stderr:write("mqlease send: ", err, "\n")
     return EXIT.usage
   end
-  local send_opts = { tag = opts.tag }
+  local send_opts = { tag = opts.tag, message_group = opts["message-group"], delay = opts.delay }
   if #opts.key > 0 then send_opts.keys = opts.key end
   if #opts.prop > 0 then
     send_opts.properties = {}

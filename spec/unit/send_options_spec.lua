@@ -1,0 +1,43 @@
+-- producer:send's options, without a server: a FIFO message (message_group) and a
+-- DELAY message (delay or deliver_at) are checked by name, and the combinations no
+-- broker accepts are refused before anything is sent.
+local config = require "mqlease.config"
+
+local function refused(opts, pattern)
+  local ok, err = pcall(config.check_send, "t", "body", opts)
+  assert.is_false(ok, "accepted: " .. pattern)
+  assert.matches(pattern, err)
+end
+
+describe("send options", function()
+  it("accepts a message group, a delay and a delivery time, each alone", function()
+    assert.same({ message_group = "order-1" }, config.check_send("t", "x", { message_group = "order-1" }))
+    assert.same({ delay = 2.5 }, config.check_send("t", "x", { delay = 2.5 }))
+    assert.same({ deliver_at = 1.9e9 }, config.check_send("t", "x", { deliver_at = 1.9e9 }))
+    assert.same({ message_group = ("g"):rep(64) }, config.check_send("t", "x", { message_group = ("g"):rep(64) }))
+  end)
+
+  it("refuses bad values, naming the option", function()
+    refused({ message_group = "" }, "option 'message_group' must be a non%-blank string of at most 64 bytes")
+    refused({ message_group = "   " }, "option 'message_group'")
+    refused({ message_group = ("g"):rep(65) }, "option 'message_group'")
+    refused({ message_group = 7 }, "option 'message_group'")
+    refused({ delay = 0 }, "option 'delay' must be seconds, more than 0")
+    refused({ delay = -1 }, "option 'delay'")
+    refused({ delay = 0 / 0 }, "option 'delay'")
+    refused({ delay = math.huge }, "option 'delay'")
+    refused({ delay = "5" }, "option 'delay'")
+    refused({ deliver_at = 0 }, "option 'deliver_at' must be epoch seconds")
+    refused({ deliver_at = 1e300 }, "option 'deliver_at'")
+  end)
+
+  it("refuses a message that would be FIFO and DELAY at once, or timed twice", function()
+    refused({ message_group = "g", delay = 1 }, "options 'message_group' and 'delay' exclude each other")
+    refused({ message_group = "g", deliver_at = 1.9e9 }, "options 'message_group' and 'deliver_at' exclude each other")
+    refused({ delay = 1, deliver_at = 1.9e9 }, "options 'delay' and 'deliver_at' exclude each other")
+  end)
+
+  it("names the new options among the known ones", function()
+    refused({ group = "g" }, "unknown option 'group' %(known: delay, deliver_at, keys, message_group, properties, tag, timeout%)")
+  end)
+end)
