@@ -37,6 +37,40 @@ describe("mqlease.redis with Sentinel", function()
     r:close()
   end)
 
+  it("authenticates to sentinels that want a password of their own, and says so when none is given", function()
+    env.sh(HA .. "start-auth-sentinel")
+    local AUTH_SENTINEL = { "127.0.0.1:16418" }
+    local master = env.sh(HA .. "master"):gsub("%s+$", "")
+    -- no password: the sentinel answers NOAUTH, which is a configuration error, not an outage
+    local r = mqlease.redis { sentinels = AUTH_SENTINEL, master = "mqauth", timeout = 0.5 }
+    local v, err, code = r:call("PING")
+    assert.is_nil(v)
+    assert.equal("REDIS_AUTH", code, err)
+    assert.matches("no sentinel named a master 'mqauth' %(127%.0%.0%.1:16418 answered NOAUTH", err)
+    r:close()
+    -- a wrong password
+    r = mqlease.redis { sentinels = AUTH_SENTINEL, master = "mqauth", sentinel_password = "nope", timeout = 0.5 }
+    v, err, code = r:call("PING")
+    assert.is_nil(v)
+    assert.equal("REDIS_AUTH", code, err)
+    assert.matches("WRONGPASS", err)
+    r:close()
+    -- requirepass, then an ACL user; the master itself wants no password here
+    for _, creds in ipairs { { sentinel_password = "sentinel-secret" },
+                             { sentinel_username = "watcher", sentinel_password = "watcher-pass" } } do
+      local opts = { sentinels = AUTH_SENTINEL, master = "mqauth", timeout = 0.5 }
+      for k, val in pairs(creds) do opts[k] = val end
+      r = mqlease.redis(opts)
+      assert.equal("PONG", r:call("PING"))
+      assert.equal(master, "127.0.0.1:" .. r:call("INFO", "server"):match("tcp_port:(%d+)"))
+      r:close()
+    end
+    -- the first sentinel refusing does not stop the next one from answering
+    r = mqlease.redis { sentinels = { AUTH_SENTINEL[1], SENTINELS[1] }, master = "mqmaster", timeout = 0.5 }
+    assert.equal("PONG", r:call("PING"))
+    r:close()
+  end)
+
   it("raises on options that do not fit Sentinel", function()
     local ok, msg = pcall(mqlease.redis, { sentinels = SENTINELS })
     assert.is_false(ok)
@@ -47,6 +81,12 @@ describe("mqlease.redis with Sentinel", function()
     ok, msg = pcall(mqlease.redis, { sentinels = SENTINELS, master = "m", address = "h:1" })
     assert.is_false(ok)
     assert.matches("exactly one of the options 'address', 'sentinels', 'cluster'", msg)
+    ok, msg = pcall(mqlease.redis, { address = "h:1", sentinel_password = "x" })
+    assert.is_false(ok)
+    assert.matches("option 'sentinel_password' needs 'sentinels'", msg)
+    ok, msg = pcall(mqlease.redis, { sentinels = SENTINELS, master = "m", sentinel_username = "u" })
+    assert.is_false(ok)
+    assert.matches("option 'sentinel_username' needs 'sentinel_password'", msg)
   end)
 end)
 

@@ -41,7 +41,8 @@ static int opt_nodes(lua_State *L, int t, const char *key, const char **out, int
 }
 
 /* core.redis{host=, port=, unix=, username=, password=, db=, timeout_ms=,
- *            master=, cluster=, nodes={"h:p", ...}} -> client */
+ *            master=, sentinel_username=, sentinel_password=, cluster=,
+ *            nodes={"h:p", ...}} -> client */
 int lmql_redis(lua_State *L) {
     mql_redis_config cfg;
     const char *nodes[64];
@@ -52,6 +53,8 @@ int lmql_redis(lua_State *L) {
     cfg.nodes = nodes;
     cfg.nnodes = opt_nodes(L, 1, "nodes", nodes, 64);
     cfg.master = lmql_opt_string(L, 1, "master");
+    cfg.sentinel_username = lmql_opt_string(L, 1, "sentinel_username");
+    cfg.sentinel_password = lmql_opt_string(L, 1, "sentinel_password");
     cfg.cluster = lmql_opt_bool(L, 1, "cluster", 0);
     cfg.host = lmql_opt_string(L, 1, "host");
     cfg.port = (int)lmql_opt_int(L, 1, "port", 6379);

@@ -30,6 +30,8 @@ typedef struct mql_redis_config {
     /* Sentinel: master names the monitored master, nodes are the sentinels.
      * Cluster: cluster != 0, nodes are seed nodes. Each node "host:port". */
     const char *master;
+    const char *sentinel_username;   /* AUTH to the sentinels themselves, if set: */
+    const char *sentinel_password;   /* their own requirepass / ACL, not the master's */
     int cluster;
     const char *const *nodes;
     int nnodes;

@@ -28,6 +28,7 @@ typedef struct addr {
 struct mql_redis_link {
     int mode;
     char *host, *unix_path, *username, *password, *master;
+    char *sentinel_username, *sentinel_password;
     int port, db;
     int64_t timeout_ms;
     addr *nodes;             /* sentinels, or cluster seeds */
@@ -66,6 +67,8 @@ mql_redis_link *mql_redis_link_new(const mql_redis_config *cfg) {
     int i;
     l->mode = cfg->cluster ? MODE_CLUSTER : cfg->master ? MODE_SENTINEL : MODE_SINGLE;
     l->master = dup_or_null(cfg->master);
+    l->sentinel_username = dup_or_null(cfg->sentinel_username);
+    l->sentinel_password = dup_or_null(cfg->sentinel_password);
     l->nodes = mql_xcalloc((size_t)(cfg->nnodes > 0 ? cfg->nnodes : 1), sizeof(*l->nodes));
     for (i = 0; i < cfg->nnodes; i++)
         if (parse_addr(cfg->nodes[i], &l->nodes[l->nnodes]) == 0) l->nnodes++;
@@ -97,6 +100,8 @@ void mql_redis_link_free(mql_redis_link *l) {
     free(l->cluster);
     free(l->nodes);
     free(l->master);
+    free(l->sentinel_username);
+    free(l->sentinel_password);
     free(l->host);
     free(l->unix_path);
     free(l->username);
@@ -129,15 +134,19 @@ static int setup_command(redisContext *ctx, mql_result *res, int argc, const cha
     return 0;
 }
 
+/* AUTH [username] password, if a password is set; 0 if none or accepted. */
+static int auth(redisContext *ctx, const char *username, const char *password, mql_result *res) {
+    const char *argv[3] = {"AUTH", username, password};
+    int with_user = username && *username;
+    if (!password || !*password) return 0;
+    if (!with_user) argv[1] = password;
+    return setup_command(ctx, res, with_user ? 3 : 2, argv);
+}
+
 static int authenticate(const mql_redis_link *l, redisContext *ctx, int select_db,
                         mql_result *res) {
     char db[16];
-    if (l->password && *l->password) {
-        const char *argv[3] = {"AUTH", l->username, l->password};
-        int with_user = l->username && *l->username;
-        if (!with_user) argv[1] = l->password;
-        if (setup_command(ctx, res, with_user ? 3 : 2, argv) < 0) return -1;
-    }
+    if (auth(ctx, l->username, l->password, res) < 0) return -1;
     if (select_db && l->db > 0) {
         const char *argv[2] = {"SELECT", db};
         snprintf(db, sizeof(db), "%d", l->db);
@@ -166,9 +175,14 @@ redisContext *mql_redis_link_connect(const mql_redis_link *l, const char *host, 
     return ctx;
 }
 
-/* Sentinel: asks each sentinel for the master; 0 with a filled. */
+/* Sentinel: asks each sentinel for the master; 0 with a filled. When none
+ * names one, the failure says why the last one that answered did not (a
+ * sentinel with requirepass answers NOAUTH: a misconfiguration, not an
+ * outage, so it is REDIS_AUTH), else that none could be reached. */
 static int ask_sentinels(mql_redis_link *l, addr *a, mql_result *res) {
+    mql_result why, denied;
     int i;
+    mql_result_fail(&why, "UNAVAILABLE", "no sentinel could be reached");
     for (i = 0; i < l->nnodes; i++) {
         struct timeval tv = tv_of(l->timeout_ms);
         redisContext *s = redisConnectWithTimeout(l->nodes[i].host, l->nodes[i].port, tv);
@@ -179,6 +193,12 @@ static int ask_sentinels(mql_redis_link *l, addr *a, mql_result *res) {
             continue;
         }
         redisSetTimeout(s, tv);
+        if (auth(s, l->sentinel_username, l->sentinel_password, &denied) < 0) {
+            mql_result_fail(&why, denied.code, "%s:%d: %s", l->nodes[i].host, l->nodes[i].port,
+                            denied.msg);
+            drop(&s);
+            continue;
+        }
         reply = redisCommand(s, "SENTINEL get-master-addr-by-name %s", l->master);
         if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
             reply->element[0]->type == REDIS_REPLY_STRING &&
@@ -187,13 +207,22 @@ static int ask_sentinels(mql_redis_link *l, addr *a, mql_result *res) {
             snprintf(a->host, sizeof(a->host), "%s", reply->element[0]->str);
             a->port = atoi(reply->element[1]->str);
             found = a->port > 0;
+        } else if (reply && reply->type == REDIS_REPLY_ERROR) {
+            int refused = strncmp(reply->str, "NOAUTH", 6) == 0 ||
+                          strncmp(reply->str, "WRONGPASS", 9) == 0 ||
+                          strncmp(reply->str, "NOPERM", 6) == 0;
+            mql_result_fail(&why, refused ? "REDIS_AUTH" : "UNAVAILABLE", "%s:%d answered %s",
+                            l->nodes[i].host, l->nodes[i].port, reply->str);
+        } else if (reply) {
+            mql_result_fail(&why, "UNAVAILABLE", "%s:%d knows no master of that name",
+                            l->nodes[i].host, l->nodes[i].port);
         }
         if (reply) freeReplyObject(reply);
         drop(&s);
         if (found) return 0;
     }
-    mql_result_fail(res, "UNAVAILABLE", "redis sentinel: no sentinel named a master '%s'",
-                    l->master);
+    mql_result_fail(res, why.code, "redis sentinel: no sentinel named a master '%s' (%s)",
+                    l->master, why.msg);
     return -1;
 }
 

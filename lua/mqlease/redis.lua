@@ -2,7 +2,8 @@
 --
 --   local r = mqlease.redis("127.0.0.1:6379")      -- or "unix:/run/redis.sock",
 --   r:call("INCR", "k")                             -- or { address=, username=, password=, db=, timeout= }
---   mqlease.redis { sentinels = {"h:26379", ...}, master = "mymaster", password=, db= }
+--   mqlease.redis { sentinels = {"h:26379", ...}, master = "mymaster", password=, db=,
+--                   sentinel_password= }  -- the sentinels' own requirepass, if any
 --   mqlease.redis { cluster = {"h:7000", ...}, username=, password= }
 --
 -- Commands run on a C thread (hiredis); a call waits for its reply through
@@ -49,7 +50,7 @@ local function set_address(cfg, v)
   end
 end
 
-local KNOWN = "address, sentinels, master, cluster, username, password, db, timeout"
+local KNOWN = "address, sentinels, master, sentinel_username, sentinel_password, cluster, username, password, db, timeout"
 
 local function parse(opts)
   if type(opts) == "string" then opts = { address = opts } end
@@ -64,7 +65,8 @@ local function parse(opts)
       cfg.nodes = node_list(k, v)
     elseif k == "cluster" then
       cfg.nodes, cfg.cluster = node_list(k, v), true
-    elseif k == "master" or k == "username" or k == "password" then
+    elseif k == "master" or k == "username" or k == "password" or k == "sentinel_username"
+        or k == "sentinel_password" then
       if type(v) ~= "string" or v == "" then error(("mqlease.redis: option '%s' must be a string"):format(k), 3) end
       cfg[k] = v
     elseif k == "db" then
@@ -81,6 +83,12 @@ local function parse(opts)
   if modes ~= 1 then error("mqlease.redis: give exactly one of the options 'address', 'sentinels', 'cluster'", 3) end
   if opts.sentinels and not opts.master then error("mqlease.redis: option 'master' is required with 'sentinels'", 3) end
   if opts.master and not opts.sentinels then error("mqlease.redis: option 'master' needs 'sentinels'", 3) end
+  for _, k in ipairs { "sentinel_username", "sentinel_password" } do
+    if opts[k] and not opts.sentinels then error(("mqlease.redis: option '%s' needs 'sentinels'"):format(k), 3) end
+  end
+  if opts.sentinel_username and not opts.sentinel_password then
+    error("mqlease.redis: option 'sentinel_username' needs 'sentinel_password'", 3)
+  end
   if opts.cluster and (opts.db or 0) ~= 0 then error("mqlease.redis: option 'db' must be 0 with 'cluster'", 3) end
   return cfg
 end

@@ -5,6 +5,10 @@
 #
 #   redis-ha.sh start-sentinel   master :16410, replica :16411, sentinels :16415-16417
 #                                (monitoring "mqmaster", quorum 2, down after 1 s)
+#   redis-ha.sh start-auth-sentinel
+#                                one more sentinel, :16418, that wants a password itself
+#                                (requirepass sentinel-secret; ACL user watcher/watcher-pass),
+#                                naming the current master "mqauth" (it never fails over)
 #   redis-ha.sh master           print the host:port the sentinels name now
 #   redis-ha.sh kill-master      SIGKILL the master the sentinels name now
 #   redis-ha.sh cut-replica      SIGSTOP the replica and drop its link on the master: the
@@ -21,7 +25,7 @@ set -euo pipefail
 
 RUN=${MQLEASE_REDIS_HA_RUN:-/tmp/mqlease-redis-ha}
 HOST=127.0.0.1
-MASTER_PORT=16410 REPLICA_PORT=16411 SENTINEL_PORTS=(16415 16416 16417)
+MASTER_PORT=16410 REPLICA_PORT=16411 SENTINEL_PORTS=(16415 16416 16417) AUTH_SENTINEL_PORT=16418
 CLUSTER_PORTS=(16420 16421 16422 16423 16424 16425)
 NAME=mqmaster
 
@@ -78,6 +82,30 @@ CONF
   for p in "${SENTINEL_PORTS[@]}"; do wait_for 30 "sentinel :$p to see the replica and its peers" replica_known "$p"; done
   wait_for 10 "the replica to sync" bash -c "timeout 2 redis-cli -h $HOST -p $REPLICA_PORT info replication | grep -q 'master_link_status:up'"
   log "sentinel setup ready: master $(sentinel_master), sentinels ${SENTINEL_PORTS[*]}"
+}
+
+# A sentinel that asks its own clients for a password (Redis >= 5.0.1 `requirepass` in
+# Sentinel mode; ACL users from 6.2). Quorum 1 and a long down-after: it only answers.
+cmd_start_auth_sentinel() {
+  local p=$AUTH_SENTINEL_PORT m
+  m=$(sentinel_master)
+  [[ -n $m ]] || die "start-sentinel first"
+  mkdir -p "$RUN/$p"
+  cat >"$RUN/$p/sentinel.conf" <<CONF
+port $p
+bind $HOST
+daemonize yes
+pidfile $RUN/$p/pid
+logfile $RUN/$p/log
+dir $RUN/$p
+requirepass sentinel-secret
+user watcher on >watcher-pass +@all
+sentinel monitor mqauth ${m%:*} ${m##*:} 1
+sentinel down-after-milliseconds mqauth 600000
+CONF
+  redis-server "$RUN/$p/sentinel.conf" --sentinel || die "sentinel on :$p failed; see $RUN/$p/log"
+  wait_for 10 "sentinel :$p" bash -c "[[ \$(timeout 2 redis-cli -h $HOST -p $p --no-auth-warning -a sentinel-secret ping) == PONG ]]"
+  log "auth sentinel ready on :$p (master $m as mqauth)"
 }
 
 pid_of() {   # the pid from RUN/PORT/pid, if that process is still a redis-server
@@ -146,14 +174,14 @@ cmd_reshard() {
 
 cmd_stop() {
   local p pid n=0
-  for p in $MASTER_PORT $REPLICA_PORT "${SENTINEL_PORTS[@]}" "${CLUSTER_PORTS[@]}"; do
+  for p in $MASTER_PORT $REPLICA_PORT "${SENTINEL_PORTS[@]}" $AUTH_SENTINEL_PORT "${CLUSTER_PORTS[@]}"; do
     if pid=$(pid_of "$p"); then
       kill -CONT "$pid" 2>/dev/null || true
       kill -TERM "$pid" 2>/dev/null || true
       n=$((n + 1))
     fi
   done
-  for p in $MASTER_PORT $REPLICA_PORT "${SENTINEL_PORTS[@]}" "${CLUSTER_PORTS[@]}"; do
+  for p in $MASTER_PORT $REPLICA_PORT "${SENTINEL_PORTS[@]}" $AUTH_SENTINEL_PORT "${CLUSTER_PORTS[@]}"; do
     local deadline=$((SECONDS + 10))
     while pid_of "$p" >/dev/null && ((SECONDS < deadline)); do sleep 0.1; done
     if pid=$(pid_of "$p"); then kill -KILL "$pid" 2>/dev/null || true; fi
@@ -164,6 +192,7 @@ cmd_stop() {
 
 case ${1:-} in
   start-sentinel) cmd_start_sentinel ;;
+  start-auth-sentinel) cmd_start_auth_sentinel ;;
   master) sentinel_master ;;
   kill-master) cmd_kill_master ;;
   cut-replica)
