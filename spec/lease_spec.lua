@@ -122,11 +122,12 @@ describe("mqlease lease engine", function()
     assert(a:receive(1, { await = 0 }))
     local m = one_message(a, producer, topic, "budget nack")
     local t0 = mqlease.now()
-    local got = env.collect(b, 40, nil, function(all) return #all >= 1 end)
+    local got = env.collect(b, 40, nil, function(all) return #all >= 1 end, 1)
     local waited = mqlease.now() - t0
     assert.equal(1, #got)
     assert.equal(2, got[1].delivery_attempt)
-    -- 2 renewal periods (~6.7 s) plus the broker's revive lag, well before the 13 s deadline
+    -- 2 renewal periods (~6.7 s) plus the broker's revive lag (1-3 s) and a 1 s poll,
+    -- before the 13 s deadline an expiry would take (the metrics below say which it was)
     assert.is_true(waited < 12.5, ("came back after %.1f s"):format(waited))
     assert.equal("nacked", m.lease.state)
     local metrics = a:metrics()

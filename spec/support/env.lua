@@ -47,12 +47,17 @@ function _M.producer(opts)
 end
 
 -- Receives until pred(all) is true or timeout seconds pass; returns all messages.
--- on_message(m) is called for each (e.g. to ack it).
-function _M.collect(consumer, timeout, on_message, pred)
+-- on_message(m) is called for each (e.g. to ack it). Each receive long-polls at
+-- most `slice` seconds (default 5). A message the broker gives back (nack, an
+-- expired lease) reaches the queue through its retry topic 1-3 s later, and a
+-- long poll may notice it only when the poll ends: specs that time a message's
+-- return pass a short slice, so the poll's length does not weigh on the time.
+function _M.collect(consumer, timeout, on_message, pred, slice)
   local all = {}
   local deadline = mqlease.now() + timeout
+  slice = slice or 5
   while mqlease.now() < deadline do
-    local msgs = assert(consumer:receive(32, { await = math.min(5, math.max(0, deadline - mqlease.now())) }))
+    local msgs = assert(consumer:receive(32, { await = math.min(slice, math.max(0, deadline - mqlease.now())) }))
     for _, m in ipairs(msgs) do
       all[#all + 1] = m
       if on_message then on_message(m) end

@@ -1,4 +1,4 @@
--- storm_worker.lua ENDPOINTS GROUP TOPIC LOGFILE MODE [GRACE]
+-- storm_worker.lua ENDPOINTS GROUP TOPIC LOGFILE MODE [GRACE [INVISIBLE]]
 -- A worker process for spec/shutdown_spec.lua, run under mqlease.run with the
 -- default SIGTERM/SIGINT handling. It appends to LOGFILE one line per event:
 --   "deliver <id> <attempt>" when a handler starts, "ack <id>" after an ack.
@@ -12,11 +12,12 @@ local mqlease = require "mqlease"
 
 local endpoints, group, topic, logfile, mode = arg[1], arg[2], arg[3], arg[4], arg[5]
 local grace = tonumber(arg[6] or "1")
+local invisible = tonumber(arg[7] or "10")
 local log = assert(io.open(logfile, "a"))
 log:setvbuf("line")
 
 local consumer = assert(mqlease.consumer { endpoints = endpoints, group = group, topic = topic,
-  invisible = 10, await = 5, release_delay = 1 })
+  invisible = invisible, await = 5, release_delay = 1 })
 log:write("ready\n")
 
 local summary = mqlease.run(consumer, function(m)
