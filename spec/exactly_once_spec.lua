@@ -164,17 +164,36 @@ describe("mqlease.policy.exactly_once", function()
     local topic, group = env.topic("eo_stress"), env.name("g_eo_stress")
     subscribe(group, topic)
     local logs = {}
+    -- the workers run until every effect is in and one more lease has passed (the stop
+    -- file), at most 120 s: a fixed run time would cut a slow run short
+    local stop_file = os.tmpname()
+    os.remove(stop_file)
     for i = 1, 4 do
       -- 1 % of the handlers outlive their lease (no renewals, 12 s of work)
       logs[i] = worker(group, topic, { EO_MAX_RENEWALS = 0, EO_SLOW_SHARE = 0.01, EO_SLOW = 12,
-        EO_WORK = 0.02, EO_RUN_FOR = 35 })
+        EO_WORK = 0.02, EO_RUN_FOR = 120, EO_STOP_FILE = stop_file })
     end
     local ids = {}
     for i = 1, 1000 do ids[i] = assert(producer:send(topic, "stress " .. i)) end
+    local applied = {}
+    pcall(wait_for, function()
+      for _, id in ipairs(ids) do
+        if not applied[id] then
+          if r:call("GET", "biz:" .. id) == mqlease.null then return false end
+          applied[id] = true
+        end
+      end
+      return true
+    end, 110, "")
+    -- a redelivery of a message whose lease ran out may still be on its way: give it
+    -- the time to come back and meet the done marker before the workers stop
+    mqlease.sleep(12)
+    assert(io.open(stop_file, "w")):close()
     wait_for(function()
       for _, l in ipairs(logs) do if not finished(l) then return false end end
       return true
-    end, 120, "the 4 workers")
+    end, 60, "the 4 workers")
+    os.remove(stop_file)
     local expired = 0
     for _, l in ipairs(logs) do expired = expired + metric(l, "expire_while_alive") end
     assert.is_true(expired >= 1, "no lease ran out: the race was not exercised")

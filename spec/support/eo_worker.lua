@@ -10,6 +10,7 @@
 --   EO_ON_LOCKED     "defer" (default) or "ack"
 --   EO_CONCURRENCY   handlers at once, and messages held at once (default 64)
 --   EO_RUN_FOR       seconds to run (default 30); EO_GRACE: grace at the end (default 15)
+--   EO_STOP_FILE     stop (and drain) as soon as this file exists, even before EO_RUN_FOR
 --   EO_SENTINELS     "h:p,h:p,...": the policy's Redis is Sentinel-managed (with EO_MASTER)
 --   EO_CLUSTER       "h:p,h:p,...": the policy's Redis is a Cluster
 --   EO_FENCED        "1": the effect is a fence-checked write: the business store keeps the
@@ -24,6 +25,16 @@ local mqlease = require "mqlease"
 
 local endpoints, group, topic, redis_port, logfile = arg[1], arg[2], arg[3], arg[4], arg[5]
 local env = function(k, d) local v = os.getenv(k); return v ~= nil and v ~= "" and v or d end
+
+-- run's stop is asked at every turn of its loop: look at the file twice a second
+local stop_file, stop_checked = env("EO_STOP_FILE", nil), 0
+local function stop_file_seen()
+  if not stop_file or mqlease.now() - stop_checked < 0.5 then return false end
+  stop_checked = mqlease.now()
+  local f = io.open(stop_file, "r")
+  if f then f:close() end
+  return f ~= nil
+end
 local work = tonumber(env("EO_WORK", "0.05"))
 local slow_share = tonumber(env("EO_SLOW_SHARE", "0"))
 local slow = tonumber(env("EO_SLOW", "12"))
@@ -77,7 +88,7 @@ local summary = mqlease.run(consumer, function(m, lease)
   return true
 end, {
   concurrency = tonumber(env("EO_CONCURRENCY", "64")), max_inflight = tonumber(env("EO_CONCURRENCY", "64")),
-  signals = false, run_for = tonumber(env("EO_RUN_FOR", "30")),
+  signals = false, run_for = tonumber(env("EO_RUN_FOR", "30")), stop = stop_file_seen,
   grace = tonumber(env("EO_GRACE", "15")),
   nack_delay = 0, on_error = function() end,
   policy = mqlease.policy.exactly_once { redis = lock_redis, on_locked = env("EO_ON_LOCKED", "defer"),
