@@ -56,8 +56,9 @@ describe("invisible = \"auto\"", function()
     local m = c:metrics()
     assert.is_true(m.renew_success >= 96)
     assert.equal(0, m.expire_while_alive)
-    -- half the handlers took 1.5 s: the p99 is in their bucket (1.5-1.54 s), x 2
-    assert.is_true(m.invisible_seconds >= 3 and m.invisible_seconds < 3.5, m.invisible_seconds)
+    -- half the handlers took 1.5 s: the p99 is in their bucket (1.5-1.54 s, more when a
+    -- batch's ack is slow: 32 samples move together), x 2
+    assert.is_true(m.invisible_seconds >= 3 and m.invisible_seconds < 4.5, m.invisible_seconds)
     consume(c, 8, function(msgs)
       for _, msg in ipairs(msgs) do
         assert.is_true(msg.lease:remaining() > 2.5 and msg.lease:remaining() <= m.invisible_seconds)

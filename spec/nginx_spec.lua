@@ -266,7 +266,9 @@ http {
       :format(#times, p50 * 1000, p99 * 1000, times[#times] * 1000, failed))
     assert.equal(0, failed)
     assert.equal(1000, #times)
-    assert.is_true(p99 < 0.05, ("p99 %.1f ms: a worker was blocked"):format(p99 * 1000))
+    -- a blocked worker would hold requests for a handler's length (up to 3 s) or a long
+    -- poll's (5 s); 250 ms leaves room for a JVM pause on the two shared cores
+    assert.is_true(p99 < 0.25, ("p99 %.1f ms: a worker was blocked"):format(p99 * 1000))
 
     step("latency measured")
     -- reload: the old workers drain while new ones take over

@@ -15,6 +15,8 @@ describe("mqlease.redis with Sentinel", function()
     local r = mqlease.redis { sentinels = SENTINELS, master = "mqmaster", timeout = 0.5 }
     local key = env.name("sentinel_counter")
     assert.equal(1, r:call("INCR", key))
+    -- replication is asynchronous: the kill must not come before the replica has the write
+    assert.equal(1, r:call("WAIT", 1, 5000))
     local before = env.sh(HA .. "master"):gsub("%s+$", "")
     assert.equal(before, "127.0.0.1:" .. r:call("INFO", "server"):match("tcp_port:(%d+)"))
     env.sh(HA .. "kill-master")

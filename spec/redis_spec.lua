@@ -94,7 +94,7 @@ describe("mqlease.redis", function()
     local lost = false
     local id = r:keepalive("plock", "me", 1.0, 0.3, nil, function() lost = true end)
     os.execute("kill -STOP " .. pid)   -- this spec's own server
-    mqlease.sleep(1.6)
+    mqlease.sleep(2.5)   -- well past the 1 s TTL, whenever the keepalive thread last ran
     os.execute("kill -CONT " .. pid)
     r:call("PING")   -- events are read on the next call
     assert.is_true(lost, "no renewal reached Redis for longer than the TTL, and nobody was told")
@@ -116,13 +116,13 @@ describe("mqlease.redis", function()
 
   it("keeps a lock alive from the C thread and reports when it is taken", function()
     local r = mqlease.redis { address = "unix:" .. sock, password = "s3cret" }
-    assert.equal("OK", r:call("SET", "lock", "me", "PX", 600))
+    assert.equal("OK", r:call("SET", "lock", "me", "PX", 1500))
     local lost = false
-    local id = r:keepalive("lock", "me", 0.6, 0.2, nil, function() lost = true end)
-    mqlease.sleep(1.5)   -- longer than the TTL: only renewals keep it
+    local id = r:keepalive("lock", "me", 1.5, 0.5, nil, function() lost = true end)
+    mqlease.sleep(3)   -- twice the TTL: only renewals keep it
     assert.equal("me", r:call("GET", "lock"))
     r:call("SET", "lock", "thief")
-    mqlease.sleep(0.5)
+    mqlease.sleep(1.2)   -- the next renewal (every 0.5 s) finds it taken
     r:call("PING")   -- events are read on the next call
     assert.is_true(lost)
     assert.is_true(r:keepalive_stop(id))

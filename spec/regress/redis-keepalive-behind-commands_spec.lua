@@ -54,7 +54,9 @@ describe("mqlease regression: exactly_once and a lock lost while its handler run
       -- a failover that lost the lock: the key is gone and somebody else holds it
       local lock = mqlease.policy.keys(id, prefix).lock
       assert.equal("OK", r:call("SET", lock, "other-owner", "PX", 5000))
-      mqlease.sleep(0.6)   -- the next renewal (every lock_ttl / 3) finds it taken
+      -- renewals every lock_ttl / 3 find it taken; past lock_ttl the lock is lost whichever
+      -- the keepalive thread noticed first (a taken key, or no renewal for a whole ttl)
+      mqlease.sleep(1.5)
       return true
     end)
     alive_after = lease:alive()
