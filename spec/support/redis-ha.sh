@@ -59,25 +59,28 @@ replica_known() {
     [[ $(cli -p "$1" sentinel sentinels "$NAME" | grep -c '^name$') -ge 2 ]]
 }
 
+start_sentinel() {   # start_sentinel PORT < the monitor lines (and any others) of its config
+  local p=$1
+  mkdir -p "$RUN/$p"
+  {
+    printf 'port %s\nbind %s\ndaemonize yes\n' "$p" "$HOST"
+    printf 'pidfile %s\nlogfile %s\ndir %s\n' "$RUN/$p/pid" "$RUN/$p/log" "$RUN/$p"
+    cat
+  } >"$RUN/$p/sentinel.conf"
+  redis-server "$RUN/$p/sentinel.conf" --sentinel || die "sentinel on :$p failed; see $RUN/$p/log"
+}
+
 cmd_start_sentinel() {
   mkdir -p "$RUN"
   start_server $MASTER_PORT
   start_server $REPLICA_PORT --replicaof $HOST $MASTER_PORT
   for p in "${SENTINEL_PORTS[@]}"; do
-    mkdir -p "$RUN/$p"
-    cat >"$RUN/$p/sentinel.conf" <<CONF
-port $p
-bind $HOST
-daemonize yes
-pidfile $RUN/$p/pid
-logfile $RUN/$p/log
-dir $RUN/$p
+    start_sentinel "$p" <<CONF
 sentinel monitor $NAME $HOST $MASTER_PORT 2
 sentinel down-after-milliseconds $NAME 1000
 sentinel failover-timeout $NAME 4000
 sentinel parallel-syncs $NAME 1
 CONF
-    redis-server "$RUN/$p/sentinel.conf" --sentinel || die "sentinel on :$p failed; see $RUN/$p/log"
   done
   for p in "${SENTINEL_PORTS[@]}"; do wait_for 30 "sentinel :$p to see the replica and its peers" replica_known "$p"; done
   wait_for 10 "the replica to sync" bash -c "timeout 2 redis-cli -h $HOST -p $REPLICA_PORT info replication | grep -q 'master_link_status:up'"
@@ -90,20 +93,12 @@ cmd_start_auth_sentinel() {
   local p=$AUTH_SENTINEL_PORT m
   m=$(sentinel_master)
   [[ -n $m ]] || die "start-sentinel first"
-  mkdir -p "$RUN/$p"
-  cat >"$RUN/$p/sentinel.conf" <<CONF
-port $p
-bind $HOST
-daemonize yes
-pidfile $RUN/$p/pid
-logfile $RUN/$p/log
-dir $RUN/$p
+  start_sentinel "$p" <<CONF
 requirepass sentinel-secret
 user watcher on >watcher-pass +@all
 sentinel monitor mqauth ${m%:*} ${m##*:} 1
 sentinel down-after-milliseconds mqauth 600000
 CONF
-  redis-server "$RUN/$p/sentinel.conf" --sentinel || die "sentinel on :$p failed; see $RUN/$p/log"
   wait_for 10 "sentinel :$p" bash -c "[[ \$(timeout 2 redis-cli -h $HOST -p $p --no-auth-warning -a sentinel-secret ping) == PONG ]]"
   log "auth sentinel ready on :$p (master $m as mqauth)"
 }
