@@ -83,7 +83,7 @@ local rss1, lua1 = status_kb("VmRSS"), collectgarbage("count")
 -- The window starts at the first renewal: before it nothing is renewed (the first
 -- renewals fall due a renewal period after the receive, then take paced slots),
 -- so a window started at the receive would average the steady rate with idle time.
--- First renewals take paced slots of 5,000/s (src/mql_pace.h), so COUNT leases spread over
+-- First renewals take paced slots of 5,000/s (src/lease/mql_pace.h), so COUNT leases spread over
 -- COUNT / 5,000 s: 100,000 fill the 20 s period evenly, 1,000 renew in one burst a period.
 -- A window opened at a burst would count one burst too many; it opens half a period later.
 local function renewed(mt) return mt.renew_success + mt.renew_fail + mt.renew_uncertain end

@@ -69,7 +69,7 @@ trap cleanup EXIT
 
 # ---- part 2 (first: it needs no JVM) -------------------------------------------------
 # row: lease count, invisible s, hold s, spin s. The hold is measured from the first
-# renewal (first renewals are paced over the slack of the window, see src/mql_pace.h).
+# renewal (first renewals are paced over the slack of the window, see src/lease/mql_pace.h).
 lease_row() { # n invisible hold spin run
   local n=$1 inv=$2 hold=$3 spin=$4 run=$5 topic
   topic="lease_${n}_${spin}_${run}_$RANDOM"

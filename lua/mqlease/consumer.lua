@@ -3,7 +3,7 @@
 -- receive() returns messages; each carries a lease that the C core renews on
 -- its own thread until the message is acked, nacked, let go, or its budget is
 -- spent. This file is the thin Lua side: options, waiting, and the objects a
--- handler touches (message, lease). The lease itself lives in src/mql_lease.c.
+-- handler touches (message, lease). The lease itself lives in src/lease/mql_lease.c.
 
 local core = require "mqlease.core"
 local config = require "mqlease.config"
@@ -271,7 +271,7 @@ end
 -- A message's table holds only its own fields (id, body, offset, times, lease,
 -- and keys/properties when it has some); the fields most messages of a
 -- consumer share (topic, tag, hosts, type, queue, delivery attempt) come from
--- a shape the core hands beside it (src/lmql_push.c). Each shape becomes the
+-- a shape the core hands beside it (src/lua/lmql_push.c). Each shape becomes the
 -- __index of one metatable, shared by every message of that shape; a weak
 -- cache finds it again, and lets it go with its last message.
 local function shape_mt(consumer, shape)

@@ -1,6 +1,6 @@
 -- chaos_worker.lua ENDPOINTS GROUP TOPIC LOCK_REDIS BIZ_REDIS LOGFILE
 -- A worker under mqlease.run with the exactly-once policy (locks and done
--- markers in LOCK_REDIS, "host:port"), for spec/chaos_spec.lua. It runs until
+-- markers in LOCK_REDIS, "host:port"), for spec/integration/chaos_spec.lua. It runs until
 -- SIGTERM (the default drain) or SIGKILL. Environment:
 --   CW_WORK        seconds each handler works (default 0.2)
 --   CW_TAIL        "1": heavy-tailed work -- CW_WORK x a Pareto draw (alpha 1.2), capped at

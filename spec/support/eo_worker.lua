@@ -1,6 +1,6 @@
 -- eo_worker.lua ENDPOINTS GROUP TOPIC REDIS_PORT LOGFILE
 -- A worker under mqlease.run with the exactly-once policy, for
--- spec/exactly_once_spec.lua. Its handler is the "business effect": it works,
+-- spec/integration/exactly_once_spec.lua. Its handler is the "business effect": it works,
 -- then INCRs biz:<message id> in Redis. Environment:
 --   EO_WORK          seconds each handler works (default 0.05)
 --   EO_SLOW_SHARE    share of messages whose handler works EO_SLOW seconds instead

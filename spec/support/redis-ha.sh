@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Test harness: Redis as people run it in production, on loopback, for
-# spec/redis_sentinel_spec.lua and spec/redis_cluster_spec.lua. Debian's
+# spec/integration/redis_sentinel_spec.lua and spec/integration/redis_cluster_spec.lua. Debian's
 # redis-server only (Sentinel is `redis-server <conf> --sentinel`).
 #
 #   redis-ha.sh start-sentinel   master :16410, replica :16411, sentinels :16415-16417

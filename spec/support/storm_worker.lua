@@ -1,5 +1,5 @@
 -- storm_worker.lua ENDPOINTS GROUP TOPIC LOGFILE MODE [GRACE [INVISIBLE]]
--- A worker process for spec/shutdown_spec.lua, run under mqlease.run with the
+-- A worker process for spec/integration/shutdown_spec.lua, run under mqlease.run with the
 -- default SIGTERM/SIGINT handling. It appends to LOGFILE one line per event:
 --   "deliver <id> <attempt>" when a handler starts, "ack <id>" after an ack.
 -- MODE: fail  -- the handler works 3 s, then fails (nack)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # wire-java.sh produce|consume ARGS... -- runs spec/support/java/WireInterop.java (the Java
-# peers of spec/wire_spec.lua) with the RocketMQ 5.2.0 jars rocketmq.sh fetched (they hold
+# peers of spec/integration/wire_spec.lua) with the RocketMQ 5.2.0 jars rocketmq.sh fetched (they hold
 # the remoting client, rocketmq-client) and the official 5.x client bench/java.sh fetches
 # (rocketmq-client-java, shaded, so both fit on one classpath). JSON lines on stdout.
 set -euo pipefail

@@ -13,12 +13,10 @@
 #ifndef MQL_CLIENT_H
 #define MQL_CLIENT_H
 
-#include <grpc/grpc.h>
 #include <pthread.h>
 #include <stdint.h>
 
 #include "mql.h"
-#include "mql_call.h"
 #include "mql_events.h"
 #include "mql_lease.h"
 #include "mql_metrics.h"

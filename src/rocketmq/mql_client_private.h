@@ -20,6 +20,7 @@
 #define MQL_CLIENT_PRIVATE_H
 
 #include "mql_client.h"
+#include "mql_call.h"
 #include "mql_codec.h"
 #include "mql_backoff.h"
 #include "mql_auto.h"
