@@ -322,7 +322,7 @@ describe("the /metrics listener", function()
     sched:spawn(function()
       for _ = 1, 5 do
         ticks = ticks + 1
-        require("mqlease.wait").sleep(0.01)
+        require("mqlease.loop").sleep(0.01)
       end
     end)
     local stop_at = core.now() + 0.5

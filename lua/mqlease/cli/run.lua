@@ -3,7 +3,7 @@
 -- line per failure (mqlease.run's on_error), one summary line at exit.
 
 local mqlease = require "mqlease"
-local wait = require "mqlease.wait"
+local wait = require "mqlease.loop"
 local http = require "mqlease.cli.http"
 local options = require "mqlease.cli.options"
 
@@ -48,7 +48,7 @@ local function choose_policy(opts, loaded)
   return loaded.policy
 end
 
--- The scheduler mqlease.run is looping in: run registers it with mqlease.wait
+-- The scheduler mqlease.run is looping in: run registers it with mqlease.loop
 -- for the whole loop, and the loop's stop callback runs inside it.
 local function running_scheduler()
   local s = wait.set_scheduler(nil)
