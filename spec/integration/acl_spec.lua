@@ -34,6 +34,31 @@ local function error_count(client, op, code)
   return 0
 end
 
+-- The path of the first place where value s is reachable from root through
+-- table keys, values and metatables (what any code holding root can read
+-- without the debug library), or nil.
+local function reach(root, s)
+  local seen, queue = {}, { { root, "" } }
+  local getmt = debug.getmetatable
+  while #queue > 0 do
+    local item = table.remove(queue)
+    local v, path = item[1], item[2]
+    if v == s then return path end
+    local t = type(v)
+    if (t == "table" or t == "userdata") and not seen[v] then
+      seen[v] = true
+      local mt = getmt(v)
+      if mt then queue[#queue + 1] = { mt, path .. "<mt>" } end
+      if t == "table" then
+        for k, x in next, v do
+          queue[#queue + 1] = { k, path .. "[key]" }
+          queue[#queue + 1] = { x, path .. "." .. tostring(k) }
+        end
+      end
+    end
+  end
+end
+
 describe("mqlease against a RocketMQ with ACL on", function()
   local topic = env.name("acl")
   local group = env.name("g_acl")
@@ -62,6 +87,34 @@ describe("mqlease against a RocketMQ with ACL on", function()
     end, function() return got ~= nil end)
     assert.is_table(got)
     assert.equal("signed", got.body)
+    producer:close()
+    consumer:close()
+  end)
+
+  it("keeps the secret key out of everything a message, its consumer or a producer reaches", function()
+    local creds = { access_key = ADMIN.access_key, secret_key = ADMIN.secret_key, security_token = "tok-42-secret" }
+    local consumer = assert(mqlease.consumer {
+      endpoints = ENDPOINTS, credentials = creds, group = group, topic = topic, invisible = 10, await = 5,
+    })
+    local producer = assert(mqlease.producer {
+      endpoints = ENDPOINTS, credentials = { access_key = ADMIN.access_key, secret_key = ADMIN.secret_key },
+      topics = { topic },
+    })
+    local id = assert(producer:send(topic, "secretless", { tag = "acl" }))
+    local got
+    env.collect(consumer, 30, function(m)
+      if m.id == id then got = m else assert(m:ack()) end
+    end, function() return got ~= nil end)
+    assert.is_table(got)
+    for _, secret in ipairs({ ADMIN.secret_key, "tok-42-secret" }) do
+      assert.is_nil(reach(got, secret), "from the message")
+      assert.is_nil(reach(consumer, secret), "from the consumer")
+      assert.is_nil(reach(producer, secret), "from the producer")
+    end
+    -- what stays readable: who signs, and the caller's own table as it was
+    assert.equal(ADMIN.access_key, got.consumer.options.credentials.access_key)
+    assert.equal(ADMIN.secret_key, creds.secret_key)
+    assert(got:ack())
     producer:close()
     consumer:close()
   end)
