@@ -42,8 +42,18 @@ function _M.format(m)
 end
 
 function _M.main(opts)
+  local json, jerr
+  if opts.json then
+    json, jerr = options.json()
+    if not json then
+      io.stderr:write("mqlease peek: ", jerr, "\n")
+      return EXIT.failure
+    end
+  end
+  local line = json and function(m) return (json.encode(m:totable())) end or _M.format
   local consumer, err, code = mqlease.consumer {
     endpoints = opts.endpoints, namespace = opts.namespace, group = opts.group, topic = opts.topic,
+    tls = opts.tls, credentials = opts.credentials,
     invisible = 10,   -- the proxy's least by default: if we die, they come back soon
   }
   if not consumer then
@@ -66,7 +76,7 @@ function _M.main(opts)
       held[#held + 1] = m
       if not seen[m.id] then
         seen[m.id] = true
-        io.stdout:write(_M.format(m), "\n")
+        io.stdout:write(line(m), "\n")
       end
     end
     io.stdout:flush()
