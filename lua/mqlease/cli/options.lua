@@ -7,8 +7,10 @@
 --   -- or ok == false, parsed = { message = "...", code = options.EXIT.usage }
 --
 -- A flag given on the command line wins over its variable; the variable wins
--- over the default. Ranges come from mqlease.config, so the command accepts
--- what the library accepts.
+-- over the default. A flag that is a library option is checked by
+-- mqlease.config itself, so the command accepts what the library accepts and
+-- says what is wrong in the library's words, after the flag or variable:
+--   option '--invisible': option 'invisible' must be a number between 1 and 43200, or "auto" (got 0.5)
 
 local config = require "mqlease.config"
 -- The command's own dependencies load only here, never with the library, so a
