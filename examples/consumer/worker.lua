@@ -35,7 +35,7 @@ while mqlease.now() < stop_at do
     local ok, why = pcall(handle, m)
     if ok and why then
       local acked, aerr, acode = m:ack()
-      print(("%s %-22q attempt %d, %.1f s, %d renewals, ack: %s"):format(m.id, m.body, m.delivery_attempt,
+      print(("%s %-22s attempt %d, %.1f s, %d renewals, ack: %s"):format(m.id, ("%q"):format(m.body), m.delivery_attempt,
         mqlease.now() - started, m.lease.renewals, acked and "ok" or (aerr .. " " .. acode)))
     else
       m:nack(5)   -- comes back in 5 s, as the next attempt
