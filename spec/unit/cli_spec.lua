@@ -342,6 +342,23 @@ describe("mqlease run handler files", function()
 end)
 
 describe("mqlease send and peek output", function()
+  it("writes a peeked message as one JSON object with every field of m:totable(), empty keys and properties left out", function()
+    local cjson = require "cjson.safe"
+    local function fake(keys, properties)
+      return { totable = function()
+        return { id = "01AB", body = "b\n\"q\"", topic = "t", tag = "T", delivery_attempt = 2, offset = 5,
+          keys = keys, properties = properties }
+      end }
+    end
+    local line = peek.json_line(cjson, fake({ "k" }, { a = "1" }))
+    assert.is_nil(line:find("\n", 1, true))
+    assert.same({ id = "01AB", body = "b\n\"q\"", topic = "t", tag = "T", delivery_attempt = 2, offset = 5,
+      keys = { "k" }, properties = { a = "1" } }, cjson.decode(line))
+    local empty = cjson.decode(peek.json_line(cjson, fake({}, {})))
+    assert.is_nil(empty.properties)
+    assert.is_true(empty.keys == nil or (type(empty.keys) == "table" and next(empty.keys) == nil))
+  end)
+
   it("reads a --json line as body and send options, the object's fields over the flags, checked by mqlease.config", function()
     local cjson = require "cjson.safe"
     local body, o = send.decode(cjson, '{"body":"b1","tag":"T","keys":["k"],"properties":{"a":"1"},"delay":2}',

@@ -115,7 +115,7 @@ local COMMANDS = {
     description = "Prints id, delivery attempt, tag, keys, properties and the start of the body; "
       .. "every message is given back (nack, no delay) before exit, so it is delivered again "
       .. "(its delivery attempt grows by one). With --json: one object per message, every field "
-      .. "of m:totable().",
+      .. "of m:totable() (keys and properties left out when empty).",
     options = with_connect({ "group", "topic", "count", "wait", "json" }) },
   { name = "devbroker", summary = "Run mqlease-devbroker, the in-memory dev broker.",
     description = "Every argument goes to mqlease-devbroker (README \"Dev broker\"); "
