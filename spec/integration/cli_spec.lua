@@ -335,7 +335,7 @@ return {
     assert.equal(count(text, "on_error "), s.failed)
   end)
 
-  it("runs with --policy exactly_once --redis: the done marker is set in Redis", function()
+  it("runs with --policy exactly_once --redis: the done marker is set in Redis; --json writes the summary as an object", function()
     local topic = env.topic("cli_run_eo")
     local group = env.name("g_cli_run_eo")
     subscribe(group, topic)
@@ -346,7 +346,7 @@ log:setvbuf("line")
 return function(m) log:write("handled ", m.id, "\n") return true end
 ]]):format(log))
     local h = start({ "run", handler, "--topic", topic, "--group", group, "--policy", "exactly_once",
-      "--redis", "127.0.0.1:" .. env.redis_port })
+      "--redis", "127.0.0.1:" .. env.redis_port, "--json" })
     finally(function() h.cleanup(); os.remove(handler); os.remove(log) end)
     local id = assert(producer:send(topic, "once"))
     wait_for(function() return read(log):find("handled " .. id, 1, true) end, 30, "the handler")
@@ -355,6 +355,13 @@ return function(m) log:write("handled ", m.id, "\n") return true end
     h.term()
     assert.equal(0, h.wait(20))
     assert.equal(1, summary_of(h.stderr()).acked)
+    local out = read(h.out)
+    assert.matches("^{.*}\n$", out)
+    local s = require("cjson").decode(out)
+    assert.equal(1, s.acked)
+    assert.equal(1, s.received)
+    assert.equal("signal TERM", s.reason)
+    assert.is_number(s.seconds)
     r:close()
   end)
 
