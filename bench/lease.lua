@@ -38,8 +38,8 @@ local status_kb, cpu_s, percentile, json = common.status_kb, common.cpu_s, commo
 local function preload()
   local p = assert(mqlease.producer { endpoints = endpoint })
   assert(p:send(topic, BODY, { tag = "bench" }))
-  local session = p._session
-  local client = session.client
+  local router = p._router
+  local client = router.client
   local window, sent, pending = 256, 1, {}
   local npending = 0
   while sent < count or npending > 0 do
@@ -49,7 +49,7 @@ local function preload()
       npending = npending + 1
     end
     for op in pairs(pending) do
-      local ev = session:await(op)
+      local ev = router:result(op)
       assert(ev.ok, ev.err)
       pending[op] = nil
       npending = npending - 1

@@ -77,8 +77,8 @@ local ok, err = pcall(function()
   collectgarbage()
   collectgarbage()
   local leases, results = 0, 0
-  for _ in pairs(c._session.leases) do leases = leases + 1 end
-  for _ in pairs(c._session.results) do results = results + 1 end
+  for _ in pairs(c._router.leases) do leases = leases + 1 end
+  for _ in pairs(c._router.results) do results = results + 1 end
   local t = mqlease.now() - t0
   print(("soak: %d handled in %.1f s (%.0f msg/s); acked %d, nacked %d, failed %d; RSS peak %.1f MiB, now %.1f MiB")
     :format(handled, t, handled / t, summary.acked, summary.nacked, summary.failed, kb("VmHWM") / 1024, kb("VmRSS") / 1024))

@@ -9,7 +9,7 @@ BROKER ?= devbroker
 demo: deps-build
 	@sh spec/support/deps.sh redis-server
 	@$(MAKE) --no-print-directory core
-	@BROKER=$(BROKER) bash examples/demo.sh
+	@BROKER=$(BROKER) bash examples/demo/demo.sh
 
 bench: deps
 	@$(MAKE) --no-print-directory core

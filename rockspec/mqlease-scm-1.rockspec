@@ -3,9 +3,9 @@
 --   luarocks --lua-version=5.4 make rockspec/mqlease-scm-1.rockspec            (from a checkout)
 --   luarocks --lua-version=5.4 install rockspec/mqlease-scm-1.rockspec         (clones main)
 --
--- Builds mqlease.core from src/ and the committed protobuf-c code in proto/gen
--- (regenerate it with `make proto`), and installs the Lua modules and the
--- `mqlease` command. LuaJIT / OpenResty: README "Install".
+-- Builds mqlease.core and mqlease-devbroker with `make core` from src/ and the committed
+-- protobuf-c code in proto/gen (regenerate it with `make proto`), and installs them, the Lua
+-- modules and the `mqlease` command. LuaJIT / OpenResty: README "Install".
 -- A release copies this file to mqlease-X.Y.Z-1.rockspec with a tag (see
 -- mqlease-0.1.0-1.rockspec); keep the build tables of both identical.
 package = "mqlease"
@@ -19,15 +19,22 @@ description = {
   detailed = [[
 A Lua module with a C core (grpc C core + protobuf-c) that consumes Apache RocketMQ 5.x
 over gRPC and keeps every received message alive as a lease, renewed from a C thread,
-until the handler acks, nacks or lets it go.]],
+until the handler acks, nacks or lets it go. Installs the module, the `mqlease` command
+and the `mqlease-devbroker` dev broker. Linux only; needs OpenSSL >= 3 (EVP_Q_mac signs
+ACL requests), grpc, protobuf-c, hiredis and zlib.
+
+The library needs no other rock. The command needs argparse, luasocket (its /metrics
+listener) and lua-cjson (--json): install them with
+`luarocks install argparse luasocket lua-cjson` (Debian: lua-argparse lua-socket
+lua-cjson); the command names a missing one.]],
   homepage = "https://github.com/mqlease/mqlease",
   license = "Apache-2.0",
 }
+supported_platforms = { "linux" }
 dependencies = {
   "lua >= 5.1, < 5.5",
-  "argparse >= 0.7",     -- the command's flags (Debian: lua-argparse)
-  "luasocket >= 3.0",    -- the command's /metrics listener (Debian: lua-socket)
 }
+-- OpenSSL >= 3: the core signs with EVP_Q_mac (OpenSSL 3.0's one-shot MAC).
 external_dependencies = {
   GRPC = { header = "grpc/grpc.h", library = "grpc" },
   PROTOBUFC = { header = "protobuf-c/protobuf-c.h", library = "protobuf-c" },
@@ -35,54 +42,45 @@ external_dependencies = {
   HIREDIS = { header = "hiredis/hiredis.h", library = "hiredis" },
   ZLIB = { header = "zlib.h", library = "z" },
 }
+-- `make core` (the Makefile; libraries from pkg-config) builds the C module and the dev
+-- broker into build/rock against the Lua luarocks targets; luarocks installs the files.
 build = {
-  type = "builtin",
-  modules = {
-    ["mqlease.core"] = {
-      sources = {
-        "src/core/mql_backoff.c", "src/core/mql_events.c", "src/core/mql_metrics.c",
-        "src/core/mql_util.c", "src/lease/mql_auto.c", "src/lease/mql_body.c",
-        "src/lease/mql_codec.c", "src/lease/mql_inbound.c", "src/lease/mql_lease.c",
-        "src/lease/mql_pace.c", "src/rocketmq/mql_call.c", "src/rocketmq/mql_client.c",
-        "src/rocketmq/mql_producer.c", "src/rocketmq/mql_receive.c", "src/rocketmq/mql_release.c",
-        "src/rocketmq/mql_renew.c", "src/rocketmq/mql_session.c", "src/rocketmq/mql_shutdown.c",
-        "src/redis/mql_redis.c", "src/redis/mql_redis_cluster.c", "src/redis/mql_redis_link.c",
-        "src/lua/lmql_push.c", "src/lua/lmql_redis.c", "src/lua/lmql_signals.c",
-        "src/lua/lmqlease.c",
-        "proto/gen/apache/rocketmq/v2/definition.pb-c.c",
-        "proto/gen/apache/rocketmq/v2/service.pb-c.c", "proto/gen/google/protobuf/duration.pb-c.c",
-        "proto/gen/google/protobuf/timestamp.pb-c.c",
-      },
-      incdirs = { "src/core", "src/lease", "src/rocketmq", "src/redis", "src/lua", "proto/gen", "$(GRPC_INCDIR)", "$(PROTOBUFC_INCDIR)", "$(OPENSSL_INCDIR)", "$(HIREDIS_INCDIR)", "$(ZLIB_INCDIR)" },
-      libdirs = { "$(GRPC_LIBDIR)", "$(PROTOBUFC_LIBDIR)", "$(OPENSSL_LIBDIR)", "$(HIREDIS_LIBDIR)", "$(ZLIB_LIBDIR)" },
-      libraries = { "grpc", "gpr", "protobuf-c", "hiredis", "crypto", "z", "pthread" },
-      defines = { "_GNU_SOURCE" },
-    },
-    ["mqlease"] = "lua/mqlease/init.lua",
-    ["mqlease.cli"] = "lua/mqlease/cli/init.lua",
-    ["mqlease.cli.devbroker"] = "lua/mqlease/cli/devbroker.lua",
-    ["mqlease.cli.http"] = "lua/mqlease/cli/http.lua",
-    ["mqlease.cli.options"] = "lua/mqlease/cli/options.lua",
-    ["mqlease.cli.peek"] = "lua/mqlease/cli/peek.lua",
-    ["mqlease.cli.run"] = "lua/mqlease/cli/run.lua",
-    ["mqlease.cli.send"] = "lua/mqlease/cli/send.lua",
-    ["mqlease.config"] = "lua/mqlease/config.lua",
-    ["mqlease.consumer"] = "lua/mqlease/consumer.lua",
-    ["mqlease.loop.cqueues"] = "lua/mqlease/loop/cqueues.lua",
-    ["mqlease.loop.ngx"] = "lua/mqlease/loop/ngx.lua",
-    ["mqlease.loop.poll"] = "lua/mqlease/loop/poll.lua",
-    ["mqlease.loop.run"] = "lua/mqlease/loop/run.lua",
-    ["mqlease.metrics"] = "lua/mqlease/metrics.lua",
-    ["mqlease.ngx"] = "lua/mqlease/ngx.lua",
-    ["mqlease.policy"] = "lua/mqlease/policy.lua",
-    ["mqlease.producer"] = "lua/mqlease/producer.lua",
-    ["mqlease.redis"] = "lua/mqlease/redis.lua",
-    ["mqlease.run"] = "lua/mqlease/run.lua",
-    ["mqlease.scheduler"] = "lua/mqlease/scheduler.lua",
-    ["mqlease.session"] = "lua/mqlease/session.lua",
-    ["mqlease.wait"] = "lua/mqlease/wait.lua",
+  type = "make",
+  build_target = "core",
+  build_variables = {
+    BUILD = "build/rock", LUA_INC = "$(LUA_INCDIR)", CC = "$(CC)", CFLAGS = "$(CFLAGS)",
   },
+  install_pass = false,
   install = {
-    bin = { mqlease = "bin/mqlease" },
+    lib = { ["mqlease.core"] = "build/rock/mqlease/core.so" },
+    lua = {
+      ["mqlease"] = "lua/mqlease/init.lua",
+      ["mqlease.cli"] = "lua/mqlease/cli/init.lua",
+      ["mqlease.cli.devbroker"] = "lua/mqlease/cli/devbroker.lua",
+      ["mqlease.cli.http"] = "lua/mqlease/cli/http.lua",
+      ["mqlease.cli.options"] = "lua/mqlease/cli/options.lua",
+      ["mqlease.cli.peek"] = "lua/mqlease/cli/peek.lua",
+      ["mqlease.cli.run"] = "lua/mqlease/cli/run.lua",
+      ["mqlease.cli.send"] = "lua/mqlease/cli/send.lua",
+      ["mqlease.config"] = "lua/mqlease/config.lua",
+      ["mqlease.consumer"] = "lua/mqlease/consumer.lua",
+      ["mqlease.lease"] = "lua/mqlease/lease.lua",
+      ["mqlease.loop"] = "lua/mqlease/loop/init.lua",
+      ["mqlease.loop.cqueues"] = "lua/mqlease/loop/cqueues.lua",
+      ["mqlease.loop.ngx"] = "lua/mqlease/loop/ngx.lua",
+      ["mqlease.loop.poll"] = "lua/mqlease/loop/poll.lua",
+      ["mqlease.loop.scheduler"] = "lua/mqlease/loop/scheduler.lua",
+      ["mqlease.message"] = "lua/mqlease/message.lua",
+      ["mqlease.metrics"] = "lua/mqlease/metrics.lua",
+      ["mqlease.ngx"] = "lua/mqlease/ngx.lua",
+      ["mqlease.policy"] = "lua/mqlease/policy.lua",
+      ["mqlease.producer"] = "lua/mqlease/producer.lua",
+      ["mqlease.redis"] = "lua/mqlease/redis.lua",
+      ["mqlease.router"] = "lua/mqlease/router.lua",
+      ["mqlease.run"] = "lua/mqlease/run.lua",
+      ["mqlease.scheduler"] = "lua/mqlease/scheduler.lua",
+      ["mqlease.wait"] = "lua/mqlease/wait.lua",
+    },
+    bin = { mqlease = "bin/mqlease", ["mqlease-devbroker"] = "build/rock/mqlease-devbroker" },
   },
 }

@@ -27,7 +27,7 @@ local function describe(v)
   return tostring(v)
 end
 
--- kind: "string" | "number" | "integer" | "boolean" | "table" | "enum" | "name" | "strings" | "tls"
+-- kind: "string" | "endpoints" | "number" | "integer" | "boolean" | "table" | "enum" | "name" | "strings" | "tls"
 --       | "invisible" | "auto_invisible"
 
 -- The fields of auto_invisible, their defaults and ranges (seconds; margin a factor).
@@ -39,7 +39,7 @@ local AUTO_FIELDS = {
 }
 _M.AUTO_FIELDS = AUTO_FIELDS
 local common = {
-  endpoints = { kind = "string", required = true,
+  endpoints = { kind = "endpoints", required = true,
     doc = "host:port of the RocketMQ proxy (gRPC port); several joined by ';' are tried in order at start" },
   namespace = { kind = "string", doc = "resource namespace (RocketMQ 5 namespaces)" },
   credentials = { kind = "table", doc = "{access_key=, secret_key=, security_token=} for ACL-enabled proxies" },
@@ -113,85 +113,109 @@ local TLS_FIELDS = {
   ca_file = "string", cert_file = "string", key_file = "string", server_name = "string", insecure = "boolean",
 }
 
-local function check_tls(v, bad)
+local function check_tls(v)
   if type(v) == "boolean" then return end
-  if type(v) ~= "table" then bad("true, false or a table {ca_file=, cert_file=, key_file=, server_name=, insecure=}") end
+  if type(v) ~= "table" then return "true, false or a table {ca_file=, cert_file=, key_file=, server_name=, insecure=}" end
   for k, fv in pairs(v) do
     local want = TLS_FIELDS[k]
     if not want then
-      bad(("a table with only ca_file, cert_file, key_file, server_name, insecure (unknown field '%s')"):format(tostring(k)))
+      return ("a table with only ca_file, cert_file, key_file, server_name, insecure (unknown field '%s')"):format(tostring(k))
     end
     if type(fv) ~= want or fv == "" then
-      bad(("a table whose field '%s' is a %s"):format(k, want == "string" and "non-empty string" or want))
+      return ("a table whose field '%s' is a %s"):format(k, want == "string" and "non-empty string" or want)
     end
   end
   if (v.cert_file == nil) ~= (v.key_file == nil) then
-    bad("a table with both cert_file and key_file, or neither")
+    return "a table with both cert_file and key_file, or neither"
   end
 end
 
-local function check_auto(v, bad)
-  if type(v) ~= "table" then bad("a table {min=, max=, margin=, start=}") end
+local function check_auto(v)
+  if type(v) ~= "table" then return "a table {min=, max=, margin=, start=}" end
   for k, fv in pairs(v) do
     local f = AUTO_FIELDS[k]
-    if not f then bad(("a table with only min, max, margin, start (unknown field '%s')"):format(tostring(k))) end
+    if not f then return ("a table with only min, max, margin, start (unknown field '%s')"):format(tostring(k)) end
     if type(fv) ~= "number" or fv ~= fv or fv < f.min or fv > f.max then
-      bad(("a table whose field '%s' is a number between %s and %s"):format(k, f.min, f.max))
+      return ("a table whose field '%s' is a number between %s and %s"):format(k, f.min, f.max)
     end
   end
   if (v.min or AUTO_FIELDS.min.default) > (v.max or AUTO_FIELDS.max.default) then
-    bad("a table whose 'min' is at most its 'max'")
+    return "a table whose 'min' is at most its 'max'"
   end
 end
 
-local function check_value(where, name, spec, v)
-  local function bad(expected)
-    error(("%s: option '%s' must be %s (got %s)"):format(where, name, expected, describe(v)), 6)
+-- "host:port;host:port" checked entry by entry and joined again without
+-- blanks, or nil when an entry is not host:port.
+local function endpoint_list(endpoints)
+  if type(endpoints) ~= "string" then return nil end
+  local out = {}
+  for entry in (endpoints .. ";"):gmatch("([^;]*);") do
+    entry = entry:match("^%s*(.-)%s*$")
+    local port = tonumber(entry:match("^[^:%s][^%s]*:(%d+)$") or "")
+    if not port or port < 1 or port > 65535 then return nil end
+    out[#out + 1] = entry
   end
+  return concat(out, ";")
+end
+
+-- What v must be when it is not a valid value of spec, else nil.
+local function expected(spec, v)
   local kind = spec.kind
   if kind == "string" then
-    if type(v) ~= "string" or v == "" then bad("a non-empty string") end
+    if type(v) ~= "string" or v == "" then return "a non-empty string" end
+  elseif kind == "endpoints" then
+    if not endpoint_list(v) then return "host:port, or several joined by ';'" end
   elseif kind == "name" then
     if type(v) ~= "string" or not v:match(NAME_PATTERN) or #v > spec.max_len then
-      bad(("a name of letters, digits, '%%', '|', '_' or '-' (at most %d characters)"):format(spec.max_len))
+      return ("a name of letters, digits, '%%', '|', '_' or '-' (at most %d characters)"):format(spec.max_len)
     end
   elseif kind == "number" or kind == "integer" then
-    if type(v) ~= "number" or v ~= v then bad("a number") end
-    if kind == "integer" and not is_integer(v) then bad("an integer") end
+    if type(v) ~= "number" or v ~= v then return "a number" end
+    if kind == "integer" and not is_integer(v) then return "an integer" end
     if (spec.min and v < spec.min) or (spec.max and v > spec.max) then
-      bad(("a number between %s and %s"):format(spec.min, spec.max))
+      return ("a number between %s and %s"):format(spec.min, spec.max)
     end
   elseif kind == "boolean" then
-    if type(v) ~= "boolean" then bad("a boolean") end
+    if type(v) ~= "boolean" then return "a boolean" end
   elseif kind == "table" then
-    if type(v) ~= "table" then bad("a table") end
+    if type(v) ~= "table" then return "a table" end
   elseif kind == "enum" then
     for _, allowed in ipairs(spec.values) do
       if v == allowed then return end
     end
-    bad("one of \"" .. concat(spec.values, "\", \"") .. "\"")
+    return "one of \"" .. concat(spec.values, "\", \"") .. "\""
   elseif kind == "function" then
     if type(v) ~= "function" and not (type(v) == "table" and getmetatable(v) and getmetatable(v).__call) then
-      bad("a function")
+      return "a function"
     end
   elseif kind == "delay" then
     if not (type(v) == "function" or (type(v) == "number" and v >= 0 and v <= MAX_INVISIBLE)) then
-      bad("a number of seconds (0 to 43200) or a function(attempt)")
+      return "a number of seconds (0 to 43200) or a function(attempt)"
     end
   elseif kind == "tls" then
-    check_tls(v, bad)
+    return check_tls(v)
   elseif kind == "invisible" then
     if v ~= "auto" and (type(v) ~= "number" or v ~= v or v < spec.min or v > spec.max) then
-      bad(("a number between %s and %s, or \"auto\""):format(spec.min, spec.max))
+      return ("a number between %s and %s, or \"auto\""):format(spec.min, spec.max)
     end
   elseif kind == "auto_invisible" then
-    check_auto(v, bad)
+    return check_auto(v)
   elseif kind == "strings" then
-    if type(v) ~= "table" then bad("an array of strings") end
+    if type(v) ~= "table" then return "an array of strings" end
     for _, s in ipairs(v) do
-      if type(s) ~= "string" or s == "" then bad("an array of strings") end
+      if type(s) ~= "string" or s == "" then return "an array of strings" end
     end
   end
+end
+
+-- The one message for a bad value of an option, whoever reports it: the
+-- library after "mqlease.consumer: ", the command after the flag or variable
+-- the value came from. nil when v is a valid value of option name in specs.
+function _M.problem(specs, name, v)
+  local spec = specs[name]
+  if not spec then error("mqlease.config: no option '" .. tostring(name) .. "'", 2) end
+  local want = expected(spec, v)
+  if want then return ("option '%s' must be %s (got %s)"):format(name, want, describe(v)) end
 end
 
 local function known_names(specs)
@@ -214,7 +238,10 @@ function _M.check(where, specs, opts)
     if not spec then
       error(("%s: unknown option '%s' (known: %s)"):format(where, tostring(k), known_names(specs)), 4)
     end
-    check_value(where, k, spec, v)
+    local want = expected(spec, v)
+    if want then
+      error(("%s: option '%s' must be %s (got %s)"):format(where, k, want, describe(v)), 4)
+    end
     out[k] = v
   end
   for k, spec in pairs(specs) do
@@ -303,6 +330,16 @@ local function tls_core(where, tls)
 end
 _M.tls_core = tls_core
 
+-- Checked options as a consumer or producer keeps them (its .options, which
+-- every message reaches through m.consumer): the credentials without the
+-- secret key and the security token, which only the core keeps once
+-- client_core handed them over. The caller's own table is left as it was.
+function _M.kept(o)
+  local cr = o.credentials
+  if cr then o.credentials = { access_key = cr.access_key } end
+  return o
+end
+
 -- The fields of core.consumer{} and core.producer{} that both share, from
 -- checked options: where to connect, how to sign, how to encrypt, how long
 -- a call may take. The caller adds its own.
@@ -322,16 +359,11 @@ end
 -- "host:port;host:port" checked entry by entry, joined again without blanks.
 -- The core tries them in order at start (see README, several endpoints).
 function _M.endpoint_list(endpoints)
-  local out = {}
-  for entry in (endpoints .. ";"):gmatch("([^;]*);") do
-    entry = entry:match("^%s*(.-)%s*$")
-    local port = tonumber(entry:match("^[^:%s][^%s]*:(%d+)$") or "")
-    if not port or port < 1 or port > 65535 then
-      error(("mqlease: option 'endpoints' must be host:port, or several joined by ';' (got %q)"):format(endpoints), 3)
-    end
-    out[#out + 1] = entry
+  local list = endpoint_list(endpoints)
+  if not list then
+    error(("mqlease: option 'endpoints' must be host:port, or several joined by ';' (got %s)"):format(describe(endpoints)), 3)
   end
-  return concat(out, ";")
+  return list
 end
 
 -- Bounds for send's options: the proxy's default max message group length
@@ -341,6 +373,52 @@ end
 local MAX_MESSAGE_GROUP = 64
 local MAX_DELAY_SECONDS = 10 * 365 * 86400
 local MAX_EPOCH_SECONDS = 1e11
+
+-- The send options, as the command line shares them (the message's part; the
+-- routing part, topic, is a name as in the consumer options).
+_M.SEND_OPTIONS = { "delay", "deliver_at", "keys", "message_group", "properties", "tag", "timeout" }
+
+-- The message for a bad value of send option k, or nil: "option 'k' must be ...".
+function _M.send_problem(k, v)
+  if k == "tag" then
+    if type(v) ~= "string" or v:find("|", 1, true) or not v:match("%S") then
+      return ("option 'tag' must be a non-blank string without '|' (got %s)"):format(describe(v))
+    end
+  elseif k == "keys" then
+    if type(v) == "string" then v = { v } end
+    if type(v) ~= "table" then
+      return "option 'keys' must be a string or an array of strings"
+    end
+    for _, key in ipairs(v) do
+      if type(key) ~= "string" or not key:match("%S") then
+        return ("option 'keys' must hold non-blank strings (got %s)"):format(describe(key))
+      end
+    end
+  elseif k == "properties" then
+    if type(v) ~= "table" then return "option 'properties' must be a table of strings" end
+    for pk, pv in pairs(v) do
+      if type(pk) ~= "string" or type(pv) ~= "string" then
+        return ("option 'properties' must map strings to strings (bad entry %s)"):format(describe(pk))
+      end
+    end
+  elseif k == "message_group" then
+    if type(v) ~= "string" or not v:match("%S") or #v > MAX_MESSAGE_GROUP then
+      return ("option 'message_group' must be a non-blank string of at most %d bytes (got %s)")
+        :format(MAX_MESSAGE_GROUP, describe(v))
+    end
+  elseif k == "delay" then
+    if type(v) ~= "number" or v ~= v or v <= 0 or v > MAX_DELAY_SECONDS then
+      return ("option 'delay' must be seconds, more than 0 and at most %d (got %s)")
+        :format(MAX_DELAY_SECONDS, describe(v))
+    end
+  elseif k == "deliver_at" then
+    if type(v) ~= "number" or v ~= v or v <= 0 or v > MAX_EPOCH_SECONDS then
+      return ("option 'deliver_at' must be epoch seconds, a positive number (got %s)"):format(describe(v))
+    end
+  elseif k ~= "timeout" then
+    return ("unknown option '%s' (known: %s)"):format(tostring(k), concat(_M.SEND_OPTIONS, ", "))
+  end
+end
 
 -- Checks the arguments of producer:send; raises naming the bad one.
 function _M.check_send(topic, body, opts)
@@ -355,46 +433,8 @@ function _M.check_send(topic, body, opts)
     error(("bad argument #3 to 'send' (options table expected, got %s)"):format(type(opts)), 3)
   end
   for k, v in pairs(opts) do
-    if k == "tag" then
-      if type(v) ~= "string" or v:find("|", 1, true) or not v:match("%S") then
-        error(("mqlease.send: option 'tag' must be a non-blank string without '|' (got %s)"):format(describe(v)), 3)
-      end
-    elseif k == "keys" then
-      if type(v) == "string" then v = { v } end
-      if type(v) ~= "table" then
-        error("mqlease.send: option 'keys' must be a string or an array of strings", 3)
-      end
-      for _, key in ipairs(v) do
-        if type(key) ~= "string" or not key:match("%S") then
-          error(("mqlease.send: option 'keys' must hold non-blank strings (got %s)"):format(describe(key)), 3)
-        end
-      end
-    elseif k == "properties" then
-      if type(v) ~= "table" then error("mqlease.send: option 'properties' must be a table of strings", 3) end
-      for pk, pv in pairs(v) do
-        if type(pk) ~= "string" or type(pv) ~= "string" then
-          error(("mqlease.send: option 'properties' must map strings to strings (bad entry %s)"):format(describe(pk)), 3)
-        end
-      end
-    elseif k == "message_group" then
-      if type(v) ~= "string" or not v:match("%S") or #v > MAX_MESSAGE_GROUP then
-        error(("mqlease.send: option 'message_group' must be a non-blank string of at most %d bytes (got %s)")
-          :format(MAX_MESSAGE_GROUP, describe(v)), 3)
-      end
-    elseif k == "delay" then
-      if type(v) ~= "number" or v ~= v or v <= 0 or v > MAX_DELAY_SECONDS then
-        error(("mqlease.send: option 'delay' must be seconds, more than 0 and at most %d (got %s)")
-          :format(MAX_DELAY_SECONDS, describe(v)), 3)
-      end
-    elseif k == "deliver_at" then
-      if type(v) ~= "number" or v ~= v or v <= 0 or v > MAX_EPOCH_SECONDS then
-        error(("mqlease.send: option 'deliver_at' must be epoch seconds, a positive number (got %s)")
-          :format(describe(v)), 3)
-      end
-    elseif k ~= "timeout" then
-      error(("mqlease.send: unknown option '%s' (known: delay, deliver_at, keys, message_group, properties, tag, timeout)")
-        :format(tostring(k)), 3)
-    end
+    local problem = _M.send_problem(k, v)
+    if problem then error("mqlease.send: " .. problem, 3) end
   end
   -- a message is FIFO or DELAY, not both (the official clients' MessageBuilder refuses it too)
   local timed = opts.delay ~= nil and "delay" or opts.deliver_at ~= nil and "deliver_at" or nil

@@ -9,7 +9,7 @@
 local core = require "mqlease.core"
 local consumer = require "mqlease.consumer"
 local producer = require "mqlease.producer"
-local wait = require "mqlease.wait"
+local loop = require "mqlease.loop"
 local metrics = require "mqlease.metrics"
 local policy = require "mqlease.policy"
 local run = require "mqlease.run"
@@ -19,7 +19,7 @@ local _M = {
   _VERSION = core._VERSION,
   consumer = consumer.new,
   producer = producer.new,
-  sleep = wait.sleep,
+  sleep = loop.sleep,
   now = core.now,
   metrics = metrics,
   policy = policy,

@@ -1,8 +1,9 @@
--- mqlease.producer: sends messages to a RocketMQ 5 proxy.
+-- mqlease.producer: sends messages to a RocketMQ 5 proxy (SendMessage), one
+-- message per call, waiting for the proxy's answer in the caller's loop.
 
 local core = require "mqlease.core"
 local config = require "mqlease.config"
-local session_mod = require "mqlease.session"
+local router_mod = require "mqlease.router"
 
 local setmetatable, rawget, type = setmetatable, rawget, type
 local floor = math.floor
@@ -16,9 +17,9 @@ function _M.new(opts)
   local args = config.client_core("mqlease.producer", o)
   args.topics = o.topics
   local client, start_op = core.producer(args)
-  local session, err, code = session_mod.start(client, start_op, o.start_timeout, "mqlease.producer")
-  if not session then return nil, err, code end
-  return setmetatable({ options = o, _session = session, _closed = false, _routes = {} }, mt)
+  local router, err, code = router_mod.start(client, start_op, o.start_timeout, "mqlease.producer")
+  if not router then return nil, err, code end
+  return setmetatable({ options = config.kept(o), _router = router, _closed = false, _routes = {} }, mt)
 end
 
 -- Sends one message. opts: tag, keys (string or array), properties (string -> string),
@@ -31,17 +32,17 @@ function methods:send(topic, body, opts)
   if rawget(self, "_closed") then return nil, "the producer is closed", "CLOSED" end
   local keys = opts.keys
   if type(keys) == "string" then keys = { keys } end
-  local session = self._session
+  local router = self._router
   if not self._routes[topic] then
     -- as the official clients do: learn the route once, so that an unknown
     -- topic fails as TOPIC_NOT_FOUND (the proxy's send would blame the message type)
-    local ok, err, code = session:call(session.client:route(topic))
+    local ok, err, code = router:call(router.client:route(topic))
     if not ok then return nil, err, code end
     self._routes[topic] = true
   end
   local deliver_at = opts.deliver_at and floor(opts.deliver_at * 1000 + 0.5) or nil
   local delay = opts.delay and floor(opts.delay * 1000 + 0.5) or nil
-  local ev = session:await(session.client:send(topic, body, opts.tag, keys, opts.properties,
+  local ev = router:result(router.client:send(topic, body, opts.tag, keys, opts.properties,
     opts.message_group, deliver_at, delay))
   if not ev.ok then return nil, ev.err, ev.code end
   return ev.message_id, ev.offset
@@ -49,15 +50,15 @@ end
 
 function methods:metrics()
   if rawget(self, "_closed") then return {} end
-  return self._session.client:metrics()
+  return self._router.client:metrics()
 end
 
 function methods:close()
   if rawget(self, "_closed") then return true end
   self._closed = true
-  local session = self._session
-  session:await(session.client:terminate())
-  session:close()
+  local router = self._router
+  router:result(router.client:terminate())
+  router:close()
   return true
 end
 

@@ -13,7 +13,7 @@
 -- nil, message, "UNAVAILABLE" (or "TIMEOUT"); bad arguments raise.
 
 local core = require "mqlease.core"
-local session_mod = require "mqlease.session"
+local session_mod = require "mqlease.router"
 
 local type, tostring, error, setmetatable = type, tostring, error, setmetatable
 local floor = math.floor
@@ -131,7 +131,7 @@ function methods:call(...)
     end
   end
   local s = self._session
-  return finish(s:await(s.client:command(unpack(args, 1, n))))
+  return finish(s:result(s.client:command(unpack(args, 1, n))))
 end
 
 -- r:eval(script, {keys...}, {args...}) -> reply (EVALSHA, EVAL when the server lacks it)
@@ -141,7 +141,7 @@ function methods:eval(script, keys, args)
   for _, k in ipairs(keys or {}) do flat[#flat + 1] = tostring(k) end
   for _, a in ipairs(args or {}) do flat[#flat + 1] = tostring(a) end
   local s = self._session
-  return finish(s:await(s.client:eval(script, #(keys or {}), unpack(flat))))
+  return finish(s:result(s.client:eval(script, #(keys or {}), unpack(flat))))
 end
 
 -- Keeps key alive (compare owner, then PEXPIRE ttl) every `every` seconds from

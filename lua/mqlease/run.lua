@@ -13,7 +13,7 @@
 
 local core = require "mqlease.core"
 local config = require "mqlease.config"
-local wait = require "mqlease.wait"
+local wait = require "mqlease.loop"
 local policy_mod = require "mqlease.policy"
 
 local min, floor = math.min, math.floor
@@ -45,7 +45,7 @@ return function(consumer, handler, opts)
   local on_error = o.on_error or log_error
   local release_delay = consumer.options.release_delay
   local batch = consumer.options.batch
-  local client = consumer._session.client
+  local client = consumer._router.client
 
   -- tasks in the caller's event loop (mqlease.scheduler in plain Lua)
   local sched = wait.scheduler()

@@ -1,7 +1,7 @@
 -- mqlease.scheduler: a small coroutine scheduler over poll(2).
 --
 -- Each task is a coroutine. When it must wait it yields what it waits for
--- (see mqlease/loop/run.lua): a table { fd =, deadline = }, a descriptor
+-- (see mqlease/loop/scheduler.lua): a table { fd =, deadline = }, a descriptor
 -- and/or a deadline; or the token PARK, to sleep until another task calls
 -- wake() (park() does either). One loop turn polls every descriptor that
 -- tasks wait on, with the nearest deadline as timeout, then resumes every task
@@ -10,7 +10,7 @@
 -- the others.
 
 local core = require "mqlease.core"
-local run_adapter = require "mqlease.loop.run"
+local run_adapter = require "mqlease.loop.scheduler"
 
 local coroutine_create, coroutine_resume, coroutine_status = coroutine.create, coroutine.resume, coroutine.status
 local coroutine_yield = coroutine.yield

@@ -34,6 +34,31 @@ local function error_count(client, op, code)
   return 0
 end
 
+-- The path of the first place where value s is reachable from root through
+-- table keys, values and metatables (what any code holding root can read
+-- without the debug library), or nil.
+local function reach(root, s)
+  local seen, queue = {}, { { root, "" } }
+  local getmt = debug.getmetatable
+  while #queue > 0 do
+    local item = table.remove(queue)
+    local v, path = item[1], item[2]
+    if v == s then return path end
+    local t = type(v)
+    if (t == "table" or t == "userdata") and not seen[v] then
+      seen[v] = true
+      local mt = getmt(v)
+      if mt then queue[#queue + 1] = { mt, path .. "<mt>" } end
+      if t == "table" then
+        for k, x in next, v do
+          queue[#queue + 1] = { k, path .. "[key]" }
+          queue[#queue + 1] = { x, path .. "." .. tostring(k) }
+        end
+      end
+    end
+  end
+end
+
 describe("mqlease against a RocketMQ with ACL on", function()
   local topic = env.name("acl")
   local group = env.name("g_acl")
@@ -64,6 +89,60 @@ describe("mqlease against a RocketMQ with ACL on", function()
     assert.equal("signed", got.body)
     producer:close()
     consumer:close()
+  end)
+
+  it("keeps the secret key out of everything a message, its consumer or a producer reaches", function()
+    local creds = { access_key = ADMIN.access_key, secret_key = ADMIN.secret_key, security_token = "tok-42-secret" }
+    local consumer = assert(mqlease.consumer {
+      endpoints = ENDPOINTS, credentials = creds, group = group, topic = topic, invisible = 10, await = 5,
+    })
+    local producer = assert(mqlease.producer {
+      endpoints = ENDPOINTS, credentials = { access_key = ADMIN.access_key, secret_key = ADMIN.secret_key },
+      topics = { topic },
+    })
+    local id = assert(producer:send(topic, "secretless", { tag = "acl" }))
+    local got
+    env.collect(consumer, 30, function(m)
+      if m.id == id then got = m else assert(m:ack()) end
+    end, function() return got ~= nil end)
+    assert.is_table(got)
+    for _, secret in ipairs({ ADMIN.secret_key, "tok-42-secret" }) do
+      assert.is_nil(reach(got, secret), "from the message")
+      assert.is_nil(reach(consumer, secret), "from the consumer")
+      assert.is_nil(reach(producer, secret), "from the producer")
+    end
+    -- what stays readable: who signs, and the caller's own table as it was
+    assert.equal(ADMIN.access_key, got.consumer.options.credentials.access_key)
+    assert.equal(ADMIN.secret_key, creds.secret_key)
+    assert(got:ack())
+    producer:close()
+    consumer:close()
+  end)
+
+  it("signs the command's calls with --access-key and the secret key from MQLEASE_SECRET_KEY or --secret-key-file", function()
+    local function command(prefix, args)
+      local p = assert(io.popen(("%s env -u LD_PRELOAD lua5.4 bin/mqlease %s 2>&1; echo \"rc=$?\""):format(prefix, args)))
+      local out = p:read("a")
+      p:close()
+      return tonumber(out:match("rc=(%d+)\n$")), (out:gsub("rc=%d+\n$", ""))
+    end
+    local send = ("send --quiet --endpoints %s --topic %s --access-key %s signed-by-cli")
+      :format(ENDPOINTS, topic, ADMIN.access_key)
+    local rc, out = command("MQLEASE_SECRET_KEY=" .. ADMIN.secret_key, send)
+    assert.equal(0, rc, out)
+    assert.matches("^%x+\n$", out)
+    local file = os.tmpname()
+    local f = assert(io.open(file, "w"))
+    f:write(ADMIN.secret_key, "\n")
+    f:close()
+    rc, out = command("", send .. " --secret-key-file " .. file)
+    os.remove(file)
+    assert.equal(0, rc, out)
+    assert.matches("^%x+\n$", out)
+    rc, out = command("MQLEASE_SECRET_KEY=" .. WRONG_SECRET, send)
+    assert.equal(1, rc, out)
+    assert.matches("(PERMISSION_DENIED)", out, 1, true)
+    assert.is_nil(out:find(WRONG_SECRET, 1, true))
   end)
 
   it("fails the start with PERMISSION_DENIED on a wrong secret or an unknown key, and never shows the secret", function()

@@ -194,6 +194,51 @@ describe("the mqlease command", function()
     end
   end)
 
+  it("speaks newline-delimited JSON with --json: send reads objects and prints ids, peek prints every field", function()
+    local cjson = require "cjson"
+    local topic = env.topic("cli_json")
+    local group = env.name("g_cli_json")
+    subscribe(group, topic)
+    local rc, out, err = cli({ "send", "--json", "--quiet", "--topic", topic, "--tag", "flag" },
+      '{"body":"j1","keys":["a"],"properties":{"p":"1"}}\n{"body":"j2","tag":"own"}\n')
+    assert.equal(0, rc, err)
+    local sent = {}
+    for line in out:gmatch("[^\n]+") do sent[#sent + 1] = cjson.decode(line) end
+    assert.equal(2, #sent, out)
+    assert.matches("^%x+$", sent[1].id)
+    assert.is_number(sent[1].offset)
+
+    rc, out, err = cli({ "peek", "--json", "--topic", topic, "--group", group, "-n", "2", "--wait", "10" })
+    assert.equal(0, rc, err)
+    local got = {}
+    for line in out:gmatch("[^\n]+") do
+      local m = cjson.decode(line)
+      got[m.id] = m
+    end
+    local m1, m2 = got[sent[1].id], got[sent[2].id]
+    assert.is_table(m1, out)
+    assert.is_table(m2, out)
+    assert.equal("j1", m1.body)
+    assert.equal("flag", m1.tag)
+    assert.same({ "a" }, m1.keys)
+    assert.same({ p = "1" }, m1.properties)
+    assert.equal(topic, m1.topic)
+    assert.equal(1, m1.delivery_attempt)
+    assert.equal("own", m2.tag)
+
+    -- a bad line stops the send with exit code 2 and the library's message
+    rc, out, err = cli({ "send", "--json", "--quiet", "--topic", topic }, '{"body":"ok"}\n{"body":"x","tag":"a|b"}\n')
+    assert.equal(2, rc)
+    assert.equal(1, count(out, "\n"))
+    assert.matches("message 2: option 'tag' must be a non-blank string without '|'", err, 1, true)
+  end)
+
+  it("prints its version", function()
+    local rc, out = cli({ "--version" })
+    assert.equal(0, rc)
+    assert.equal("mqlease " .. mqlease._VERSION .. " (Lua 5.4)\n", out)
+  end)
+
   it("runs a handler file until SIGTERM: serves /metrics, logs each failure, drains the running handler, exits 0 with a summary", function()
     local topic = env.topic("cli_run")
     local group = env.name("g_cli_run")
@@ -290,7 +335,7 @@ return {
     assert.equal(count(text, "on_error "), s.failed)
   end)
 
-  it("runs with --policy exactly_once --redis: the done marker is set in Redis", function()
+  it("runs with --policy exactly_once --redis: the done marker is set in Redis; --json writes the summary as an object", function()
     local topic = env.topic("cli_run_eo")
     local group = env.name("g_cli_run_eo")
     subscribe(group, topic)
@@ -301,7 +346,7 @@ log:setvbuf("line")
 return function(m) log:write("handled ", m.id, "\n") return true end
 ]]):format(log))
     local h = start({ "run", handler, "--topic", topic, "--group", group, "--policy", "exactly_once",
-      "--redis", "127.0.0.1:" .. env.redis_port })
+      "--redis", "127.0.0.1:" .. env.redis_port, "--json" })
     finally(function() h.cleanup(); os.remove(handler); os.remove(log) end)
     local id = assert(producer:send(topic, "once"))
     wait_for(function() return read(log):find("handled " .. id, 1, true) end, 30, "the handler")
@@ -310,6 +355,13 @@ return function(m) log:write("handled ", m.id, "\n") return true end
     h.term()
     assert.equal(0, h.wait(20))
     assert.equal(1, summary_of(h.stderr()).acked)
+    local out = read(h.out)
+    assert.matches("^{.*}\n$", out)
+    local s = require("cjson").decode(out)
+    assert.equal(1, s.acked)
+    assert.equal(1, s.received)
+    assert.equal("signal TERM", s.reason)
+    assert.is_number(s.seconds)
     r:close()
   end)
 
@@ -365,7 +417,7 @@ end
     assert.matches("option '-n/--count' must be an integer", err, 1, true)
     rc, _, err = cli({ "run", "h.lua", "--group", "g", "--topic", "t" }, nil, "MQLEASE_INVISIBLE=0.5")
     assert.equal(2, rc)
-    assert.matches("MQLEASE_INVISIBLE must be a number from 1 to 43200, or auto", err, 1, true)
+    assert.matches("MQLEASE_INVISIBLE: option 'invisible' must be a number between 1 and 43200, or \"auto\" (got 0.5)", err, 1, true)
     rc, _, err = cli({ "run", "h.lua", "--group", "g", "--topic", "t", "--policy", "exactly_once" })
     assert.equal(2, rc)
     assert.matches("option '--redis' is required with --policy exactly_once", err, 1, true)

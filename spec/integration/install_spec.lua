@@ -26,19 +26,6 @@ local function load_rockspec(path)
   return t
 end
 
--- The sources of the Makefile's CORE_SRC (continuation lines included).
-local function makefile_core_src()
-  -- ask make itself, so that variables inside CORE_SRC (BINDING_SRC) expand
-  local p = assert(io.popen("make -s --no-print-directory --eval 'print-core-src: ; @echo $(CORE_SRC)' print-core-src"))
-  local list = p:read("a")
-  p:close()
-  local out = {}
-  for f in list:gmatch("%S+") do out[#out + 1] = f end
-  assert(#out > 0, "CORE_SRC in the Makefile")
-  table.sort(out)
-  return out
-end
-
 local SCM = "rockspec/mqlease-scm-1.rockspec"
 local RELEASE = "rockspec/mqlease-0.1.0-1.rockspec"
 
@@ -48,36 +35,38 @@ describe("the luarocks install", function()
     assert.equal(0, (run("command -v luarocks >/dev/null")), "luarocks is missing: make deps installs it")
     tmp = assert(io.popen("mktemp -d /tmp/mqlease-install.XXXXXX")):read("l")
     -- a copy: luarocks' builtin backend leaves its objects beside the sources
-    local rc, out = run(("mkdir -p %s/src && cp -r src proto lua bin rockspec %s/src/"):format(tmp, tmp))
+    local rc, out = run(("mkdir -p %s/src && cp -r Makefile mk src proto lua bin rockspec examples %s/src/"):format(tmp, tmp))
     assert.equal(0, rc, out)
   end)
   teardown(function()
     if tmp then os.execute("rm -rf " .. quote(tmp)) end
   end)
 
-  it("has rockspecs with the project's repository, identical build tables, every core source and every Lua module", function()
+  it("has rockspecs with the project's repository, identical build tables, every Lua module, the command and the dev broker", function()
     local scm, release = load_rockspec(SCM), load_rockspec(RELEASE)
     assert.equal("git+https://github.com/mqlease/mqlease.git", scm.source.url)
     assert.equal(scm.source.url, release.source.url)
     assert.equal("v" .. release.version:match("^(.-)%-%d+$"), release.source.tag)
     assert.same(scm.build, release.build)
     assert.same(scm.dependencies, release.dependencies)
+    assert.same({ "linux" }, scm.supported_platforms)
+    assert.matches("OpenSSL >= 3", scm.description.detailed, 1, true)
+    -- the library's users install nothing for the command
+    assert.same({ "lua >= 5.1, < 5.5" }, scm.dependencies)
 
-    local sources = {}
-    for _, f in ipairs(scm.build.modules["mqlease.core"].sources) do
-      if not f:match("^proto/gen/") then sources[#sources + 1] = f end
-    end
-    table.sort(sources)
-    assert.same(makefile_core_src(), sources)
+    -- make builds the core and the dev broker (the Makefile's own source lists)
+    assert.equal("make", scm.build.type)
+    assert.equal("core", scm.build.build_target)
+    local build = scm.build.build_variables.BUILD
+    assert.equal(build .. "/mqlease/core.so", scm.build.install.lib["mqlease.core"])
+    assert.equal(build .. "/mqlease-devbroker", scm.build.install.bin["mqlease-devbroker"])
+    assert.equal("bin/mqlease", scm.build.install.bin.mqlease)
 
     local listed = {}
-    for _, file in pairs(scm.build.modules) do
-      if type(file) == "string" then listed[file] = true end
-    end
+    for _, file in pairs(scm.build.install.lua) do listed[file] = true end
     local p = assert(io.popen("find lua -name '*.lua'"))
     for file in p:lines() do assert.is_true(listed[file] == true, file .. " is not in " .. SCM) end
     p:close()
-    assert.equal("bin/mqlease", scm.build.install.bin.mqlease)
   end)
 
   it("installs for Lua 5.4: the module loads from outside the checkout and the command works", function()
@@ -94,7 +83,8 @@ describe("the luarocks install", function()
     local version, core, cli = out:match("^(%S+) (%S+) (%S+)$")
     assert.equal(require("mqlease")._VERSION, version)
     assert.equal(tree .. "/lib/lua/5.4/mqlease/core.so", core)
-    assert.equal(tree .. "/share/lua/5.4/mqlease/cli/init.lua", cli)
+    -- (build.install.lua installs module a.b as a/b.lua: mqlease/cli/init.lua becomes mqlease/cli.lua)
+    assert.equal(tree .. "/share/lua/5.4/mqlease/cli.lua", cli)
 
     rc, out = run(paths .. " && " .. tree .. "/bin/mqlease --help")
     assert.equal(0, rc, out)
@@ -103,12 +93,26 @@ describe("the luarocks install", function()
     assert.equal(0, rc, out)
     assert.matches("Usage: mqlease run", out, 1, true)
 
+    -- the dev broker is installed beside the command, and `mqlease devbroker` runs it
+    local bin_paths = paths .. (" && PATH=%s/bin:$PATH"):format(tree)
+    rc, out = run(bin_paths .. " && command -v mqlease-devbroker")
+    assert.equal(0, rc, out)
+    assert.equal(tree .. "/bin/mqlease-devbroker\n", out)
+    rc, out = run(bin_paths .. " && mqlease devbroker --no-such-flag")
+    assert.are_not.equal(0, rc)
+    assert.matches("usage: mqlease-devbroker", out, 1, true)
+
     -- a real send through the installed command: the C core works
     local topic = env.topic("install")
     rc, out = run(("%s && echo hello | %s/bin/mqlease send --quiet --endpoints %s --topic %s")
       :format(paths, tree, env.endpoints, topic))
     assert.equal(0, rc, out)
     assert.matches("^%x+\n$", out)
+
+    -- an example runs as a user copies it: from another directory, mqlease found on the tree's paths
+    rc, out = run(("%s && lua5.4 %s/src/examples/producer/send.lua %s %s"):format(paths, tmp, env.endpoints, topic))
+    assert.equal(0, rc, out)
+    assert.matches("^sent\t%x+\n$", out)
   end)
 
   it("installs for LuaJIT 2.1 with --lua-version=5.1, LuaJIT's headers and interpreter", function()

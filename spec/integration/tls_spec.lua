@@ -25,6 +25,15 @@ local function roundtrip(tls, base)
   return got
 end
 
+-- The mqlease command from this checkout (without the sanitizer runtime the
+-- specs preload); returns its exit code and its output (stdout and stderr).
+local function command(args)
+  local p = assert(io.popen("env -u LD_PRELOAD lua5.4 bin/mqlease " .. args .. " 2>&1; echo \"rc=$?\""))
+  local out = p:read("a")
+  p:close()
+  return tonumber(out:match("rc=(%d+)\n$")), (out:gsub("rc=%d+\n$", ""))
+end
+
 describe("mqlease over TLS", function()
   local dir
 
@@ -57,6 +66,18 @@ describe("mqlease over TLS", function()
     local m = roundtrip({ ca_file = dir .. "/proxy.pem", server_name = "localhost" }, "tls_ca")
     assert.is_table(m)
     assert.equal("over tls_ca", m.body)
+  end)
+
+  it("is reached by the mqlease command with --ca-file and --server-name, and refused under another CA", function()
+    local topic = env.topic("tls_cli")
+    local rc, out = command(("send --quiet --endpoints %s --topic %s --ca-file %s --server-name localhost over-tls")
+      :format(env.endpoints, topic, dir .. "/proxy.pem"))
+    assert.equal(0, rc, out)
+    assert.matches("^%x+\n$", out)
+    rc, out = command(("send --quiet --endpoints %s --topic %s --ca-file %s --server-name localhost over-tls")
+      :format(env.endpoints, topic, dir .. "/other-ca.pem"))
+    assert.equal(1, rc, out)
+    assert.matches("(TLS_HANDSHAKE)", out, 1, true)
   end)
 
   it("fails at start with TLS_HANDSHAKE, not a hang, when the CA did not sign the proxy's certificate", function()

@@ -27,7 +27,7 @@ describe("mqlease regression: lock keepalives and a busy Redis client", function
       if watcher:call("GET", key) ~= "me" then gone_at = gone_at or (mqlease.now() - t0) end
       mqlease.sleep(0.05)
     end
-    for _, op in ipairs(ops) do r._session:await(op) end
+    for _, op in ipairs(ops) do r._session:result(op) end
     assert.is_nil(gone_at, ("the lock expired %.2f s into the queue: its renewal waited behind commands"):format(gone_at or 0))
     assert.is_false(lost)
     assert.is_false(r:keepalive_stop(id))

@@ -77,7 +77,7 @@ describe("mqlease command flags", function()
     assert.equal("auto", r.opts.invisible)
     ok, r = parse(with({ "--invisible", "AUTO" }))
     assert.is_false(ok)
-    assert.matches("or auto", r.message, 1, true)
+    assert.matches('or "auto" (got "AUTO")', r.message, 1, true)
   end)
 
   it("names an unknown flag and suggests the close one", function()
@@ -91,10 +91,13 @@ describe("mqlease command flags", function()
   it("names a bad value by the flag or the variable it came from", function()
     local ok, r = parse(with({ "--invisible", "0.5" }))
     assert.is_false(ok)
-    assert.equal("option '--invisible' must be a number from 1 to 43200, or auto (got \"0.5\")", r.message)
+    assert.equal("option '--invisible': option 'invisible' must be a number between 1 and 43200, or \"auto\" (got 0.5)", r.message)
     ok, r = parse(RUN, { MQLEASE_CONCURRENCY = "many" })
     assert.is_false(ok)
-    assert.equal("MQLEASE_CONCURRENCY must be an integer from 1 to 100000 (got \"many\")", r.message)
+    assert.equal("MQLEASE_CONCURRENCY: option 'concurrency' must be a number (got \"many\")", r.message)
+    ok, r = parse(RUN, { MQLEASE_CONCURRENCY = "2.5" })
+    assert.is_false(ok)
+    assert.equal("MQLEASE_CONCURRENCY: option 'concurrency' must be an integer (got 2.5)", r.message)
     ok, r = parse(with({ "--metrics", "9464" }))
     assert.is_false(ok)
     assert.equal("option '--metrics' must be HOST:PORT (got \"9464\")", r.message)
@@ -106,7 +109,102 @@ describe("mqlease command flags", function()
     assert.equal("option '-n/--count' must be an integer from 1 to 10000 (got \"0\")", r.message)
     ok, r = parse({ "send", "--endpoints", "h:1", "--topic", "bad topic!", "x" })
     assert.is_false(ok)
-    assert.matches("^option '%-%-topic' must be a name", r.message)
+    assert.matches("^option '%-%-topic': option 'topic' must be a name", r.message)
+  end)
+
+  it("refuses a bad value with the library's own message, after the flag or variable it came from", function()
+    local mqlease = require "mqlease"
+    local config = require "mqlease.config"
+    -- the library's message without its "mqlease.xxx: " prefix (and a position, if any)
+    local function library(fn)
+      local ok, err = pcall(fn)
+      assert.is_false(ok)
+      return (tostring(err):match("mqlease[%w._]*: (option .*)$"))
+    end
+    local BASE = { endpoints = "h:1", group = "g", topic = "t" }
+    local function consumer(k, v)
+      local o = {}
+      for bk, bv in pairs(BASE) do o[bk] = bv end
+      o[k] = v
+      return function() mqlease.consumer(o) end
+    end
+    local cases = {
+      { with({ "--invisible", "0.5" }), "option '--invisible'", consumer("invisible", 0.5) },
+      { with({ "--invisible", "soon" }), "option '--invisible'", consumer("invisible", "soon") },
+      { with({ "--group", "a b" }), "option '--group'", consumer("group", "a b") },
+      { with({ "--endpoints", "nohost" }), "option '--endpoints'", consumer("endpoints", "nohost") },
+      { { "run", "h.lua" }, "MQLEASE_ENDPOINTS", consumer("endpoints", "a:1;"),
+        { MQLEASE_ENDPOINTS = "a:1;", MQLEASE_GROUP = "g", MQLEASE_TOPIC = "t" } },
+      { with({ "--concurrency", "0" }), "option '--concurrency'", function() config.run_options { concurrency = 0 } end },
+      { with({ "--grace=-1" }), "option '--grace'", function() config.run_options { grace = -1 } end },
+      { { "send", "--endpoints", "h:1", "--topic", "t", "--tag", " ", "x" }, "option '--tag'",
+        function() config.check_send("t", "x", { tag = " " }) end },
+      { { "send", "--endpoints", "h:1", "--topic", "t", "--key", "", "x" }, "option '--key'",
+        function() config.check_send("t", "x", { keys = { "" } }) end },
+      { { "send", "--endpoints", "h:1", "--topic", "t", "--delay=-2", "x" }, "option '--delay'",
+        function() config.check_send("t", "x", { delay = -2 }) end },
+    }
+    for _, case in ipairs(cases) do
+      local ok, r = parse(case[1], case[4])
+      assert.is_false(ok, table.concat(case[1], " "))
+      assert.equal(options.EXIT.usage, r.code)
+      local said = library(case[3])
+      assert.is_string(said)
+      assert.equal(case[2] .. ": " .. said, r.message)
+    end
+  end)
+
+  it("answers --version with the module's version", function()
+    local ok, r = parse({ "--version" })
+    assert.is_true(ok)
+    assert.equal("mqlease " .. core._VERSION .. " (" .. (jit and jit.version or _VERSION) .. ")", r.version)
+  end)
+
+  it("takes TLS flags as the library's tls option, checked and read as the library does", function()
+    local ok, r = parse(with({ "--tls" }))
+    assert.is_true(ok, r.message)
+    assert.is_true(r.opts.tls)
+    ok, r = parse(with({}))
+    assert.is_nil(r.opts.tls)
+    local ca = write_file("-----BEGIN CERTIFICATE-----\n")
+    ok, r = parse(with({ "--ca-file", ca, "--server-name", "proxy.test" }))
+    assert.is_true(ok, r.message)
+    assert.same({ ca_file = ca, server_name = "proxy.test" }, r.opts.tls)
+    ok, r = parse(RUN, { MQLEASE_CA_FILE = ca })
+    assert.same({ ca_file = ca }, r.opts.tls)
+    ok, r = parse(with({ "--cert-file", ca }))
+    assert.is_false(ok)
+    assert.matches("^option '%-%-tls': option 'tls' must be a table with both cert_file and key_file, or neither", r.message)
+    ok, r = parse(with({ "--ca-file", "/nonexistent/ca.pem" }))
+    assert.is_false(ok)
+    assert.matches("^option '%-%-tls': option 'tls%.ca_file' cannot be read: /nonexistent/ca%.pem", r.message)
+    os.remove(ca)
+  end)
+
+  it("takes the ACL access key by flag or variable and the secret key only from the environment or a file", function()
+    local ok, r = parse(with({ "--access-key", "ak" }), { MQLEASE_SECRET_KEY = "sk" })
+    assert.is_true(ok, r.message)
+    assert.same({ access_key = "ak", secret_key = "sk" }, r.opts.credentials)
+    local file = write_file("from-file\n")
+    ok, r = parse(with({ "--secret-key-file", file }), { MQLEASE_ACCESS_KEY = "ak2" })
+    assert.is_true(ok, r.message)
+    assert.same({ access_key = "ak2", secret_key = "from-file" }, r.opts.credentials)
+    os.remove(file)
+    ok, r = parse(with({ "--access-key", "ak" }))
+    assert.is_false(ok)
+    assert.equal("option '--access-key' needs the secret key: set MQLEASE_SECRET_KEY or give --secret-key-file", r.message)
+    ok, r = parse(with({}), { MQLEASE_SECRET_KEY = "sk" })
+    assert.is_false(ok)
+    assert.equal("MQLEASE_SECRET_KEY needs option '--access-key' (or set MQLEASE_ACCESS_KEY)", r.message)
+    for _, flag in ipairs({ { "--secret-key", "sk" }, { "--secret-key=sk" } }) do
+      ok, r = parse(with(flag))
+      assert.is_false(ok)
+      assert.equal(options.EXIT.usage, r.code)
+      assert.matches("there is no option '--secret-key'", r.message, 1, true)
+      assert.is_nil(r.message:find("sk", #"there is no option '--secret-key'", true))   -- the value is not echoed
+    end
+    ok, r = parse(with({}))
+    assert.is_nil(r.opts.credentials)
   end)
 
   it("ties --redis and --policy exactly_once together", function()
@@ -133,7 +231,7 @@ describe("mqlease command flags", function()
     assert.equal("option '--prop' must be KEY=VALUE (got \"novalue\")", r.message)
     ok, r = parse({ "send", "--endpoints", "h:1", "--topic", "t", "--tag", "a|b" })
     assert.is_false(ok)
-    assert.matches("option '--tag' must be a non-blank tag without '|'", r.message, 1, true)
+    assert.equal("option '--tag': option 'tag' must be a non-blank string without '|' (got \"a|b\")", r.message)
     ok, r = parse({ "send", "--endpoints", "h:1", "--topic", "t", "--file", "f", "body" })
     assert.is_false(ok)
     assert.equal("give either BODY or option '--file', not both", r.message)
@@ -149,12 +247,12 @@ describe("mqlease command flags", function()
     ok, r = parse({ "send", "--endpoints", "h:1", "--topic", "t", "--delay", "3", "--message-group", "g", "x" })
     assert.is_false(ok)
     assert.equal("give either option '--message-group' or option '--delay', not both", r.message)
-    ok, r = parse({ "send", "--endpoints", "h:1", "--topic", "t", "--delay", "90000", "x" })
+    ok, r = parse({ "send", "--endpoints", "h:1", "--topic", "t", "--delay", "0", "x" })
     assert.is_false(ok)
-    assert.equal([[option '--delay' must be a number from 0.001 to 86400 (got "90000")]], r.message)
+    assert.equal([[option '--delay': option 'delay' must be seconds, more than 0 and at most 315360000 (got 0)]], r.message)
     ok, r = parse({ "send", "--endpoints", "h:1", "--topic", "t", "--message-group", " ", "x" })
     assert.is_false(ok)
-    assert.matches("option '--message-group' must be not blank", r.message, 1, true)
+    assert.matches("option '--message-group': option 'message_group' must be a non-blank string", r.message, 1, true)
   end)
 
   it("answers --help with the help of that subcommand, which lists its variables", function()
@@ -244,6 +342,44 @@ describe("mqlease run handler files", function()
 end)
 
 describe("mqlease send and peek output", function()
+  it("writes a peeked message as one JSON object with every field of m:totable(), empty keys and properties left out", function()
+    local cjson = require "cjson.safe"
+    local function fake(keys, properties)
+      return { totable = function()
+        return { id = "01AB", body = "b\n\"q\"", topic = "t", tag = "T", delivery_attempt = 2, offset = 5,
+          keys = keys, properties = properties }
+      end }
+    end
+    local line = peek.json_line(cjson, fake({ "k" }, { a = "1" }))
+    assert.is_nil(line:find("\n", 1, true))
+    assert.same({ id = "01AB", body = "b\n\"q\"", topic = "t", tag = "T", delivery_attempt = 2, offset = 5,
+      keys = { "k" }, properties = { a = "1" } }, cjson.decode(line))
+    local empty = cjson.decode(peek.json_line(cjson, fake({}, {})))
+    assert.is_nil(empty.properties)
+    assert.is_true(empty.keys == nil or (type(empty.keys) == "table" and next(empty.keys) == nil))
+  end)
+
+  it("reads a --json line as body and send options, the object's fields over the flags, checked by mqlease.config", function()
+    local cjson = require "cjson.safe"
+    local body, o = send.decode(cjson, '{"body":"b1","tag":"T","keys":["k"],"properties":{"a":"1"},"delay":2}',
+      { tag = "flag" })
+    assert.equal("b1", body)
+    assert.same({ tag = "T", keys = { "k" }, properties = { a = "1" }, delay = 2 }, o)
+    body, o = send.decode(cjson, '{"body":"b2","message_group":"g1"}', { tag = "flag" })
+    assert.same({ tag = "flag", message_group = "g1" }, o)
+    assert.equal("b2", body)
+    local _, err = send.decode(cjson, '{"body":"x","tag":"a|b"}', {})
+    assert.equal("option 'tag' must be a non-blank string without '|' (got \"a|b\")", err)
+    _, err = send.decode(cjson, '{"body":"x","colour":"red"}', {})
+    assert.matches("unknown field 'colour'", err, 1, true)
+    _, err = send.decode(cjson, '{"tag":"t"}', {})
+    assert.equal("field 'body' must be a string", err)
+    _, err = send.decode(cjson, 'hello', {})
+    assert.matches("^not a JSON object", err)
+    _, err = send.decode(cjson, '{"body":"x","delay":1,"message_group":"g"}', {})
+    assert.equal("options 'message_group' and 'delay' exclude each other", err)
+  end)
+
   it("reads bodies from BODY, from --file as one message, and from stdin one per non-empty line", function()
     local function all(it)
       local out = {}
@@ -322,7 +458,7 @@ describe("the /metrics listener", function()
     sched:spawn(function()
       for _ = 1, 5 do
         ticks = ticks + 1
-        require("mqlease.wait").sleep(0.01)
+        require("mqlease.loop").sleep(0.01)
       end
     end)
     local stop_at = core.now() + 0.5

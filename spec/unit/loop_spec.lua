@@ -1,4 +1,4 @@
--- Which event-loop adapter mqlease.wait picks, shown without any server: the
+-- Which event-loop adapter mqlease.loop picks, shown without any server: the
 -- adapters are asked in order, each loaded only when its loop is present.
 
 local saved
@@ -11,7 +11,7 @@ local function fresh()
       package.loaded[name] = nil
     end
   end
-  return require "mqlease.wait"
+  return require "mqlease.loop"
 end
 
 -- Runs fn in a plain coroutine (owned by no loop) and returns its results.
@@ -41,7 +41,7 @@ local function recording_adapter(owner)
   return a
 end
 
-describe("mqlease.wait picks an event-loop adapter", function()
+describe("mqlease.loop picks an event-loop adapter", function()
   before_each(function()
     saved = {}
     for k, v in pairs(package.loaded) do saved[k] = v end
@@ -49,6 +49,12 @@ describe("mqlease.wait picks an event-loop adapter", function()
   after_each(function()
     for k in pairs(package.loaded) do package.loaded[k] = nil end
     for k, v in pairs(saved) do package.loaded[k] = v end
+  end)
+
+  it("is also required as mqlease.wait, its name before 0.2", function()
+    local loop = fresh()
+    assert.equal(loop, require "mqlease.wait")
+    assert.is_function(require("mqlease.wait").use)
   end)
 
   it("blocks in poll(2) on the main thread and in a coroutine no loop owns", function()
@@ -64,7 +70,7 @@ describe("mqlease.wait picks an event-loop adapter", function()
     local inside
     s:spawn(function() inside = wait.adapter().name end)
     s:loop()
-    assert.equal("run", inside)
+    assert.equal("scheduler", inside)
     assert.equal("poll", wait.adapter().name)
   end)
 
@@ -118,7 +124,7 @@ describe("mqlease.wait picks an event-loop adapter", function()
     local wait = fresh()
     local bad = recording_adapter(true)
     bad.forget = nil
-    assert.has_error(function() wait.use(bad) end, "mqlease.wait.use: the adapter lacks function 'forget'")
+    assert.has_error(function() wait.use(bad) end, "mqlease.loop.use: the adapter lacks function 'forget'")
   end)
 
   it("gives mqlease.run the adapter's scheduler, or its own", function()
@@ -137,7 +143,7 @@ describe("mqlease.wait picks an event-loop adapter", function()
     local mine = recording_adapter(true)
     mine.scheduler = function() return { spawn = function() end } end
     wait.use(mine)
-    local consumer = { options = { release_delay = 1, batch = 1 }, _session = { client = {} } }
+    local consumer = { options = { release_delay = 1, batch = 1 }, _router = { client = {} } }
     assert.has_error(function() run(consumer, function() return true end, {}) end,
       "mqlease.run: option 'signals' must be false in this event loop (it owns the signals; use 'stop')")
   end)

@@ -1,7 +1,7 @@
 -- mqlease.run coalesces acks without a server: a stand-in consumer records each
 -- AckMessage (consumer:ack) the run sends and answers per message.
 local run = require "mqlease.run"
-local wait = require "mqlease.wait"
+local wait = require "mqlease.loop"
 
 -- A consumer that hands out n messages (as many as asked per receive), then
 -- nothing; ack answers after a short yield (like a call in flight), failing
@@ -9,7 +9,7 @@ local wait = require "mqlease.wait"
 local function fake_consumer(n, fail)
   local c = {
     options = { release_delay = 1, batch = 32, request_timeout = 3 },
-    _session = { client = { cancel_receives = function() end } },
+    _router = { client = { cancel_receives = function() end } },
     requests = {}, acked = {}, nacked = {}, given = 0,
   }
   local function message(i)

@@ -1,5 +1,6 @@
 -- mqlease.cli.devbroker: `mqlease devbroker [FLAGS...]` -- runs
--- mqlease-devbroker (the checkout's build/, else the one on PATH) with the
+-- mqlease-devbroker (the checkout's build/, else the one on PATH, where the
+-- rock and `make install` put it) with the
 -- given flags, --listen 127.0.0.1:8081 unless one is given, and exits with its
 -- status. For a service manager, start mqlease-devbroker itself: this command
 -- waits for it, and a SIGTERM sent to this process alone does not reach it.
@@ -41,8 +42,8 @@ function _M.locate(root)
   local found = p and p:read("l")
   if p then p:close() end
   if found and found ~= "" then return found end
-  return nil, "mqlease-devbroker not found: build it with `make devbroker` in a checkout "
-    .. "(build/mqlease-devbroker) and put it on PATH"
+  return nil, "mqlease-devbroker not found on PATH: the rock installs it beside mqlease "
+    .. "(the tree's bin/), `make install` in PREFIX/bin, `make` in a checkout as build/mqlease-devbroker"
 end
 
 -- The argument list: the user's flags, plus --listen when they gave none.

@@ -6,14 +6,14 @@
 --   server:close()
 --
 -- The listening socket (LuaSocket) is non-blocking and waited for with
--- mqlease.wait like every descriptor of the core, so a scrape is answered
+-- mqlease.loop like every descriptor of the core, so a scrape is answered
 -- between two handler steps and a slow client only holds its own task.
 -- One request per connection (Connection: close); anything but GET or HEAD
 -- /metrics gets 404 or 405.
 
 local socket = require "socket"
 local core = require "mqlease.core"
-local wait = require "mqlease.wait"
+local wait = require "mqlease.loop"
 
 local setmetatable, tonumber, tostring, pcall = setmetatable, tonumber, tostring, pcall
 local format = string.format

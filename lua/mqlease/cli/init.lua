@@ -25,8 +25,8 @@ function _M.main(argv, ctx)
     io.stderr:write(("%s: %s\nTry '%s --help'.\n"):format(name, parsed.message, name))
     return parsed.code
   end
-  if parsed.help then
-    io.stdout:write(parsed.help, "\n")
+  if parsed.help or parsed.version then
+    io.stdout:write(parsed.help or parsed.version, "\n")
     return options.EXIT.ok
   end
   return require(COMMANDS[parsed.command]).main(parsed.opts, ctx.root)

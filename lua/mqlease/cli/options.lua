@@ -7,11 +7,15 @@
 --   -- or ok == false, parsed = { message = "...", code = options.EXIT.usage }
 --
 -- A flag given on the command line wins over its variable; the variable wins
--- over the default. Ranges come from mqlease.config, so the command accepts
--- what the library accepts.
+-- over the default. A flag that is a library option is checked by
+-- mqlease.config itself, so the command accepts what the library accepts and
+-- says what is wrong in the library's words, after the flag or variable:
+--   option '--invisible': option 'invisible' must be a number between 1 and 43200, or "auto" (got 0.5)
 
-local argparse = require "argparse"
 local config = require "mqlease.config"
+-- The command's own dependencies load only here, never with the library, so a
+-- library or OpenResty user needs neither; a missing one is named (see parse).
+local has_argparse, argparse = pcall(require, "argparse")
 
 local tostring, tonumber, ipairs, pairs, error = tostring, tonumber, ipairs, pairs, error
 local floor = math.floor
@@ -28,36 +32,48 @@ _M.EXIT = {
 }
 -- 128 + N: `run` was killed by signal N after its grace ran out (the core exits so).
 
-local NAME_PATTERN = "^[%%|%w_%-]+$"
-
 -- Every option a subcommand may take: how it is written, checked and documented.
 -- env = true: also read from MQLEASE_<NAME> (upper case, '-' as '_').
+-- lib = { "consumer" | "run", name }: the value is one of the library's options
+-- and mqlease.config checks it, so the command and the library refuse the same
+-- values with the same words; send = name: a producer:send option, likewise.
+-- Other kinds exist only on the command line and are checked here.
 local DEFS = {
-  endpoints = { kind = "string", env = true, required = true, arg = "HOST:PORT",
-    help = "the RocketMQ 5 proxy's gRPC address" },
-  namespace = { kind = "string", env = true, arg = "NS", help = "resource namespace" },
-  group = { kind = "name", env = true, required = true, arg = "GROUP", help = "consumer group" },
-  topic = { kind = "name", env = true, required = true, arg = "TOPIC", help = "topic" },
-  filter = { kind = "string", env = true, arg = "EXPR", default = "*",
+  endpoints = { kind = "string", lib = { "consumer", "endpoints" }, env = true, required = true, arg = "HOST:PORT",
+    help = "the RocketMQ 5 proxy's gRPC address (several joined by ';')" },
+  namespace = { kind = "string", lib = { "consumer", "namespace" }, env = true, arg = "NS", help = "resource namespace" },
+  group = { kind = "string", lib = { "consumer", "group" }, env = true, required = true, arg = "GROUP", help = "consumer group" },
+  topic = { kind = "string", lib = { "consumer", "topic" }, env = true, required = true, arg = "TOPIC", help = "topic" },
+  filter = { kind = "string", lib = { "consumer", "filter" }, env = true, arg = "EXPR", default = "*",
     help = "tag expression, e.g. \"TagA || TagB\"" },
-  invisible = { kind = "number", auto = true, env = true, arg = "SECONDS|auto", range = config.consumer.invisible,
+  invisible = { kind = "invisible", lib = { "consumer", "invisible" }, env = true, arg = "SECONDS|auto",
+    range = config.consumer.invisible,
     help = "lease length: seconds each receive and renewal hides a message, or auto (from the handlers' p99)" },
-  concurrency = { kind = "integer", env = true, arg = "N", range = config.run.concurrency, default = "16",
+  concurrency = { kind = "number", lib = { "run", "concurrency" }, env = true, arg = "N", default = "16",
     help = "handlers running at once" },
-  grace = { kind = "number", env = true, arg = "SECONDS", range = config.run.grace,
+  grace = { kind = "number", lib = { "run", "grace" }, env = true, arg = "SECONDS", range = config.run.grace,
     help = "seconds running handlers get to finish after SIGTERM" },
   policy = { kind = "choice", env = true, arg = "NAME", values = { "plain", "exactly_once" },
     help = "plain (ack on success) or exactly_once (Redis lock + done marker; needs --redis); default: the handler file's, else plain" },
   redis = { kind = "hostport", env = true, arg = "HOST:PORT", help = "Redis for --policy exactly_once" },
   metrics = { kind = "hostport", env = true, arg = "HOST:PORT",
     help = "serve Prometheus text at http://HOST:PORT/metrics (port 0: any free port, printed)" },
-  tag = { kind = "tag", env = true, arg = "TAG", help = "message tag" },
-  key = { kind = "nonblank", list = true, arg = "KEY", help = "message key (repeatable)" },
+  tls = { kind = "flag", help = "TLS to the proxy, checked against the system CAs unless --ca-file is given" },
+  ["ca-file"] = { kind = "string", env = true, arg = "PEM", help = "CA certificates the proxy's certificate must chain to (implies --tls)" },
+  ["cert-file"] = { kind = "string", env = true, arg = "PEM", help = "client certificate for mutual TLS (with --key-file; implies --tls)" },
+  ["key-file"] = { kind = "string", env = true, arg = "PEM", help = "the client certificate's private key (implies --tls)" },
+  ["server-name"] = { kind = "string", env = true, arg = "NAME", help = "the name the proxy's certificate must carry (implies --tls)" },
+  ["access-key"] = { kind = "string", env = true, arg = "KEY",
+    help = "ACL access key; the secret key comes from MQLEASE_SECRET_KEY or --secret-key-file, never a flag" },
+  ["secret-key-file"] = { kind = "string", arg = "FILE", help = "file holding the ACL secret key (one line)" },
+  json = { kind = "flag", help = "newline-delimited JSON in and out (needs lua-cjson)" },
+  tag = { kind = "string", send = "tag", env = true, arg = "TAG", help = "message tag" },
+  key = { kind = "string", send = "keys", list = true, arg = "KEY", help = "message key (repeatable)" },
   prop = { kind = "property", list = true, arg = "K=V", help = "user property (repeatable)" },
   file = { kind = "string", arg = "FILE", help = "send the whole file as one message" },
-  ["message-group"] = { kind = "nonblank", arg = "GROUP",
+  ["message-group"] = { kind = "string", send = "message_group", arg = "GROUP",
     help = "message group: FIFO messages, kept in order within the group (the topic must be FIFO)" },
-  delay = { kind = "number", arg = "SECONDS", range = { min = 0.001, max = 86400 },
+  delay = { kind = "number", send = "delay", arg = "SECONDS",
     help = "deliver this many seconds from now (the topic must be DELAY)" },
   quiet = { kind = "flag", help = "no progress or summary line on stderr" },
   progress = { kind = "number", arg = "SECONDS", default = "2", range = { min = 0, max = 3600 },
@@ -68,26 +84,39 @@ local DEFS = {
     help = "seconds to wait for messages" },
 }
 
+-- The flags every command that connects takes.
+local CONNECT = { "endpoints", "namespace", "tls", "ca-file", "cert-file", "key-file", "server-name", "access-key",
+  "secret-key-file" }
+local function with_connect(list)
+  local out = {}
+  for _, k in ipairs(CONNECT) do out[#out + 1] = k end
+  for _, k in ipairs(list) do out[#out + 1] = k end
+  return out
+end
+
 local COMMANDS = {
   { name = "run", summary = "Run a handler file on every message of a topic until SIGTERM.",
     description = "HANDLER is a Lua file that returns a function(m, lease) -> true to ack, "
       .. "or a table {handler=, policy=, on_error=}. SIGTERM or SIGINT drains gracefully; "
-      .. "a summary line is printed at exit.",
-    options = { "endpoints", "namespace", "group", "topic", "filter", "invisible", "concurrency",
-                "grace", "policy", "redis", "metrics" },
+      .. "a summary line is printed at exit (with --json: one JSON object on stdout).",
+    options = with_connect({ "group", "topic", "filter", "invisible", "concurrency",
+                "grace", "policy", "redis", "metrics", "json" }),
     arguments = { { "handler", "Lua file returning the handler" } } },
   { name = "send", summary = "Send messages: BODY, the whole of --file, or stdin one message per line.",
     description = "Prints the id of each message sent, one per line. With no BODY and no --file, "
       .. "or with BODY '-', each line of stdin is one message (empty lines are skipped). "
-      .. "Stops at the first failure.",
-    options = { "endpoints", "namespace", "topic", "tag", "key", "prop", "message-group", "delay", "file",
-                "progress", "quiet" },
+      .. "Stops at the first failure. With --json each line (and BODY) is an object "
+      .. "{\"body\":, \"tag\":, \"keys\":, \"properties\":, \"message_group\":, \"delay\":} "
+      .. "whose fields win over the flags, and each message sent prints {\"id\":, \"offset\":}.",
+    options = with_connect({ "topic", "tag", "key", "prop", "message-group", "delay", "file",
+                "progress", "quiet", "json" }),
     arguments = { { "body", "message body, or - for stdin", "?" } } },
   { name = "peek", summary = "Show messages without consuming them: receive, print, give back.",
     description = "Prints id, delivery attempt, tag, keys, properties and the start of the body; "
       .. "every message is given back (nack, no delay) before exit, so it is delivered again "
-      .. "(its delivery attempt grows by one).",
-    options = { "endpoints", "namespace", "group", "topic", "count", "wait" } },
+      .. "(its delivery attempt grows by one). With --json: one object per message, every field "
+      .. "of m:totable() (keys and properties left out when empty).",
+    options = with_connect({ "group", "topic", "count", "wait", "json" }) },
   { name = "devbroker", summary = "Run mqlease-devbroker, the in-memory dev broker.",
     description = "Every argument goes to mqlease-devbroker (README \"Dev broker\"); "
       .. "--listen defaults to 127.0.0.1:8081.",
@@ -115,9 +144,9 @@ end
 function _M.parser()
   local p = argparse("mqlease", "RocketMQ 5 messages as leases: run a handler, send, peek, or start the dev broker.")
     :command_target("command"):help_max_width(88)
-    :epilog("Exit codes: 0 done, 1 broker/Redis/network failure, 2 bad flag or variable, "
+    :epilog("Exit codes: 0 done, 1 broker/Redis/network failure, 2 bad flag, variable or --json input, "
       .. "3 bad handler file, 128+N killed by signal N after the grace ran out.\n"
-      .. "Run 'mqlease COMMAND --help' for the flags of a command.")
+      .. "Run 'mqlease COMMAND --help' for the flags of a command, 'mqlease --version' for the version.")
   for _, c in ipairs(COMMANDS) do
     local cmd = p:command(c.name):summary(c.summary)
       :description(c.summary .. "\n" .. c.description):help_max_width(88)
@@ -157,25 +186,47 @@ local function in_range(v, range)
   return not range or ((not range.min or v >= range.min) and (not range.max or v <= range.max))
 end
 
--- Returns the checked value, or nil, what it must be.
-local function check(d, v)
-  local kind = d.kind
-  if kind == "string" then
-    if v == "" then return nil, "a non-empty string" end
+-- The value of a flag or variable (a string) as the library's option: numbers
+-- as numbers; anything else as it was, so that the library's check says what
+-- is wrong with it.
+local function convert(d, v)
+  if d.kind == "number" or d.kind == "invisible" then
+    if d.kind == "invisible" and v == "auto" then return v end
+    return tonumber(v) or v
+  end
+  return v
+end
+
+-- Checks one value; returns it checked, or nil, the message. label is the flag
+-- or the variable the value came from.
+local function check(d, v, label)
+  if d.lib or d.send then
+    v = convert(d, v)
+    local problem
+    if d.lib then
+      problem = config.problem(config[d.lib[1]], d.lib[2], v)
+    else
+      problem = config.send_problem(d.send, d.send == "keys" and { v } or v)
+    end
+    if problem then return nil, label .. ": " .. problem end
+    if d.lib and d.lib[1] == "run" and d.lib[2] == "concurrency" then v = floor(v) end
     return v
-  elseif kind == "name" then
-    if not v:match(NAME_PATTERN) then return nil, "a name of letters, digits, '%', '|', '_' or '-'" end
+  end
+  local kind = d.kind
+  local function bad(want)
+    return nil, ("%s must be %s (got %s)"):format(label, want, quote(v))
+  end
+  if kind == "string" then
+    if v == "" then return bad("a non-empty string") end
     return v
   elseif kind == "number" or kind == "integer" then
-    if d.auto and v == "auto" then return v end   -- the library's own word for it
     local n = tonumber(v)
     local what = kind == "integer" and "an integer" or "a number"
     if d.range and d.range.min and d.range.max then
       what = ("%s from %s to %s"):format(what, d.range.min, d.range.max)
     end
-    if d.auto then what = what .. ", or auto" end
     if not n or n ~= n or (kind == "integer" and n ~= floor(n)) or not in_range(n, d.range) then
-      return nil, what
+      return bad(what)
     end
     if kind == "integer" then n = floor(n) end
     return n
@@ -183,21 +234,15 @@ local function check(d, v)
     for _, allowed in ipairs(d.values) do
       if v == allowed then return v end
     end
-    return nil, "one of " .. concat(d.values, ", ")
+    return bad("one of " .. concat(d.values, ", "))
   elseif kind == "hostport" then
     local host, port = v:match("^(.+):(%d+)$")
     port = tonumber(port)
-    if not host or not port or port > 65535 then return nil, "HOST:PORT" end
+    if not host or not port or port > 65535 then return bad("HOST:PORT") end
     return { host = host, port = port, text = v }
-  elseif kind == "tag" then
-    if v:find("|", 1, true) or not v:match("%S") then return nil, "a non-blank tag without '|'" end
-    return v
-  elseif kind == "nonblank" then
-    if not v:match("%S") then return nil, "not blank" end
-    return v
   elseif kind == "property" then
     local k, val = v:match("^([^=]+)=(.*)$")
-    if not k then return nil, "KEY=VALUE" end
+    if not k then return bad("KEY=VALUE") end
     return { k, val }
   end
   error("unknown option kind " .. tostring(kind))
@@ -214,16 +259,14 @@ local function merge(c, raw, env)
   for _, key in ipairs(c.options) do
     local d = DEFS[key]
     local flag = (d.short and (d.short .. "/") or "") .. "--" .. key
-    local v, source = raw[key], "option '" .. flag .. "'"
+    local v, label = raw[key], "option '" .. flag .. "'"
     if d.kind == "flag" then
       opts[key] = v and true or false
     elseif d.list then
       local out = {}
       for i, item in ipairs(v or {}) do
-        local checked, want = check(d, item)
-        if checked == nil then
-          return nil, ("%s must be %s (got %s)"):format(source, want, quote(item))
-        end
+        local checked, err = check(d, item, label)
+        if checked == nil then return nil, err end
         out[i] = checked
       end
       opts[key] = out
@@ -231,14 +274,12 @@ local function merge(c, raw, env)
       if v == nil and d.env then
         local name = _M.env_name(key)
         v = env[name]
-        if v ~= nil then source = name end
+        if v ~= nil then label = name end
       end
       if v == nil then v = d.default or (d.range and d.range.default) end
       if v ~= nil then
-        local checked, want = check(d, v)
-        if checked == nil then
-          return nil, ("%s must be %s (got %s)"):format(source, want, quote(v))
-        end
+        local checked, err = check(d, v, label)
+        if checked == nil then return nil, err end
         opts[key] = checked
       elseif d.required then
         return nil, ("option '%s' is required%s"):format(flag,
@@ -250,8 +291,56 @@ local function merge(c, raw, env)
   return opts
 end
 
+-- The library's tls option from the TLS flags (nil: plaintext), checked by
+-- mqlease.config, files read as the library reads them; or nil, message.
+local function tls_option(opts)
+  local t = {}
+  local given = false
+  for flag, field in pairs({ ["ca-file"] = "ca_file", ["cert-file"] = "cert_file", ["key-file"] = "key_file",
+                             ["server-name"] = "server_name" }) do
+    if opts[flag] then t[field] = opts[flag]; given = true end
+  end
+  if not given then return opts.tls or nil end
+  local problem = config.problem(config.consumer, "tls", t)
+  if problem then return nil, "option '--tls': " .. problem end
+  local ok, err = pcall(config.tls_core, "mqlease", t)
+  if not ok then
+    return nil, "option '--tls': " .. (tostring(err):match("(option 'tls%..*)$") or tostring(err))
+  end
+  return t
+end
+
+-- The library's credentials option from --access-key and the secret key
+-- (MQLEASE_SECRET_KEY or --secret-key-file; never a flag: flags show in ps).
+local function credentials_option(opts, env)
+  local secret, source = env.MQLEASE_SECRET_KEY, "MQLEASE_SECRET_KEY"
+  if opts["secret-key-file"] then
+    local f, err = io.open(opts["secret-key-file"], "rb")
+    if not f then return nil, "option '--secret-key-file': " .. tostring(err) end
+    secret = (f:read("a") or ""):gsub("\r?\n$", "")
+    f:close()
+    source = "option '--secret-key-file'"
+    if secret == "" then return nil, "option '--secret-key-file': the file is empty" end
+  end
+  local access = opts["access-key"]
+  if not access and not secret then return nil end
+  if not access then return nil, source .. " needs option '--access-key' (or set MQLEASE_ACCESS_KEY)" end
+  if not secret or secret == "" then
+    return nil, "option '--access-key' needs the secret key: set MQLEASE_SECRET_KEY or give --secret-key-file"
+  end
+  return { access_key = access, secret_key = secret }
+end
+
 -- Relations between options of one command.
-local function relate(command, opts)
+local function relate(command, opts, env)
+  if opts.endpoints then
+    local tls, err = tls_option(opts)
+    if err then return err end
+    local credentials
+    credentials, err = credentials_option(opts, env)
+    if err then return err end
+    opts.tls, opts.credentials = tls, credentials
+  end
   if command == "run" then
     if opts.policy == "exactly_once" and not opts.redis then
       return "option '--redis' is required with --policy exactly_once (or set MQLEASE_REDIS)"
@@ -296,11 +385,24 @@ function _M.help(name)
   return p:get_help()
 end
 
--- parse(argv, env) -> true, { command =, opts = } | true, { help = text }
+-- parse(argv, env) -> true, { command =, opts = } | true, { help = text } | true, { version = text }
 --                   | false, { command =, message =, code = }
 -- env is a table of environment variables (os.getenv is not read here).
 function _M.parse(argv, env)
   env = env or {}
+  for _, a in ipairs(argv) do
+    if a == "--" then break end
+    if a == "--secret-key" or a:match("^%-%-secret%-key=") then
+      local c = find_command(argv[1] or "")
+      return usage_error(c and c.name, "there is no option '--secret-key': a flag shows in ps and in the shell's "
+        .. "history; set MQLEASE_SECRET_KEY or give --secret-key-file")
+    end
+  end
+  if argv[1] == "--version" then return true, { version = _M.version() } end
+  if not has_argparse then
+    return false, { message = "the command needs the Lua package argparse (luarocks install argparse; "
+      .. "Debian: apt-get install lua-argparse)", code = _M.EXIT.failure }
+  end
   local help = wants_help(argv)
   if help then return true, { help = _M.help(help) } end
   local args = {}
@@ -317,15 +419,28 @@ function _M.parse(argv, env)
   end
   local opts, err = merge(c, raw, env)
   if not opts then return usage_error(c.name, err) end
-  err = relate(c.name, opts)
+  err = relate(c.name, opts, env)
   if err then return usage_error(c.name, err) end
   return true, { command = c.name, opts = opts }
+end
+
+-- cjson.safe for --json, or nil, a message naming the package to install.
+function _M.json()
+  local ok, cjson = pcall(require, "cjson.safe")
+  if ok then return cjson end
+  return nil, "option '--json' needs the Lua package lua-cjson (luarocks install lua-cjson; Debian: apt-get install lua-cjson)"
+end
+
+-- "mqlease 0.1.0 (Lua 5.4)": the version of the module the command runs.
+function _M.version()
+  local mqlease_core = require "mqlease.core"
+  return ("mqlease %s (%s)"):format(mqlease_core._VERSION, jit and jit.version or _VERSION)
 end
 
 -- The environment as a table, for parse: only the MQLEASE_* names it reads.
 function _M.environment(getenv)
   getenv = getenv or os.getenv
-  local env = {}
+  local env = { MQLEASE_SECRET_KEY = getenv("MQLEASE_SECRET_KEY") }
   for key, d in pairs(DEFS) do
     if d.env then
       local name = _M.env_name(key)

@@ -7,7 +7,7 @@
 local mqlease = require "mqlease"
 local options = require "mqlease.cli.options"
 
-local tostring, pairs, ipairs, math_min = tostring, pairs, ipairs, math.min
+local tostring, pairs, ipairs, next, math_min = tostring, pairs, ipairs, next, math.min
 local concat, sort = table.concat, table.sort
 local EXIT = options.EXIT
 
@@ -41,9 +41,29 @@ function _M.format(m)
     #props > 0 and concat(props, ",") or "-", _M.preview(m.body))
 end
 
+-- One --json line: every field of m:totable(). Empty keys and properties are
+-- left out (a plain cjson cannot tell an empty array from an empty object);
+-- a cjson with empty_array (OpenResty's) writes [] for no keys.
+function _M.json_line(json, m)
+  local t = m:totable()
+  if #t.keys == 0 then t.keys = json.empty_array end
+  if next(t.properties) == nil then t.properties = nil end
+  return (json.encode(t))
+end
+
 function _M.main(opts)
+  local json, jerr
+  if opts.json then
+    json, jerr = options.json()
+    if not json then
+      io.stderr:write("mqlease peek: ", jerr, "\n")
+      return EXIT.failure
+    end
+  end
+  local line = json and function(m) return _M.json_line(json, m) end or _M.format
   local consumer, err, code = mqlease.consumer {
     endpoints = opts.endpoints, namespace = opts.namespace, group = opts.group, topic = opts.topic,
+    tls = opts.tls, credentials = opts.credentials,
     invisible = 10,   -- the proxy's least by default: if we die, they come back soon
   }
   if not consumer then
@@ -66,7 +86,7 @@ function _M.main(opts)
       held[#held + 1] = m
       if not seen[m.id] then
         seen[m.id] = true
-        io.stdout:write(_M.format(m), "\n")
+        io.stdout:write(line(m), "\n")
       end
     end
     io.stdout:flush()

@@ -3,8 +3,7 @@
 -- line per failure (mqlease.run's on_error), one summary line at exit.
 
 local mqlease = require "mqlease"
-local wait = require "mqlease.wait"
-local http = require "mqlease.cli.http"
+local wait = require "mqlease.loop"
 local options = require "mqlease.cli.options"
 
 local type, pairs, pcall, tostring, loadfile = type, pairs, pcall, tostring, loadfile
@@ -48,7 +47,7 @@ local function choose_policy(opts, loaded)
   return loaded.policy
 end
 
--- The scheduler mqlease.run is looping in: run registers it with mqlease.wait
+-- The scheduler mqlease.run is looping in: run registers it with mqlease.loop
 -- for the whole loop, and the loop's stop callback runs inside it.
 local function running_scheduler()
   local s = wait.set_scheduler(nil)
@@ -61,6 +60,15 @@ local function log(fmt, ...)
 end
 
 function _M.main(opts)
+  local json
+  if opts.json then
+    local jerr
+    json, jerr = options.json()
+    if not json then
+      log("%s", jerr)
+      return EXIT.failure
+    end
+  end
   local loaded, err = _M.load_handler(opts.handler)
   if not loaded then
     log("%s", err)
@@ -71,6 +79,11 @@ function _M.main(opts)
   local consumer, code
   local server
   if opts.metrics then
+    local ok, http = pcall(require, "mqlease.cli.http")
+    if not ok then
+      log("option '--metrics' needs the Lua package luasocket (luarocks install luasocket; Debian: lua-socket)")
+      return EXIT.failure
+    end
     server, err = http.listen(opts.metrics.host, opts.metrics.port, function()
       return mqlease.metrics.text(consumer)
     end)
@@ -82,7 +95,7 @@ function _M.main(opts)
 
   consumer, err, code = mqlease.consumer {
     endpoints = opts.endpoints, namespace = opts.namespace, group = opts.group, topic = opts.topic,
-    filter = opts.filter, invisible = opts.invisible,
+    filter = opts.filter, invisible = opts.invisible, tls = opts.tls, credentials = opts.credentials,
   }
   if not consumer then
     log("cannot start the consumer: %s (%s)", tostring(err), tostring(code))
@@ -113,8 +126,15 @@ function _M.main(opts)
     log("stopped by an error: %s", tostring(summary))
     return EXIT.failure
   end
+  local seconds = mqlease.now() - started
+  if json then
+    io.stdout:write(json.encode({ reason = tostring(summary.reason), seconds = seconds, received = summary.received,
+      acked = summary.acked, nacked = summary.nacked, failed = summary.failed, drained = summary.drained,
+      skipped = summary.skipped, dead_lettered = summary.dead_lettered }), "\n")
+    io.stdout:flush()
+  end
   log("stopped (%s) after %.1f s: received %d, acked %d, nacked %d, failed %d, drained %d, skipped %d",
-    tostring(summary.reason), mqlease.now() - started, summary.received, summary.acked, summary.nacked,
+    tostring(summary.reason), seconds, summary.received, summary.acked, summary.nacked,
     summary.failed, summary.drained, summary.skipped)
   return EXIT.ok
 end

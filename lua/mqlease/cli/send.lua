@@ -5,9 +5,10 @@
 -- id printed was sent and nothing after it was.
 
 local mqlease = require "mqlease"
+local config = require "mqlease.config"
 local options = require "mqlease.cli.options"
 
-local tostring, ipairs = tostring, ipairs
+local tostring, ipairs, pairs, type = tostring, ipairs, pairs, type
 local EXIT = options.EXIT
 
 local _M = {}
@@ -64,8 +65,46 @@ local function progress(quiet, every, out)
   return r
 end
 
+-- The fields of a --json line, and the send option each one is.
+local JSON_FIELDS = { body = true, tag = "tag", keys = "keys", properties = "properties",
+  message_group = "message_group", delay = "delay" }
+
+-- One --json line as body, send options (the flags' own, overridden by the
+-- object's fields), checked by mqlease.config; or nil, message.
+function _M.decode(json, text, defaults)
+  local obj, err = json.decode(text)
+  if type(obj) ~= "table" then return nil, "not a JSON object" .. (err and (": " .. err) or "") end
+  local send_opts = {}
+  for k, v in pairs(defaults) do send_opts[k] = v end
+  for k, v in pairs(obj) do
+    local field = JSON_FIELDS[k]
+    if not field then
+      return nil, ("unknown field '%s' (known: body, delay, keys, message_group, properties, tag)"):format(tostring(k))
+    end
+    if field ~= true then
+      local problem = config.send_problem(field, v)
+      if problem then return nil, problem end
+      send_opts[field] = v
+    end
+  end
+  if type(obj.body) ~= "string" then return nil, "field 'body' must be a string" end
+  if send_opts.message_group and send_opts.delay then
+    return nil, "options 'message_group' and 'delay' exclude each other"
+  end
+  return obj.body, send_opts
+end
+
 function _M.main(opts)
-  local bodies, err = _M.bodies(opts)
+  local json, err
+  if opts.json then
+    json, err = options.json()
+    if not json then
+      io.stderr:write("mqlease send: ", err, "\n")
+      return EXIT.failure
+    end
+  end
+  local bodies
+  bodies, err = _M.bodies(opts)
   if not bodies then
     io.stderr:write("mqlease send: ", err, "\n")
     return EXIT.usage
@@ -78,29 +117,39 @@ function _M.main(opts)
   end
 
   local producer, code
-  producer, err, code = mqlease.producer { endpoints = opts.endpoints, namespace = opts.namespace }
+  producer, err, code = mqlease.producer { endpoints = opts.endpoints, namespace = opts.namespace,
+    tls = opts.tls, credentials = opts.credentials }
   if not producer then
     io.stderr:write(("mqlease send: cannot start the producer: %s (%s)\n"):format(tostring(err), tostring(code)))
     return EXIT.failure
   end
   local report = progress(opts.quiet, opts.progress, io.stderr)
-  local n, failed = 0, false
-  for body in bodies do
-    local id
-    id, err, code = producer:send(opts.topic, body, send_opts)
+  local n, failed, status = 0, false, EXIT.ok
+  for text in bodies do
+    local body, this_opts = text, send_opts
+    if json then
+      body, this_opts = _M.decode(json, text, send_opts)
+      if not body then
+        io.stderr:write(("mqlease send: message %d: %s\n"):format(n + 1, this_opts))
+        failed, status = true, EXIT.usage
+        break
+      end
+    end
+    local id, offset
+    id, offset, code = producer:send(opts.topic, body, this_opts)
     if not id then
-      io.stderr:write(("mqlease send: message %d not sent: %s (%s)\n"):format(n + 1, tostring(err), tostring(code)))
-      failed = true
+      io.stderr:write(("mqlease send: message %d not sent: %s (%s)\n"):format(n + 1, tostring(offset), tostring(code)))
+      failed, status = true, EXIT.failure
       break
     end
     n = n + 1
-    io.stdout:write(id, "\n")
+    io.stdout:write(json and json.encode({ id = id, offset = offset }) or id, "\n")
     io.stdout:flush()
     report.step(n)
   end
   producer:close()
   report.finish(n, opts.topic, failed)
-  return failed and EXIT.failure or EXIT.ok
+  return status
 end
 
 return _M

@@ -2,7 +2,7 @@
 --
 -- Plain scripts (and the main thread of anything) block the whole VM in
 -- poll(2) until the descriptor is readable or the deadline passes. It owns
--- every coroutine, so mqlease.wait asks it last.
+-- every coroutine, so mqlease.loop asks it last.
 
 local core = require "mqlease.core"
 

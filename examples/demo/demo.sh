@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # make demo [BROKER=devbroker|rocketmq]: the dev broker (default; no JVM needed)
-# or a real RocketMQ on loopback, a redis-server, and examples/demo.lua.
+# or a real RocketMQ on loopback, a redis-server, and examples/demo/demo.lua.
+# The examples load mqlease like any installed module; from a checkout, LUA_PATH
+# and LUA_CPATH point at its lua/ and build/.
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+export LUA_PATH="$PWD/lua/?.lua;$PWD/lua/?/init.lua;;" LUA_CPATH="$PWD/build/?.so;;"
 BROKER=${BROKER:-devbroker}
 topic="demo_$(date +%s)"
 dv_pid=""
@@ -32,4 +35,4 @@ case $BROKER in
     echo "demo: RocketMQ on $ENDPOINTS, redis on $REDIS" ;;
   *) echo "demo: BROKER must be devbroker or rocketmq" >&2; exit 2 ;;
 esac
-lua5.4 examples/demo.lua "$ENDPOINTS" "$topic" "$REDIS"
+lua5.4 examples/demo/demo.lua "$ENDPOINTS" "$topic" "$REDIS"

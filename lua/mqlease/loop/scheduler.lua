@@ -1,5 +1,6 @@
--- mqlease.loop.run: the adapter for mqlease's own scheduler (mqlease.scheduler,
--- which mqlease.run drives in plain Lua 5.4 scripts).
+-- mqlease.loop.scheduler: the adapter for mqlease's own scheduler
+-- (mqlease.scheduler, the built-in loop mqlease.run drives in plain Lua 5.4
+-- scripts and LuaJIT).
 --
 -- A task of the running scheduler waits by yielding what it waits for -- a
 -- table { fd = descriptor or nil, deadline = core.now() seconds or nil } --
@@ -9,7 +10,7 @@ local core = require "mqlease.core"
 
 local coroutine_yield = coroutine.yield
 
-local _M = { name = "run" }
+local _M = { name = "scheduler" }
 
 local scheduler -- the running mqlease.scheduler: it answers scheduler:owns(co)
 

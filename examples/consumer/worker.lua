@@ -1,12 +1,10 @@
--- examples/worker.lua -- the smallest useful mqlease worker.
+-- examples/consumer/worker.lua -- the smallest useful mqlease worker.
 --
---   lua5.4 examples/worker.lua ENDPOINTS GROUP TOPIC [SECONDS]
+--   lua5.4 worker.lua ENDPOINTS GROUP TOPIC [SECONDS]
 --
 -- Receives messages and handles each one; while a handler runs, the C core
 -- renews the message's lease, so a slow task is never handed to a second
 -- worker. Ack on success, nack (give back with a delay) on failure.
-package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
-package.cpath = "build/?.so;" .. package.cpath
 local mqlease = require "mqlease"
 
 local endpoints, group, topic = arg[1] or "127.0.0.1:8081", arg[2] or "worker", arg[3] or "tasks"
@@ -37,7 +35,7 @@ while mqlease.now() < stop_at do
     local ok, why = pcall(handle, m)
     if ok and why then
       local acked, aerr, acode = m:ack()
-      print(("%s %-22q attempt %d, %.1f s, %d renewals, ack: %s"):format(m.id, m.body, m.delivery_attempt,
+      print(("%s %-22s attempt %d, %.1f s, %d renewals, ack: %s"):format(m.id, ("%q"):format(m.body), m.delivery_attempt,
         mqlease.now() - started, m.lease.renewals, acked and "ok" or (aerr .. " " .. acode)))
     else
       m:nack(5)   -- comes back in 5 s, as the next attempt

@@ -1,10 +1,8 @@
--- examples/demo_worker.lua NAME ENDPOINTS GROUP TOPIC REDIS -- one worker of `make demo`.
+-- examples/demo/demo_worker.lua NAME ENDPOINTS GROUP TOPIC REDIS -- one worker of `make demo`.
 --
 -- A production-shaped worker: mqlease.run with the exactly-once policy. The
 -- handler "works" for the seconds written in the task, then records its
 -- business effect (INCR runs:<message id> in Redis). Prints one line per event.
-package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
-package.cpath = "build/?.so;" .. package.cpath
 local mqlease = require "mqlease"
 
 local name, endpoints, group, topic, redis = arg[1], arg[2], arg[3], arg[4], arg[5]

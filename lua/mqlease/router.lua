@@ -1,12 +1,18 @@
--- mqlease.session: one core client seen from Lua -- start it, wait for the
--- results of its operations, and route lease events to whoever holds the lease.
+-- mqlease.router: one core client seen from Lua. Every core operation
+-- (receive, ack, send, a Redis call...) returns an op id at once and finishes
+-- later as an event; the router moves the events out of the core and routes
+-- each one: an op's result to the coroutine that asked for it
+-- (router:result), a lease's change of state to its lease object, a lost
+-- Redis lock to its keepalive. The consumer, the producer and the Redis client
+-- each own one router. (The *session* is the core's RocketMQ session: the
+-- Telemetry stream, heartbeats and reconnects, in src/rocketmq/mql_session.c.)
 --
 -- Every core operation finishes (each RPC has a deadline in the core), so a
--- waiter never needs to abandon one: it waits for its own op id while storing
+-- caller never needs to abandon one: it waits for its own op id while storing
 -- results that belong to other coroutines.
 
 local core = require "mqlease.core"
-local wait = require "mqlease.wait"
+local loop = require "mqlease.loop"
 
 local setmetatable = setmetatable
 
@@ -25,13 +31,13 @@ function _M.new(client)
 end
 
 -- Waits up to timeout seconds for the session start (op start_op) of a new
--- core client; returns the session, or closes the client and returns
+-- core client; returns its router, or closes the client and returns
 -- nil, message, code. what names the constructor in the timeout message.
 function _M.start(client, start_op, timeout, what)
-  local session = _M.new(client)
-  local ev = session:await(start_op, core.now() + timeout)
-  if ev and ev.ok then return session end
-  session:close()
+  local router = _M.new(client)
+  local ev = router:result(start_op, core.now() + timeout)
+  if ev and ev.ok then return router end
+  router:close()
   if not ev then return nil, what .. ": the session did not start within start_timeout", "TIMEOUT" end
   return nil, ev.err, ev.code
 end
@@ -52,9 +58,10 @@ function methods:pump()
   end
 end
 
--- Waits for the event of op; deadline (core.now() seconds) only bounds waiting
--- for the session start, whose op cannot time out in the core on its own.
-function methods:await(op, deadline)
+-- The result (event) of op, waiting for it in the caller's loop; deadline
+-- (core.now() seconds) only bounds waiting for the session start, whose op
+-- cannot time out in the core on its own (then nil when it passes).
+function methods:result(op, deadline)
   local results = self.results
   while true do
     local ev = results[op]
@@ -71,7 +78,7 @@ function methods:await(op, deadline)
     if deadline and core.now() >= deadline then return nil end
     -- closed by another coroutine meanwhile: no result will come
     if self.client:closed() then return { ok = false, err = "the client is closed", code = "CLOSED" } end
-    wait.wait(self.client:fd(), deadline or core.now() + 1)
+    loop.wait(self.client:fd(), deadline or core.now() + 1)
   end
 end
 
@@ -82,7 +89,7 @@ end
 
 -- Runs op and returns ok, or nil, message, code.
 function methods:call(op)
-  local ev = self:await(op)
+  local ev = self:result(op)
   if ev.ok then return ev end
   return nil, ev.err, ev.code
 end
@@ -91,7 +98,7 @@ function methods:close()
   local client = self.client
   if client:closed() then return end
   -- every event loop must forget the descriptor before it is closed
-  wait.forget(client:fd())
+  loop.forget(client:fd())
   client:close()
 end
 

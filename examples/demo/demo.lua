@@ -1,4 +1,4 @@
--- examples/demo.lua ENDPOINTS TOPIC REDIS -- what `make demo` runs (about 45 s).
+-- examples/demo/demo.lua ENDPOINTS TOPIC REDIS -- what `make demo` runs (about 45 s).
 --
 -- 24 tasks with heavy-tailed durations (most under a second, four of 12-18 s,
 -- longer than the 10 s lease) go to two workers. Worker A is killed with
@@ -6,18 +6,17 @@
 -- over -- first finding them still locked in Redis (a handoff), then running
 -- them once the dead owner's locks expire. Long tasks survive on renewals.
 -- The summary counts business runs per task: every one must be exactly 1.
-package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
-package.cpath = "build/?.so;" .. package.cpath
 local mqlease = require "mqlease"
 
 local endpoints, topic, redis = arg[1], arg[2], arg[3]
+local here = arg[0]:match("^(.*)/[^/]*$") or "."   -- demo_worker.lua lives beside this file
 local group = "demo_" .. topic
 io.stdout:setvbuf("line")
 
 local function spawn(name)
   local pid_file = os.tmpname()
-  local h = io.popen(("lua5.4 examples/demo_worker.lua %s %s %s %s %s & echo $! > %s; wait"):format(
-    name, endpoints, group, topic, redis, pid_file))
+  local h = io.popen(("lua5.4 %s/demo_worker.lua %s %s %s %s %s & echo $! > %s; wait"):format(
+    here, name, endpoints, group, topic, redis, pid_file))
   mqlease.sleep(0.3)
   local f = io.open(pid_file)
   local pid = f and f:read("l")

@@ -1,6 +1,6 @@
--- examples/custom_policy.lua -- writing your own handling policy.
+-- examples/exactly-once/custom_policy.lua -- writing your own handling policy.
 --
---   lua5.4 examples/custom_policy.lua ENDPOINTS GROUP TOPIC REDIS_ADDRESS
+--   lua5.4 custom_policy.lua ENDPOINTS GROUP TOPIC REDIS_ADDRESS
 --
 -- A policy is a plain function (see lua/mqlease/policy.lua):
 --   policy(m, lease, handler) -> "ack" | "nack" | "skip" [, delay [, err [, after]]]
@@ -9,8 +9,6 @@
 -- sends poison messages (attempt 5 and later) to a Redis list instead of
 -- retrying them forever. Idempotency is keyed by the broker's message id,
 -- never by business fields.
-package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
-package.cpath = "build/?.so;" .. package.cpath
 local mqlease = require "mqlease"
 
 local endpoints, group, topic, address = arg[1], arg[2], arg[3], arg[4] or "127.0.0.1:6379"

@@ -1,14 +1,12 @@
--- examples/run_worker.lua -- a production-shaped worker under mqlease.run.
+-- examples/consumer/run_worker.lua -- a production-shaped worker under mqlease.run.
 --
---   lua5.4 examples/run_worker.lua ENDPOINTS GROUP TOPIC
+--   lua5.4 run_worker.lua ENDPOINTS GROUP TOPIC
 --
 -- Up to 32 handlers at once (coroutines). SIGTERM or SIGINT (Ctrl-C) drains it:
 -- no new messages, running handlers get `grace` seconds to finish, what still
 -- runs is given back to the broker (another instance gets it after 1 s), and
 -- the process exits. A restart therefore never runs a message twice at once,
 -- and loses none. Kubernetes sends SIGTERM and waits 30 s: grace = 25 fits.
-package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
-package.cpath = "build/?.so;" .. package.cpath
 local mqlease = require "mqlease"
 
 local consumer = assert(mqlease.consumer {

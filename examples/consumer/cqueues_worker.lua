@@ -1,12 +1,10 @@
--- examples/cqueues_worker.lua -- mqlease inside a cqueues controller.
+-- examples/consumer/cqueues_worker.lua -- mqlease inside a cqueues controller.
 --
---   lua5.4 examples/cqueues_worker.lua ENDPOINTS GROUP TOPIC
+--   lua5.4 cqueues_worker.lua ENDPOINTS GROUP TOPIC
 --
 -- The consumer is a cqueues "pollable" (pollfd/events/timeout), so its waits
 -- yield to the controller: here a worker loop and a heartbeat run side by
 -- side in one thread, and the heartbeat keeps ticking during long polls.
-package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
-package.cpath = "build/?.so;" .. package.cpath
 local cqueues = require "cqueues"
 local mqlease = require "mqlease"
 

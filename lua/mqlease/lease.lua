@@ -1,0 +1,163 @@
+-- mqlease.lease: the Lua face of one lease -- a received message's claim to
+-- stay invisible to every other consumer of its group.
+--
+-- The lease itself lives in the C core: its record (receipt handle, deadline,
+-- renewals, state) in src/lease/mql_lease.c, its renewal on a C thread in
+-- src/rocketmq/mql_renew.c, its release (ack, nack, dead letter) in
+-- src/rocketmq/mql_release.c. This object only asks the core and remembers
+-- how the lease ended. Its state is one word:
+--
+--   held, renewing, expiring        alive: the broker hides the message for us
+--   acked, nacked, dead_lettered    released by us (final)
+--   lost                            the deadline passed or the broker refused
+--                                   the handle: someone else may have it (final)
+--
+-- A lease is held by the thousand, so every slot counts: it starts with its id
+-- alone (_renewals, _final and the rest appear once known) and finds its
+-- router and consumer in the metatable all leases of one consumer share.
+
+local setmetatable, getmetatable, rawget = setmetatable, getmetatable, rawget
+local floor = math.floor
+
+local _M = {}
+
+local FINAL = { acked = true, nacked = true, lost = true, dead_lettered = true }
+local ALIVE = { held = true, renewing = true, expiring = true }
+
+local methods = {}
+
+local function index(self, k)
+  if k == "state" then
+    return (self:_info())
+  elseif k == "renewals" then
+    local _, _, renewals = self:_info()
+    return renewals
+  elseif k == "uncertain" then
+    -- true once a renewal went unanswered: the message may come back once more
+    local _, _, _, uncertain = self:_info()
+    return uncertain
+  end
+  return methods[k]
+end
+
+local function tostring_lease(self)
+  return ("mqlease.lease(%d, %s)"):format(rawget(self, "id"), self.state)
+end
+
+-- The router of the core client that holds the lease.
+local function router_of(lease)
+  return getmetatable(lease).router
+end
+_M.router = router_of
+
+-- A lease whose message nobody references any more can never be acked: a
+-- handler dropped it. Without this its core lease would be renewed until
+-- max_lease (an hour by default). It is nacked instead (visible again after
+-- release_delay) and counted as leases_dropped.
+local function collect(lease)
+  -- let expire on purpose: the handler chose the deadline, not release_delay
+  if rawget(lease, "_final") or rawget(lease, "_let_go") then return end
+  local router = router_of(lease)
+  local client = router.client
+  if client:closed() or not client:lease(rawget(lease, "id")) then return end
+  local consumer = getmetatable(lease).consumer
+  router:forget(client:nack(rawget(lease, "id"), floor(consumer.options.release_delay * 1000)))
+  consumer:count("leases_dropped")
+end
+
+local newproxy = newproxy   -- Lua 5.1/LuaJIT: tables have no __gc, a proxy userdata does
+
+-- The lease object of the core's lease id, registered with router so that
+-- the core's lease events reach it.
+function _M.new(router, consumer, id)
+  local mt = router.lease_mt
+  if not mt then
+    mt = { __name = "mqlease.lease", __index = index, __tostring = tostring_lease,
+      __gc = collect, router = router, consumer = consumer }
+    router.lease_mt = mt
+  end
+  local lease = setmetatable({ id = id }, mt)
+  if newproxy then
+    local proxy = newproxy(true)
+    getmetatable(proxy).__gc = function() collect(lease) end
+    lease._proxy = proxy
+  end
+  router.leases[id] = lease
+  return lease
+end
+
+-- state, remaining seconds, renewals, uncertain: from the core while it holds
+-- the lease, else the final state the core reported when it let go.
+function methods:_info()
+  local final = rawget(self, "_final")
+  if final then return final, 0, (rawget(self, "_renewals") or 0), rawget(self, "_uncertain") == true end
+  local router = router_of(self)
+  local client = router.client
+  if not client:closed() then
+    local state, remaining, renewals, _, uncertain = client:lease(rawget(self, "id"))
+    if state then
+      self._renewals = renewals
+      if uncertain then self._uncertain = true end
+      return state, remaining, renewals, uncertain
+    end
+    router:pump()   -- the event that ended it is waiting
+    final = rawget(self, "_final")
+    if final then return final, 0, (rawget(self, "_renewals") or 0), rawget(self, "_uncertain") == true end
+  end
+  return "lost", 0, (rawget(self, "_renewals") or 0), rawget(self, "_uncertain") == true
+end
+
+-- A lease event from the core (the router calls it).
+function methods:_set_state(state, renewals)
+  if renewals then self._renewals = renewals end
+  if FINAL[state] and not rawget(self, "_final") then self._final = state end
+end
+
+-- true while the broker still hides the message for us (and, under the
+-- exactly-once policy, while its Redis lock is still ours)
+function methods:alive()
+  if rawget(self, "_lock_lost") then return false end
+  return ALIVE[(self:_info())] == true
+end
+
+-- The Redis lock that guarded this lease could not be renewed.
+function methods:_lock_lost()
+  self._lock_lost = true
+end
+
+-- seconds until the broker would hand the message to someone else (0 when gone)
+function methods:remaining()
+  local _, remaining = self:_info()
+  return remaining > 0 and remaining or 0
+end
+
+-- A release the core could not make because it no longer holds the lease: why.
+function _M.gone(lease, err, code)
+  if code ~= "NO_LEASE" then return err, code end
+  local final = rawget(lease, "_final")
+  if final == "acked" then return "the message was already acked", "ALREADY_ACKED" end
+  if final == "nacked" then return "the message was already nacked", "ALREADY_NACKED" end
+  if final == "dead_lettered" then return "the message was already dead-lettered", "ALREADY_DEAD_LETTERED" end
+  return "the lease was lost: the broker may have redelivered the message", "LEASE_LOST"
+end
+
+-- The end of a release (ev: the core's result for it): true with the lease
+-- final, or nil, message, code.
+function _M.released(lease, ev, final)
+  if ev.ok then
+    -- the core ends a dead-lettered lease as acked (the proxy acks it); say what happened
+    if final == "dead_lettered" then lease._final = final end
+    lease:_set_state(final)
+    return true
+  end
+  local err, code = _M.gone(lease, ev.err, ev.code)
+  return nil, err, code
+end
+
+-- The core stopped renewing on purpose: when the lease is collected it must
+-- not be nacked (the handler chose the deadline).
+function _M.let_go(lease)
+  lease._let_go = true
+end
+
+return _M

@@ -1,0 +1,50 @@
+-- The examples as a user runs them: from another directory, mqlease found on
+-- LUA_PATH / LUA_CPATH (here the checkout's lua/ and build/, as after
+-- luarocks make the tree's paths), against the real broker and Redis.
+local env = require "support.env"
+
+local ROOT = env.sh("pwd"):gsub("%s+$", "")
+
+-- Runs an example from /tmp; returns its exit code and its output (stdout and stderr).
+local function example(path, args, prefix)
+  local cmd = ("cd /tmp && %s env -u LD_PRELOAD LUA_PATH='%s/lua/?.lua;%s/lua/?/init.lua;;' LUA_CPATH='%s/build/?.so;;' "
+    .. "timeout 120 lua5.4 %s/examples/%s %s 2>&1; echo \"rc=$?\""):format(prefix or "", ROOT, ROOT, ROOT, ROOT, path, args)
+  local p = assert(io.popen(cmd))
+  local out = p:read("a")
+  p:close()
+  return tonumber(out:match("rc=(%d+)\n$")), (out:gsub("rc=%d+\n$", ""))
+end
+
+describe("the examples", function()
+  it("send (producer/send.lua) and consume (consumer/worker.lua) from another directory", function()
+    local topic = env.topic("ex_consumer")
+    local group = env.name("g_ex_consumer")
+    -- subscribe the group first: a brand-new group may start at the queue's end
+    local c = env.consumer { group = group, topic = topic }
+    assert(c:receive(1, { await = 0 }))
+    c:close()
+    local rc, out = example("producer/send.lua", ("%s %s"):format(env.endpoints, topic))
+    assert.equal(0, rc, out)
+    local id = out:match("^sent\t(%x+)\n$")
+    assert.is_string(id, out)
+    rc, out = example("consumer/worker.lua", ("%s %s %s 6"):format(env.endpoints, group, topic))
+    assert.equal(0, rc, out)
+    assert.matches(id .. ' "sleep=0.5"', out, 1, true)
+    assert.matches("ack: ok", out, 1, true)
+  end)
+
+  it("run the exactly-once worker (exactly-once/worker.lua): a fenced effect per message", function()
+    local topic = env.topic("ex_once")
+    local group = env.name("g_ex_once")
+    local c = env.consumer { group = group, topic = topic }
+    assert(c:receive(1, { await = 0 }))
+    c:close()
+    local p = env.producer { topics = { topic } }
+    for i = 1, 3 do assert(p:send(topic, tostring(i))) end
+    p:close()
+    local rc, out = example("exactly-once/worker.lua",
+      ("%s %s %s 127.0.0.1:%d"):format(env.endpoints, group, topic, env.redis_port), "RUN_FOR=8")
+    assert.equal(0, rc, out)
+    assert.matches("received 3, acked 3, duplicates skipped 0", out, 1, true)
+  end)
+end)

@@ -1,0 +1,78 @@
+-- mqlease.message without a server: a message built the way the core hands
+-- it over (its own fields, plus a shape shared with other messages) shows
+-- every field through m:totable(), which pairs(m) does not.
+local message = require "mqlease.message"
+
+-- A router whose core client holds no lease and never closes.
+local function fake_router()
+  return {
+    leases = setmetatable({}, { __mode = "v" }),
+    client = { closed = function() return false end, lease = function() return nil end },
+    pump = function() end,
+  }
+end
+
+local function receive(consumer, router, own, shape)
+  return message.wrap(router, consumer, own, message.shape_mt(consumer, shape))
+end
+
+describe("mqlease.message", function()
+  local consumer, router
+  before_each(function()
+    consumer = { _shapes = setmetatable({}, { __mode = "v" }), options = { release_delay = 1 },
+      count = function() end }
+    router = fake_router()
+  end)
+
+  local SHAPE = { topic = "t", tag = "TagA", born_host = "10.0.0.1", store_host = "10.0.0.2",
+    message_type = "NORMAL", queue_id = 3, delivery_attempt = 2 }
+
+  it("gives every field a handler reads in a plain table, with keys and properties of its own", function()
+    local m = receive(consumer, router, {
+      id = "01AB", body = "hello", offset = 42, born_at = 1700000000.5, store_at = 1700000001,
+      trace_context = "00-abc-01", keys = { "k1", "k2" }, properties = { a = "b" }, lease = 7,
+    }, SHAPE)
+    local seen = {}
+    for k in pairs(m) do seen[k] = true end
+    assert.is_nil(seen.topic)            -- shared fields stay in the shape: pairs misses them
+    local t = m:totable()
+    assert.same({
+      id = "01AB", body = "hello", offset = 42, born_at = 1700000000.5, store_at = 1700000001,
+      trace_context = "00-abc-01", keys = { "k1", "k2" }, properties = { a = "b" },
+      topic = "t", tag = "TagA", born_host = "10.0.0.1", store_host = "10.0.0.2",
+      message_type = "NORMAL", queue_id = 3, delivery_attempt = 2,
+    }, t)
+    assert.is_nil(getmetatable(t))
+    assert.are_not.equal(m.keys, t.keys)
+    t.keys[3] = "mine"                   -- the copy is the caller's to change
+    assert.equal(2, #m.keys)
+    assert.equal(7, m.lease.id)          -- the lease stays on the message, out of the table
+    assert.is_nil(t.lease)
+    assert.is_nil(t.consumer)
+  end)
+
+  it("gives writable empty keys and properties for a message without any", function()
+    local m = receive(consumer, router, { id = "01CD", body = "", offset = 1, born_at = 1, lease = 8 }, SHAPE)
+    assert.has_error(function() m.keys[1] = "x" end, "mqlease.message: keys is read-only")
+    local t = m:totable()
+    assert.same({}, t.keys)
+    assert.same({}, t.properties)
+    t.keys[1] = "x"
+    t.properties.a = "b"
+    assert.equal("TagA", t.tag)
+  end)
+
+  it("lists in FIELDS every field the core sets on a message or its shape", function()
+    -- the names src/lua/lmql_push.c sets (besides keys, properties and lease)
+    local pushed = {}
+    local f = assert(io.open("src/lua/lmql_push.c"))
+    local text = f:read("a")
+    f:close()
+    local body = assert(text:match("static void push_message.-\n}")) .. assert(text:match("static void push_shape.-\n}"))
+    for name in body:gmatch('lmql_set_%a+%(L, "([%w_]+)"') do pushed[name] = true end
+    pushed.lease = nil
+    local listed = {}
+    for _, k in ipairs(message.FIELDS) do listed[k] = true end
+    for name in pairs(pushed) do assert.is_true(listed[name], name .. " is not in mqlease.message.FIELDS") end
+  end)
+end)
