@@ -28,6 +28,7 @@ function _M.parser()
   p:option("--topic", "with --endpoints: an existing topic the lab may fill"):argname("TOPIC")
   p:option("--group", "with --endpoints: the consumer group (default a fresh one per scenario)"):argname("GROUP")
   p:option("--redis", "a Redis for exactly_once scenarios instead of the lab's own redis-server"):argname("HOST:PORT")
+  p:option("--keep", "keep each scenario's worker logs and configs under DIR/NAME"):argname("DIR")
   p:flag("--quiet", "no progress lines on stderr")
   return p
 end
@@ -92,7 +93,8 @@ function _M.main(opts, root)
     say(("scenario %s (%d/%d): %g msg/s for %g s, %d workers, time x %g"):format(s.name, i, #scenarios,
       s.workload.rate, s.workload.duration, s.fleet.workers, s.time_scale))
     local r, err = lab.run(s, { root = root, endpoints = o.endpoints, topic = o.topic, group = o.group,
-      redis = o.redis, log = function(m) say(s.name .. ": " .. m) end })
+      redis = o.redis, keep = o.keep ~= nil, dir = o.keep and (o.keep .. "/" .. s.name),
+      log = function(m) say(s.name .. ": " .. m) end })
     if not r then
       io.stderr:write("mqlease lab: scenario ", s.name, ": ", tostring(err), "\n")
       return EXIT.failure

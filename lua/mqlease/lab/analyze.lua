@@ -20,13 +20,15 @@ _M.FIELDS = {
   { "sent", "messages sent" },
   { "runs", "business runs (handler succeeded)" },
   { "duplicates", "duplicate business runs" },
-  { "lost", "lost (never succeeded, not running)" },
+  { "lost", "lost (never succeeded, not running, not dead-lettered)" },
   { "unfinished", "still running at the end" },
-  { "dead_lettered", "dead-lettered" },
+  { "held_at_end", "leases held at the end" },
+  { "poison", "poison messages sent" },
+  { "dead_lettered", "dead-lettered (max_attempts)" },
   { "failed_runs", "failed runs (retried)" },
   { "caught", "redeliveries caught by the policy" },
   { "retry_copies", "retry copies sent on SIGTERM (push4x)" },
-  { "orphans", "messages of signalled workers" },
+  { "orphans", "messages taken from killed/stopped workers" },
   { "recovery_p50", "their recovery p50 (s)", "%.1f" },
   { "recovery_max", "their recovery max (s)", "%.1f" },
   { "latency_p50", "latency send->done p50 (s)", "%.1f" },
@@ -59,7 +61,7 @@ function _M.report(raw)
   local r = { sent = 0, runs = 0, duplicates = 0, lost = 0, unfinished = 0, dead_lettered = 0, failed_runs = 0,
     caught = 0, retry_copies = 0, orphans = 0, renewals = 0, expired_while_alive = 0, redis_calls = 0,
     send_failed = raw.send_failed or 0 }
-  local ok_count, first_ok, open_at_end, poison = {}, {}, {}, 0
+  local ok_count, first_ok, open_at_end, poison, dead = {}, {}, {}, 0, {}
   local starts = {}   -- every start: { t (s), seq, w }
   for _, w in ipairs(raw.incarnations) do
     local open = {}
@@ -76,6 +78,8 @@ function _M.report(raw)
         else
           r.failed_runs = r.failed_runs + 1
         end
+      elseif e.kind == "dlq" then
+        dead[e.seq] = true
       elseif e.kind == "push4x" then
         r.retry_copies = r.retry_copies + e.n
       end
@@ -87,10 +91,21 @@ function _M.report(raw)
     local m = last_metrics(w.events)
     if m then
       r.renewals = r.renewals + m.renewals
-      r.dead_lettered = r.dead_lettered + m.dlq
       r.redis_calls = r.redis_calls + m.redis
       r.caught = r.caught + m.skipped + m.handoff
       r.expired_while_alive = r.expired_while_alive + m.expired
+    end
+  end
+  -- leases held when the lab stopped waiting: nothing should be left unless
+  -- a handler still runs, or a lease outlived its release (stuck)
+  r.held_at_end = 0
+  for _, w in ipairs(raw.incarnations) do
+    if not w.died or w.died >= raw.t_end then
+      local held
+      for _, e in ipairs(w.events) do
+        if e.kind == "metrics" and e.t / 1000 <= raw.t_end then held = e.inflight end
+      end
+      r.held_at_end = r.held_at_end + (held or 0)
     end
   end
   local latency = {}
@@ -99,7 +114,8 @@ function _M.report(raw)
     if m.poison then poison = poison + 1 end
     local n = ok_count[seq] or 0
     if n > 1 then r.duplicates = r.duplicates + n - 1 end
-    if n == 0 and not m.poison then
+    if dead[seq] then r.dead_lettered = r.dead_lettered + 1 end
+    if n == 0 and not dead[seq] then
       if open_at_end[seq] then r.unfinished = r.unfinished + 1 else r.lost = r.lost + 1 end
     end
     if first_ok[seq] then latency[#latency + 1] = (first_ok[seq] / 1000 - m.t) / k end
@@ -110,16 +126,28 @@ function _M.report(raw)
 
   -- recovery: from a kill or term to the next start of each message it was running, elsewhere or later
   sort(starts, function(a, b) return a.t < b.t end)
+  -- the runs a signalled worker still finished itself (a drain) were not taken from it
+  local finished_by = {}
+  for _, w in ipairs(raw.incarnations) do
+    local done = {}
+    for _, e in ipairs(w.events) do
+      if e.kind == "end" and e.ok then done[e.seq] = e.t / 1000 end
+    end
+    finished_by[w] = done
+  end
   local rec, never = {}, 0
   for _, f in ipairs(raw.faults) do
     if f.open and f.worker then
       for _, seq in ipairs(f.open) do
+        local own = finished_by[f.worker][seq]
+        if own and own >= f.t then goto continue end
         r.orphans = r.orphans + 1
         local found
         for _, s in ipairs(starts) do
           if s.seq == seq and s.t >= f.t and s.w ~= f.worker then found = s.t; break end
         end
         if found then rec[#rec + 1] = (found - f.t) / k else never = never + 1 end
+        ::continue::
       end
     end
   end
@@ -133,11 +161,23 @@ function _M.report(raw)
   return r
 end
 
+-- The time (s) of the last thing that happened: the end of the wait, or a
+-- run that finished while the workers stopped.
+function _M.last_event(raw)
+  local last = raw.t_end
+  for _, w in ipairs(raw.incarnations) do
+    for _, e in ipairs(w.events) do
+      if e.t and e.t / 1000 > last then last = e.t / 1000 end
+    end
+  end
+  return last
+end
+
 function _M.series(raw, buckets)
   buckets = buckets or 60
   local k = raw.scenario.time_scale
   local t0 = raw.t0
-  local span = max(raw.t_end - t0, 1e-3)
+  local span = max(_M.last_event(raw) - t0, 1e-3)
   local width = span / buckets                     -- real seconds
   local out = { t = {}, leases = {}, completions = {}, duplicates = {}, renewals = {}, faults = {},
     width = width / k }

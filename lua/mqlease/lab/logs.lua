@@ -6,6 +6,7 @@
 --   f:read(path, worker)      reads the complete lines added since the last call
 --   f:open_count(worker), f:open_seqs(worker)   handlers running there now
 --   f:effects(seq)            business runs of seq that ended ok, anywhere
+--   f:dead_lettered(seq)      whether a worker dead-lettered it (max_attempts)
 --   f:last_metric(worker, name), f:events(worker)
 
 local tonumber, setmetatable, pairs, ipairs = tonumber, setmetatable, pairs, ipairs
@@ -22,11 +23,15 @@ function _M.parse(line)
   if kind == "start" then
     return { kind = kind, seq = tonumber(words[2]), id = words[3], t = tonumber(words[4]), attempt = tonumber(words[5]) }
   elseif kind == "end" then
-    return { kind = kind, seq = tonumber(words[2]), id = words[3], t = tonumber(words[4]), ok = words[5] == "ok" }
+    return { kind = kind, seq = tonumber(words[2]), id = words[3], t = tonumber(words[4]), ok = words[5] == "ok",
+      attempt = tonumber(words[6]) or 1, why = words[7] }
   elseif kind == "metrics" then
     local e = { kind = kind, t = tonumber(words[2]) }
     for i, name in ipairs(METRICS) do e[name] = tonumber(words[i + 2]) or 0 end
     return e
+  elseif kind == "dlq" then
+    return { kind = kind, seq = tonumber(words[2]), id = words[3], t = tonumber(words[4]), attempt = tonumber(words[5]),
+      ok = words[6] == "ok" }
   elseif kind == "push4x" then
     return { kind = kind, t = tonumber(words[2]), n = tonumber(words[3]) }
   elseif kind == "ready" or kind == "exit" then
@@ -38,7 +43,7 @@ local follower = {}
 follower.__index = follower
 
 function _M.follower()
-  return setmetatable({ pos = {}, state = {}, done = {} }, follower)
+  return setmetatable({ pos = {}, state = {}, done = {}, dead = {} }, follower)
 end
 
 local function state_of(self, w)
@@ -70,6 +75,8 @@ function follower:read(path, w)
         if st.open[e.id] then st.nopen = st.nopen - 1 end
         st.open[e.id] = nil
         if e.ok then self.done[e.seq] = (self.done[e.seq] or 0) + 1 end
+      elseif e.kind == "dlq" then
+        self.dead[e.seq] = true
       elseif e.kind == "metrics" then
         st.metrics = e
       end
@@ -89,6 +96,9 @@ function follower:open_seqs(w)
 end
 
 function follower:effects(seq) return self.done[seq] end
+
+-- Whether mqlease.run dead-lettered seq (max_attempts), anywhere.
+function follower:dead_lettered(seq) return self.dead[seq] end
 
 function follower:last_metric(w, name)
   local m = state_of(self, w).metrics

@@ -86,7 +86,7 @@ _M.nice = nice
 
 local function num(v)
   if v == floor(v) then return format("%d", v) end
-  return format("%.1f", v)
+  return (format("%.2f", v):gsub("0+$", ""))
 end
 
 local W, H, L, R, T, B = 420, 190, 46, 12, 14, 30   -- panel size and margins
@@ -100,8 +100,8 @@ function _M.svg(title, ts, ys, xmax, ymax, faults, color)
   out[#out + 1] = format('<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" role="img">', W, H, W, H)
   out[#out + 1] = format('<title>%s</title>', esc(title))
   out[#out + 1] = format('<rect x="%d" y="%d" width="%d" height="%d" fill="#fff" stroke="#bbb"/>', L, T, pw, ph)
-  for i = 0, 4 do
-    local v = ymax * i / 4
+  for i = 0, 5 do
+    local v = ymax * i / 5
     out[#out + 1] = format('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#eee"/>', L, L + pw, y(v), y(v))
     out[#out + 1] = format('<text x="%d" y="%.1f" font-size="10" text-anchor="end" fill="#555">%s</text>', L - 4, y(v) + 3, num(v))
   end
@@ -141,6 +141,7 @@ table{border-collapse:collapse;margin:12px 0 24px}
 th,td{border:1px solid #ccc;padding:4px 10px}
 td.v{text-align:right;font-variant-numeric:tabular-nums}
 th{background:#f3f3f3}
+th[scope=row]{text-align:left;font-weight:normal}
 .row{display:flex;flex-wrap:wrap;gap:16px}
 .panel h3{font-size:13px;margin:4px 0}
 p.desc{color:#555;max-width:60em}

@@ -145,8 +145,11 @@ function _M.run(s, opts)
   opts = opts or {}
   local k = s.time_scale
   local say = opts.log or function() end
-  local dir = opts.dir or os.tmpname()
-  os.remove(dir)
+  local dir = opts.dir
+  if not dir then
+    dir = os.tmpname()
+    os.remove(dir)
+  end
   os.execute("mkdir -p " .. shell_quote(dir))
   local started = {}   -- what to stop at the end
   local function cleanup()
@@ -207,6 +210,8 @@ function _M.run(s, opts)
     end
     local consumer = scenario_mod.scaled_consumer(s.fleet.consumer, k)
     if consumer.await == nil then consumer.await = 2 end
+    -- the library's default, in scenario seconds like every other time
+    if consumer.release_delay == nil then consumer.release_delay = 1 * k end
     local function start_worker(slot)
       local n = #incarnations + 1
       local base = ("%s/worker%d-%d"):format(dir, slot, n)
@@ -340,12 +345,13 @@ function _M.run(s, opts)
       end
     end
     local send_s = w.duration * k
-    while true do
+    local total = floor(w.duration * w.rate + 0.5)
+    while nsent < total do
       local t = now()
-      if t - t0 >= send_s then break end
       faults_due(t)
       tend()
-      local due = floor((t - t0) * w.rate / k) + 1
+      -- past the sending time (a slow fault), the rest goes at once
+      local due = t - t0 >= send_s and total or math.min(floor((t - t0) * w.rate / k) + 1, total)
       while nsent < due do
         nsent = nsent + 1
         local poison = w.poison_rate > 0 and random() < w.poison_rate
@@ -371,14 +377,9 @@ function _M.run(s, opts)
       scan()
       local done = next_fault > #s.faults and #pending_restarts == 0
       if done then
-        for seq, m in pairs(sent) do
-          if not m.poison and not follow:effects(seq) then done = false; break end
+        for seq in pairs(sent) do
+          if not follow:effects(seq) and not follow:dead_lettered(seq) then done = false; break end
         end
-      end
-      if done and npoison > 0 then
-        local dlq = 0
-        for _, wk in ipairs(incarnations) do dlq = dlq + follow:last_metric(wk, "dlq") end
-        done = dlq >= npoison
       end
       if done then break end
       sleep(0.1)

@@ -6,8 +6,11 @@
 --
 --   ready                                     the consumer is up
 --   start SEQ ID T ATTEMPT                    a handler run began
---   end SEQ ID T ok|fail                      it ended (ok: the business effect happened)
+--   end SEQ ID T ok|fail ATTEMPT WHY          it ended (ok: the business effect happened;
+--                                             WHY of a failure: poison, failure, handler)
 --   metrics T INFLIGHT RENEWALS DLQ REDIS SKIPPED HANDOFF EXPIRED   every 0.25 s
+--   dlq SEQ ID T ATTEMPT ok|fail              mqlease.run dead-lettered it (max_attempts);
+--                                             fail: the broker refused (the dev broker has no DLQ)
 --   push4x T N                                SIGTERM under shutdown "push4x": N retry copies sent
 --
 -- Shutdowns (the scenario's fleet.shutdown): "drain" is mqlease.run's
@@ -23,7 +26,7 @@ local workload = require "mqlease.lab.workload"
 local cjson = require "cjson"
 
 local floor, min, random = math.floor, math.min, math.random
-local pairs, pcall, type = pairs, pcall, type
+local pairs, ipairs, pcall, type = pairs, ipairs, pcall, type
 
 local _M = {}
 
@@ -106,7 +109,8 @@ function _M.main(config_path)
       err = w.poison and "poison" or "failure"
     end
     running[m] = nil
-    log:write(("end %d %s %d %s\n"):format(w.seq, m.id, ms(mqlease.now()), ok and "ok" or "fail"))
+    log:write(("end %d %s %d %s %d %s\n"):format(w.seq, m.id, ms(mqlease.now()), ok and "ok" or "fail",
+      m.delivery_attempt or 1, ok and "-" or (user and "handler" or err)))
     if ok then return true end
     return false, err
   end
@@ -133,6 +137,24 @@ function _M.main(config_path)
     log:close()
     -- no ack, no nack, no goodbye: the process is gone as the 4.x consumer was
     os.execute("kill -9 " .. self_pid())
+  end
+
+  -- every dead-lettering mqlease.run decides (max_attempts) is logged, even
+  -- one the broker cannot carry out (the dev broker has no dead-letter queue)
+  local receive = c.receive
+  c.receive = function(self, ...)
+    local msgs, err, code = receive(self, ...)
+    for _, m in ipairs(msgs or {}) do
+      local dead_letter = m.dead_letter
+      m.dead_letter = function(msg, reason)
+        local ok, derr, dcode = dead_letter(msg, reason)
+        local w = workload.parse(msg.body)
+        log:write(("dlq %d %s %d %d %s\n"):format(w and w.seq or -1, msg.id, ms(mqlease.now()),
+          msg.delivery_attempt or 1, ok and "ok" or "fail"))
+        return ok, derr, dcode
+      end
+    end
+    return msgs, err, code
   end
 
   local nack_delay = cfg.run.nack_delay or function(attempt) return min(2 ^ ((attempt or 1) - 1), 60) * k end
