@@ -303,7 +303,7 @@ function _M.run(s, opts)
       else
         local parts = {}
         for key, v in pairs(f.settings) do
-          if scenario_mod.BROKER_SETTINGS[key] then v = floor(v * k + 0.5) end
+          if scenario_mod.BROKER_SETTINGS[key][3] then v = floor(v * k + 0.5) end
           local answer = control(broker.control_port, ("set %s %s"):format(key, tostring(v)))
           parts[#parts + 1] = ("%s=%s%s"):format(key, tostring(f.settings[key]), answer:match("^ok") and "" or " (refused)")
         end

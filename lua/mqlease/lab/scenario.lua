@@ -44,7 +44,7 @@
 local config = require "mqlease.config"
 
 local type, pairs, ipairs, tostring, error, pcall, next = type, pairs, ipairs, tostring, error, pcall, next
-local math_type, floor = math.type, math.floor
+local floor = math.floor
 local concat, sort = table.concat, table.sort
 
 local _M = {}
@@ -76,7 +76,7 @@ end
 
 local function number(path, v, lo, hi, default, integer)
   if v == nil then return default end
-  if type(v) ~= "number" or v ~= v or v < lo or v > hi or (integer and math_type(v) ~= "integer" and v ~= floor(v)) then
+  if type(v) ~= "number" or v ~= v or v < lo or v > hi or (integer and v ~= floor(v)) then
     bad(path, ("%s from %s to %s"):format(integer and "an integer" or "a number", lo, hi), v)
   end
   return integer and floor(v) or v
@@ -211,9 +211,11 @@ local function check_fleet(f, k)
   }
 end
 
--- The dev broker settings a fault may change, and whether the value is milliseconds (scaled).
-_M.BROKER_SETTINGS = { fail_change = false, fail_ack = false, delay_change_ms = true, paused = false,
-  max_renewals = false }
+-- The dev broker settings a fault may change: { lowest, highest, milliseconds (scaled) }.
+_M.BROKER_SETTINGS = {
+  fail_change = { 0, 1 }, fail_ack = { 0, 1 }, paused = { 0, 1 }, max_renewals = { -1, 1000000 },
+  delay_change_ms = { 0, 86400000, true },
+}
 
 local function check_target(path, v, workers)
   if v == "busiest" then return v end
@@ -255,7 +257,8 @@ local function check_faults(faults, fleet, horizon)
           error(("%s is not a dev broker setting (known: %s)"):format(kpath, keys_of(_M.BROKER_SETTINGS)), 0)
         end
         if type(v) == "boolean" then v = v and 1 or 0 end
-        c.settings[k] = number(kpath, v, -1, 86400000)
+        local range = _M.BROKER_SETTINGS[k]
+        c.settings[k] = number(kpath, v, range[1], range[2])
       end
     end
     out[i] = c
