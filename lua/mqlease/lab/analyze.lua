@@ -99,11 +99,12 @@ function _M.report(raw)
   -- leases held when the lab stopped waiting: nothing should be left unless
   -- a handler still runs, or a lease outlived its release (stuck)
   r.held_at_end = 0
+  local t_held = raw.t_held or raw.t_end
   for _, w in ipairs(raw.incarnations) do
-    if not w.died or w.died >= raw.t_end then
+    if not w.died or w.died >= t_held then
       local held
       for _, e in ipairs(w.events) do
-        if e.kind == "metrics" and e.t / 1000 <= raw.t_end then held = e.inflight end
+        if e.kind == "metrics" and e.t / 1000 <= t_held then held = e.inflight end
       end
       r.held_at_end = r.held_at_end + (held or 0)
     end

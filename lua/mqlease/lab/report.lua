@@ -112,10 +112,12 @@ function _M.svg(title, ts, ys, xmax, ymax, faults, color)
     t = t + step
   end
   out[#out + 1] = format('<text x="%d" y="%d" font-size="10" text-anchor="middle" fill="#555">scenario seconds</text>', L + pw / 2, H - 3)
+  -- faults: a dashed line each, numbered as in the list under the scenario's name
   for i, f in ipairs(faults or {}) do
     local fx = x(f.t)
-    out[#out + 1] = format('<line class="fault" x1="%.1f" x2="%.1f" y1="%d" y2="%d" stroke="#c0392b" stroke-dasharray="4 3"/>', fx, fx, T, T + ph)
-    out[#out + 1] = format('<text x="%.1f" y="%d" font-size="9" fill="#c0392b">%s</text>', fx + 2, T + 9 + 10 * ((i - 1) % 3), esc(f.label))
+    out[#out + 1] = format('<line class="fault" x1="%.1f" x2="%.1f" y1="%d" y2="%d" stroke="#c0392b" stroke-dasharray="4 3"><title>%s</title></line>',
+      fx, fx, T, T + ph, esc(f.label))
+    out[#out + 1] = format('<text x="%.1f" y="%d" font-size="9" fill="#c0392b">%d</text>', fx + 2, T + 9 + 9 * ((i - 1) % 2), i)
   end
   local pts = {}
   for i, v in ipairs(ys) do pts[#pts + 1] = format("%.1f,%.1f", x(ts[i]), y(v)) end
@@ -144,7 +146,8 @@ th{background:#f3f3f3}
 th[scope=row]{text-align:left;font-weight:normal}
 .row{display:flex;flex-wrap:wrap;gap:16px}
 .panel h3{font-size:13px;margin:4px 0}
-p.desc{color:#555;max-width:60em}
+p.desc{color:#555;max-width:60em;margin-bottom:2px}
+ol.faults{color:#c0392b;font-size:13px;margin:0 0 10px;columns:2;max-width:50em}
 ]]
 
 function _M.html(results, title)
@@ -157,6 +160,11 @@ function _M.html(results, title)
   for _, r in ipairs(results) do
     w(format("<p class=\"desc\"><b>%s</b> (%s): %s</p>", esc(r.scenario.name), esc(r.scenario.file or ""),
       esc(r.scenario.description)))
+    if #r.series.faults > 0 then
+      w("<ol class=\"faults\">")
+      for _, f in ipairs(r.series.faults) do w(format("<li>%.1f s: %s</li>", f.t, esc(f.label))) end
+      w("</ol>")
+    end
   end
   w("<table id=\"report\"><thead><tr><th></th>")
   for _, r in ipairs(results) do w("<th>" .. esc(r.scenario.name) .. "</th>") end

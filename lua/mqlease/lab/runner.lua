@@ -385,6 +385,10 @@ function _M.run(s, opts)
       sleep(0.1)
     end
     local t_end = now()
+    -- one more metrics reading from every worker (an idle one writes about
+    -- once a second): what they hold now is what they hold at the end
+    sleep(1.5)
+    local t_held = now()
 
     -- stop the workers: what runs now is "unfinished"
     write_file(stopfile, "")
@@ -398,7 +402,7 @@ function _M.run(s, opts)
     scan()   -- every line, now that no one writes
     for _, wk in ipairs(incarnations) do wk.events = follow:events(wk) end
     return {
-      scenario = s, t0 = t0, t_sent = t_sent, t_end = t_end, sent = sent, nsent = nsent,
+      scenario = s, t0 = t0, t_sent = t_sent, t_end = t_end, t_held = t_held, sent = sent, nsent = nsent,
       send_failed = send_failed, incarnations = incarnations, faults = faults,
       endpoints = endpoints, topic = topic, broker = broker and "dev broker" or endpoints,
     }
