@@ -27,8 +27,9 @@
 --                         graceful drain), "exit" (dies at once, leases left to
 --                         expire), "push4x" (the 4.x PushConsumer: sends a retry
 --                         copy of every running message, then dies without acking)
---     handler      [nil]  a handler file (as `mqlease run` takes) run instead of
---                         the built-in one that sleeps the drawn time
+--     handler      [nil]  a handler file (as `mqlease run` takes; a relative name is
+--                         beside the scenario file) run instead of the built-in
+--                         one that sleeps the drawn time
 --   }
 --   faults = { { at = seconds, <one action> [, restart = seconds] }, ... }
 --     kill = N | "busiest"     SIGKILL worker N (or the one running the most handlers)
@@ -300,6 +301,10 @@ function _M.load(path)
   ok, checked = pcall(_M.check, t, base and base:gsub("[^%w_%-]", "_"))
   if not ok then error(("%s: %s"):format(path, tostring(checked)), 0) end
   checked.file = path
+  -- a handler file is found beside the scenario
+  local h = checked.fleet.handler
+  local dir = path:match("^(.*)/[^/]*$")
+  if h and dir and h:sub(1, 1) ~= "/" then checked.fleet.handler = dir .. "/" .. h end
   return checked
 end
 
