@@ -96,7 +96,7 @@ describe("lab series", function()
 
   it("hold the leases of live workers only, and count duplicates as they happen", function()
     assert.equal(2, s.leases[2])              -- worker 1's reading at 0.1 s
-    assert.equal(0, s.leases[8])              -- worker 1 is dead, worker 2 read 0 at 1.9 s? not yet: last 0
+    assert.equal(0, s.leases[8])              -- worker 1 is dead, worker 2 has no reading yet
     assert.equal(0, s.duplicates[6])          -- the second run of message 2 ends at 1.3 s (bucket 7)
     assert.equal(1, s.duplicates[7])
     assert.equal(1, s.duplicates[10])
@@ -172,5 +172,32 @@ describe("lab report", function()
     assert.equal(50, report.nice(26))
     assert.equal(0.2, report.nice(0.15))
     assert.equal(1000, report.nice(1000))
+  end)
+end)
+
+describe("lab log follower", function()
+  it("reads only complete lines, and keeps track of what runs where", function()
+    local path = os.tmpname()
+    local f = assert(io.open(path, "w"))
+    f:write("ready\nstart 7 x 100 1\nstart 8 y 110 1\nend 7 x 2")   -- the last line is half written
+    f:flush()
+    local w = {}
+    local follow = logs.follower()
+    follow:read(path, w)
+    assert.equal(2, follow:open_count(w))
+    assert.same({ 7, 8 }, follow:open_seqs(w))
+    assert.is_nil(follow:effects(7))
+    f:write("00 ok 1 -\ndlq 8 y 300 4 fail\nmetrics 400 1 2 0 0 0 0 0\n")
+    f:close()
+    follow:read(path, w)
+    os.remove(path)
+    assert.equal(1, follow:open_count(w))
+    assert.equal(1, follow:effects(7))
+    assert.is_true(follow:dead_lettered(8))
+    assert.equal(2, follow:last_metric(w, "renewals"))
+    local kinds = {}
+    for i, e in ipairs(follow:events(w)) do kinds[i] = e.kind end
+    assert.same({ "ready", "start", "start", "end", "dlq", "metrics" }, kinds)
+    assert.equal(200, follow:events(w)[4].t)
   end)
 end)
