@@ -2,8 +2,9 @@
 -- turn (mqlease.lab), prints the table with one column per scenario and
 -- writes one self-contained HTML file with the table and the plots.
 --
--- Its flags are its own (a passthrough command of mqlease.cli.options):
--- scenario files come first or anywhere, flags as below.
+-- It parses its own flags (_M.parser; mqlease.cli.options passes every
+-- argument through and asks _M.help for `mqlease lab --help`). Every scenario
+-- is loaded and checked before the first one starts: a bad one exits with 2.
 
 local argparse = require "argparse"
 local options = require "mqlease.cli.options"
