@@ -58,13 +58,10 @@ local SCENARIOS = {
 
 local now = mqlease.now
 
-local function handler_seconds(u)
-  if u < 0.99 then
-    return -math.log(1 - (u / 0.99) * (1 - math.exp(-6)))
-  end
-  local alpha = math.log(10) / math.log(42)
-  return math.min(6 * ((1 - u) / 0.01) ^ (-1 / alpha), 300)
-end
+-- the incident's distribution (mqlease.lab.workload, which `mqlease lab` scenarios share)
+local INCIDENT = { mean = 1, p99 = 6, p999 = 252, max = 300 }
+local lab_seconds = require("mqlease.lab.workload").handler_seconds
+local function handler_seconds(u) return lab_seconds(u, INCIDENT) end
 
 local function sh(cmd)
   local p = assert(io.popen(cmd))

@@ -13,6 +13,7 @@ local COMMANDS = {
   send = "mqlease.cli.send",
   peek = "mqlease.cli.peek",
   devbroker = "mqlease.cli.devbroker",
+  lab = "mqlease.cli.lab",
 }
 
 -- ctx.root: the checkout bin/mqlease runs from (nil when installed);

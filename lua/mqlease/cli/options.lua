@@ -121,6 +121,9 @@ local COMMANDS = {
     description = "Every argument goes to mqlease-devbroker (README \"Dev broker\"); "
       .. "--listen defaults to 127.0.0.1:8081.",
     passthrough = true },
+  { name = "lab", summary = "Run lab scenario files: workload, fleet, faults; a table and an HTML report.",
+    description = "Its own flags: see 'mqlease lab --help'.",
+    passthrough = true, args_help = "scenario files and flags", help_module = "mqlease.cli.lab" },
 }
 
 _M.DEFS, _M.COMMANDS = DEFS, COMMANDS
@@ -152,7 +155,7 @@ function _M.parser()
       :description(c.summary .. "\n" .. c.description):help_max_width(88)
     if c.passthrough then
       cmd:handle_options(false)
-      cmd:argument("args", "arguments for mqlease-devbroker"):args("*")
+      cmd:argument("args", c.args_help or "arguments for mqlease-devbroker"):args("*")
     else
       for _, key in ipairs(c.options) do
         local d = DEFS[key]
@@ -376,6 +379,8 @@ end
 
 -- The help text of a command ("" or nil: the whole command).
 function _M.help(name)
+  local c = name and find_command(name)
+  if c and c.help_module then return require(c.help_module).help() end
   local p = _M.parser()
   if name and name ~= "" then
     for _, cmd in ipairs(p._commands) do
