@@ -49,13 +49,13 @@ function _M.parse(argv)
   if r.endpoints and not r.topic then return false, "option '--endpoints' needs --topic (an existing topic)" end
   for _, key in ipairs({ "endpoints", "redis" }) do
     if r[key] then
-      local checked, want = options.check({ kind = "hostport" }, r[key])
-      if not checked then return false, ("option '--%s' must be %s (got %q)"):format(key, want, r[key]) end
+      local checked, err = options.check({ kind = "hostport" }, r[key], "option '--" .. key .. "'")
+      if not checked then return false, err end
     end
   end
   if r.topic then
-    local checked, want = options.check({ kind = "name" }, r.topic)
-    if not checked then return false, ("option '--topic' must be %s"):format(want) end
+    local checked, err = options.check({ kind = "name" }, r.topic, "option '--topic'")
+    if not checked then return false, err end
   end
   r.html = r.html or "mqlease-lab.html"
   return true, r
