@@ -431,17 +431,20 @@ uint64_t mql_redis_eval(mql_redis *r, const char *script, int numkeys, int argc,
 }
 
 uint64_t mql_redis_keepalive(mql_redis *r, const char *key, const char *owner, int64_t ttl_ms,
-                             int64_t every_ms, int64_t max_ms) {
+                             int64_t every_ms, int64_t max_ms, int64_t since_ms) {
     keepalive *k = mql_xcalloc(1, sizeof(*k));
     int64_t now = mql_now_ms();
+    /* the key's TTL started when its acquire was sent, however late this call
+     * comes; a time from the future is no acquire of ours, so it counts as now */
+    int64_t since = since_ms > 0 && since_ms < now ? since_ms : now;
     uint64_t id;
     k->key = mql_strdup(key);
     k->owner = mql_strdup(owner);
     k->ttl_ms = ttl_ms;
     k->every_ms = every_ms > 0 ? every_ms : ttl_ms / 3;
-    k->next_at = now + k->every_ms;
-    k->until = max_ms > 0 ? now + max_ms : INT64_MAX;
-    k->last_ok = now;
+    k->next_at = since + k->every_ms;   /* already due when registered late */
+    k->until = max_ms > 0 ? since + max_ms : INT64_MAX;
+    k->last_ok = since;
     pthread_mutex_lock(&r->mu);
     id = k->id = ++r->next_op;
     k->next = r->alive;
