@@ -76,7 +76,7 @@ mql_redis_link *mql_redis_link_new(const mql_redis_config *cfg) {
         l->cluster = mql_xmalloc(sizeof(*l->cluster));
         mql_cluster_init(l->cluster);
         for (i = 0; i < l->nnodes; i++)
-            mql_cluster_node_index(l->cluster, l->nodes[i].host, l->nodes[i].port);
+            mql_cluster_add_seed(l->cluster, l->nodes[i].host, l->nodes[i].port);
     }
     l->host = dup_or_null(cfg->host);
     l->unix_path = dup_or_null(cfg->unix_path);
