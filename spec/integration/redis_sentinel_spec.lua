@@ -190,3 +190,92 @@ return 1
     business:close()
   end)
 end)
+
+describe("mqlease.policy.exactly_once when the master freezes past a failover and comes back", function()
+  setup(function() env.sh(HA .. "start-sentinel") end)
+  teardown(function() os.execute(HA .. "stop >/dev/null") end)
+
+  local FENCED_WRITE = [[
+local seen = tonumber(redis.call('get', KEYS[2]) or '0')
+if tonumber(ARGV[1]) <= seen then return 0 end
+redis.call('set', KEYS[2], ARGV[1])
+redis.call('incr', KEYS[1])
+return 1
+]]
+
+  local function instance(name)
+    local counts = {}
+    local consumer = {
+      count = function(_, k) counts[k] = (counts[k] or 0) + 1 end,
+      id = function() return name end,
+    }
+    local lease = { _lock_lost = function(self) self.lost = true end,
+      alive = function(self) return not self.lost end }
+    return consumer, lease, counts
+  end
+
+  local function master() return env.sh(HA .. "master"):gsub("%s+$", "") end
+
+  -- A SIGSTOPped master is failed over, then SIGCONTinued: it still takes itself for the
+  -- master, and accepts writes, until the sentinels make it a replica (seconds later), which
+  -- throws those writes away. A connection opened before the freeze and idle since then
+  -- still leads there.
+  it("writes the done marker to the promoted master, not the old one come back: the redelivery is a known duplicate", function()
+    local id = env.name("frozen_master")
+    local business = mqlease.redis("127.0.0.1:" .. env.redis_port)
+    local function write(fence)
+      return business:eval(FENCED_WRITE, { "biz:" .. id, "bizfence:" .. id }, { fence })
+    end
+    local opts = { redis = { sentinels = SENTINELS, master = "mqmaster", timeout = 0.5 }, lock_ttl = 10 }
+    local policy_a, policy_b = mqlease.policy.exactly_once(opts), mqlease.policy.exactly_once(opts)
+    local ca, lease_a, counts_a = instance("A")
+    local cb, lease_b, counts_b = instance("B")
+    local old, seen = master(), {}
+    local action_a, _, err_a, unlock_a = policy_a({ id = id, consumer = ca }, lease_a, function(_, lease)
+      mqlease.sleep(0.3)   -- A's lock and fence reach the replica
+      seen.frozen = env.sh(HA .. "freeze-master"):match("%d+")
+      env.wait_for(function() return master() ~= old end, 30, "the failover")
+      -- the broker hands the message to B meanwhile (A's lease ran out, say): A's lock,
+      -- renewed on the promoted master, turns B away
+      local deadline = mqlease.now() + 20
+      repeat
+        seen.action_b = policy_b({ id = id, consumer = cb }, lease_b, function() seen.b_ran = true; return true end)
+        if not counts_b.handoff then mqlease.sleep(0.3) end
+      until counts_b.handoff or mqlease.now() > deadline
+      env.sh(HA .. "thaw " .. seen.frozen)   -- two masters, until the sentinels demote the old one
+      seen.role_at_thaw = env.sh(HA .. "role " .. seen.frozen):gsub("%s+$", "")
+      seen.a = write(lease.fence)
+      return seen.a == 1, "stale fence"
+    end)
+    assert.equal("ack", action_a, err_a)
+    unlock_a()
+    assert.is_nil(seen.b_ran, "B ran the handler while A held the lock")
+    assert.equal("nack", seen.action_b)
+    assert.equal(1, counts_b.handoff)
+    assert.equal("master", seen.role_at_thaw, "the old master was demoted before A wrote: no two masters")
+    assert.is_nil(counts_a.lock_lost)
+    -- the promoted master has A's done marker ...
+    local now_master = mqlease.redis { sentinels = SENTINELS, master = "mqmaster", timeout = 0.5 }
+    local keys = mqlease.policy.keys(id)
+    seen.done = now_master:call("GET", keys.done)
+    -- ... so the redelivery to B is acked as a known duplicate, without running
+    local deadline = mqlease.now() + 15
+    local again
+    repeat
+      again = policy_b({ id = id, consumer = cb }, select(2, instance("B")), function(_, lb)
+        seen.b_ran_again = true
+        return write(lb.fence) == 1, "stale fence"
+      end)
+      if again == "nack" then mqlease.sleep(0.5) end
+    until again ~= "nack" or mqlease.now() > deadline
+    print(("\n  frozen master: %s frozen, %s promoted; done marker on the new master: %s; redelivery: %s%s; effects: %s")
+      :format(seen.frozen, master(), seen.done == mqlease.null and "none" or tostring(seen.done), tostring(again),
+        seen.b_ran_again and " (handler ran again)" or "", tostring(business:call("GET", "biz:" .. id))))
+    assert.equal("1", seen.done, "the done marker went to the old master and was lost with its demotion")
+    assert.equal("ack", again)
+    assert.is_nil(seen.b_ran_again, "the redelivery ran the handler again")
+    assert.equal("1", business:call("GET", "biz:" .. id))
+    now_master:close()
+    business:close()
+  end)
+end)
