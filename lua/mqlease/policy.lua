@@ -16,6 +16,7 @@
 -- from these two; examples/custom_policy.lua is one.
 
 local redis_mod = require "mqlease.redis"
+local core = require "mqlease.core"
 
 local pcall, tostring, type, error, pairs = pcall, tostring, type, error, pairs
 local floor, random = math.floor, math.random
@@ -130,6 +131,8 @@ function _M.exactly_once(opts)
     local done_key, lock_key, fence_key = keys.done, keys.lock, keys.fence
 
     local owner = m.consumer:id() .. "/" .. token()
+    -- the lock's TTL runs from the acquire, not from when this coroutine resumes
+    local acquired_at = core.now()
     local got, err = rc:eval(ACQUIRE, { lock_key, fence_key, done_key }, { owner, ttl_ms, done_ttl * 1000 })
     if got == nil then return unreachable(m, lease, handler, err) end
     if got[1] == 2 then
@@ -145,7 +148,7 @@ function _M.exactly_once(opts)
     end
     lease.fence = got[2]
     local keepalive = rc:keepalive(lock_key, owner, o.lock_ttl, o.lock_ttl / 3, o.max_hold,
-      function() lease:_lock_lost() end)
+      function() lease:_lock_lost() end, acquired_at)
 
     local ok, res, herr = pcall(handler, m, lease)
     if rc:keepalive_stop(keepalive) then

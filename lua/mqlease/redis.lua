@@ -147,9 +147,15 @@ end
 -- Keeps key alive (compare owner, then PEXPIRE ttl) every `every` seconds from
 -- the C thread, for at most max seconds. on_lost(id) runs (from the next
 -- call's event pump) if a renewal finds the key gone or owned by someone else.
-function methods:keepalive(key, owner, ttl, every, max, on_lost)
+-- since: mqlease.now() taken before the command that set the key's TTL was
+-- sent (default: now). The TTL runs from there, so renewals and the lapse are
+-- counted from it, not from this later call.
+function methods:keepalive(key, owner, ttl, every, max, on_lost, since)
+  if since ~= nil and type(since) ~= "number" then
+    error(("bad argument #7 to 'keepalive' (number expected, got %s)"):format(type(since)), 2)
+  end
   local id = self._session.client:keepalive(key, owner, floor(ttl * 1000), floor(every * 1000),
-    max and floor(max * 1000) or 0)
+    max and floor(max * 1000) or 0, since and floor(since * 1000) or 0)
   if on_lost then self._on_lost[id] = on_lost end
   return id
 end

@@ -1,9 +1,18 @@
 /* redis_cluster_test.c -- Redis Cluster routing without a server: CRC16 and
  * slot vectors (from the Redis Cluster specification and CLUSTER KEYSLOT),
- * hash tags, MOVED/ASK parsing, and the slot map read from a CLUSTER SLOTS
- * reply given as RESP text. */
+ * hash tags, MOVED/ASK parsing, the slot map read from a CLUSTER SLOTS reply
+ * given as RESP text, the node table following the addresses those replies
+ * name, and which nodes a refresh asks, through fake nodes on socketpairs. */
 #include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdarg.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "mql_redis_cluster.h"
 #include "mql_test.h"
@@ -69,7 +78,8 @@ static void loads_the_slot_map_from_cluster_slots(void) {
     mql_cluster_init(&cl);
     CHECK(reply != NULL);
     CHECK(mql_cluster_load_slots(&cl, reply) == 16384);
-    CHECK(cl.nnodes == 2 && !cl.stale);
+    CHECK(cl.nnodes == 3 && !cl.stale);   /* the two masters, then the replica */
+    CHECK(cl.nodes[2].port == 16424);
     CHECK(cl.nodes[cl.slot_node[0]].port == 16420);
     CHECK(cl.nodes[cl.slot_node[8191]].port == 16420);
     CHECK(cl.nodes[cl.slot_node[8192]].port == 16421);
@@ -83,11 +93,260 @@ static void loads_the_slot_map_from_cluster_slots(void) {
     mql_cluster_close(&cl);
 }
 
+/* ------------------------------------------------------------ a changing topology */
+
+/* Appends printf output to a growing RESP text. */
+typedef struct text {
+    char *buf;
+    size_t len, cap;
+} text;
+
+static void text_add(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void text_add(text *t, const char *fmt, ...) {
+    va_list ap;
+    int n;
+    va_start(ap, fmt);
+    n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (t->len + (size_t)n + 1 > t->cap) {
+        t->cap = (t->len + (size_t)n + 1) * 2;
+        t->buf = realloc(t->buf, t->cap);
+    }
+    va_start(ap, fmt);
+    vsnprintf(t->buf + t->len, t->cap - t->len, fmt, ap);
+    va_end(ap);
+    t->len += (size_t)n;
+}
+
+static void text_node(text *t, const char *host) {
+    text_add(t, "*3\r\n$%zu\r\n%s\r\n:7000\r\n$2\r\nid\r\n", strlen(host), host);
+}
+
+/* A CLUSTER SLOTS reply: the slots split evenly over n masters named
+ * master[i] (port 7000), each with one replica named replica[i] if given. */
+static char *slots_text(int n, char (*master)[32], char (*replica)[32]) {
+    text t = {NULL, 0, 0};
+    text_add(&t, "*%d\r\n", n);
+    for (int i = 0; i < n; i++) {
+        int lo = MQL_CLUSTER_SLOTS * i / n, hi = MQL_CLUSTER_SLOTS * (i + 1) / n - 1;
+        text_add(&t, "*%d\r\n:%d\r\n:%d\r\n", replica ? 4 : 3, lo, hi);
+        text_node(&t, master[i]);
+        if (replica) text_node(&t, replica[i]);
+    }
+    return t.buf;
+}
+
+static int in_table(const mql_cluster *cl, const char *host) {
+    for (int i = 0; i < cl->nnodes; i++)
+        if (strcmp(cl->nodes[i].host, host) == 0) return 1;
+    return 0;
+}
+
+static void the_node_table_follows_the_addresses_cluster_slots_names(void) {
+    /* pods replaced 40 times, each time all six at new addresses: 240 in all */
+    mql_cluster cl;
+    char master[3][32], replica[3][32], old[3][32];
+    int gen, i, first, last, covered_every_time = 1, only_named = 1, old_gone = 1;
+    mql_cluster_init(&cl);
+    CHECK(mql_cluster_add_seed(&cl, "seed.example", 7000) == 0);
+    for (gen = 0; gen < 40; gen++) {
+        redisReply *reply;
+        char *resp;
+        for (i = 0; i < 3; i++) {
+            snprintf(master[i], sizeof(master[i]), "10.0.%d.%d", gen, i + 1);
+            snprintf(replica[i], sizeof(replica[i]), "10.1.%d.%d", gen, i + 1);
+        }
+        resp = slots_text(3, master, replica);
+        reply = parse_resp(resp);
+        if (mql_cluster_load_slots(&cl, reply) != MQL_CLUSTER_SLOTS) covered_every_time = 0;
+        if (cl.nnodes != 6) only_named = 0;
+        for (i = 0; i < 3; i++)
+            if (gen > 0 && in_table(&cl, old[i])) old_gone = 0;
+        first = cl.slot_node[0];
+        last = cl.slot_node[MQL_CLUSTER_SLOTS - 1];
+        if (first < 0 || last < 0 || strcmp(cl.nodes[first].host, master[0]) != 0 ||
+            strcmp(cl.nodes[last].host, master[2]) != 0)
+            covered_every_time = 0;
+        memcpy(old, master, sizeof(old));
+        freeReplyObject(reply);
+        free(resp);
+    }
+    CHECK(covered_every_time);   /* new masters are always taken in */
+    CHECK(only_named);           /* three masters and their replicas, nothing else */
+    CHECK(old_gone);             /* the replaced ones are gone */
+    CHECK(!in_table(&cl, "seed.example") && cl.nseeds == 1);   /* the seed stays apart */
+    mql_cluster_close(&cl);
+}
+
+static void a_cluster_of_a_hundred_masters_is_mapped_whole(void) {
+    char (*master)[32] = calloc(100, sizeof(*master));
+    mql_cluster cl;
+    redisReply *reply;
+    char *resp;
+    int i, right = 1;
+    for (i = 0; i < 100; i++) snprintf(master[i], sizeof(master[i]), "node-%d", i);
+    resp = slots_text(100, master, NULL);
+    reply = parse_resp(resp);
+    mql_cluster_init(&cl);
+    CHECK(mql_cluster_load_slots(&cl, reply) == MQL_CLUSTER_SLOTS);
+    CHECK(cl.nnodes == 100);
+    for (i = 0; i < 100; i++)
+        if (cl.slot_node[MQL_CLUSTER_SLOTS * i / 100] < 0 ||
+            strcmp(cl.nodes[cl.slot_node[MQL_CLUSTER_SLOTS * i / 100]].host, master[i]) != 0)
+            right = 0;
+    CHECK(right);
+    mql_cluster_close(&cl);
+    freeReplyObject(reply);
+    free(resp);
+    free(master);
+}
+
+/* ------------------------------------------------------------ fake nodes */
+
+/* Each connection to a live fake node is a socketpair whose far end a thread
+ * serves: CLUSTER SLOTS gets the fake cluster's current topology, anything
+ * else +OK. Connecting to a dead one fails. Every connect is logged. */
+#define FAKE_CONNS 32
+typedef struct fake {
+    const char *dead[8];     /* hosts that refuse connections */
+    int ndead;
+    char *slots;             /* the CLUSTER SLOTS answer */
+    char log[512];           /* "host host ..." in connect order */
+    int fds[FAKE_CONNS];     /* the served ends */
+    char hosts[FAKE_CONNS][32];
+    pthread_t threads[FAKE_CONNS];
+    int nconns;
+    pthread_mutex_t mu;
+} fake;
+
+typedef struct served {
+    fake *f;
+    int fd;
+} served;
+
+static void *serve(void *arg) {
+    served *sv = arg;
+    redisReader *reader = redisReaderCreate();
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(sv->fd, buf, sizeof(buf))) > 0) {
+        void *cmd = NULL;
+        redisReaderFeed(reader, buf, (size_t)n);
+        while (redisReaderGetReply(reader, &cmd) == REDIS_OK && cmd) {
+            redisReply *c = cmd;
+            const char *out = "+OK\r\n";
+            pthread_mutex_lock(&sv->f->mu);
+            if (c->elements > 0 && strcasecmp(c->element[0]->str, "CLUSTER") == 0) out = sv->f->slots;
+            if (write(sv->fd, out, strlen(out)) < 0) n = 0;
+            pthread_mutex_unlock(&sv->f->mu);
+            freeReplyObject(cmd);
+            cmd = NULL;
+        }
+    }
+    redisReaderFree(reader);
+    free(sv);
+    return NULL;
+}
+
+static int fake_dead(const fake *f, const char *host) {
+    for (int i = 0; i < f->ndead; i++)
+        if (strcmp(f->dead[i], host) == 0) return 1;
+    return 0;
+}
+
+static redisContext *fake_connect(void *arg, const char *host, int port, mql_result *res) {
+    fake *f = arg;
+    int sv[2];
+    served *s;
+    redisContext *ctx;
+    struct timeval tv = {1, 0};
+    (void)port;
+    snprintf(f->log + strlen(f->log), sizeof(f->log) - strlen(f->log), "%s ", host);
+    if (fake_dead(f, host) || f->nconns == FAKE_CONNS || socketpair(AF_UNIX, SOCK_STREAM, 0, sv) < 0) {
+        mql_result_fail(res, "UNAVAILABLE", "fake: %s refuses", host);
+        return NULL;
+    }
+    s = malloc(sizeof(*s));
+    s->f = f;
+    s->fd = sv[1];
+    f->fds[f->nconns] = sv[1];
+    snprintf(f->hosts[f->nconns], sizeof(f->hosts[0]), "%s", host);
+    pthread_create(&f->threads[f->nconns++], NULL, serve, s);
+    ctx = redisConnectFd(sv[0]);
+    redisSetTimeout(ctx, tv);
+    return ctx;
+}
+
+/* host dies: its connections break, new ones are refused */
+static void fake_kill(fake *f, const char *host) {
+    f->dead[f->ndead++] = host;
+    for (int i = 0; i < f->nconns; i++)
+        if (strcmp(f->hosts[i], host) == 0) shutdown(f->fds[i], SHUT_RDWR);
+}
+
+static void fake_set_slots(fake *f, char *slots) {
+    pthread_mutex_lock(&f->mu);
+    free(f->slots);
+    f->slots = slots;
+    pthread_mutex_unlock(&f->mu);
+}
+
+static redisReply *run_set(mql_cluster *cl, fake *f, const char *key, mql_result *res) {
+    const char *argv[3] = {"SET", key, "v"};
+    size_t lens[3] = {3, strlen(key), 1};
+    f->log[0] = '\0';
+    return mql_cluster_run(cl, fake_connect, f, 3, argv, lens, 1, res);
+}
+
+static void a_refresh_asks_the_named_nodes_before_the_seeds(void) {
+    fake f;
+    mql_cluster cl;
+    mql_result res;
+    redisReply *reply;
+    char abc[3][32] = {"node-a", "node-b", "node-c"}, dbc[3][32] = {"node-d", "node-b", "node-c"};
+    memset(&f, 0, sizeof(f));
+    pthread_mutex_init(&f.mu, NULL);
+    fake_set_slots(&f, slots_text(3, abc, NULL));
+    f.dead[f.ndead++] = "seed-1";   /* a seed that is gone for good */
+    mql_cluster_init(&cl);
+    mql_cluster_add_seed(&cl, "seed-1", 7000);
+    mql_cluster_add_seed(&cl, "seed-2", 7000);
+    /* "hello" is slot 866: node-a's, then node-d's */
+    reply = run_set(&cl, &f, "hello", &res);
+    CHECK(reply && reply->type == REDIS_REPLY_STATUS);
+    CHECK(strcmp(f.log, "seed-1 seed-2 node-a ") == 0);   /* the seeds know the way in */
+    freeReplyObject(reply);
+    /* node-a's pod is replaced: its slots move to node-d, seed-2 goes too */
+    fake_kill(&f, "node-a");
+    fake_kill(&f, "seed-2");
+    fake_set_slots(&f, slots_text(3, dbc, NULL));
+    reply = run_set(&cl, &f, "hello", &res);
+    CHECK(reply == NULL && !res.ok);   /* the write may have run: never sent again */
+    reply = run_set(&cl, &f, "hello", &res);
+    CHECK(reply && reply->type == REDIS_REPLY_STATUS);
+    /* the refresh asked the nodes CLUSTER SLOTS named, never a seed */
+    fprintf(stderr, "  refresh after the move connected: %s\n", f.log);
+    CHECK(strcmp(f.log, "node-a node-b node-d ") == 0);
+    CHECK(in_table(&cl, "node-d") && !in_table(&cl, "node-a") && cl.nnodes == 3);
+    if (reply) freeReplyObject(reply);
+    mql_cluster_close(&cl);   /* the far ends read EOF: the threads end */
+    for (int i = 0; i < f.nconns; i++) {
+        pthread_join(f.threads[i], NULL);
+        close(f.fds[i]);
+    }
+    free(f.slots);
+    pthread_mutex_destroy(&f.mu);
+}
+
 int main(void) {
+    signal(SIGPIPE, SIG_IGN);   /* a fake node's far end may be gone when written to */
     RUN(crc16_matches_the_cluster_spec_vector);
     RUN(slots_match_cluster_keyslot);
     RUN(hash_tags_pick_the_hashed_part);
     RUN(parses_moved_and_ask);
     RUN(loads_the_slot_map_from_cluster_slots);
+    RUN(the_node_table_follows_the_addresses_cluster_slots_names);
+    RUN(a_cluster_of_a_hundred_masters_is_mapped_whole);
+    RUN(a_refresh_asks_the_named_nodes_before_the_seeds);
     return TEST_REPORT("redis_cluster_test");
 }

@@ -51,6 +51,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         freeReplyObject(reply);
     }
     redisReaderFree(reader);
+    mql_cluster_close(&cl);
     if (mql_cluster_redirect(text, &slot, host, sizeof(host), &port) &&
         (slot < 0 || slot >= MQL_CLUSTER_SLOTS || port <= 0 || port > 65535))
         abort();

@@ -175,13 +175,14 @@ end
 local stop_pid = env.stop_pid
 
 -- A private redis-server with every write on disk before its reply (AOF, fsync
--- always), so what it acknowledged survives kill -9.
-local function start_redis(port, dir)
+-- always), so what it acknowledged survives kill -9. extra: more arguments;
+-- wait: what its first PING must answer (default PONG).
+local function start_redis(port, dir, extra, wait)
   os.execute(("mkdir -p %s"):format(dir))
-  local pid = spawn(("redis-server --bind 127.0.0.1 --port %d --dir %s --appendonly yes --appendfsync always --save ''")
-    :format(port, dir), dir .. "/redis.out")
+  local pid = spawn(("redis-server --bind 127.0.0.1 --port %d --dir %s --appendonly yes --appendfsync always --save '' %s")
+    :format(port, dir, extra or ""), dir .. "/redis.out")
   wait_for(function()
-    return env.sh(("redis-cli -p %d ping 2>/dev/null || true"):format(port)):match("PONG") ~= nil
+    return env.sh(("redis-cli -p %d ping 2>&1 || true"):format(port)):match(wait or "PONG") ~= nil
   end, 15, "redis-server on port " .. port)
   return pid
 end
@@ -270,6 +271,100 @@ describe("chaos: Redis killed and restarted under the exactly-once policy", func
     assert.equal(100, count(text, "effect "))
     assert.is_true(effects_at_kill < 100, "the kill came after the run")
     assert.is_true(metric_sum(text, "redis_unavailable") >= 1, "no handler noticed Redis was gone")
+  end)
+end)
+
+describe("chaos: Redis answering LOADING after a restart, under the exactly-once policy", function()
+  local REDIS_PORT = 16452
+  local dir = "/tmp/mqlease-chaos-loading-" .. env.run_id
+  local redis_pid, workers, logfile = nil, {}, os.tmpname()
+  local biz, producer
+  local cli = "redis-cli -p " .. REDIS_PORT .. " "
+
+  setup(function()
+    biz = mqlease.redis("127.0.0.1:" .. env.redis_port)
+    producer = env.producer()
+  end)
+  teardown(function()
+    for _, pid in ipairs(workers) do stop_pid(pid, 5) end
+    if redis_pid then signal(redis_pid, "KILL") end
+    biz:close()
+    producer:close()
+    os.execute("rm -rf " .. dir)
+    os.remove(logfile)
+    os.remove(logfile .. ".out")
+  end)
+
+  it("runs 100 messages' business effect once each while a restarted Redis answers LOADING, and recovers", function()
+    local topic, group = env.topic("chaos_loading"), env.name("g_chaos_loading")
+    local prefix = "chaos:" .. env.run_id .. ":"
+    redis_pid = start_redis(REDIS_PORT, dir)
+    -- 30000 filler keys in the AOF's RDB base: with key-load-delay (a Redis debugging
+    -- setting, microseconds per key) a restart spends seconds loading them, and Redis
+    -- answers -LOADING to every command meanwhile
+    env.sh(cli .. [[EVAL "for i = 1, 30000 do redis.call('set', 'filler:' .. i, i) end" 0]])
+    env.sh(cli .. "BGREWRITEAOF")
+    wait_for(function()
+      local info = env.sh(cli .. "INFO persistence")
+      return info:match("aof_rewrite_in_progress:0") and info:match("aof_rewrite_scheduled:0")
+    end, 30, "the AOF rewrite")
+    local lock_redis = "127.0.0.1:" .. REDIS_PORT
+    local c = env.consumer { group = group, topic = topic, await = 5 }
+    assert(c:receive(1, { await = 0 }))
+    c:close()
+    for i = 1, 2 do
+      workers[i] = start_chaos_worker(group, topic, lock_redis, logfile,
+        { CW_WORK = 1, CW_CONCURRENCY = 4, CW_PREFIX = prefix, CW_LOCK_TTL = 6 })
+    end
+    wait_for(function() return count(read(logfile), "ready ") >= 2 end, 30, "both workers")
+    local ids = {}
+    for i = 1, 100 do ids[i] = assert(producer:send(topic, "loading chaos " .. i)) end
+    wait_for(function() return count(read(logfile), "effect ") >= 25 end, 60, "25 effects")
+    signal(redis_pid, "KILL")
+    wait_for(function() return not alive(redis_pid) end, 5, "redis-server's death")
+    local effects_at_kill = count(read(logfile), "effect ")
+    redis_pid = start_redis(REDIS_PORT, dir,
+      "--key-load-delay 10 --loading-process-events-interval-bytes 1024", "LOADING")
+    local t_loading = mqlease.now()
+    wait_for(function() return env.sh(cli .. "ping 2>&1 || true"):match("PONG") end, 60, "the end of LOADING")
+    local loading_for = mqlease.now() - t_loading
+    local effects_after_loading = count(read(logfile), "effect ")
+    -- the workers' commands refused since the restart (Redis 7 counts a command refused
+    -- before it ran, as with -LOADING, in its rejected_calls); this spec's own probes are PINGs
+    local refused = 0
+    for name, n in env.sh(cli .. "INFO commandstats"):gmatch("cmdstat_([%w|]+):[^\r\n]*rejected_calls=(%d+)") do
+      if name ~= "ping" then refused = refused + tonumber(n) end
+    end
+    local function done()
+      for _, id in ipairs(ids) do
+        if biz:call("GET", prefix .. "biz:" .. id) == mqlease.null then return false end
+      end
+      return true
+    end
+    wait_for(done, 120, "every business effect")
+    mqlease.sleep(3)   -- a late duplicate would show by now
+    for _, pid in ipairs(workers) do signal(pid, "TERM") end
+    wait_for(function() return count(read(logfile), "metrics ") >= 2 end, 20, "both workers' drain")
+    local text = read(logfile)
+    local lost, doubled = 0, 0
+    for _, id in ipairs(ids) do
+      local n = tonumber(biz:call("GET", prefix .. "biz:" .. id))
+      if not n then lost = lost + 1
+      elseif n > 1 or count(text, "effect " .. id) > 1 then doubled = doubled + 1 end
+    end
+    print(("\n  chaos loading: 100 messages, %d handler runs, %d effects before the kill, LOADING for %.1f s " ..
+      "(%d worker commands refused, %d effects by its end), redis_unavailable=%d done_marker_failed=%d handoff=%d " ..
+      "duplicate_skipped=%d, %d doubled, %d lost"):format(count(text, "run %x+ "), effects_at_kill, loading_for, refused,
+        effects_after_loading,
+        metric_sum(text, "redis_unavailable"), metric_sum(text, "done_marker_failed"), metric_sum(text, "handoff"),
+        metric_sum(text, "duplicate_skipped"), doubled, lost))
+    assert.equal(0, doubled)
+    assert.equal(0, lost)
+    assert.equal(100, count(text, "effect "))
+    assert.is_true(effects_at_kill < 100, "the kill came after the run")
+    assert.is_true(loading_for >= 1, ("LOADING lasted %.1f s: the fault was not exercised"):format(loading_for))
+    assert.is_true(refused >= 1, "no worker command was answered LOADING")
+    assert.is_true(metric_sum(text, "redis_unavailable") >= 1, "no handler met the restart")
   end)
 end)
 

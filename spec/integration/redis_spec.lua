@@ -102,6 +102,69 @@ describe("mqlease.redis", function()
     r:close()
   end)
 
+  -- rejected_calls of one command in INFO commandstats (Redis 7 counts a command refused
+  -- before it ran, such as one answered BUSY, there)
+  local function rejected(r, command)
+    local stats = assert(r:call("INFO", "commandstats"))
+    return tonumber(stats:match("cmdstat_" .. command .. ":[^\r\n]*rejected_calls=(%d+)")) or 0
+  end
+
+  it("keeps an exactly-once lock through seconds of BUSY replies (a long script), renewing it after", function()
+    -- An error reply does not prove the lock gone: only the renewal script's 0 does.
+    -- Redis answers BUSY to every other command while a script runs past
+    -- busy-reply-threshold (https://redis.io/docs/latest/develop/interact/programmability/eval-intro/);
+    -- the key keeps its TTL meanwhile, so renewals must keep trying while the TTL allows.
+    local r = mqlease.redis { address = "127.0.0.1:" .. port, password = "s3cret", timeout = 0.5 }
+    local probe = mqlease.redis { address = "127.0.0.1:" .. port, password = "s3cret", timeout = 0.5 }
+    local cli = ("redis-cli -p %d -a s3cret --no-auth-warning "):format(port)
+    assert.equal("OK", r:call("CONFIG", "SET", "busy-reply-threshold", "100"))
+    local id, prefix = "busy-" .. os.time(), "mqlease:busy:"
+    local keys = mqlease.policy.keys(id, prefix)
+    local counts = {}
+    local m = { id = id, consumer = {
+      count = function(_, name) counts[name] = (counts[name] or 0) + 1 end,
+      id = function() return "busy-consumer" end } }
+    local lease = { _lock_lost = function(self) self.lost = true end,
+      alive = function(self) return not self.lost end }
+    -- lock_ttl 4: renewals every 1.33 s, so at least one falls into 1.5 s of BUSY
+    local policy = mqlease.policy.exactly_once { redis = r, prefix = prefix, lock_ttl = 4 }
+    local seen = {}
+    local rejected_before = rejected(probe, "evalsha")
+    local action, _, err, unlock = policy(m, lease, function(_, l)
+      seen.owner, seen.fence = probe:call("GET", keys.lock), l.fence
+      local t0 = mqlease.now()
+      env.sh(cli .. "EVAL 'while true do end' 0 >/dev/null 2>&1 &")
+      env.wait_for(function()
+        local _, perr = probe:call("PING")
+        return perr and perr:match("^BUSY")
+      end, 5, "BUSY replies")
+      mqlease.sleep(1.5)
+      env.sh(cli .. "SCRIPT KILL")
+      env.wait_for(function() return probe:call("PING") == "PONG" end, 5, "the script's end")
+      seen.busy_for = mqlease.now() - t0
+      -- past the TTL the acquire gave: the key exists only if a renewal after the BUSY worked
+      mqlease.sleep(math.max(0, 4.5 - (mqlease.now() - t0)))
+      seen.owner_after = probe:call("GET", keys.lock)
+      seen.fence_after = tonumber(probe:call("GET", keys.fence))
+      seen.pttl_after = probe:call("PTTL", keys.lock)
+      return true
+    end)
+    local refused = rejected(probe, "evalsha") - rejected_before
+    assert.equal("OK", r:call("CONFIG", "SET", "busy-reply-threshold", "5000"))
+    assert.is_true(refused >= 1, "no renewal was answered BUSY: the fault was not exercised")
+    assert.equal("ack", action, err)
+    assert.is_nil(counts.lock_lost, "a BUSY reply was taken as a lost lock")
+    assert.is_true(lease:alive())
+    assert.is_string(seen.owner)
+    assert.equal(seen.owner, seen.owner_after)
+    assert.equal(seen.fence, seen.fence_after)
+    assert.is_true(seen.pttl_after > 0, "the lock has no TTL left")
+    unlock()
+    assert.equal(mqlease.null, probe:call("GET", keys.lock))
+    probe:close()
+    r:close()
+  end)
+
   it("reconnects after the server restarts, without re-sending a command", function()
     local r = mqlease.redis { address = "unix:" .. sock, password = "s3cret", timeout = 0.5 }
     assert.equal("PONG", r:call("PING"))

@@ -18,7 +18,8 @@
 -- The business store is always the single Redis on REDIS_PORT.
 -- Log lines: "ready", "run <id> <attempt> <fence>", "effect <id>", "stale <id> <fence>"
 -- (a write the fence check rejected), and at the end
--- "metrics handoff=N duplicate_skipped=N acks=N expire_while_alive=N acked=N lock_lost=N redis_unavailable=N".
+-- "metrics handoff=N duplicate_skipped=N acks=N expire_while_alive=N acked=N lock_lost=N redis_unavailable=N
+-- done_marker_failed=N".
 package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
 package.cpath = "build/?.so;" .. package.cpath
 local mqlease = require "mqlease"
@@ -95,8 +96,8 @@ end, {
     defer_delay = 2, fail_delay = 1, lock_ttl = 15 },
 })
 local m = consumer:metrics()
-log:write(("metrics handoff=%d duplicate_skipped=%d acks=%d expire_while_alive=%d acked=%d lock_lost=%d redis_unavailable=%d\n"):format(
+log:write(("metrics handoff=%d duplicate_skipped=%d acks=%d expire_while_alive=%d acked=%d lock_lost=%d redis_unavailable=%d done_marker_failed=%d\n"):format(
   m.handoff or 0, m.duplicate_skipped or 0, m.acks_ok or 0, m.expire_while_alive or 0, summary.acked,
-  m.lock_lost or 0, m.redis_unavailable or 0))
+  m.lock_lost or 0, m.redis_unavailable or 0, m.done_marker_failed or 0))
 business:close()
 log:close()

@@ -11,6 +11,10 @@
 #                                naming the current master "mqauth" (it never fails over)
 #   redis-ha.sh master           print the host:port the sentinels name now
 #   redis-ha.sh kill-master      SIGKILL the master the sentinels name now
+#   redis-ha.sh freeze-master    SIGSTOP the master the sentinels name now; prints its port
+#   redis-ha.sh thaw PORT        SIGCONT the server on PORT (a frozen master comes back still
+#                                a master, until the sentinels make it a replica)
+#   redis-ha.sh role PORT        print the role the server on PORT reports (master, slave)
 #   redis-ha.sh cut-replica      SIGSTOP the replica and drop its link on the master: the
 #                                master's writes from now on never reach it
 #   redis-ha.sh thaw-replica     SIGCONT the replica (it then waits for a master again)
@@ -163,7 +167,8 @@ cmd_reshard() {
   to=$(master_id "${CLUSTER_PORTS[1]}")
   cli --cluster reshard "$HOST:${CLUSTER_PORTS[0]}" --cluster-from "$from" --cluster-to "$to" \
     --cluster-slots "$1" --cluster-yes >"$RUN/reshard.log" 2>&1 \
-    || die "reshard failed; see $RUN/reshard.log"
+    || die "reshard failed; its last lines (the run dir goes at stop):
+$(tail -n 15 "$RUN/reshard.log")"
   log "moved $1 slots from :${CLUSTER_PORTS[0]} to :${CLUSTER_PORTS[1]}"
 }
 
@@ -190,6 +195,12 @@ case ${1:-} in
   start-auth-sentinel) cmd_start_auth_sentinel ;;
   master) sentinel_master ;;
   kill-master) cmd_kill_master ;;
+  freeze-master)
+    m=$(sentinel_master)
+    cmd_signal_port "${m##*:}" STOP
+    echo "${m##*:}" ;;
+  thaw) cmd_signal_port "${2:?port}" CONT ;;
+  role) cli -p "${2:?port}" role | head -n 1 ;;
   cut-replica)
     cmd_signal_port $REPLICA_PORT STOP
     m=$(sentinel_master)

@@ -36,7 +36,8 @@ end
 
 -- Runs the workload: opts.name, opts.messages, opts.worker_env (the lock
 -- Redis), opts.fault_after (effects seen before opts.fault() runs).
--- Returns { ids =, applied = {id -> n}, stale =, lock_lost =, unavailable =, runs = }.
+-- Returns { ids =, applied = {id -> n}, stale =, lock_lost =, unavailable =, done_marker_failed =,
+-- runs = }.
 function _M.run(opts)
   local topic, group = env.topic(opts.name), env.name("g_" .. opts.name)
   local c = env.consumer { group = group, topic = topic, await = 5 }
@@ -89,6 +90,7 @@ function _M.run(opts)
   business:close()
   return { ids = ids, applied = applied, stale = sum(logs, "stale "), runs = sum(logs, "run "),
     lock_lost = metric(logs, "lock_lost"), unavailable = metric(logs, "redis_unavailable"),
+    done_marker_failed = metric(logs, "done_marker_failed"),
     duplicate_skipped = metric(logs, "duplicate_skipped") }
 end
 
@@ -100,8 +102,9 @@ function _M.report(name, out)
     if n == 1 then once = once + 1 elseif n > 1 then more = more + 1 else none = none + 1 end
   end
   io.stderr:write(("\n%s: %d messages, effects once %d, more than once %d, never %d; handler runs %d, " ..
-    "stale writes rejected by the fence %d, locks lost %d, redis_unavailable %d, duplicates skipped %d\n"):format(
-    name, #out.ids, once, more, none, out.runs, out.stale, out.lock_lost, out.unavailable, out.duplicate_skipped))
+    "stale writes rejected by the fence %d, locks lost %d, redis_unavailable %d, done markers failed %d, " ..
+    "duplicates skipped %d\n"):format(name, #out.ids, once, more, none, out.runs, out.stale, out.lock_lost,
+    out.unavailable, out.done_marker_failed, out.duplicate_skipped))
   return once, more, none
 end
 

@@ -108,12 +108,14 @@ static int l_redis_eval(lua_State *L) {
     return 1;
 }
 
+/* r:keepalive(key, owner, ttl_ms, every_ms [, max_ms [, since_ms]]) -> id; since_ms is
+ * core.now() * 1000 taken before the acquire was sent (see mql_redis_keepalive). */
 static int l_redis_keepalive(lua_State *L) {
     mql_redis *r = check_redis(L);
     const char *key = luaL_checkstring(L, 2), *owner = luaL_checkstring(L, 3);
     lua_Integer ttl = luaL_checkinteger(L, 4), every = luaL_checkinteger(L, 5);
-    lua_Integer max = luaL_optinteger(L, 6, 0);
-    lua_pushinteger(L, (lua_Integer)mql_redis_keepalive(r, key, owner, ttl, every, max));
+    lua_Integer max = luaL_optinteger(L, 6, 0), since = luaL_optinteger(L, 7, 0);
+    lua_pushinteger(L, (lua_Integer)mql_redis_keepalive(r, key, owner, ttl, every, max, since));
     return 1;
 }
 

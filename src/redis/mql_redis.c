@@ -210,6 +210,18 @@ static void keepalive_free(keepalive *k) {
 
 enum { RENEW_KEPT, RENEW_RETRY, RENEW_LOST };
 
+/* What a renewal's reply proves. The script answers 1 (renewed) or 0 (the key
+ * is gone or another owner's): only that 0 proves the lock lost. An error
+ * reply proves nothing about the key: BUSY (a script runs past
+ * busy-reply-threshold), LOADING (a restart reads its dataset), MASTERDOWN,
+ * CLUSTERDOWN or a READONLY after a failover all leave a key that may still be
+ * ours and still counting down its TTL, so they are retried like a lost
+ * connection while that TTL allows. */
+static int renewal_outcome(const redisReply *reply) {
+    if (reply->type != REDIS_REPLY_INTEGER) return RENEW_RETRY;
+    return reply->integer == 1 ? RENEW_KEPT : reply->integer == 0 ? RENEW_LOST : RENEW_RETRY;
+}
+
 /* One renewal over the keepalive link, with the mutex dropped. */
 static int renew_lock(mql_redis *r, const char *key, const char *owner, int64_t ttl_ms) {
     char ttl[24];
@@ -217,7 +229,7 @@ static int renew_lock(mql_redis *r, const char *key, const char *owner, int64_t 
     size_t lens[6];
     mql_result res;
     redisReply *reply;
-    int kept;
+    int outcome;
     snprintf(ttl, sizeof(ttl), "%lld", (long long)ttl_ms);
     argv[0] = "EVALSHA";
     argv[1] = r->renew_sha;
@@ -228,9 +240,9 @@ static int renew_lock(mql_redis *r, const char *key, const char *owner, int64_t 
     for (int i = 0; i < 6; i++) lens[i] = strlen(argv[i]);
     reply = run(r->ka_link, 6, argv, lens, RENEW_SCRIPT, &res);
     if (!reply) return RENEW_RETRY;
-    kept = reply->type == REDIS_REPLY_INTEGER && reply->integer == 1;
+    outcome = renewal_outcome(reply);
     freeReplyObject(reply);
-    return kept ? RENEW_KEPT : RENEW_LOST;
+    return outcome;
 }
 
 static void post_lock_lost(mql_redis *r, uint64_t id) {
@@ -248,7 +260,7 @@ static void apply_renewal(mql_redis *r, keepalive *k, int outcome, int64_t start
         return;
     }
     if (outcome == RENEW_RETRY && now - k->last_ok < k->ttl_ms) {
-        /* unreachable: try again soon, while the key may still be ours */
+        /* unreachable or refused: try again soon, while the key may still be ours */
         k->next_at = now + (k->every_ms < 500 ? k->every_ms : 500);
         return;
     }
@@ -419,17 +431,20 @@ uint64_t mql_redis_eval(mql_redis *r, const char *script, int numkeys, int argc,
 }
 
 uint64_t mql_redis_keepalive(mql_redis *r, const char *key, const char *owner, int64_t ttl_ms,
-                             int64_t every_ms, int64_t max_ms) {
+                             int64_t every_ms, int64_t max_ms, int64_t since_ms) {
     keepalive *k = mql_xcalloc(1, sizeof(*k));
     int64_t now = mql_now_ms();
+    /* the key's TTL started when its acquire was sent, however late this call
+     * comes; a time from the future is no acquire of ours, so it counts as now */
+    int64_t since = since_ms > 0 && since_ms < now ? since_ms : now;
     uint64_t id;
     k->key = mql_strdup(key);
     k->owner = mql_strdup(owner);
     k->ttl_ms = ttl_ms;
     k->every_ms = every_ms > 0 ? every_ms : ttl_ms / 3;
-    k->next_at = now + k->every_ms;
-    k->until = max_ms > 0 ? now + max_ms : INT64_MAX;
-    k->last_ok = now;
+    k->next_at = since + k->every_ms;   /* already due when registered late */
+    k->until = max_ms > 0 ? since + max_ms : INT64_MAX;
+    k->last_ok = since;
     pthread_mutex_lock(&r->mu);
     id = k->id = ++r->next_op;
     k->next = r->alive;

@@ -56,11 +56,17 @@ uint64_t mql_redis_eval(mql_redis *r, const char *script, int numkeys, int argc,
                         const char **argv, const size_t *lens);
 
 /* Keeps key alive while its value is owner: every every_ms the thread runs a
- * compare-owner-then-PEXPIRE ttl_ms, for at most max_ms. A failed renewal (the
- * key is gone, or someone else owns it) posts MQL_EV_LOCK_LOST with the id and
- * stops. Returns the keepalive id. */
+ * compare-owner-then-PEXPIRE ttl_ms, for at most max_ms. since_ms is when the
+ * command that set the key's TTL was sent (mql_now_ms time, taken before it;
+ * 0: now): the TTL runs from there, not from this call, which may come much
+ * later (the acquire's reply, then a busy host before it gets here), so the
+ * renewals and the lapse count from it. A renewal that finds
+ * the key gone or someone else's posts MQL_EV_LOCK_LOST with the id and stops;
+ * one that gets no reply or an error reply (BUSY, LOADING, READONLY, ...) is
+ * retried while the TTL may still run, and the lock is lost only once it has
+ * not. Returns the keepalive id. */
 uint64_t mql_redis_keepalive(mql_redis *r, const char *key, const char *owner, int64_t ttl_ms,
-                             int64_t every_ms, int64_t max_ms);
+                             int64_t every_ms, int64_t max_ms, int64_t since_ms);
 /* Stops a keepalive; returns 1 if the lock was lost: a renewal found it gone
  * or taken, or its TTL ran out since the last renewal that worked. */
 int mql_redis_keepalive_stop(mql_redis *r, uint64_t id);

@@ -68,51 +68,133 @@ static void drop_node(mql_cluster_node *n) {
     n->ctx = NULL;
 }
 
+static void free_table(mql_cluster_node *t, int n) {
+    for (int i = 0; i < n; i++) drop_node(&t[i]);
+    free(t);
+}
+
 void mql_cluster_close(mql_cluster *cl) {
-    for (int i = 0; i < cl->nnodes; i++) drop_node(&cl->nodes[i]);
+    free_table(cl->nodes, cl->nnodes);
+    free_table(cl->seeds, cl->nseeds);
+    cl->nodes = cl->seeds = NULL;
+    cl->nnodes = cl->cap = cl->nseeds = cl->seeds_cap = 0;
+}
+
+/* ------------------------------------------------------------ node tables */
+
+/* A node table is an array, its length and its room: the nodes, or the seeds. */
+static int find_node(const mql_cluster_node *t, int n, const char *host, int port) {
+    for (int i = 0; i < n; i++)
+        if (t[i].port == port && strcmp(t[i].host, host) == 0) return i;
+    return -1;
+}
+
+/* Appends host:port (not connected) to *t, growing it; its index, or -1 when
+ * the host is longer than a node's name. */
+static int append_node(mql_cluster_node **t, int *n, int *cap, const char *host, int port) {
+    if (strlen(host) >= sizeof((*t)->host)) return -1;
+    if (*n == *cap) {
+        int room = *cap ? *cap * 2 : 8;
+        mql_cluster_node *grown = mql_xcalloc((size_t)room, sizeof(*grown));
+        if (*n) memcpy(grown, *t, (size_t)*n * sizeof(*grown));
+        free(*t);
+        *t = grown;
+        *cap = room;
+    }
+    snprintf((*t)[*n].host, sizeof((*t)[*n].host), "%s", host);
+    (*t)[*n].port = port;
+    (*t)[*n].ctx = NULL;
+    return (*n)++;
+}
+
+static int find_or_append(mql_cluster_node **t, int *n, int *cap, const char *host, int port) {
+    int i = find_node(*t, *n, host, port);
+    return i >= 0 ? i : append_node(t, n, cap, host, port);
 }
 
 int mql_cluster_node_index(mql_cluster *cl, const char *host, int port) {
-    int i;
-    for (i = 0; i < cl->nnodes; i++)
-        if (cl->nodes[i].port == port && strcmp(cl->nodes[i].host, host) == 0) return i;
-    if (cl->nnodes == MQL_CLUSTER_MAX_NODES || strlen(host) >= sizeof(cl->nodes[0].host))
-        return -1;
-    snprintf(cl->nodes[i].host, sizeof(cl->nodes[i].host), "%s", host);
-    cl->nodes[i].port = port;
-    cl->nodes[i].ctx = NULL;
-    return cl->nnodes++;
+    return find_or_append(&cl->nodes, &cl->nnodes, &cl->cap, host, port);
 }
 
-/* One CLUSTER SLOTS entry: [start, end, [host, port, ...], replicas...]. */
-static int load_range(mql_cluster *cl, const redisReply *e) {
-    const redisReply *master;
+int mql_cluster_add_seed(mql_cluster *cl, const char *host, int port) {
+    return find_or_append(&cl->seeds, &cl->nseeds, &cl->seeds_cap, host, port) < 0 ? -1 : 0;
+}
+
+/* ------------------------------------------------------------ CLUSTER SLOTS */
+
+/* A table being built from one reply, replacing cl's node table if it maps a slot. */
+typedef struct table_build {
+    mql_cluster_node *nodes;
+    int n, cap;
+} table_build;
+
+/* A node of an entry: [host, port, id, ...]; its index in b, -1 if malformed. */
+static int add_entry_node(table_build *b, const redisReply *node) {
+    long long port;
+    if (node->type != REDIS_REPLY_ARRAY || node->elements < 2 ||
+        node->element[0]->type != REDIS_REPLY_STRING ||
+        node->element[1]->type != REDIS_REPLY_INTEGER)
+        return -1;
+    port = node->element[1]->integer;
+    if (port <= 0 || port > 65535) return -1;
+    return find_or_append(&b->nodes, &b->n, &b->cap, node->element[0]->str, (int)port);
+}
+
+/* An entry's slot range: [start, end, master, replicas...]; 0 if well formed. */
+static int entry_range(const redisReply *e, long long *lo, long long *hi) {
+    if (e->type != REDIS_REPLY_ARRAY || e->elements < 3) return -1;
+    if (e->element[0]->type != REDIS_REPLY_INTEGER || e->element[1]->type != REDIS_REPLY_INTEGER)
+        return -1;
+    *lo = e->element[0]->integer;
+    *hi = e->element[1]->integer;
+    return *lo < 0 || *hi >= MQL_CLUSTER_SLOTS || *lo > *hi ? -1 : 0;
+}
+
+/* Maps one entry's slots to its master in b; the slots covered. */
+static int load_range(mql_cluster *cl, table_build *b, const redisReply *e) {
     long long lo, hi;
     int node;
-    if (e->type != REDIS_REPLY_ARRAY || e->elements < 3) return 0;
-    if (e->element[0]->type != REDIS_REPLY_INTEGER || e->element[1]->type != REDIS_REPLY_INTEGER)
-        return 0;
-    master = e->element[2];
-    if (master->type != REDIS_REPLY_ARRAY || master->elements < 2 ||
-        master->element[0]->type != REDIS_REPLY_STRING ||
-        master->element[1]->type != REDIS_REPLY_INTEGER)
-        return 0;
-    lo = e->element[0]->integer;
-    hi = e->element[1]->integer;
-    if (lo < 0 || hi >= MQL_CLUSTER_SLOTS || lo > hi) return 0;
-    node = mql_cluster_node_index(cl, master->element[0]->str, (int)master->element[1]->integer);
-    if (node < 0) return 0;
-    for (long long s = lo; s <= hi; s++) cl->slot_node[s] = (int16_t)node;
+    if (entry_range(e, &lo, &hi) < 0 || (node = add_entry_node(b, e->element[2])) < 0) return 0;
+    for (long long s = lo; s <= hi; s++) cl->slot_node[s] = node;
     return (int)(hi - lo + 1);
 }
 
+/* Makes b the node table: a node still named keeps its connection, the
+ * others' are closed. */
+static void adopt_table(mql_cluster *cl, table_build *b) {
+    for (int i = 0; i < b->n; i++) {
+        int old = find_node(cl->nodes, cl->nnodes, b->nodes[i].host, b->nodes[i].port);
+        if (old < 0) continue;
+        b->nodes[i].ctx = cl->nodes[old].ctx;
+        cl->nodes[old].ctx = NULL;
+    }
+    free_table(cl->nodes, cl->nnodes);
+    cl->nodes = b->nodes;
+    cl->nnodes = b->n;
+    cl->cap = b->cap;
+}
+
 int mql_cluster_load_slots(mql_cluster *cl, const redisReply *reply) {
+    table_build b = {NULL, 0, 0};
     int covered = 0;
-    size_t i;
+    size_t i, k;
     if (!reply || reply->type != REDIS_REPLY_ARRAY) return 0;
     for (i = 0; i < MQL_CLUSTER_SLOTS; i++) cl->slot_node[i] = -1;
-    for (i = 0; i < reply->elements; i++) covered += load_range(cl, reply->element[i]);
+    for (i = 0; i < reply->elements; i++) covered += load_range(cl, &b, reply->element[i]);
+    /* the replicas after every master: candidates to ask for the topology when
+     * a master is gone, tried after the masters */
+    for (i = 0; i < reply->elements && covered > 0; i++) {
+        const redisReply *e = reply->element[i];
+        long long lo, hi;
+        if (entry_range(e, &lo, &hi) < 0) continue;
+        for (k = 3; k < e->elements; k++) add_entry_node(&b, e->element[k]);
+    }
     cl->stale = covered == 0;
+    if (covered == 0) {
+        free_table(b.nodes, b.n);
+        return 0;
+    }
+    adopt_table(cl, &b);
     return covered;
 }
 
@@ -131,24 +213,44 @@ static redisContext *node_ctx(mql_cluster *cl, int i, mql_cluster_connect_fn con
     return n->ctx;
 }
 
-/* Reads CLUSTER SLOTS from the first node that answers. */
+enum { SLOTS_LOADED, SLOTS_REFUSED, SLOTS_BROKEN };
+
+/* Asks ctx for CLUSTER SLOTS and loads the answer. Once loaded, ctx may have
+ * been closed (its node is no longer named): the caller must not use it. */
+static int ask_slots(mql_cluster *cl, redisContext *ctx, mql_result *res) {
+    redisReply *reply = redisCommand(ctx, "CLUSTER SLOTS");
+    int covered;
+    if (!reply) {
+        transport_fail(ctx, res, "CLUSTER SLOTS");
+        return SLOTS_BROKEN;
+    }
+    covered = mql_cluster_load_slots(cl, reply);
+    freeReplyObject(reply);
+    return covered > 0 ? SLOTS_LOADED : SLOTS_REFUSED;
+}
+
+/* Reads CLUSTER SLOTS from the first node that answers: the named nodes
+ * first, then the seeds they do not include, each on a connection of its own
+ * closed after the question. */
 static int refresh(mql_cluster *cl, mql_cluster_connect_fn connect, void *arg, mql_result *res) {
-    int i, n = cl->nnodes;
-    for (i = 0; i < n; i++) {
+    int i;
+    for (i = 0; i < cl->nnodes; i++) {
         redisContext *ctx = node_ctx(cl, i, connect, arg, res);
-        redisReply *reply;
+        int got;
         if (!ctx) continue;
-        reply = redisCommand(ctx, "CLUSTER SLOTS");
-        if (!reply) {
-            transport_fail(ctx, res, "CLUSTER SLOTS");
-            drop_node(&cl->nodes[i]);
-            continue;
-        }
-        if (mql_cluster_load_slots(cl, reply) > 0) {
-            freeReplyObject(reply);
-            return 0;
-        }
-        freeReplyObject(reply);
+        got = ask_slots(cl, ctx, res);
+        if (got == SLOTS_LOADED) return 0;
+        if (got == SLOTS_BROKEN) drop_node(&cl->nodes[i]);
+    }
+    for (i = 0; i < cl->nseeds; i++) {
+        mql_cluster_node *seed = &cl->seeds[i];
+        redisContext *ctx;
+        int got;
+        if (find_node(cl->nodes, cl->nnodes, seed->host, seed->port) >= 0) continue;
+        if (!(ctx = connect(arg, seed->host, seed->port, res))) continue;
+        got = ask_slots(cl, ctx, res);
+        redisFree(ctx);
+        if (got == SLOTS_LOADED) return 0;
     }
     if (res->ok || !res->code[0])
         mql_result_fail(res, "UNAVAILABLE", "redis cluster: no node answered CLUSTER SLOTS");
@@ -224,7 +326,7 @@ redisReply *mql_cluster_run(mql_cluster *cl, mql_cluster_connect_fn connect, voi
         asking = kind == 2;
         node = mql_cluster_node_index(cl, host, port);
         if (kind == 1) {
-            if (node >= 0) cl->slot_node[slot] = (int16_t)node;
+            if (node >= 0) cl->slot_node[slot] = node;
             cl->stale = 1;   /* a slot moved: read the whole map before the next command */
         }
     }

@@ -7,6 +7,15 @@
  * ASK proves the node did not run the command, so following it never runs a
  * command twice; a transport failure is returned, never retried, and marks
  * the map stale so the next command reads the topology again.
+ *
+ * The node table is what the last CLUSTER SLOTS named (masters, then their
+ * replicas), plus the nodes a MOVED or ASK pointed to since; each load replaces
+ * it, keeping the open connections of the nodes still named and closing the
+ * rest. It has no fixed size: nodes come back with new addresses (pods) and a
+ * table that only grew would fill up with the dead and refuse the new. The
+ * seeds given at the start are kept apart and asked for the topology only
+ * after every named node, so a dead seed costs nothing while the cluster
+ * itself answers.
  */
 #ifndef MQL_REDIS_CLUSTER_H
 #define MQL_REDIS_CLUSTER_H
@@ -18,9 +27,6 @@
 #include "mql.h"
 
 #define MQL_CLUSTER_SLOTS 16384
-#if !defined(MQL_CLUSTER_MAX_NODES)
-#define MQL_CLUSTER_MAX_NODES 64
-#endif
 
 /* CRC16-CCITT (XMODEM), the checksum Redis Cluster hashes keys with. */
 uint16_t mql_crc16(const char *buf, size_t len);
@@ -39,17 +45,26 @@ typedef struct mql_cluster_node {
 } mql_cluster_node;
 
 typedef struct mql_cluster {
-    mql_cluster_node nodes[MQL_CLUSTER_MAX_NODES];
-    int nnodes;
-    int16_t slot_node[MQL_CLUSTER_SLOTS];  /* node index, -1 when unknown */
+    mql_cluster_node *nodes; /* owned; see the top of this file */
+    int nnodes, cap;
+    mql_cluster_node *seeds; /* owned; tried last, their connections closed after use */
+    int nseeds, seeds_cap;
+    int32_t slot_node[MQL_CLUSTER_SLOTS];  /* node index, -1 when unknown */
     int stale;               /* read CLUSTER SLOTS before the next command */
 } mql_cluster;
 
 void mql_cluster_init(mql_cluster *cl);
-void mql_cluster_close(mql_cluster *cl);   /* drops every connection */
-/* The index of host:port, added if new; -1 when the table is full. */
+/* Closes every connection and frees the tables; cl can be initialised again. */
+void mql_cluster_close(mql_cluster *cl);
+/* A node to ask for the topology when no named node answers. 0, or -1 if the
+ * host name is too long. */
+int mql_cluster_add_seed(mql_cluster *cl, const char *host, int port);
+/* The index of host:port in the node table, added if new; -1 if the host name
+ * is too long. An index holds until the next load. */
 int mql_cluster_node_index(mql_cluster *cl, const char *host, int port);
-/* Loads the map from a CLUSTER SLOTS reply; returns the slots covered. */
+/* Loads the map from a CLUSTER SLOTS reply and makes the node table what it
+ * names; returns the slots covered. A reply that covers none leaves the table
+ * as it was, with no slot mapped. */
 int mql_cluster_load_slots(mql_cluster *cl, const redisReply *reply);
 
 /* Connects a node (connect + AUTH); NULL with res set on failure. */

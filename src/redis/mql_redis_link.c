@@ -5,8 +5,13 @@
  * get-master-addr-by-name) and check with ROLE that it is one; a broken
  * connection is re-resolved by the next command, which is how a failover is
  * followed, and a READONLY reply (a demoted master) re-resolves and runs the
- * command once more, since the server refused it. Cluster: see
- * mql_redis_cluster.c.
+ * command once more, since the server refused it. A connection idle for
+ * SENTINEL_RECHECK_MS is checked against the sentinels before its next
+ * command: a master frozen (SIGSTOP, a long GC-like pause of its VM) past a
+ * failover comes back still a master, and takes writes until the sentinels
+ * make it a replica, seconds later, which throws them away; an idle
+ * connection from before the freeze would lead there without any error.
+ * Cluster: see mql_redis_cluster.c.
  */
 #include "mql_redis_link.h"
 
@@ -19,6 +24,11 @@
 #include "mql_redis_cluster.h"
 
 enum { MODE_SINGLE, MODE_SENTINEL, MODE_CLUSTER };
+
+/* A failover cannot finish in less than the sentinels' down-after-milliseconds
+ * (1 s is already a short one): a connection used more recently than this
+ * cannot have missed one we could see. */
+#define SENTINEL_RECHECK_MS 1000
 
 typedef struct addr {
     char host[128];
@@ -33,7 +43,10 @@ struct mql_redis_link {
     int64_t timeout_ms;
     addr *nodes;             /* sentinels, or cluster seeds */
     int nnodes;
+    int answered;            /* Sentinel: the index of the one that answered last */
     redisContext *ctx;       /* single and Sentinel: the one connection */
+    addr at;                 /* Sentinel: the master ctx leads to */
+    int64_t last_used;       /* Sentinel: mql_now_ms of ctx's last reply */
     mql_cluster *cluster;    /* Cluster: the nodes and the slot map */
 };
 
@@ -76,7 +89,7 @@ mql_redis_link *mql_redis_link_new(const mql_redis_config *cfg) {
         l->cluster = mql_xmalloc(sizeof(*l->cluster));
         mql_cluster_init(l->cluster);
         for (i = 0; i < l->nnodes; i++)
-            mql_cluster_node_index(l->cluster, l->nodes[i].host, l->nodes[i].port);
+            mql_cluster_add_seed(l->cluster, l->nodes[i].host, l->nodes[i].port);
     }
     l->host = dup_or_null(cfg->host);
     l->unix_path = dup_or_null(cfg->unix_path);
@@ -175,51 +188,63 @@ redisContext *mql_redis_link_connect(const mql_redis_link *l, const char *host, 
     return ctx;
 }
 
-/* Sentinel: asks each sentinel for the master; 0 with a filled. When none
- * names one, the failure says why the last one that answered did not (a
- * sentinel with requirepass answers NOAUTH: a misconfiguration, not an
- * outage, so it is REDIS_AUTH), else that none could be reached. */
+/* Sentinel: asks the sentinel at s for the master; 1 with a filled, else 0
+ * with why saying what it answered, if it answered. */
+static int ask_sentinel(const mql_redis_link *l, const addr *s, addr *a, mql_result *why) {
+    struct timeval tv = tv_of(l->timeout_ms);
+    redisContext *ctx = redisConnectWithTimeout(s->host, s->port, tv);
+    mql_result denied;
+    redisReply *reply;
+    int found = 0;
+    if (!ctx || ctx->err) {
+        drop(&ctx);
+        return 0;
+    }
+    redisSetTimeout(ctx, tv);
+    if (auth(ctx, l->sentinel_username, l->sentinel_password, &denied) < 0) {
+        mql_result_fail(why, denied.code, "%s:%d: %s", s->host, s->port, denied.msg);
+        drop(&ctx);
+        return 0;
+    }
+    reply = redisCommand(ctx, "SENTINEL get-master-addr-by-name %s", l->master);
+    if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
+        reply->element[0]->type == REDIS_REPLY_STRING &&
+        reply->element[1]->type == REDIS_REPLY_STRING &&
+        strlen(reply->element[0]->str) < sizeof(a->host)) {
+        snprintf(a->host, sizeof(a->host), "%s", reply->element[0]->str);
+        a->port = atoi(reply->element[1]->str);
+        found = a->port > 0;
+    } else if (reply && reply->type == REDIS_REPLY_ERROR) {
+        int refused = strncmp(reply->str, "NOAUTH", 6) == 0 ||
+                      strncmp(reply->str, "WRONGPASS", 9) == 0 ||
+                      strncmp(reply->str, "NOPERM", 6) == 0;
+        mql_result_fail(why, refused ? "REDIS_AUTH" : "UNAVAILABLE", "%s:%d answered %s", s->host,
+                        s->port, reply->str);
+    } else if (reply) {
+        mql_result_fail(why, "UNAVAILABLE", "%s:%d knows no master of that name", s->host,
+                        s->port);
+    }
+    if (reply) freeReplyObject(reply);
+    drop(&ctx);
+    return found;
+}
+
+/* Sentinel: asks the sentinels in turn for the master, from the one that
+ * answered last (a dead one first in the list would cost a timeout on every
+ * check); 0 with a filled. When none names one, the failure says why the last
+ * one that answered did not (a sentinel with requirepass answers NOAUTH: a
+ * misconfiguration, not an outage, so it is REDIS_AUTH), else that none could
+ * be reached. */
 static int ask_sentinels(mql_redis_link *l, addr *a, mql_result *res) {
-    mql_result why, denied;
-    int i;
+    mql_result why;
+    int n;
     mql_result_fail(&why, "UNAVAILABLE", "no sentinel could be reached");
-    for (i = 0; i < l->nnodes; i++) {
-        struct timeval tv = tv_of(l->timeout_ms);
-        redisContext *s = redisConnectWithTimeout(l->nodes[i].host, l->nodes[i].port, tv);
-        redisReply *reply;
-        int found = 0;
-        if (!s || s->err) {
-            drop(&s);
-            continue;
+    for (n = 0; n < l->nnodes; n++) {
+        int i = (l->answered + n) % l->nnodes;
+        if (ask_sentinel(l, &l->nodes[i], a, &why)) {
+            l->answered = i;
+            return 0;
         }
-        redisSetTimeout(s, tv);
-        if (auth(s, l->sentinel_username, l->sentinel_password, &denied) < 0) {
-            mql_result_fail(&why, denied.code, "%s:%d: %s", l->nodes[i].host, l->nodes[i].port,
-                            denied.msg);
-            drop(&s);
-            continue;
-        }
-        reply = redisCommand(s, "SENTINEL get-master-addr-by-name %s", l->master);
-        if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
-            reply->element[0]->type == REDIS_REPLY_STRING &&
-            reply->element[1]->type == REDIS_REPLY_STRING &&
-            strlen(reply->element[0]->str) < sizeof(a->host)) {
-            snprintf(a->host, sizeof(a->host), "%s", reply->element[0]->str);
-            a->port = atoi(reply->element[1]->str);
-            found = a->port > 0;
-        } else if (reply && reply->type == REDIS_REPLY_ERROR) {
-            int refused = strncmp(reply->str, "NOAUTH", 6) == 0 ||
-                          strncmp(reply->str, "WRONGPASS", 9) == 0 ||
-                          strncmp(reply->str, "NOPERM", 6) == 0;
-            mql_result_fail(&why, refused ? "REDIS_AUTH" : "UNAVAILABLE", "%s:%d answered %s",
-                            l->nodes[i].host, l->nodes[i].port, reply->str);
-        } else if (reply) {
-            mql_result_fail(&why, "UNAVAILABLE", "%s:%d knows no master of that name",
-                            l->nodes[i].host, l->nodes[i].port);
-        }
-        if (reply) freeReplyObject(reply);
-        drop(&s);
-        if (found) return 0;
     }
     mql_result_fail(res, why.code, "redis sentinel: no sentinel named a master '%s' (%s)",
                     l->master, why.msg);
@@ -252,7 +277,23 @@ static int connect_single(mql_redis_link *l, mql_result *res) {
                         a.port);
         return -1;
     }
+    l->at = a;
+    l->last_used = mql_now_ms();
     return 0;
+}
+
+/* Sentinel: drops an idle connection to a server the sentinels no longer name
+ * (see the top of this file). When no sentinel answers, the connection stays:
+ * the master it leads to is still the best guess, and the command's own reply
+ * (READONLY, a broken connection) tells if it is not. */
+static void recheck_master(mql_redis_link *l) {
+    mql_result ignored;
+    addr a;
+    if (l->mode != MODE_SENTINEL || !l->ctx || mql_now_ms() - l->last_used < SENTINEL_RECHECK_MS)
+        return;
+    if (ask_sentinels(l, &a, &ignored) < 0) return;
+    if (a.port != l->at.port || strcmp(a.host, l->at.host) != 0) drop(&l->ctx);
+    else l->last_used = mql_now_ms();
 }
 
 static redisContext *cluster_connect(void *arg, const char *host, int port, mql_result *res) {
@@ -265,6 +306,7 @@ redisReply *mql_redis_link_run(mql_redis_link *l, int argc, const char **argv,
     int tries;
     if (l->mode == MODE_CLUSTER)
         return mql_cluster_run(l->cluster, cluster_connect, l, argc, argv, lens, key_index, res);
+    recheck_master(l);
     for (tries = 0; tries < 2; tries++) {
         if (!l->ctx && connect_single(l, res) < 0) return NULL;
         reply = redisCommandArgv(l->ctx, argc, argv, lens);
@@ -281,6 +323,7 @@ redisReply *mql_redis_link_run(mql_redis_link *l, int argc, const char **argv,
         }
         break;
     }
+    l->last_used = mql_now_ms();
     mql_result_ok(res);
     return reply;
 }
