@@ -4,7 +4,8 @@
 --   local c = assert(mqlease.consumer{ endpoints = "127.0.0.1:8081", group = "g", topic = "t" })
 --   for _, m in ipairs(assert(c:receive())) do work(m.body); m:ack() end
 --
--- See README.md for every option, the metrics and the guarantees.
+-- See docs/api.md for every option, docs/metrics.md for the metrics and
+-- docs/guarantees.md for the guarantees.
 
 local core = require "mqlease.core"
 local consumer = require "mqlease.consumer"

@@ -13,7 +13,7 @@
 --
 -- The policy decides whether and how to call handler(m, lease), which returns
 -- truthy on success or false/nil, err (or raises) on failure. Write your own
--- from these two; examples/custom_policy.lua is one.
+-- from these two; examples/exactly-once/custom_policy.lua is one.
 
 local redis_mod = require "mqlease.redis"
 local core = require "mqlease.core"

@@ -7,7 +7,7 @@
 --   mqlease.redis { cluster = {"h:7000", ...}, username=, password= }
 --
 -- Commands run on a C thread (hiredis); a call waits for its reply through
--- mqlease.wait: it yields inside mqlease.run, cqueues or nginx, else blocks. Replies: strings, integers,
+-- mqlease.loop: it yields inside mqlease.run, cqueues or nginx, else blocks. Replies: strings, integers,
 -- arrays (tables), mqlease.null for a nil reply, "OK" for a status. A Redis
 -- error reply returns nil, message, "REDIS_ERROR"; no connection returns
 -- nil, message, "UNAVAILABLE" (or "TIMEOUT"); bad arguments raise.
