@@ -37,7 +37,9 @@ typedef struct mql_reason_table {
     int n;
 } mql_reason_table;
 
-/* Counts one under reason; reasons past the table's size go to "other". */
+/* Counts one under reason. The table names at most MQL_MAX_REASONS - 1
+ * reasons; later ones are counted under "other", and a name once given is
+ * never taken back. */
 void mql_metrics_reason(mql_reason_table *t, const char *reason);
 
 typedef struct mql_metrics {

@@ -211,10 +211,16 @@ static int l_send(lua_State *L) {
     mql_kv *props = NULL;
     uint64_t op;
     memset(&o, 0, sizeof(o));
+    /* Every argument that may raise is read before the arrays below, and the
+     * arrays are userdata Lua owns: a raise (or a failed allocation) leaves
+     * nothing behind. They stay on the stack until we return. */
     o.tag = luaL_optstring(L, 4, NULL);
+    o.message_group = luaL_optstring(L, 7, NULL);
+    o.delivery_ms = (int64_t)luaL_optinteger(L, 8, 0);
+    if (!lua_isnoneornil(L, 9)) o.delivery_ms = mql_wall_ms() + (int64_t)luaL_checkinteger(L, 9);
     if (lua_istable(L, 5)) {
         o.nkeys = lua_rawlen(L, 5);
-        o.keys = calloc(o.nkeys ? o.nkeys : 1, sizeof(*o.keys));
+        o.keys = lua_newuserdata(L, (o.nkeys ? o.nkeys : 1) * sizeof(*o.keys));
         for (i = 0; i < o.nkeys; i++) {
             lua_rawgeti(L, 5, (int)i + 1);
             o.keys[i] = lua_tostring(L, -1);   /* config.lua checked they are strings */
@@ -227,7 +233,7 @@ static int l_send(lua_State *L) {
             nprops++;
             lua_pop(L, 1);
         }
-        props = calloc(nprops ? nprops : 1, sizeof(*props));
+        props = lua_newuserdata(L, (nprops ? nprops : 1) * sizeof(*props));
         nprops = 0;
         lua_pushnil(L);
         while (lua_next(L, 6)) {
@@ -242,12 +248,7 @@ static int l_send(lua_State *L) {
     }
     o.props = props;
     o.nprops = nprops;
-    o.message_group = luaL_optstring(L, 7, NULL);
-    o.delivery_ms = (int64_t)luaL_optinteger(L, 8, 0);
-    if (!lua_isnoneornil(L, 9)) o.delivery_ms = mql_wall_ms() + (int64_t)luaL_checkinteger(L, 9);
     op = mql_client_send(c, topic, (const uint8_t *)body, len, &o);
-    free((void *)o.keys);
-    free(props);
     return push_op(L, op);
 }
 
