@@ -131,6 +131,13 @@ $(BUILD)/check/dv_%: spec/c/dv_%.c spec/c/mql_test.h $(CHECK_LIB) $(call objs,sa
 	$(CC) $(CFLAGS_BASE) $(PKG_CFLAGS) $(INC_TESTS) $(CFLAGS_WARN) $(SAN_FLAGS) -o $@ $< \
 	  $(call objs,san,$(DV_CHECK_SRC)) $(CHECK_LIB) $(LIBS)
 
+# spec/c/lmql_*_test.c test the binding's conversions to Lua values on a Lua 5.4 state of their own.
+LMQL_CHECK_SRC = src/lua/lmql_push.c
+$(BUILD)/check/lmql_%: spec/c/lmql_%.c spec/c/mql_test.h $(CHECK_LIB) $(call objs,san,$(LMQL_CHECK_SRC))
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(PKG_CFLAGS) $(INC_TESTS) -Isrc/lua -I$(LUA_INC) $(CFLAGS_WARN) $(SAN_FLAGS) \
+	  -o $@ $< $(call objs,san,$(LMQL_CHECK_SRC)) $(CHECK_LIB) $(LIBS) -l$(LUA)
+
 check: $(C_TESTS) sanitize
 	@bash spec/support/check-layers.sh
 	@bash spec/support/run-check.sh $(C_TESTS)

@@ -56,6 +56,7 @@ typedef struct mql_metrics {
     mql_reason_table dead_lettered; /* forwarded to the group's DLQ, by reason */
     uint64_t dead_letter_fail;
     uint64_t reconnects;        /* next endpoint at start, Telemetry re-opened */
+    uint64_t events_dropped;    /* events the host could not take (mql_client_event_dropped) */
     int session_state;          /* mql_client_state, set when copied out */
     int64_t invisible_ms;       /* what the next receive asks for, set when copied out */
     mql_hist renew_latency;     /* request to reply of ChangeInvisibleDuration */

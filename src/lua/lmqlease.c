@@ -132,10 +132,16 @@ static void requeue_client_events(void *c, mql_event *list) {
     mql_client_requeue_events(c, list);
 }
 
+static void client_event_dropped(void *c, mql_event *ev) {
+    mql_client_event_dropped(c, ev);
+}
+
+static const lmql_event_hooks client_event_hooks = {requeue_client_events, client_event_dropped};
+
 /* client:events() -> array of event tables; drains the fd. */
 static int l_events(lua_State *L) {
     mql_client *c = lmql_check_client(L);
-    lmql_push_events(L, mql_client_take_events(c), requeue_client_events, c);
+    lmql_push_events(L, mql_client_take_events(c), &client_event_hooks, c);
     return 1;
 }
 
@@ -328,6 +334,7 @@ static int l_metrics(lua_State *L) {
     lmql_set_int(L, "sent_ok", (lua_Integer)m.sent_ok);
     lmql_set_int(L, "sent_fail", (lua_Integer)m.sent_fail);
     lmql_set_int(L, "reconnects", (lua_Integer)m.reconnects);
+    lmql_set_int(L, "events_dropped", (lua_Integer)m.events_dropped);
     lmql_set_str(L, "session_state", m.session_state == MQL_CLIENT_READY ? "ready"
                                 : m.session_state == MQL_CLIENT_STARTING ? "starting"
                                 : m.session_state == MQL_CLIENT_FAILED ? "failed"

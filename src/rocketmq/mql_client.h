@@ -95,6 +95,11 @@ int64_t mql_client_request_timeout_ms(const mql_client *c);
 int mql_client_fd(const mql_client *c);
 mql_event *mql_client_take_events(mql_client *c);
 void mql_client_requeue_events(mql_client *c, mql_event *list);
+/* The host could not take ev (Lua had no memory for its values): counted as
+ * events_dropped, and the leases of its messages are nacked (to come back
+ * after corrupt_delay; no op waits for those nacks), so no message is held
+ * that nobody sees. */
+void mql_client_event_dropped(mql_client *c, const mql_event *ev);
 const char *mql_client_id(const mql_client *c);
 
 /* Operations: each returns the op id of its event. */

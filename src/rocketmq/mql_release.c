@@ -444,6 +444,20 @@ void mql_release_unseen(mql_client *c, mql_lease *l, int dead_letter, int64_t de
     release_start(c, &l->id, 1, k, delay_ms);
 }
 
+void mql_client_event_dropped(mql_client *c, const mql_event *ev) {
+    size_t i;
+    pthread_mutex_lock(&c->mu);
+    c->metrics.events_dropped++;
+    for (i = 0; i < ev->nmsgs; i++) {
+        mql_lease *l = mql_lease_find(&c->consumer.leases, ev->msgs[i].lease_id);
+        /* back after corrupt_delay, as any message the host never saw: at
+         * once, a consumer that cannot take it would spin on it */
+        if (l && l->pending == MQL_PENDING_NONE)
+            mql_release_unseen(c, l, 0, c->consumer.corrupt_nack_delay_ms, "undelivered");
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
 int mql_client_let_expire(mql_client *c, uint64_t lease_id) {
     mql_consumer_part *cs = &c->consumer;
     mql_lease *l;
