@@ -43,6 +43,8 @@ local BY_REASON = {
     "ReceiveMessage frames that were no usable message (undecodable, no id/handle/topic), by reason.", "malformed" },
   { "mqlease_messages_dead_lettered_total",
     "Messages forwarded to the group's dead-letter queue, by reason.", "dead_lettered" },
+  { "mqlease_messages_given_back_total",
+    "Messages past a receive's batch (over_batch) or byte budget (over_bytes), nacked at once.", "given_back" },
 }
 
 local SESSION_STATES = { "starting", "ready", "reconnecting", "failed", "closing" }

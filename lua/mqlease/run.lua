@@ -192,7 +192,9 @@ return function(consumer, handler, opts)
       if st.inflight >= o.max_inflight or st.bytes >= o.max_inflight_bytes then
         sched:park()   -- a finishing handler wakes us
       else
-        local msgs, err, code = consumer:receive(min(batch, o.max_inflight - st.inflight))
+        -- the byte budget holds per receive too: the core gives back what would pass it
+        local msgs, err, code = consumer:receive(min(batch, o.max_inflight - st.inflight),
+          { max_bytes = o.max_inflight_bytes - st.bytes })
         if msgs then
           for _, m in ipairs(msgs) do
             st.received = st.received + 1

@@ -54,6 +54,7 @@ typedef struct mql_metrics {
     mql_reason_table corrupted;     /* digest or body failed: never reached the host */
     mql_reason_table malformed;     /* frames that were not a usable message */
     mql_reason_table dead_lettered; /* forwarded to the group's DLQ, by reason */
+    mql_reason_table given_back;    /* past a receive's batch or byte budget: nacked at once */
     uint64_t dead_letter_fail;
     uint64_t reconnects;        /* next endpoint at start, Telemetry re-opened */
     uint64_t events_dropped;    /* events the host could not take (mql_client_event_dropped) */

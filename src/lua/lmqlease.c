@@ -167,7 +167,8 @@ static int l_receive(lua_State *L) {
     mql_client *c = lmql_check_client(L);
     int batch = (int)luaL_checkinteger(L, 2);
     lua_Integer await_ms = luaL_checkinteger(L, 3);
-    return push_op(L, mql_client_receive(c, batch, await_ms));
+    lua_Integer max_bytes = luaL_optinteger(L, 4, 0);   /* 0: no byte bound */
+    return push_op(L, mql_client_receive(c, batch, await_ms, max_bytes > 0 ? (size_t)max_bytes : 0));
 }
 
 static int l_ack(lua_State *L) {
@@ -345,6 +346,7 @@ static int l_metrics(lua_State *L) {
     push_reasons(L, "corrupted", &m.corrupted);
     push_reasons(L, "malformed", &m.malformed);
     push_reasons(L, "dead_lettered", &m.dead_lettered);
+    push_reasons(L, "given_back", &m.given_back);
     lmql_set_int(L, "dead_letter_fail", (lua_Integer)m.dead_letter_fail);
     push_hist(L, "renew_latency", &m.renew_latency);
     push_hist(L, "renew_lateness", &m.renew_lateness);

@@ -103,7 +103,11 @@ void mql_client_event_dropped(mql_client *c, const mql_event *ev);
 const char *mql_client_id(const mql_client *c);
 
 /* Operations: each returns the op id of its event. */
-uint64_t mql_client_receive(mql_client *c, int batch, int64_t await_ms);
+/* Takes at most batch messages and, if max_bytes > 0, no more body bytes than
+ * max_bytes (but always the first message, so a body larger than the budget
+ * still gets through); from the first message past either bound, the rest of
+ * the stream is given back at once (counted in given_back by reason). */
+uint64_t mql_client_receive(mql_client *c, int batch, int64_t await_ms, size_t max_bytes);
 uint64_t mql_client_ack(mql_client *c, const uint64_t *lease_ids, size_t n);
 uint64_t mql_client_nack(mql_client *c, uint64_t lease_id, int64_t delay_ms);
 /* Forwards the message to the group's dead-letter queue (%DLQ%<group>) with

@@ -7,8 +7,16 @@
  * one expire. Each frame is judged first (mql_inbound.h): a corrupted message
  * (digest or body failed) is dead-lettered or nacked from here and never
  * reaches the host; a malformed frame is counted and reported as a PROTOCOL
- * error of the receive, which still returns the good messages it got. The stream's gRPC deadline must outlast the long poll, and the
- * proxy never polls for less than 5 s.
+ * error of the receive, which still returns the good messages it got. The
+ * stream's gRPC deadline must outlast the long poll, and the proxy never polls
+ * for less than 5 s.
+ *
+ * A receive takes what it asked for and no more: at most its batch, and no
+ * more body bytes than the host's budget (the first message always, so a
+ * large one still gets through). The first message past either bound ends the
+ * taking: it and every later one of the stream are given back at once (a
+ * silent nack), so the order of a FIFO group is kept and no lease is held that
+ * the host did not ask for.
  *
  * Every function here runs with c->mu held unless it says otherwise.
  */
@@ -33,6 +41,10 @@ typedef struct receive_ctx {
     mql_result status;
     int have_status;
     int64_t invisible_ms;       /* what this receive asked for: its leases' first deadline */
+    size_t batch;               /* at most this many messages (corrupted ones included) */
+    size_t taken;
+    size_t max_bytes, bytes;    /* body bytes the host may take (0: no bound), taken so far */
+    const char *cut;            /* a bound was reached: the reason every later message goes back */
     size_t malformed;           /* frames that were no usable message */
     const char *malformed_reason;   /* the first one's (static text) */
 } receive_ctx;
@@ -57,6 +69,15 @@ static void keep_message(receive_ctx *rx, mql_message *m) {
     memset(m, 0, sizeof(*m));
 }
 
+/* NULL if m may be taken, else why it goes back ("over_batch", "over_bytes"). */
+static const char *past_bounds(receive_ctx *rx, const mql_message *m) {
+    if (rx->cut) return rx->cut;
+    if (rx->taken >= rx->batch) rx->cut = "over_batch";
+    else if (rx->max_bytes && rx->taken > 0 && rx->bytes + m->body_len > rx->max_bytes)
+        rx->cut = "over_bytes";
+    return rx->cut;
+}
+
 /* Each frame is judged on its own (mql_inbound.h): a bad one costs only
  * itself, never the leases of the good ones around it. */
 static void on_receive_message(mql_client *c, mql_call *call, grpc_byte_buffer *reply) {
@@ -64,6 +85,7 @@ static void on_receive_message(mql_client *c, mql_call *call, grpc_byte_buffer *
     receive_ctx *rx = call->ctx;
     grpc_slice slice;
     mql_frame f;
+    const char *why;
     if (mql_read_all(reply, &slice) < 0) return;
     mql_frame_decode(&f, GRPC_SLICE_START_PTR(slice), GRPC_SLICE_LENGTH(slice), cs->max_body);
     grpc_slice_unref(slice);
@@ -81,12 +103,21 @@ static void on_receive_message(mql_client *c, mql_call *call, grpc_byte_buffer *
                                "arrived after close");
             break;
         }
+        if ((why = past_bounds(rx, &f.msg)) != NULL) {
+            /* more than was asked for: back at once, for whoever has room */
+            mql_metrics_reason(&c->metrics.given_back, why);
+            mql_release_unseen(c, lease_begin(c, rx, &f.msg), 0, 0, why);
+            break;
+        }
+        rx->taken++;
+        rx->bytes += f.msg.body_len;
         f.msg.lease_id = lease_begin(c, rx, &f.msg)->id;
         keep_message(rx, &f.msg);
         break;
     case MQL_FRAME_CORRUPTED:
         /* it holds a lease like any other, but the host never sees it */
         mql_metrics_reason(&c->metrics.corrupted, f.reason);
+        rx->taken++;   /* it was delivered for this batch all the same */
         mql_release_unseen(c, lease_begin(c, rx, &f.msg), cs->on_corrupt_dlq,
                            cs->corrupt_nack_delay_ms, "corrupted");
         break;
@@ -126,7 +157,7 @@ static void on_receive_done(mql_client *c, mql_call *call) {
     mql_events_push(&c->events, ev);
 }
 
-uint64_t mql_client_receive(mql_client *c, int batch, int64_t await_ms) {
+uint64_t mql_client_receive(mql_client *c, int batch, int64_t await_ms, size_t max_bytes) {
     mql_consumer_part *cs = &c->consumer;
     Apache__Rocketmq__V2__ReceiveMessageRequest req =
         APACHE__ROCKETMQ__V2__RECEIVE_MESSAGE_REQUEST__INIT;
@@ -168,6 +199,8 @@ uint64_t mql_client_receive(mql_client *c, int batch, int64_t await_ms) {
     rx = mql_xcalloc(1, sizeof(receive_ctx));
     /* with invisible = "auto" the value moves: the leases keep what was asked */
     rx->invisible_ms = cs->invisible_ms;
+    rx->batch = batch > 0 ? (size_t)batch : 1;
+    rx->max_bytes = max_bytes;
     call = mql_client_call(c, c->broker, MQL_M_RECEIVE,
                     (await_ms > MIN_PROXY_POLL_MS ? await_ms : MIN_PROXY_POLL_MS) +
                         c->request_timeout_ms,
