@@ -11,13 +11,10 @@
  * gives the receive (always at least one message, so a body larger than the
  * budget still makes progress); from the first message past either bound, the
  * rest of the stream is given back at once and counted by reason. */
-#include <grpc/grpc.h>
-#include <grpc/grpc_security.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "mql_call.h"
-#include "mql_client_private.h"
+#include "client_fixture.h"
 #include "mql_test.h"
 
 /* One ReceiveMessage frame with a message of body_len bytes. */
@@ -69,58 +66,6 @@ static grpc_byte_buffer *ok_status_frame(void) {
     return bb;
 }
 
-/* A ready consumer whose channel points nowhere. */
-static void client_init(mql_client *c) {
-    grpc_channel_credentials *cr;
-    memset(c, 0, sizeof(*c));
-    grpc_init();
-    c->type = MQL_CONSUMER;
-    c->state = MQL_CLIENT_READY;
-    c->endpoint = "127.0.0.1:1";
-    c->request_timeout_ms = 1000;
-    c->rand_state = 42;
-    c->id.client_id = "receive-caps-test";
-    c->consumer.group = "g";
-    c->consumer.topic = "t";
-    c->consumer.filter = "*";
-    c->consumer.broker_name = "broker-a";
-    c->consumer.invisible_ms = 30000;
-    c->consumer.renew_every_ms = 10000;
-    c->consumer.renew = 1;
-    c->consumer.max_renewals = -1;
-    c->consumer.max_body = 1 << 20;
-    mql_pace_init(&c->consumer.pace, 30000, 10000);
-    mql_lease_table_init(&c->consumer.leases);
-    pthread_mutex_init(&c->mu, NULL);
-    mql_events_init(&c->events);
-    c->cq = grpc_completion_queue_create_for_next(NULL);
-    cr = grpc_insecure_credentials_create();
-    c->access = c->broker = grpc_channel_create(c->endpoint, cr, NULL);
-    grpc_channel_credentials_release(cr);
-}
-
-static void client_finish(mql_client *c, mql_call *receive) {
-    mql_call *call;
-    grpc_event ev;
-    mql_call_cancel(receive);
-    for (call = c->calls; call; call = call->next) mql_call_cancel(call);
-    grpc_channel_destroy(c->access);
-    grpc_completion_queue_shutdown(c->cq);
-    do ev = grpc_completion_queue_next(c->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
-    while (ev.type != GRPC_QUEUE_SHUTDOWN);
-    grpc_completion_queue_destroy(c->cq);
-    while ((call = c->calls)) {
-        mql_client_unlink(c, call);
-        free(call->ctx);   /* a nack's part: its call never ended */
-        mql_call_free(call);
-    }
-    mql_call_free(receive);
-    mql_lease_table_free(&c->consumer.leases);
-    mql_events_destroy(&c->events);
-    pthread_mutex_destroy(&c->mu);
-    grpc_shutdown();
-}
-
 /* The receive's stream brings frames, then ends OK; returns the result event. */
 static mql_event *stream(mql_client *c, mql_call *call, grpc_byte_buffer **frames, size_t n) {
     size_t i;
@@ -154,7 +99,7 @@ static void a_stream_with_more_messages_than_the_batch_is_cut(void) {
     mql_call *call;
     mql_event *ev;
     grpc_byte_buffer *frames[5];
-    client_init(&c);
+    fixture_client_init(&c);
     mql_client_receive(&c, 2, 5000, 0);
     call = c.calls;
     CHECK(call != NULL);
@@ -174,7 +119,7 @@ static void a_stream_with_more_messages_than_the_batch_is_cut(void) {
     CHECK(c.consumer.leases.count == 4);
     CHECK(c.calls != NULL);   /* their nacks are on the wire */
     mql_event_free(ev);
-    client_finish(&c, call);
+    fixture_client_finish(&c, call);
 }
 
 static void a_receive_stops_taking_at_its_byte_budget(void) {
@@ -182,7 +127,7 @@ static void a_receive_stops_taking_at_its_byte_budget(void) {
     mql_call *call;
     mql_event *ev;
     grpc_byte_buffer *frames[5];
-    client_init(&c);
+    fixture_client_init(&c);
     mql_client_receive(&c, 16, 5000, 250);
     call = c.calls;
     CHECK(call != NULL);
@@ -196,10 +141,10 @@ static void a_receive_stops_taking_at_its_byte_budget(void) {
     CHECK(ev && ev->result.ok && ev->nmsgs == 2);
     CHECK(reason_count(&c.metrics.given_back, "over_bytes") == 2);
     mql_event_free(ev);
-    client_finish(&c, call);
+    fixture_client_finish(&c, call);
 
     /* a first message larger than the whole budget is still taken: progress */
-    client_init(&c);
+    fixture_client_init(&c);
     mql_client_receive(&c, 16, 5000, 50);
     call = c.calls;
     if (!call) return;
@@ -210,7 +155,7 @@ static void a_receive_stops_taking_at_its_byte_budget(void) {
     CHECK(ev && ev->nmsgs == 1 && strcmp(ev->msgs[0].id, "BIG") == 0);
     CHECK(reason_count(&c.metrics.given_back, "over_bytes") == 1);
     mql_event_free(ev);
-    client_finish(&c, call);
+    fixture_client_finish(&c, call);
 }
 
 int main(void) {
