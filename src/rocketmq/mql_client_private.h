@@ -25,6 +25,7 @@
 #include "mql_backoff.h"
 #include "mql_auto.h"
 #include "mql_pace.h"
+#include "mql_anchor.h"
 
 #define MQL_M_QUERY_ROUTE "/apache.rocketmq.v2.MessagingService/QueryRoute"
 #define MQL_M_HEARTBEAT "/apache.rocketmq.v2.MessagingService/Heartbeat"
@@ -84,6 +85,7 @@ typedef struct mql_consumer_part {
     size_t max_body;
     mql_lease_table leases;
     mql_pace pace;              /* renewal pacing (mql_renew.c) */
+    mql_anchor anchor;          /* the broker's clock against ours (mql_receive.c) */
     int renew_inflight;         /* renewals in flight */
     mql_release *deferred;      /* releases waiting for a renewal's reply */
     int nacked_all;             /* nack_all ran (close, shutdown): late messages go back */
@@ -178,6 +180,11 @@ grpc_channel *mql_session_channel_new(const mql_client *c, const char *target);
 int64_t mql_session_timers(mql_client *c, int64_t now, int64_t wake);
 
 /* -------------------------------------------------------- mql_renew.c */
+
+/* What a renewal retried after UNAVAILABLE needs before the deadline on top of
+ * K x p99: the session is moving to a live proxy, so the retry goes out on a
+ * new channel and pays for its connection (TCP, HTTP/2, TLS) first. */
+#define MQL_RECONNECT_NEEDS_MS 1000
 
 /* A lease was held held_ms (receive to ack or nack): with invisible = "auto"
  * it moves the invisible duration of later receives and renewals. */

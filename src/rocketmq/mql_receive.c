@@ -41,6 +41,7 @@ typedef struct receive_ctx {
     mql_result status;
     int have_status;
     int64_t invisible_ms;       /* what this receive asked for: its leases' first deadline */
+    int64_t start_ms;           /* when it was sent: the broker's pops all come after */
     size_t batch;               /* at most this many messages (corrupted ones included) */
     size_t taken;
     size_t max_bytes, bytes;    /* body bytes the host may take (0: no bound), taken so far */
@@ -53,8 +54,19 @@ typedef struct receive_ctx {
  * does, until it is acked, nacked or its budget is spent. */
 static mql_lease *lease_begin(mql_client *c, const receive_ctx *rx, const mql_message *m) {
     mql_consumer_part *cs = &c->consumer;
-    mql_lease *l = mql_lease_add(&cs->leases, m->id, m->topic, m->receipt_handle, mql_now_ms(),
+    int64_t now = mql_now_ms(), pop_ms = 0, floor_ms;
+    int has_pop = mql_handle_pop_ms(m->receipt_handle, &pop_ms);
+    mql_lease *l = mql_lease_add(&cs->leases, m->id, m->topic, m->receipt_handle, now,
                                  rx->invisible_ms);
+    /* the broker counts from its pop, which came before this frame (mql_anchor.h) */
+    l->deadline_ms = mql_anchor_deadline(&cs->anchor, rx->start_ms, now, has_pop, pop_ms,
+                                         rx->invisible_ms);
+    /* A poll that took nearly the whole window leaves a bound that may be far
+     * too early: keep a request's time to renew at once and let the broker's
+     * answer decide, rather than give up a lease it may well still hold. */
+    floor_ms = now + (rx->invisible_ms < c->request_timeout_ms ? rx->invisible_ms
+                                                                : c->request_timeout_ms);
+    if (l->deadline_ms < floor_ms) l->deadline_ms = floor_ms;
     mql_lease_arm(&cs->leases, l, cs->renew ? mql_renew_next_at(c, l) : l->deadline_ms);
     return l;
 }
@@ -199,6 +211,7 @@ uint64_t mql_client_receive(mql_client *c, int batch, int64_t await_ms, size_t m
     rx = mql_xcalloc(1, sizeof(receive_ctx));
     /* with invisible = "auto" the value moves: the leases keep what was asked */
     rx->invisible_ms = cs->invisible_ms;
+    rx->start_ms = mql_now_ms();
     rx->batch = batch > 0 ? (size_t)batch : 1;
     rx->max_bytes = max_bytes;
     call = mql_client_call(c, c->broker, MQL_M_RECEIVE,

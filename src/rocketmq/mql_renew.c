@@ -25,7 +25,6 @@
 
 #define RENEW_BACKOFF_MIN_MS 200
 #define RENEW_BACKOFF_MAX_MS 5000
-#define UNAVAILABLE_RETRY_NEEDS_MS 1000   /* see retry_needs_ms */
 #define RENEW_BLOCKED_WAKE_MS 20   /* at the in-flight cap: look again this soon at the latest */
 
 static void on_renew_done(mql_client *c, mql_call *call);
@@ -151,15 +150,17 @@ static void renew_start(mql_client *c, mql_lease *l, int64_t now) {
 /* How long a retried renewal must have before the deadline. A proxy that
  * went away (UNAVAILABLE) answered nothing, and the session is moving to a
  * live one: the retry goes there and takes what renewals take (K x the
- * observed p99; a second until there are enough renewals for a p99), not
+ * observed p99) plus a new connection's setup (MQL_RECONNECT_NEEDS_MS), not
  * the worst case. Without that, a lease whose renewal fell due just as its
  * proxy died (a third of the window left) would be given up at once though
- * another proxy could renew it. */
+ * another proxy could renew it; without the connection's part, a retry on a
+ * fast broker (p99 of a few ms) was still sent with milliseconds left and
+ * reached the new proxy after the deadline (issue 20 item 4). A call never
+ * takes longer than its request timeout, connection included: that stays the
+ * ceiling. */
 static int64_t retry_needs_ms(const mql_client *c, const char *code) {
-    const mql_consumer_part *cs = &c->consumer;
     if (strcmp(code, "UNAVAILABLE") == 0) {
-        int64_t need = cs->pace.p99_ms > 0 ? MQL_PACE_P99_FACTOR * cs->pace.p99_ms
-                                          : UNAVAILABLE_RETRY_NEEDS_MS;
+        int64_t need = MQL_PACE_P99_FACTOR * c->consumer.pace.p99_ms + MQL_RECONNECT_NEEDS_MS;
         return need < c->request_timeout_ms ? need : c->request_timeout_ms;
     }
     return c->request_timeout_ms;
