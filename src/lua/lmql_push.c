@@ -211,7 +211,7 @@ static int push_stand_in(lua_State *L) {
     lua_setfield(L, -2, "ok");
     lmql_set_str(L, "code", "INTERNAL");
     lua_pushfstring(L, "mqlease: a result could not be made into Lua values (%s)",
-                    lua_tostring(L, 2));
+                    lua_isstring(L, 2) ? lua_tostring(L, 2) : "an error object");
     lua_setfield(L, -2, "err");
     return 1;
 }
