@@ -122,7 +122,7 @@ $(CHECK_LIB): $(call objs,san,$(LIB_SRC))
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/check/%: spec/c/%.c spec/c/mql_test.h $(CHECK_LIB)
+$(BUILD)/check/%: spec/c/%.c $(wildcard spec/c/*.h) $(CHECK_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(PKG_CFLAGS) $(INC_TESTS) $(CFLAGS_WARN) $(SAN_FLAGS) -o $@ $< $(CHECK_LIB) $(LIBS)
 
@@ -130,6 +130,13 @@ $(BUILD)/check/dv_%: spec/c/dv_%.c spec/c/mql_test.h $(CHECK_LIB) $(call objs,sa
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(PKG_CFLAGS) $(INC_TESTS) $(CFLAGS_WARN) $(SAN_FLAGS) -o $@ $< \
 	  $(call objs,san,$(DV_CHECK_SRC)) $(CHECK_LIB) $(LIBS)
+
+# spec/c/lmql_*_test.c test the binding's conversions to Lua values on a Lua 5.4 state of their own.
+LMQL_CHECK_SRC = src/lua/lmql_push.c
+$(BUILD)/check/lmql_%: spec/c/lmql_%.c $(wildcard spec/c/*.h) $(CHECK_LIB) $(call objs,san,$(LMQL_CHECK_SRC))
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(PKG_CFLAGS) $(INC_TESTS) -Isrc/lua -I$(LUA_INC) $(CFLAGS_WARN) $(SAN_FLAGS) \
+	  -o $@ $< $(call objs,san,$(LMQL_CHECK_SRC)) $(CHECK_LIB) $(LIBS) -l$(LUA)
 
 check: $(C_TESTS) sanitize
 	@bash spec/support/check-layers.sh

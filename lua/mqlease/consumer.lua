@@ -76,19 +76,27 @@ function consumer_methods:receive(n, opts)
   if type(n) ~= "number" or n < 1 or n > 32 or n ~= floor(n) then
     error(("bad argument #1 to 'receive' (n: an integer from 1 to 32 expected, got %s)"):format(tostring(n)), 2)
   end
-  local await = o.await
+  local await, max_bytes = o.await, nil
   if opts ~= nil then
     if type(opts) ~= "table" then error("bad argument #2 to 'receive' (options table expected)", 2) end
     for k, v in pairs(opts) do
-      if k ~= "await" then error(("receive: unknown option '%s' (known: await)"):format(tostring(k)), 2) end
-      if type(v) ~= "number" or v < 0 or v > 20 then
+      if k == "max_bytes" then
+        -- body bytes this receive may take (the first message always): the rest go back
+        if type(v) ~= "number" or v < 1 or v ~= floor(v) then
+          error(("receive: option 'max_bytes' must be a positive integer (got %s)"):format(tostring(v)), 2)
+        end
+        max_bytes = v
+      elseif k ~= "await" then
+        error(("receive: unknown option '%s' (known: await, max_bytes)"):format(tostring(k)), 2)
+      elseif type(v) ~= "number" or v < 0 or v > 20 then
         error(("receive: option 'await' must be a number between 0 and 20 (got %s)"):format(tostring(v)), 2)
+      else
+        await = v
       end
-      await = v
     end
   end
   local router = self._router
-  local ev = router:result(router.client:receive(n, floor(await * 1000)))
+  local ev = router:result(router.client:receive(n, floor(await * 1000), max_bytes))
   if not ev.ok then return nil, ev.err, ev.code end
   local msgs, shapes, mts = ev.messages or {}, ev.shapes, {}
   for i, m in ipairs(msgs) do

@@ -31,6 +31,8 @@ local COUNTERS = {
   { "mqlease_messages_sent_total", "Messages sent by result.", { { 'result="ok"', "sent_ok" }, { 'result="fail"', "sent_fail" } } },
   { "mqlease_session_reconnects_total", "Times the session connected again: the next endpoint at start, Telemetry re-opened.",
     { { nil, "reconnects" } } },
+  { "mqlease_events_dropped_total", "Core events Lua could not take (out of memory): skipped, their leases nacked, their waiters told INTERNAL.",
+    { { nil, "events_dropped" } } },
 }
 
 -- counters by reason: the raw table holds { reason = n } under the key
@@ -41,6 +43,8 @@ local BY_REASON = {
     "ReceiveMessage frames that were no usable message (undecodable, no id/handle/topic), by reason.", "malformed" },
   { "mqlease_messages_dead_lettered_total",
     "Messages forwarded to the group's dead-letter queue, by reason.", "dead_lettered" },
+  { "mqlease_messages_given_back_total",
+    "Messages past a receive's batch (over_batch) or byte budget (over_bytes), nacked at once.", "given_back" },
 }
 
 local SESSION_STATES = { "starting", "ready", "reconnecting", "failed", "closing" }

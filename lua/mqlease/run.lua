@@ -192,7 +192,9 @@ return function(consumer, handler, opts)
       if st.inflight >= o.max_inflight or st.bytes >= o.max_inflight_bytes then
         sched:park()   -- a finishing handler wakes us
       else
-        local msgs, err, code = consumer:receive(min(batch, o.max_inflight - st.inflight))
+        -- the byte budget holds per receive too: the core gives back what would pass it
+        local msgs, err, code = consumer:receive(min(batch, o.max_inflight - st.inflight),
+          { max_bytes = o.max_inflight_bytes - st.bytes })
         if msgs then
           for _, m in ipairs(msgs) do
             st.received = st.received + 1
@@ -230,6 +232,17 @@ return function(consumer, handler, opts)
     if watcher then watcher:extend(o.grace + drain_extension) end
     client:cancel_receives()
     if receiver then sched:wake(receiver) end
+    -- Every nack of the drain goes out at once: one at a time, n slow nacks
+    -- would outlast any deadline (issue 20 item 7).
+    local pending = 0
+    local function give_back(m)
+      pending = pending + 1
+      sched:spawn(function()
+        if m:nack(release_delay) then st.drained = st.drained + 1 end
+        pending = pending - 1
+        if pending == 0 and drainer then sched:wake(drainer) end
+      end)
+    end
     -- 1. what never started goes back at once
     while st.qhead <= st.qtail do
       local m = st.queue[st.qhead]
@@ -237,7 +250,7 @@ return function(consumer, handler, opts)
       st.qhead = st.qhead + 1
       st.inflight = st.inflight - 1
       st.bytes = st.bytes - #m.body
-      if m:nack(release_delay) then st.drained = st.drained + 1 end
+      give_back(m)
     end
     -- 2. running handlers may finish until grace (mode "wait")
     if o.mode == "wait" then
@@ -246,18 +259,9 @@ return function(consumer, handler, opts)
       end
     end
     -- 3. what still runs is given back; its handler's later ack will fail, never double
-    -- (all at once: one at a time, n slow nacks would outlast any deadline)
     if watcher then watcher:extend(drain_extension) end
-    local pending = 0
     for m in pairs(st.running) do
-      if m.lease:alive() then
-        pending = pending + 1
-        sched:spawn(function()
-          if m:nack(release_delay) then st.drained = st.drained + 1 end
-          pending = pending - 1
-          if pending == 0 and drainer then sched:wake(drainer) end
-        end)
-      end
+      if m.lease:alive() then give_back(m) end
     end
     local nack_deadline = core.now() + drain_extension
     while pending > 0 and core.now() < nack_deadline do sched:park(nack_deadline) end

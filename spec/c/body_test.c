@@ -92,6 +92,36 @@ static void refuses_a_truncated_or_damaged_stream(void) {
     CHECK(mql_body_inflate((const uint8_t *)"plain text", 10, 100, &out, &n) == MQL_BODY_INFLATE_FAILED);
 }
 
+/* gzip (RFC 1952 2.2) allows members one after another, and Java's
+ * GZIPInputStream reads them all (the JDK's own "concatenated members").
+ * Issue 20 item 8: only the first was inflated and the rest dropped without a
+ * word, so a handler got part of the body as if it were all of it. Every
+ * member is inflated now; bytes after a member that are no stream refuse the
+ * whole body (never part of it), and the size limit counts all members. */
+static void inflates_every_member_of_a_multi_member_body(void) {
+    uint8_t packed[256], *out = (uint8_t *)1;
+    size_t a, b, n = 1;
+    a = deflate_with(15 + 16, (const uint8_t *)"hello ", 6, packed, sizeof(packed));
+    b = deflate_with(15 + 16, (const uint8_t *)"world", 5, packed + a, sizeof(packed) - a);
+    CHECK(a > 0 && b > 0);
+    CHECK(mql_body_decode(2, 0, NULL, packed, a + b, 100, &out, &n) == MQL_BODY_OK);
+    CHECK(n == 11 && out && memcmp(out, "hello world", 11) == 0);
+    free(out);
+    /* the limit holds over the whole body, not per member */
+    out = (uint8_t *)1;
+    CHECK(mql_body_decode(2, 0, NULL, packed, a + b, 8, &out, &n) == MQL_BODY_TOO_LARGE);
+    CHECK(out == NULL && n == 0);
+    /* a member followed by bytes that are no member: refused, not "hello " */
+    memcpy(packed + a, "trailing", 8);
+    out = (uint8_t *)1;
+    CHECK(mql_body_decode(2, 0, NULL, packed, a + 8, 100, &out, &n) == MQL_BODY_INFLATE_FAILED);
+    CHECK(out == NULL && n == 0);
+    /* a second member cut short: refused as well */
+    b = deflate_with(15 + 16, (const uint8_t *)"world", 5, packed + a, sizeof(packed) - a);
+    CHECK(mql_body_decode(2, 0, NULL, packed, a + b - 3, 100, &out, &n) == MQL_BODY_INFLATE_FAILED);
+    CHECK(out == NULL && n == 0);
+}
+
 static void stops_a_bomb_at_the_limit(void) {
     uint8_t *zeros = calloc(1 << 22, 1), packed[8192], *out = (uint8_t *)1;
     size_t plen = deflate_with(15, zeros, 1 << 22, packed, sizeof(packed)), n = 1;
@@ -150,6 +180,7 @@ int main(void) {
     RUN(inflates_a_known_zlib_stream);
     RUN(inflates_zlib_and_gzip_framing_alike);
     RUN(refuses_a_truncated_or_damaged_stream);
+    RUN(inflates_every_member_of_a_multi_member_body);
     RUN(stops_a_bomb_at_the_limit);
     RUN(handles_empty_bodies);
     RUN(checks_the_digest_on_the_wire_bytes_before_inflating);

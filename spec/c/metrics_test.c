@@ -41,6 +41,37 @@ static void folds_overflow_into_other_without_renaming_a_kind(void) {
     CHECK(m.errors[MQL_MAX_ERROR_KINDS - 1].n == 4);   /* C31, C32, C33, C34 */
 }
 
+/* Issue 20 item 12: the reason tables (corrupted, malformed, dead-lettered)
+ * renamed their last slot to "other" when full, so a reason a scrape had
+ * shown lost its name and its count went into "other" (a counter that goes
+ * down, and one that jumps). The last slot is kept for "other" from the
+ * start, as the error table does, and a reason spelt "other" lands there too
+ * (never two series with one label). */
+static void folds_reasons_past_the_table_into_other_without_renaming_one(void) {
+    mql_reason_table t, shown;
+    char reason[16];
+    int i, kept = 1, others = 0;
+    memset(&t, 0, sizeof(t));
+    for (i = 0; i < MQL_MAX_REASONS; i++) {
+        snprintf(reason, sizeof(reason), "r%d", i);
+        mql_metrics_reason(&t, reason);
+    }
+    shown = t;   /* what a scrape showed at this moment */
+    for (; i < MQL_MAX_REASONS + 3; i++) {
+        snprintf(reason, sizeof(reason), "r%d", i);
+        mql_metrics_reason(&t, reason);
+    }
+    mql_metrics_reason(&t, "other");
+    for (i = 0; i < shown.n; i++)
+        if (strcmp(shown.r[i].reason, t.r[i].reason) != 0 || t.r[i].n < shown.r[i].n) kept = 0;
+    CHECK(kept);
+    CHECK(t.n == MQL_MAX_REASONS);
+    for (i = 0; i < t.n; i++) others += strcmp(t.r[i].reason, "other") == 0;
+    CHECK(others == 1);
+    CHECK(strcmp(t.r[MQL_MAX_REASONS - 1].reason, "other") == 0);
+    CHECK(t.r[MQL_MAX_REASONS - 1].n == 5);   /* r11..r14 and "other" itself */
+}
+
 static void puts_each_observation_in_its_bucket(void) {
     mql_hist h;
     memset(&h, 0, sizeof(h));
@@ -55,6 +86,7 @@ static void puts_each_observation_in_its_bucket(void) {
 int main(void) {
     RUN(counts_repeats_of_one_kind_in_one_slot);
     RUN(folds_overflow_into_other_without_renaming_a_kind);
+    RUN(folds_reasons_past_the_table_into_other_without_renaming_one);
     RUN(puts_each_observation_in_its_bucket);
     return TEST_REPORT("metrics_test");
 }

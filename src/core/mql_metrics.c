@@ -43,21 +43,27 @@ void mql_metrics_error(mql_metrics *m, const char *op, const char *code) {
     m->errors[i].n = 1;
 }
 
-void mql_metrics_reason(mql_reason_table *t, const char *reason) {
+static int reason_find(const mql_reason_table *t, const char *reason) {
     int i;
-    for (i = 0; i < t->n; i++) {
-        if (strcmp(t->r[i].reason, reason) == 0) {
-            t->r[i].n++;
-            return;
-        }
-    }
-    if (t->n == MQL_MAX_REASONS) {
-        i = MQL_MAX_REASONS - 1;
+    for (i = 0; i < t->n; i++)
+        if (strcmp(t->r[i].reason, reason) == 0) return i;
+    return -1;
+}
+
+/* As the error table: the last slot is kept for "other", so no reason a
+ * scrape has shown is ever renamed (its counter would go down and "other"
+ * jump). A reason spelt "other" (a host's dead-letter reason may be anything)
+ * is that same slot: one series per label. */
+void mql_metrics_reason(mql_reason_table *t, const char *reason) {
+    int i = reason_find(t, reason);
+    if (i < 0 && t->n < MQL_MAX_REASONS - 1) {
+        i = t->n++;
+        snprintf(t->r[i].reason, sizeof(t->r[i].reason), "%s", reason);
+        t->r[i].n = 0;
+    } else if (i < 0 && (i = reason_find(t, "other")) < 0) {
+        i = t->n++;   /* the last slot */
         snprintf(t->r[i].reason, sizeof(t->r[i].reason), "%s", "other");
-        t->r[i].n++;
-        return;
+        t->r[i].n = 0;
     }
-    i = t->n++;
-    snprintf(t->r[i].reason, sizeof(t->r[i].reason), "%s", reason);
-    t->r[i].n = 1;
+    t->r[i].n++;
 }

@@ -37,7 +37,9 @@ typedef struct mql_reason_table {
     int n;
 } mql_reason_table;
 
-/* Counts one under reason; reasons past the table's size go to "other". */
+/* Counts one under reason. The table names at most MQL_MAX_REASONS - 1
+ * reasons; later ones are counted under "other", and a name once given is
+ * never taken back. */
 void mql_metrics_reason(mql_reason_table *t, const char *reason);
 
 typedef struct mql_metrics {
@@ -52,8 +54,10 @@ typedef struct mql_metrics {
     mql_reason_table corrupted;     /* digest or body failed: never reached the host */
     mql_reason_table malformed;     /* frames that were not a usable message */
     mql_reason_table dead_lettered; /* forwarded to the group's DLQ, by reason */
+    mql_reason_table given_back;    /* past a receive's batch or byte budget: nacked at once */
     uint64_t dead_letter_fail;
     uint64_t reconnects;        /* next endpoint at start, Telemetry re-opened */
+    uint64_t events_dropped;    /* events the host could not take (mql_client_event_dropped) */
     int session_state;          /* mql_client_state, set when copied out */
     int64_t invisible_ms;       /* what the next receive asks for, set when copied out */
     mql_hist renew_latency;     /* request to reply of ChangeInvisibleDuration */

@@ -168,7 +168,9 @@ static void *control_main(void *arg) {
     return NULL;
 }
 
-static int listen_on(const char *listen_addr, int *port) {
+/* The port answers anyone who connects (no authentication): it binds only a
+ * loopback address (127.0.0.0/8) unless the operator asked for more. */
+static int listen_on(const char *listen_addr, int any, int *port) {
     struct sockaddr_in sa;
     socklen_t len = sizeof(sa);
     char host[64];
@@ -181,6 +183,7 @@ static int listen_on(const char *listen_addr, int *port) {
     sa.sin_family = AF_INET;
     sa.sin_port = htons((uint16_t)atoi(colon + 1));
     if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) return -1;
+    if (!any && (ntohl(sa.sin_addr.s_addr) >> 24) != 127) return -2;
     fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) return -1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -193,12 +196,14 @@ static int listen_on(const char *listen_addr, int *port) {
     return fd;
 }
 
-dv_control *dv_control_start(dv_server *s, const char *listen_addr, int *port) {
+dv_control *dv_control_start(dv_server *s, const char *listen_addr, int any, int *port,
+                             int *refused) {
     dv_control *c = mql_xcalloc(1, sizeof(*c));
     size_t i;
     c->srv = s;
     for (i = 0; i < MAX_CLIENTS; i++) c->clients[i].fd = -1;
-    c->fd = listen_on(listen_addr, port);
+    c->fd = listen_on(listen_addr, any, port);
+    *refused = c->fd == -2;
     if (c->fd < 0) {
         free(c);
         return NULL;

@@ -1,13 +1,16 @@
 /* dv_main.c -- mqlease-devbroker: a RocketMQ 5 SimpleConsumer/producer broker in memory.
  *
- *   mqlease-devbroker --listen 127.0.0.1:PORT [--control 127.0.0.1:PORT] [--topic NAME]...
+ *   mqlease-devbroker --listen 127.0.0.1:PORT [--control 127.0.0.1:PORT [--control-any]]
+ *                     [--topic NAME]...
  *                     [--fail-change P] [--fail-ack P] [--delay-change-ms N]
  *                     [--max-renewals N] [--min-invisible-ms N] [--time-scale F]
  *                     [--SETTING VALUE]...   (any `set SETTING VALUE` of the control port,
  *                                             dashes for underscores: --corrupt-digest 0.5)
  *
- * Prints "mqlease-devbroker listening on 127.0.0.1:PORT control 127.0.0.1:PORT"
- * once it accepts calls; SIGTERM or SIGINT stop it. See dv_control.h for the
+ * Prints "mqlease-devbroker listening on HOST:PORT control HOST:PORT" (the
+ * addresses bound) once it accepts calls; SIGTERM or SIGINT stop it. The
+ * control port has no authentication: it binds a loopback address only, unless
+ * --control-any allows any. See dv_control.h for the
  * control commands, which the --fail-* flags set at start.
  */
 #include <signal.h>
@@ -25,9 +28,16 @@ static void on_signal(int signo) {
     stopping = 1;
 }
 
+/* The host part of "host:port" (as given: "127.0.0.1", "0.0.0.0", "[::]"). */
+static int host_len(const char *addr) {
+    const char *colon = strrchr(addr, ':');
+    return colon ? (int)(colon - addr) : (int)strlen(addr);
+}
+
 static void usage(void) {
     fprintf(stderr,
-            "usage: mqlease-devbroker --listen HOST:PORT [--control HOST:PORT] [--topic NAME]...\n"
+            "usage: mqlease-devbroker --listen HOST:PORT [--control HOST:PORT [--control-any]]\n"
+            "       [--topic NAME]...\n"
             "       [--fail-change P] [--fail-ack P] [--delay-change-ms N] [--max-renewals N]\n"
             "       [--min-invisible-ms N] [--time-scale F] [--SETTING VALUE]...\n"
             "       (every `set` of the control port is a flag: --gzip 1, --digest sha1, ...)\n");
@@ -38,7 +48,7 @@ int main(int argc, char **argv) {
     const char *listen = NULL, *control = NULL;
     const char *settings[64];
     const char *topics[256];
-    int nsettings = 0, ntopics = 0, port = 0, cport = 0, i;
+    int nsettings = 0, ntopics = 0, port = 0, cport = 0, control_any = 0, refused = 0, i;
     dv_server *s;
     dv_control *ctl = NULL;
     char out[256], line[300];
@@ -47,6 +57,10 @@ int main(int argc, char **argv) {
     for (i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--control-any") == 0) {   /* the one flag without a value */
+            control_any = 1;
+            continue;
+        }
         if (!v) usage();
         if (strcmp(a, "--listen") == 0) listen = v;
         else if (strcmp(a, "--control") == 0) control = v;
@@ -79,9 +93,14 @@ int main(int argc, char **argv) {
         }
     }
     if (control) {
-        ctl = dv_control_start(s, control, &cport);
+        ctl = dv_control_start(s, control, control_any, &cport, &refused);
         if (!ctl) {
-            fprintf(stderr, "mqlease-devbroker: cannot listen on control %s\n", control);
+            if (refused)
+                fprintf(stderr, "mqlease-devbroker: --control %s is not a loopback address; the "
+                        "control port has no authentication: add --control-any to bind it\n",
+                        control);
+            else
+                fprintf(stderr, "mqlease-devbroker: cannot listen on control %s\n", control);
             dv_server_free(s);
             return 1;
         }
@@ -90,8 +109,8 @@ int main(int argc, char **argv) {
     sa.sa_handler = on_signal;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
-    printf("mqlease-devbroker listening on 127.0.0.1:%d", port);
-    if (ctl) printf(" control 127.0.0.1:%d", cport);
+    printf("mqlease-devbroker listening on %.*s:%d", host_len(listen), listen, port);
+    if (ctl) printf(" control %.*s:%d", host_len(control), control, cport);
     printf("\n");
     fflush(stdout);
     dv_server_run(s, &stopping);

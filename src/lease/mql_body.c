@@ -102,7 +102,15 @@ static mql_body_status inflate_into(z_stream *zs, const uint8_t *in, size_t len,
         zs->avail_out = room;
         rc = inflate(zs, Z_NO_FLUSH);
         *used += room - zs->avail_out;
-        if (rc == Z_STREAM_END) return *used >= limit ? MQL_BODY_TOO_LARGE : MQL_BODY_OK;
+        if (rc == Z_STREAM_END) {
+            if (*used >= limit) return MQL_BODY_TOO_LARGE;
+            if (zs->avail_in == 0 && fed == len) return MQL_BODY_OK;
+            /* More input after a member: the next member (RFC 1952 2.2; Java's
+             * GZIPInputStream reads them all). Bytes that are no stream fail
+             * below: the body is refused whole, never delivered in part. */
+            if (inflateReset(zs) != Z_OK) return MQL_BODY_INFLATE_FAILED;
+            continue;
+        }
         if (rc == Z_OK) continue;
         if (rc == Z_BUF_ERROR && zs->avail_out == 0) continue;
         return MQL_BODY_INFLATE_FAILED;   /* damaged, or input ended before the stream did */

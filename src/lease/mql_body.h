@@ -37,9 +37,11 @@ const char *mql_body_status_name(mql_body_status s);
 int mql_digest_matches(int type, const char *checksum, const uint8_t *data, size_t len);
 
 /* Inflates a zlib- or gzip-framed stream into a new buffer (*out, owned by the
- * caller, *out_len bytes; *out is non-NULL even for an empty result).
- * MQL_BODY_TOO_LARGE past max bytes, MQL_BODY_INFLATE_FAILED on a damaged or
- * truncated stream; on failure *out is NULL. */
+ * caller, *out_len bytes; *out is non-NULL even for an empty result). Members
+ * that follow one another are all inflated, one after the other, as Java's
+ * GZIPInputStream does. MQL_BODY_TOO_LARGE past max bytes (all members
+ * together), MQL_BODY_INFLATE_FAILED on a damaged or truncated stream or
+ * bytes after a member that are no member; on failure *out is NULL. */
 mql_body_status mql_body_inflate(const uint8_t *in, size_t len, size_t max,
                                  uint8_t **out, size_t *out_len);
 

@@ -150,6 +150,22 @@ char *mql_handle_after_change(const char *handle) {
     return out;
 }
 
+int mql_handle_pop_ms(const char *handle, int64_t *pop_ms) {
+    const char *p;
+    int64_t v = 0;
+    size_t fields = 1, digits = 0;
+    if (!handle) return 0;
+    for (p = handle; *p; p++) fields += *p == ' ';
+    if (fields < 9) return 0;   /* not the proxy's layout (see mql_handle_after_change) */
+    for (p = strchr(handle, ' ') + 1; *p != ' '; p++, digits++) {
+        if (*p < '0' || *p > '9' || digits >= 15) return 0;
+        v = v * 10 + (*p - '0');
+    }
+    if (!digits) return 0;
+    *pop_ms = v;
+    return 1;
+}
+
 /* ---------------------------------------------- request fields from values */
 
 void mql_set_resource(mql_pb_resource *r, const char *ns, const char *name) {

@@ -36,6 +36,10 @@ void mql_result_from_status(mql_result *r, const mql_pb_status *st, const char *
 /* The receipt handle a ChangeInvisibleDuration answered, made consistent with
  * the checkpoint the broker wrote; returns a new string (see mql_codec.c). */
 char *mql_handle_after_change(const char *handle);
+/* The broker's pop time (epoch ms, its own clock) a receipt handle carries in
+ * its second field; 1 and *pop_ms set, or 0 if the handle does not have the
+ * proxy's layout (a dev broker's, say). */
+int mql_handle_pop_ms(const char *handle, int64_t *pop_ms);
 
 /* Request fields from plain values: a resource (namespace may be NULL), a
  * duration or a timestamp from milliseconds. */

@@ -1,8 +1,9 @@
 /* lmql_push.c -- what the core hands Lua, as Lua values: results, messages,
  * Redis replies and event lists (see lmqlease.h).
  *
- * Event lists are turned into tables in a protected call, so an allocation
- * error halfway gives the list back to its queue instead of losing it.
+ * Event lists are turned into tables one event at a time, each in a protected
+ * call: an event that cannot be made is skipped and reported, never allowed
+ * to block the ones behind it (see lmql_push_events).
  */
 #include "lmqlease.h"
 
@@ -193,33 +194,81 @@ static void push_event(lua_State *L, const mql_event *ev) {
     }
 }
 
-static int push_event_list(lua_State *L) {
-    const mql_event *ev = lua_touserdata(L, 1);
-    int n = 0;
-    lua_newtable(L);
-    for (; ev; ev = ev->next) {
-        push_event(L, ev);
-        lua_rawseti(L, -2, ++n);
-    }
+/* push_event in a protected call: (event) -> its table. */
+static int push_one(lua_State *L) {
+    push_event(L, lua_touserdata(L, 1));
     return 1;
 }
 
-/* Pushes an array of event tables (possibly empty) and frees the list. The
- * tables are built in a protected call: if Lua runs out of memory halfway,
- * the whole list goes back to its queue (requeue) -- no event, and so no
- * waiting coroutine's result, is lost -- and the error is raised again. */
-void lmql_push_events(lua_State *L, mql_event *list, void (*requeue)(void *, mql_event *),
-                        void *owner) {
+/* What the waiter of an op gets when its event could not be made: (event,
+ * message) -> { kind = "op", op, ok = false, code = "INTERNAL", err }. */
+static int push_stand_in(lua_State *L) {
+    const mql_event *ev = lua_touserdata(L, 1);
+    lua_createtable(L, 0, 5);
+    lmql_set_str(L, "kind", "op");
+    lmql_set_int(L, "op", (lua_Integer)ev->op);
+    lua_pushboolean(L, 0);
+    lua_setfield(L, -2, "ok");
+    lmql_set_str(L, "code", "INTERNAL");
+    lua_pushfstring(L, "mqlease: a result could not be made into Lua values (%s)",
+                    lua_isstring(L, 2) ? lua_tostring(L, 2) : "an error object");
+    lua_setfield(L, -2, "err");
+    return 1;
+}
+
+/* The table of one event into slot n of the array at index t: 1 if it is
+ * there, 0 if its stand-in is, -1 if neither could be made. */
+static int add_event(lua_State *L, int t, int n, const mql_event *ev) {
+    lua_pushcfunction(L, push_one);
+    lua_pushlightuserdata(L, (void *)ev);
+    if (lua_pcall(L, 1, 1, 0) == 0) {
+        lua_rawseti(L, t, n);   /* the slot exists: the array was made that long */
+        return 1;
+    }
+    if (ev->kind == MQL_EV_OP) {
+        /* its waiter must not wait for ever: an error in its place */
+        lua_pushcfunction(L, push_stand_in);
+        lua_insert(L, -2);
+        lua_pushlightuserdata(L, (void *)ev);
+        lua_insert(L, -2);
+        if (lua_pcall(L, 2, 1, 0) == 0) {
+            lua_rawseti(L, t, n);
+            return 0;
+        }
+    }
+    lua_pop(L, 1);   /* the error */
+    return -1;
+}
+
+static int push_array(lua_State *L) {
+    lua_createtable(L, (int)lua_tointeger(L, 1), 0);
+    return 1;
+}
+
+/* Pushes an array of event tables (possibly empty) and frees the list. Each
+ * event is made on its own, in a protected call: one that cannot be (Lua out
+ * of memory for its messages) is handed to hooks->dropped and skipped -- an
+ * op's waiter gets an INTERNAL error in its place -- and the others are
+ * delivered, so no event can block the ones behind it for good. Only if not
+ * even the array can be made does the whole list go back to its queue
+ * (hooks->requeue) and the error is raised again. */
+void lmql_push_events(lua_State *L, mql_event *list, const lmql_event_hooks *hooks,
+                      void *owner) {
     mql_event *ev, *next;
-    lua_pushcfunction(L, push_event_list);
-    lua_pushlightuserdata(L, list);
+    int n = 0, slot = 0, t;
+    for (ev = list; ev; ev = ev->next) n++;
+    lua_pushcfunction(L, push_array);
+    lua_pushinteger(L, n);
     if (lua_pcall(L, 1, 1, 0) != 0) {
-        if (requeue) requeue(owner, list);
+        if (hooks->requeue) hooks->requeue(owner, list);
         lua_error(L);
     }
+    t = lua_gettop(L);
     for (ev = list; ev; ev = next) {
+        int added = lua_checkstack(L, 4) ? add_event(L, t, slot + 1, ev) : -1;
         next = ev->next;
+        if (added >= 0) slot++;
+        if (added <= 0 && hooks->dropped) hooks->dropped(owner, ev);
         mql_event_free(ev);
     }
 }
-

@@ -131,7 +131,8 @@ static int l_redis_fd(lua_State *L) {
 
 static int l_redis_events(lua_State *L) {
     mql_redis *r = check_redis(L);
-    lmql_push_events(L, mql_redis_take_events(r), requeue_redis_events, r);
+    static const lmql_event_hooks hooks = {requeue_redis_events, NULL};
+    lmql_push_events(L, mql_redis_take_events(r), &hooks, r);
     return 1;
 }
 

@@ -132,10 +132,16 @@ static void requeue_client_events(void *c, mql_event *list) {
     mql_client_requeue_events(c, list);
 }
 
+static void client_event_dropped(void *c, mql_event *ev) {
+    mql_client_event_dropped(c, ev);
+}
+
+static const lmql_event_hooks client_event_hooks = {requeue_client_events, client_event_dropped};
+
 /* client:events() -> array of event tables; drains the fd. */
 static int l_events(lua_State *L) {
     mql_client *c = lmql_check_client(L);
-    lmql_push_events(L, mql_client_take_events(c), requeue_client_events, c);
+    lmql_push_events(L, mql_client_take_events(c), &client_event_hooks, c);
     return 1;
 }
 
@@ -161,7 +167,8 @@ static int l_receive(lua_State *L) {
     mql_client *c = lmql_check_client(L);
     int batch = (int)luaL_checkinteger(L, 2);
     lua_Integer await_ms = luaL_checkinteger(L, 3);
-    return push_op(L, mql_client_receive(c, batch, await_ms));
+    lua_Integer max_bytes = luaL_optinteger(L, 4, 0);   /* 0: no byte bound */
+    return push_op(L, mql_client_receive(c, batch, await_ms, max_bytes > 0 ? (size_t)max_bytes : 0));
 }
 
 static int l_ack(lua_State *L) {
@@ -211,10 +218,16 @@ static int l_send(lua_State *L) {
     mql_kv *props = NULL;
     uint64_t op;
     memset(&o, 0, sizeof(o));
+    /* Every argument that may raise is read before the arrays below, and the
+     * arrays are userdata Lua owns: a raise (or a failed allocation) leaves
+     * nothing behind. They stay on the stack until we return. */
     o.tag = luaL_optstring(L, 4, NULL);
+    o.message_group = luaL_optstring(L, 7, NULL);
+    o.delivery_ms = (int64_t)luaL_optinteger(L, 8, 0);
+    if (!lua_isnoneornil(L, 9)) o.delivery_ms = mql_wall_ms() + (int64_t)luaL_checkinteger(L, 9);
     if (lua_istable(L, 5)) {
         o.nkeys = lua_rawlen(L, 5);
-        o.keys = calloc(o.nkeys ? o.nkeys : 1, sizeof(*o.keys));
+        o.keys = lua_newuserdata(L, (o.nkeys ? o.nkeys : 1) * sizeof(*o.keys));
         for (i = 0; i < o.nkeys; i++) {
             lua_rawgeti(L, 5, (int)i + 1);
             o.keys[i] = lua_tostring(L, -1);   /* config.lua checked they are strings */
@@ -227,7 +240,7 @@ static int l_send(lua_State *L) {
             nprops++;
             lua_pop(L, 1);
         }
-        props = calloc(nprops ? nprops : 1, sizeof(*props));
+        props = lua_newuserdata(L, (nprops ? nprops : 1) * sizeof(*props));
         nprops = 0;
         lua_pushnil(L);
         while (lua_next(L, 6)) {
@@ -242,12 +255,7 @@ static int l_send(lua_State *L) {
     }
     o.props = props;
     o.nprops = nprops;
-    o.message_group = luaL_optstring(L, 7, NULL);
-    o.delivery_ms = (int64_t)luaL_optinteger(L, 8, 0);
-    if (!lua_isnoneornil(L, 9)) o.delivery_ms = mql_wall_ms() + (int64_t)luaL_checkinteger(L, 9);
     op = mql_client_send(c, topic, (const uint8_t *)body, len, &o);
-    free((void *)o.keys);
-    free(props);
     return push_op(L, op);
 }
 
@@ -327,6 +335,7 @@ static int l_metrics(lua_State *L) {
     lmql_set_int(L, "sent_ok", (lua_Integer)m.sent_ok);
     lmql_set_int(L, "sent_fail", (lua_Integer)m.sent_fail);
     lmql_set_int(L, "reconnects", (lua_Integer)m.reconnects);
+    lmql_set_int(L, "events_dropped", (lua_Integer)m.events_dropped);
     lmql_set_str(L, "session_state", m.session_state == MQL_CLIENT_READY ? "ready"
                                 : m.session_state == MQL_CLIENT_STARTING ? "starting"
                                 : m.session_state == MQL_CLIENT_FAILED ? "failed"
@@ -337,6 +346,7 @@ static int l_metrics(lua_State *L) {
     push_reasons(L, "corrupted", &m.corrupted);
     push_reasons(L, "malformed", &m.malformed);
     push_reasons(L, "dead_lettered", &m.dead_lettered);
+    push_reasons(L, "given_back", &m.given_back);
     lmql_set_int(L, "dead_letter_fail", (lua_Integer)m.dead_letter_fail);
     push_hist(L, "renew_latency", &m.renew_latency);
     push_hist(L, "renew_lateness", &m.renew_lateness);

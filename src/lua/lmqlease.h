@@ -37,9 +37,17 @@ void lmql_set_num(lua_State *L, const char *key, lua_Number v);
 void lmql_push_result_fields(lua_State *L, const mql_result *r);
 /* A Redis reply as a Lua value (arrays as tables, nil inside arrays as core.null). */
 void lmql_push_reply(lua_State *L, const mql_reply *r);
-/* Pushes an array of event tables and frees the list; on a Lua error the list
- * goes back to its queue through requeue(owner, list) and the error is raised. */
-void lmql_push_events(lua_State *L, mql_event *list, void (*requeue)(void *, mql_event *),
+/* What lmql_push_events does with events it cannot deliver, for their owner:
+ * requeue puts a whole list back (not even the array could be made; the
+ * error is raised after), dropped is told of one event skipped (it counts it
+ * and lets its leases go; the event is freed after). Either may be NULL. */
+typedef struct lmql_event_hooks {
+    void (*requeue)(void *owner, mql_event *list);
+    void (*dropped)(void *owner, mql_event *ev);
+} lmql_event_hooks;
+/* Pushes an array of event tables and frees the list; an event that cannot be
+ * made is skipped (an op's waiter gets an INTERNAL error in its place). */
+void lmql_push_events(lua_State *L, mql_event *list, const lmql_event_hooks *hooks,
                       void *owner);
 
 /* lmql_signals.c and lmql_redis.c: their metatables and constructors. */

@@ -63,7 +63,7 @@ struct mql_call {
     mql_tag t_unary, t_start, t_recv, t_send, t_status;
     /* owner hooks and data */
     void *owner;
-    int kind;
+    const struct mql_call_ops *ops;   /* the owner's: what the call does when it ends */
     uint64_t op;
     void *ctx;
     mql_call_done_fn on_done;

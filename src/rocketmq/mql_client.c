@@ -1,9 +1,10 @@
 /* mql_client.c -- one client's hub: its thread, its calls, its life.
  *
  * A client (consumer or producer) owns one completion queue and one thread
- * that waits on it. The thread dispatches each finished call to the file of
- * the stage that started it (see mql_client_private.h for the map: session,
- * receive, renew, release, producer) and runs their timers. The host starts
+ * that waits on it. Each call carries the ops of the stage that started it
+ * (mql_call_ops, in mql_client_private.h): the thread runs them when a reply
+ * or the end of the call arrives, and runs the stages' timers. Nothing here
+ * knows what a call is for. The host starts
  * operations from its own thread; each returns an op id at once and finishes
  * later as an MQL_EV_OP event.
  *
@@ -75,10 +76,10 @@ static void on_call_done(mql_call *call);
 static void on_call_message(mql_call *call, grpc_byte_buffer *reply);
 
 mql_call *mql_client_call(mql_client *c, grpc_channel *ch, const char *method,
-                          int64_t timeout_ms, mql_call_kind kind, uint64_t op, void *ctx) {
+                          int64_t timeout_ms, const mql_call_ops *ops, uint64_t op, void *ctx) {
     mql_call *call = mql_call_new(ch, c->cq, method, timeout_ms, &c->id);
     call->owner = c;
-    call->kind = kind;
+    call->ops = ops;
     call->op = op;
     call->ctx = ctx;
     call->on_done = on_call_done;
@@ -135,30 +136,16 @@ void mql_reply_free(void *reply) {
     if (reply) protobuf_c_message_free_unpacked(reply, NULL);
 }
 
-/* --------------------------------------------------------------- dispatch */
+/* ------------------------------------------------------------ the ops */
 
 static void on_call_message(mql_call *call, grpc_byte_buffer *reply) {
-    mql_client *c = call->owner;
-    if (call->kind == MQL_K_RECEIVE) mql_receive_on_message(c, call, reply);
-    else if (call->kind == MQL_K_TELEMETRY) mql_session_on_telemetry_message(c, reply);
+    if (call->ops->on_message) call->ops->on_message(call->owner, call, reply);
 }
 
 static void on_call_done(mql_call *call) {
     mql_client *c = call->owner;
     mql_client_unlink(c, call);
-    switch ((mql_call_kind)call->kind) {
-    case MQL_K_ROUTE: mql_session_on_route_done(c, call); break;
-    case MQL_K_TELEMETRY: mql_session_on_telemetry_done(c, call); break;
-    case MQL_K_HEARTBEAT: mql_session_on_heartbeat_done(c, call); break;
-    case MQL_K_TERMINATE: mql_session_on_terminate_done(c, call); break;
-    case MQL_K_RECEIVE: mql_receive_on_done(c, call); break;
-    case MQL_K_RENEW: mql_renew_on_done(c, call); break;
-    case MQL_K_ACK: mql_release_on_ack_done(c, call); break;
-    case MQL_K_NACK: mql_release_on_nack_done(c, call); break;
-    case MQL_K_BUDGET_NACK: mql_release_on_budget_nack_done(c, call); break;
-    case MQL_K_DLQ: mql_release_on_dead_letter_done(c, call); break;
-    case MQL_K_SEND: mql_producer_on_send_done(c, call); break;
-    }
+    call->ops->on_done(c, call);
     mql_call_free(call);
 }
 
@@ -217,6 +204,8 @@ static void free_secret(char *s) {
 }
 
 static void client_free_fields(mql_client *c) {
+    mql_consumer_part *cs = &c->consumer;
+    mql_producer_part *pr = &c->producer;
     size_t i;
     free(c->endpoint_list);
     free(c->endpoint);
@@ -229,16 +218,50 @@ static void client_free_fields(mql_client *c) {
     free(c->tls_cert_pem);
     free_secret(c->tls_key_pem);
     free(c->tls_server_name);
-    free(c->group);
-    free(c->topic);
-    free(c->filter);
-    for (i = 0; i < c->ntopics; i++) free(c->topics[i]);
-    free(c->topics);
-    free(c->broker_name);
+    free(cs->group);
+    free(cs->topic);
+    free(cs->filter);
+    free(cs->broker_name);
+    mql_lease_table_free(&cs->leases);
+    for (i = 0; i < pr->ntopics; i++) free(pr->topics[i]);
+    free(pr->topics);
+}
+
+static void copy_consumer_config(mql_consumer_part *cs, const mql_config *cfg) {
+    cs->group = dup_or_empty(cfg->group);
+    cs->topic = dup_or_empty(cfg->topic);
+    cs->filter = mql_strdup(cfg->filter && *cfg->filter ? cfg->filter : "*");
+    cs->filter_sql = cfg->filter_sql;
+    cs->invisible_ms = cfg->invisible_ms;
+    cs->renew = cfg->renew;
+    cs->renew_every_fixed = cfg->renew_every_ms > 0;
+    cs->invisible_auto = cfg->invisible_auto;
+    if (cs->invisible_auto) {
+        mql_auto_init(&cs->auto_, cfg->invisible_ms, cfg->auto_min_ms, cfg->auto_max_ms,
+                      cfg->auto_margin_pct);
+        cs->invisible_ms = cs->auto_.value_ms;
+    }
+    cs->renew_every_ms = cs->renew_every_fixed ? cfg->renew_every_ms : cs->invisible_ms / 3;
+    mql_pace_init(&cs->pace, cs->invisible_ms, cs->renew_every_ms);
+    cs->max_renewals = cfg->max_renewals;
+    cs->max_lease_ms = cfg->max_lease_ms;
+    cs->on_budget = cfg->on_budget ? cfg->on_budget : MQL_BUDGET_EXPIRE;
+    cs->budget_nack_delay_ms = cfg->budget_nack_delay_ms;
+    cs->on_corrupt_dlq = cfg->on_corrupt_dlq;
+    cs->corrupt_nack_delay_ms = cfg->corrupt_nack_delay_ms;
+    cs->max_body = cfg->max_body > 0 ? (size_t)cfg->max_body : MQL_MAX_BODY_DEFAULT;
+    mql_lease_table_init(&cs->leases);
+}
+
+static void copy_producer_config(mql_producer_part *pr, const mql_config *cfg) {
+    size_t i;
+    pr->ntopics = cfg->ntopics;
+    pr->topics = mql_xcalloc(cfg->ntopics, sizeof(char *));
+    for (i = 0; i < cfg->ntopics; i++) pr->topics[i] = mql_strdup(cfg->topics[i]);
+    if (getrandom(pr->id_node, sizeof(pr->id_node), 0) < 0) memset(pr->id_node, 7, 6);
 }
 
 static void copy_config(mql_client *c, const mql_config *cfg) {
-    size_t i;
     c->type = cfg->type;
     c->endpoint_list = dup_or_empty(cfg->endpoint);
     c->namespace_ = dup_or_empty(cfg->namespace_);
@@ -252,31 +275,8 @@ static void copy_config(mql_client *c, const mql_config *cfg) {
     c->tls_key_pem = cfg->tls_key_pem ? mql_strdup(cfg->tls_key_pem) : NULL;
     c->tls_server_name = cfg->tls_server_name ? mql_strdup(cfg->tls_server_name) : NULL;
     c->request_timeout_ms = cfg->request_timeout_ms > 0 ? cfg->request_timeout_ms : 3000;
-    c->group = dup_or_empty(cfg->group);
-    c->topic = dup_or_empty(cfg->topic);
-    c->filter = mql_strdup(cfg->filter && *cfg->filter ? cfg->filter : "*");
-    c->filter_sql = cfg->filter_sql;
-    c->invisible_ms = cfg->invisible_ms;
-    c->renew = cfg->renew;
-    c->renew_every_fixed = cfg->renew_every_ms > 0;
-    c->invisible_auto = cfg->invisible_auto;
-    if (c->invisible_auto) {
-        mql_auto_init(&c->auto_, cfg->invisible_ms, cfg->auto_min_ms, cfg->auto_max_ms,
-                      cfg->auto_margin_pct);
-        c->invisible_ms = c->auto_.value_ms;
-    }
-    c->renew_every_ms = c->renew_every_fixed ? cfg->renew_every_ms : c->invisible_ms / 3;
-    mql_pace_init(&c->pace, c->invisible_ms, c->renew_every_ms);
-    c->max_renewals = cfg->max_renewals;
-    c->max_lease_ms = cfg->max_lease_ms;
-    c->on_budget = cfg->on_budget ? cfg->on_budget : MQL_BUDGET_EXPIRE;
-    c->budget_nack_delay_ms = cfg->budget_nack_delay_ms;
-    c->on_corrupt_dlq = cfg->on_corrupt_dlq;
-    c->corrupt_nack_delay_ms = cfg->corrupt_nack_delay_ms;
-    c->max_body = cfg->max_body > 0 ? (size_t)cfg->max_body : MQL_MAX_BODY_DEFAULT;
-    c->ntopics = cfg->ntopics;
-    c->topics = mql_xcalloc(cfg->ntopics, sizeof(char *));
-    for (i = 0; i < cfg->ntopics; i++) c->topics[i] = mql_strdup(cfg->topics[i]);
+    copy_consumer_config(&c->consumer, cfg);
+    copy_producer_config(&c->producer, cfg);
 }
 
 mql_client *mql_client_new(const mql_config *cfg, uint64_t *start_op, char *err, size_t errlen) {
@@ -298,7 +298,6 @@ mql_client *mql_client_new(const mql_config *cfg, uint64_t *start_op, char *err,
         return NULL;
     }
     if (gethostname(c->hostname, sizeof(c->hostname) - 1) < 0) strcpy(c->hostname, "localhost");
-    if (getrandom(c->id_node, sizeof(c->id_node), 0) < 0) memset(c->id_node, 7, 6);
     if (getrandom(&salt, sizeof(salt), 0) < 0) salt = (uint32_t)getpid();
     if (getrandom(&c->rand_state, sizeof(c->rand_state), 0) < 0 || !c->rand_state)
         c->rand_state = 0x2545F4914F6CDD1DULL;
@@ -312,7 +311,6 @@ mql_client *mql_client_new(const mql_config *cfg, uint64_t *start_op, char *err,
     c->id.security_token = c->security_token;
     pthread_mutex_init(&c->mu, NULL);
     c->refs = 1;
-    mql_lease_table_init(&c->leases);
     c->state = MQL_CLIENT_STARTING;
     mql_backoff_init(&c->reconnect, MQL_BACKOFF_BASE_MS, MQL_BACKOFF_CAP_MS);
     c->start_op = *start_op = ++c->next_op;
@@ -348,11 +346,11 @@ static void client_stop(mql_client *c) {
     pthread_mutex_unlock(&c->mu);
     if (c->thread_started) pthread_join(c->thread, NULL);
     pthread_mutex_lock(&c->mu);
-    for (rel = c->deferred; rel; rel = next) {
+    for (rel = c->consumer.deferred; rel; rel = next) {
         next = rel->next;
         mql_release_free(rel);
     }
-    c->deferred = NULL;
+    c->consumer.deferred = NULL;
     if (c->broker && c->broker != c->access) grpc_channel_destroy(c->broker);
     if (c->access) grpc_channel_destroy(c->access);
     c->broker = c->access = NULL;
@@ -376,7 +374,6 @@ void mql_client_ref(mql_client *c) {
 void mql_client_unref(mql_client *c) {
     if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
     client_stop(c);
-    mql_lease_table_free(&c->leases);
     mql_events_destroy(&c->events);
     pthread_mutex_destroy(&c->mu);
     client_free_fields(c);
@@ -413,7 +410,7 @@ int mql_client_lease_info(mql_client *c, uint64_t lease_id, mql_lease_info *out)
     mql_lease *l;
     int found = 0;
     pthread_mutex_lock(&c->mu);
-    l = mql_lease_find(&c->leases, lease_id);
+    l = mql_lease_find(&c->consumer.leases, lease_id);
     if (l) {
         int64_t now = mql_now_ms();
         found = 1;
@@ -432,8 +429,8 @@ void mql_client_metrics(mql_client *c, mql_metrics *out, size_t *inflight) {
     *out = c->metrics;
     out->session_state = c->reconnecting && c->state == MQL_CLIENT_READY
                              ? MQL_CLIENT_RECONNECTING : (int)c->state;
-    out->invisible_ms = c->invisible_ms;
-    *inflight = c->leases.count;
+    out->invisible_ms = c->consumer.invisible_ms;
+    *inflight = c->consumer.leases.count;
     pthread_mutex_unlock(&c->mu);
 }
 

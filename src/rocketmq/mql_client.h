@@ -95,10 +95,19 @@ int64_t mql_client_request_timeout_ms(const mql_client *c);
 int mql_client_fd(const mql_client *c);
 mql_event *mql_client_take_events(mql_client *c);
 void mql_client_requeue_events(mql_client *c, mql_event *list);
+/* The host could not take ev (Lua had no memory for its values): counted as
+ * events_dropped, and the leases of its messages are nacked (to come back
+ * after corrupt_delay; no op waits for those nacks), so no message is held
+ * that nobody sees. */
+void mql_client_event_dropped(mql_client *c, const mql_event *ev);
 const char *mql_client_id(const mql_client *c);
 
 /* Operations: each returns the op id of its event. */
-uint64_t mql_client_receive(mql_client *c, int batch, int64_t await_ms);
+/* Takes at most batch messages and, if max_bytes > 0, no more body bytes than
+ * max_bytes (but always the first message, so a body larger than the budget
+ * still gets through); from the first message past either bound, the rest of
+ * the stream is given back at once (counted in given_back by reason). */
+uint64_t mql_client_receive(mql_client *c, int batch, int64_t await_ms, size_t max_bytes);
 uint64_t mql_client_ack(mql_client *c, const uint64_t *lease_ids, size_t n);
 uint64_t mql_client_nack(mql_client *c, uint64_t lease_id, int64_t delay_ms);
 /* Forwards the message to the group's dead-letter queue (%DLQ%<group>) with

@@ -2,8 +2,8 @@
  *
  * A client is split along the life of a message, one file per stage:
  *
- *   mql_client.c    the hub: new/free, the thread, call plumbing, dispatch of
- *                   finished calls to the stage that started them
+ *   mql_client.c    the hub: new/free, the thread, call plumbing; a finished
+ *                   call runs the ops its stage gave it (mql_call_ops)
  *   mql_session.c   before any message: route, Telemetry settings, heartbeat,
  *                   terminate
  *   mql_receive.c   where a message enters: ReceiveMessage turns each message
@@ -25,6 +25,7 @@
 #include "mql_backoff.h"
 #include "mql_auto.h"
 #include "mql_pace.h"
+#include "mql_anchor.h"
 
 #define MQL_M_QUERY_ROUTE "/apache.rocketmq.v2.MessagingService/QueryRoute"
 #define MQL_M_HEARTBEAT "/apache.rocketmq.v2.MessagingService/Heartbeat"
@@ -36,11 +37,15 @@
 #define MQL_M_CHANGE "/apache.rocketmq.v2.MessagingService/ChangeInvisibleDuration"
 #define MQL_M_DLQ "/apache.rocketmq.v2.MessagingService/ForwardMessageToDeadLetterQueue"
 
-/* What a call is for; its finished handler is chosen by this. */
-typedef enum mql_call_kind {
-    MQL_K_ROUTE = 1, MQL_K_TELEMETRY, MQL_K_HEARTBEAT, MQL_K_RECEIVE, MQL_K_ACK, MQL_K_NACK,
-    MQL_K_BUDGET_NACK, MQL_K_RENEW, MQL_K_SEND, MQL_K_TERMINATE, MQL_K_DLQ
-} mql_call_kind;
+/* What a call does when it ends, given by the stage that starts it (as
+ * hiredis passes a redisCallbackFn with each command): on_message for each
+ * reply of a stream (NULL for unary calls), on_done once with the status
+ * known. The hub unlinks the call before on_done and frees it after. Each
+ * stage keeps its ops in a static const struct of its own file. */
+typedef struct mql_call_ops {
+    void (*on_message)(mql_client *c, mql_call *call, grpc_byte_buffer *reply);
+    void (*on_done)(mql_client *c, mql_call *call);
+} mql_call_ops;
 
 /* A release the host asked for (an ack of one or more leases, or a nack of
  * one): the leases and the op to answer, with one result per lease. */
@@ -59,6 +64,41 @@ struct mql_release {
     mql_release *next;          /* on c->deferred while renewals are in flight */
 };
 
+/* What only a consumer has: its subscription, its leases and how they renew
+ * and leave. A producer's part is the few fields it mints message ids and
+ * announces topics with. Both live in every client; the type says which one
+ * is in use. */
+typedef struct mql_consumer_part {
+    char *group, *topic, *filter;
+    int filter_sql;
+    char *broker_name;          /* the route's broker: receives name it */
+    int64_t invisible_ms;       /* what the next receive and renewal ask for */
+    int64_t renew_every_ms;     /* follows invisible_ms unless configured */
+    int renew_every_fixed;      /* renew_every was configured */
+    int invisible_auto;         /* invisible_ms follows the handler times */
+    mql_auto auto_;             /* (mql_auto.h) */
+    int renew, max_renewals;
+    int64_t max_lease_ms, budget_nack_delay_ms;
+    mql_budget_action on_budget;
+    int on_corrupt_dlq;
+    int64_t corrupt_nack_delay_ms;
+    size_t max_body;
+    mql_lease_table leases;
+    mql_pace pace;              /* renewal pacing (mql_renew.c) */
+    mql_anchor anchor;          /* the broker's clock against ours (mql_receive.c) */
+    int renew_inflight;         /* renewals in flight */
+    mql_release *deferred;      /* releases waiting for a renewal's reply */
+    int nacked_all;             /* nack_all ran (close, shutdown): late messages go back */
+    int64_t nacked_all_delay_ms;
+} mql_consumer_part;
+
+typedef struct mql_producer_part {
+    char **topics;              /* announced in the Telemetry settings */
+    size_t ntopics;
+    uint8_t id_node[6];         /* message-id node bytes (random, in place of a MAC) */
+    uint32_t id_seq;
+} mql_producer_part;
+
 struct mql_client {
     mql_client_type type;
     char *endpoint_list;        /* as configured: "host:port;host:port" */
@@ -66,25 +106,12 @@ struct mql_client {
     char *endpoint, *host;      /* the one in use: endpoint_at's "host:port" */
     int port;
     char *namespace_, *access_key, *secret_key, *security_token;
-    char *group, *topic, *filter;
-    int filter_sql;
-    char **topics;
-    size_t ntopics;
     int tls, tls_insecure;
     char *tls_ca_pem, *tls_cert_pem, *tls_key_pem, *tls_server_name;   /* NULL: not given */
-    int64_t request_timeout_ms, max_lease_ms, budget_nack_delay_ms;
-    int64_t invisible_ms;       /* what the next receive and renewal ask for */
-    int64_t renew_every_ms;     /* follows invisible_ms unless configured */
-    int renew_every_fixed;      /* renew_every was configured */
-    int invisible_auto;         /* invisible_ms follows the handler times */
-    mql_auto auto_;             /* (mql_auto.h) */
-    int renew, max_renewals;
-    mql_budget_action on_budget;
+    int64_t request_timeout_ms;
     char client_id[192];
     char hostname[128];
     mql_identity id;
-    uint8_t id_node[6];         /* message-id node bytes (random, in place of a MAC) */
-    uint32_t id_seq;
     uint64_t rand_state;
 
     pthread_mutex_t mu;
@@ -93,9 +120,7 @@ struct mql_client {
     grpc_completion_queue *cq;
     grpc_channel *access;       /* the configured endpoint: routes */
     grpc_channel *broker;       /* the route's broker endpoint: everything else */
-    char *broker_name;
     mql_events events;
-    mql_lease_table leases;
     mql_metrics metrics;
     mql_client_state state;
     uint64_t start_op;
@@ -109,16 +134,11 @@ struct mql_client {
     mql_backoff reconnect;      /* waits between reconnection attempts */
     int64_t heartbeat_at;       /* 0: not scheduled */
     int stopping;               /* set once by close: no call starts from then on */
-    int nacked_all;             /* nack_all ran (close, shutdown): late messages go back */
-    int64_t nacked_all_delay_ms;
     int stopped;                /* the thread is joined and grpc is torn down */
     int refs;                   /* the host's one, plus one per signal watcher */
-    mql_release *deferred;
-    int on_corrupt_dlq;
-    int64_t corrupt_nack_delay_ms;
-    size_t max_body;
-    mql_pace pace;              /* renewal pacing (mql_renew.c) */
-    int renew_inflight;         /* renewals (MQL_K_RENEW calls) in flight */
+
+    mql_consumer_part consumer;
+    mql_producer_part producer;
 };
 
 /* ------------------------------------------------------- mql_client.c */
@@ -132,9 +152,9 @@ void mql_post_lease(mql_client *c, const mql_lease *l, mql_lease_state state);
  * when the client is stopping or not ready, or is not of the given type. */
 int mql_client_refuses(mql_client *c, mql_client_type type, const char *what, uint64_t *op);
 
-/* A call linked into c->calls; its handler is chosen by kind when it finishes. */
+/* A call linked into c->calls; ops say what it does when it ends. */
 mql_call *mql_client_call(mql_client *c, grpc_channel *ch, const char *method,
-                          int64_t timeout_ms, mql_call_kind kind, uint64_t op, void *ctx);
+                          int64_t timeout_ms, const mql_call_ops *ops, uint64_t op, void *ctx);
 void mql_client_unlink(mql_client *c, mql_call *call);
 /* Starts a unary call; on a refused start the call is dropped and -1 returned. */
 int mql_client_unary(mql_client *c, mql_call *call, const ProtobufCMessage *req);
@@ -158,18 +178,13 @@ grpc_channel *mql_session_channel_new(const mql_client *c, const char *target);
 /* Runs the session's due timers (heartbeat, Telemetry re-open); returns the
  * earlier of wake and its next timer. */
 int64_t mql_session_timers(mql_client *c, int64_t now, int64_t wake);
-void mql_session_on_route_done(mql_client *c, mql_call *call);
-void mql_session_on_telemetry_message(mql_client *c, grpc_byte_buffer *reply);
-void mql_session_on_telemetry_done(mql_client *c, mql_call *call);
-void mql_session_on_heartbeat_done(mql_client *c, mql_call *call);
-void mql_session_on_terminate_done(mql_client *c, mql_call *call);
-
-/* ------------------------------------------------------ mql_receive.c */
-
-void mql_receive_on_message(mql_client *c, mql_call *call, grpc_byte_buffer *reply);
-void mql_receive_on_done(mql_client *c, mql_call *call);
 
 /* -------------------------------------------------------- mql_renew.c */
+
+/* What a renewal retried after UNAVAILABLE needs before the deadline on top of
+ * K x p99: the session is moving to a live proxy, so the retry goes out on a
+ * new channel and pays for its connection (TCP, HTTP/2, TLS) first. */
+#define MQL_RECONNECT_NEEDS_MS 1000
 
 /* A lease was held held_ms (receive to ack or nack): with invisible = "auto"
  * it moves the invisible duration of later receives and renewals. */
@@ -180,12 +195,10 @@ void mql_renew_observe_held(mql_client *c, int64_t held_ms);
 int64_t mql_renew_next_at(mql_client *c, const mql_lease *l);
 /* Runs every due lease timer; returns the earlier of wake and the next one. */
 int64_t mql_renew_timers(mql_client *c, int64_t now, int64_t wake);
-/* ChangeInvisibleDuration with the lease's newest handle. A host's nack passes
- * its own context; a renewal or the budget's nack passes NULL and gets the
- * lease id as context. */
+/* ChangeInvisibleDuration with the lease's newest handle, ending in ops (a
+ * renewal's, a nack's); op and ctx are the call's. -1 if it did not start. */
 int mql_renew_change_start(mql_client *c, mql_lease *l, int64_t duration_ms,
-                           mql_call_kind kind, void *ctx);
-void mql_renew_on_done(mql_client *c, mql_call *call);
+                           const mql_call_ops *ops, uint64_t op, void *ctx);
 /* The lease leaves the table in its final state; the host is told. */
 void mql_lease_end(mql_client *c, mql_lease *l, mql_lease_state final);
 /* After a release failed for a reason that leaves the lease ours, keep renewing. */
@@ -199,17 +212,12 @@ void mql_release_fail_lease(mql_client *c, uint64_t lease_id, const char *code,
 /* Sends the deferred releases whose renewals have come back. */
 void mql_release_run_deferred(mql_client *c);
 void mql_release_free(mql_release *rel);
-void mql_release_on_ack_done(mql_client *c, mql_call *call);
-void mql_release_on_nack_done(mql_client *c, mql_call *call);
-void mql_release_on_budget_nack_done(mql_client *c, mql_call *call);
-void mql_release_on_dead_letter_done(mql_client *c, mql_call *call);
+/* The budget's own nack (on_budget = "nack"): no host op waits for it; the
+ * lease ends NACKED, or renews on if the nack failed. -1 if it did not start. */
+int mql_release_budget_nack(mql_client *c, mql_lease *l);
 /* A lease the host never sees (a corrupted message): dead-letter or nack it
  * from the core; if that fails it is left to expire, never renewed. */
 void mql_release_unseen(mql_client *c, mql_lease *l, int dead_letter, int64_t delay_ms,
                         const char *reason);
-
-/* ----------------------------------------------------- mql_producer.c */
-
-void mql_producer_on_send_done(mql_client *c, mql_call *call);
 
 #endif /* MQL_CLIENT_PRIVATE_H */

@@ -12,17 +12,21 @@
 #include <string.h>
 #include <unistd.h>
 
+static void on_send_done(mql_client *c, mql_call *call);
+
+static const mql_call_ops send_ops = {.on_done = on_send_done};
+
 static void make_message_id(mql_client *c, char *out) {
     /* The v1 layout of the official clients: 01 + node(6) + pid(2) + seconds
      * since 2021-01-01 (4) + sequence (4), 34 upper-case hex digits. */
     static const char digits[] = "0123456789ABCDEF";
     uint8_t b[17];
     uint32_t secs = (uint32_t)(mql_wall_ms() / 1000 - 1609459200);
-    uint32_t seq = c->id_seq++;
+    uint32_t seq = c->producer.id_seq++;
     uint16_t pid = (uint16_t)getpid();
     int i;
     b[0] = 1;
-    memcpy(b + 1, c->id_node, 6);
+    memcpy(b + 1, c->producer.id_node, 6);
     b[7] = (uint8_t)(pid >> 8);
     b[8] = (uint8_t)pid;
     for (i = 0; i < 4; i++) b[9 + i] = (uint8_t)(secs >> (24 - 8 * i));
@@ -93,7 +97,7 @@ uint64_t mql_client_send(mql_client *c, const char *topic_name, const uint8_t *b
     msg.body.len = len;
     req.n_messages = 1;
     req.messages = msgs;
-    call = mql_client_call(c, c->broker, MQL_M_SEND, c->request_timeout_ms, MQL_K_SEND, op, NULL);
+    call = mql_client_call(c, c->broker, MQL_M_SEND, c->request_timeout_ms, &send_ops, op, NULL);
     if (mql_client_unary(c, call, &req.base) < 0)
         op = mql_post_refusal(c, "INTERNAL", "send: grpc refused to start the call");
     pthread_mutex_unlock(&c->mu);
@@ -102,7 +106,7 @@ uint64_t mql_client_send(mql_client *c, const char *topic_name, const uint8_t *b
     return op;
 }
 
-void mql_producer_on_send_done(mql_client *c, mql_call *call) {
+static void on_send_done(mql_client *c, mql_call *call) {
     mql_event *ev = mql_event_new(MQL_EV_OP, call->op);
     Apache__Rocketmq__V2__SendMessageResponse *resp =
         mql_reply_take(call, &apache__rocketmq__v2__send_message_response__descriptor, &ev->result);

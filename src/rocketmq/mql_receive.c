@@ -7,8 +7,16 @@
  * one expire. Each frame is judged first (mql_inbound.h): a corrupted message
  * (digest or body failed) is dead-lettered or nacked from here and never
  * reaches the host; a malformed frame is counted and reported as a PROTOCOL
- * error of the receive, which still returns the good messages it got. The stream's gRPC deadline must outlast the long poll, and the
- * proxy never polls for less than 5 s.
+ * error of the receive, which still returns the good messages it got. The
+ * stream's gRPC deadline must outlast the long poll, and the proxy never polls
+ * for less than 5 s.
+ *
+ * A receive takes what it asked for and no more: at most its batch, and no
+ * more body bytes than the host's budget (the first message always, so a
+ * large one still gets through). The first message past either bound ends the
+ * taking: it and every later one of the stream are given back at once (a
+ * silent nack), so the order of a FIFO group is kept and no lease is held that
+ * the host did not ask for.
  *
  * Every function here runs with c->mu held unless it says otherwise.
  */
@@ -21,12 +29,23 @@
 
 #define MIN_PROXY_POLL_MS 5000   /* grpcClientConsumerMinLongPollingTimeoutMillis */
 
+static void on_receive_message(mql_client *c, mql_call *call, grpc_byte_buffer *reply);
+static void on_receive_done(mql_client *c, mql_call *call);
+
+static const mql_call_ops receive_ops = {.on_message = on_receive_message,
+                                         .on_done = on_receive_done};
+
 typedef struct receive_ctx {
     mql_message *msgs;
     size_t n, cap;
     mql_result status;
     int have_status;
     int64_t invisible_ms;       /* what this receive asked for: its leases' first deadline */
+    int64_t start_ms;           /* when it was sent: the broker's pops all come after */
+    size_t batch;               /* at most this many messages (corrupted ones included) */
+    size_t taken;
+    size_t max_bytes, bytes;    /* body bytes the host may take (0: no bound), taken so far */
+    const char *cut;            /* a bound was reached: the reason every later message goes back */
     size_t malformed;           /* frames that were no usable message */
     const char *malformed_reason;   /* the first one's (static text) */
 } receive_ctx;
@@ -34,9 +53,21 @@ typedef struct receive_ctx {
 /* The lease starts now: from here on the message is renewed whatever the host
  * does, until it is acked, nacked or its budget is spent. */
 static mql_lease *lease_begin(mql_client *c, const receive_ctx *rx, const mql_message *m) {
-    mql_lease *l = mql_lease_add(&c->leases, m->id, m->topic, m->receipt_handle, mql_now_ms(),
+    mql_consumer_part *cs = &c->consumer;
+    int64_t now = mql_now_ms(), pop_ms = 0, floor_ms;
+    int has_pop = mql_handle_pop_ms(m->receipt_handle, &pop_ms);
+    mql_lease *l = mql_lease_add(&cs->leases, m->id, m->topic, m->receipt_handle, now,
                                  rx->invisible_ms);
-    mql_lease_arm(&c->leases, l, c->renew ? mql_renew_next_at(c, l) : l->deadline_ms);
+    /* the broker counts from its pop, which came before this frame (mql_anchor.h) */
+    l->deadline_ms = mql_anchor_deadline(&cs->anchor, rx->start_ms, now, has_pop, pop_ms,
+                                         rx->invisible_ms);
+    /* A poll that took nearly the whole window leaves a bound that may be far
+     * too early: keep a request's time to renew at once and let the broker's
+     * answer decide, rather than give up a lease it may well still hold. */
+    floor_ms = now + (rx->invisible_ms < c->request_timeout_ms ? rx->invisible_ms
+                                                                : c->request_timeout_ms);
+    if (l->deadline_ms < floor_ms) l->deadline_ms = floor_ms;
+    mql_lease_arm(&cs->leases, l, cs->renew ? mql_renew_next_at(c, l) : l->deadline_ms);
     return l;
 }
 
@@ -50,14 +81,25 @@ static void keep_message(receive_ctx *rx, mql_message *m) {
     memset(m, 0, sizeof(*m));
 }
 
+/* NULL if m may be taken, else why it goes back ("over_batch", "over_bytes"). */
+static const char *past_bounds(receive_ctx *rx, const mql_message *m) {
+    if (rx->cut) return rx->cut;
+    if (rx->taken >= rx->batch) rx->cut = "over_batch";
+    else if (rx->max_bytes && rx->taken > 0 && rx->bytes + m->body_len > rx->max_bytes)
+        rx->cut = "over_bytes";
+    return rx->cut;
+}
+
 /* Each frame is judged on its own (mql_inbound.h): a bad one costs only
  * itself, never the leases of the good ones around it. */
-void mql_receive_on_message(mql_client *c, mql_call *call, grpc_byte_buffer *reply) {
+static void on_receive_message(mql_client *c, mql_call *call, grpc_byte_buffer *reply) {
+    mql_consumer_part *cs = &c->consumer;
     receive_ctx *rx = call->ctx;
     grpc_slice slice;
     mql_frame f;
+    const char *why;
     if (mql_read_all(reply, &slice) < 0) return;
-    mql_frame_decode(&f, GRPC_SLICE_START_PTR(slice), GRPC_SLICE_LENGTH(slice), c->max_body);
+    mql_frame_decode(&f, GRPC_SLICE_START_PTR(slice), GRPC_SLICE_LENGTH(slice), cs->max_body);
     grpc_slice_unref(slice);
     switch (f.kind) {
     case MQL_FRAME_STATUS:
@@ -66,21 +108,30 @@ void mql_receive_on_message(mql_client *c, mql_call *call, grpc_byte_buffer *rep
         break;
     case MQL_FRAME_MESSAGE:
         c->metrics.received++;
-        if (c->nacked_all) {
+        if (cs->nacked_all) {
             /* the host has given everything back (close, shutdown): a message
              * this late would reach nobody, or a handler after the drain */
-            mql_release_unseen(c, lease_begin(c, rx, &f.msg), 0, c->nacked_all_delay_ms,
+            mql_release_unseen(c, lease_begin(c, rx, &f.msg), 0, cs->nacked_all_delay_ms,
                                "arrived after close");
             break;
         }
+        if ((why = past_bounds(rx, &f.msg)) != NULL) {
+            /* more than was asked for: back at once, for whoever has room */
+            mql_metrics_reason(&c->metrics.given_back, why);
+            mql_release_unseen(c, lease_begin(c, rx, &f.msg), 0, 0, why);
+            break;
+        }
+        rx->taken++;
+        rx->bytes += f.msg.body_len;
         f.msg.lease_id = lease_begin(c, rx, &f.msg)->id;
         keep_message(rx, &f.msg);
         break;
     case MQL_FRAME_CORRUPTED:
         /* it holds a lease like any other, but the host never sees it */
         mql_metrics_reason(&c->metrics.corrupted, f.reason);
-        mql_release_unseen(c, lease_begin(c, rx, &f.msg), c->on_corrupt_dlq, c->corrupt_nack_delay_ms,
-                           "corrupted");
+        rx->taken++;   /* it was delivered for this batch all the same */
+        mql_release_unseen(c, lease_begin(c, rx, &f.msg), cs->on_corrupt_dlq,
+                           cs->corrupt_nack_delay_ms, "corrupted");
         break;
     case MQL_FRAME_MALFORMED:
         mql_metrics_reason(&c->metrics.malformed, f.reason);
@@ -92,7 +143,7 @@ void mql_receive_on_message(mql_client *c, mql_call *call, grpc_byte_buffer *rep
     mql_frame_clear(&f);
 }
 
-void mql_receive_on_done(mql_client *c, mql_call *call) {
+static void on_receive_done(mql_client *c, mql_call *call) {
     receive_ctx *rx = call->ctx;
     mql_event *ev = mql_event_new(MQL_EV_OP, call->op);
     if (call->status != GRPC_STATUS_OK) {
@@ -118,7 +169,8 @@ void mql_receive_on_done(mql_client *c, mql_call *call) {
     mql_events_push(&c->events, ev);
 }
 
-uint64_t mql_client_receive(mql_client *c, int batch, int64_t await_ms) {
+uint64_t mql_client_receive(mql_client *c, int batch, int64_t await_ms, size_t max_bytes) {
+    mql_consumer_part *cs = &c->consumer;
     Apache__Rocketmq__V2__ReceiveMessageRequest req =
         APACHE__ROCKETMQ__V2__RECEIVE_MESSAGE_REQUEST__INIT;
     Apache__Rocketmq__V2__MessageQueue mq = APACHE__ROCKETMQ__V2__MESSAGE_QUEUE__INIT;
@@ -136,16 +188,16 @@ uint64_t mql_client_receive(mql_client *c, int batch, int64_t await_ms) {
         return op;
     }
     op = ++c->next_op;
-    mql_set_resource(&group, c->namespace_, c->group);
-    mql_set_resource(&topic, c->namespace_, c->topic);
-    broker.name = c->broker_name;
+    mql_set_resource(&group, c->namespace_, cs->group);
+    mql_set_resource(&topic, c->namespace_, cs->topic);
+    broker.name = cs->broker_name;
     mq.topic = &topic;
     mq.broker = &broker;
     mq.permission = APACHE__ROCKETMQ__V2__PERMISSION__READ_WRITE;
-    fe.type = c->filter_sql ? APACHE__ROCKETMQ__V2__FILTER_TYPE__SQL
-                            : APACHE__ROCKETMQ__V2__FILTER_TYPE__TAG;
-    fe.expression = c->filter;
-    mql_set_duration(&invisible, c->invisible_ms);
+    fe.type = cs->filter_sql ? APACHE__ROCKETMQ__V2__FILTER_TYPE__SQL
+                                     : APACHE__ROCKETMQ__V2__FILTER_TYPE__TAG;
+    fe.expression = cs->filter;
+    mql_set_duration(&invisible, cs->invisible_ms);
     mql_set_duration(&poll, await_ms);
     req.group = &group;
     req.message_queue = &mq;
@@ -158,11 +210,14 @@ uint64_t mql_client_receive(mql_client *c, int batch, int64_t await_ms) {
      * call; and it never polls for less than 5 s, whatever we ask. */
     rx = mql_xcalloc(1, sizeof(receive_ctx));
     /* with invisible = "auto" the value moves: the leases keep what was asked */
-    rx->invisible_ms = c->invisible_ms;
+    rx->invisible_ms = cs->invisible_ms;
+    rx->start_ms = mql_now_ms();
+    rx->batch = batch > 0 ? (size_t)batch : 1;
+    rx->max_bytes = max_bytes;
     call = mql_client_call(c, c->broker, MQL_M_RECEIVE,
                     (await_ms > MIN_PROXY_POLL_MS ? await_ms : MIN_PROXY_POLL_MS) +
                         c->request_timeout_ms,
-                    MQL_K_RECEIVE, op, rx);
+                    &receive_ops, op, rx);
     if (mql_call_start_server_stream(call, &req.base) < 0) {
         free(call->ctx);
         mql_client_unlink(c, call);
@@ -177,7 +232,7 @@ void mql_client_cancel_receives(mql_client *c) {
     mql_call *call;
     pthread_mutex_lock(&c->mu);
     for (call = c->calls; call; call = call->next)
-        if (call->kind == MQL_K_RECEIVE) mql_call_cancel(call);
+        if (call->ops == &receive_ops) mql_call_cancel(call);
     pthread_mutex_unlock(&c->mu);
 }
 

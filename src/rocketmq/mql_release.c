@@ -4,12 +4,13 @@
  * ChangeInvisibleDuration to the delay the host asked for) or a dead letter
  * (ForwardMessageToDeadLetterQueue: the proxy writes the message to
  * %DLQ%<group> and acks it). A release the core starts on its own, for a
- * corrupted message the host never saw, is "silent": no op waits for it. It always uses the
- * lease's newest receipt handle, so it never races a renewal: while any of its
- * leases is being renewed, the release waits on c->deferred and goes out when
- * the renewal's reply has come back. From the moment the host asks, nothing
- * renews the lease: the release decides its fate. A lease that ends on its own
- * meanwhile (lost, expired) fails the releases that wait for it.
+ * corrupted message the host never saw, is "silent": no op waits for it. It
+ * always uses the lease's newest receipt handle, so it never races a renewal:
+ * while any of its leases is being renewed, the release waits on the
+ * consumer's deferred list and goes out when the renewal's reply has come
+ * back. From the moment the host asks, nothing renews the lease: the release
+ * decides its fate. A lease that ends on its own meanwhile (lost, expired)
+ * fails the releases that wait for it.
  *
  * Every function here runs with c->mu held unless it says otherwise.
  */
@@ -19,6 +20,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+static void on_ack_done(mql_client *c, mql_call *call);
+static void on_nack_done(mql_client *c, mql_call *call);
+static void on_dead_letter_done(mql_client *c, mql_call *call);
+static void on_budget_nack_done(mql_client *c, mql_call *call);
+
+static const mql_call_ops ack_ops = {.on_done = on_ack_done};
+static const mql_call_ops nack_ops = {.on_done = on_nack_done};
+static const mql_call_ops dead_letter_ops = {.on_done = on_dead_letter_done};
+static const mql_call_ops budget_nack_ops = {.on_done = on_budget_nack_done};
 
 void mql_release_free(mql_release *rel) {
     free(rel->ids);
@@ -72,7 +83,7 @@ static void settle(mql_client *c, mql_release *rel, size_t i, const mql_result *
 
 void mql_release_fail_lease(mql_client *c, uint64_t lease_id, const char *code,
                             const char *msg) {
-    mql_release **pp = &c->deferred;
+    mql_release **pp = &c->consumer.deferred;
     mql_result r;
     size_t i;
     mql_result_fail(&r, code, "%s", msg);
@@ -109,13 +120,14 @@ static void release_settle_lease(mql_client *c, mql_release *rel, size_t i, mql_
         l->pending = MQL_PENDING_NONE;
         l->let_go = 1;
         l->state = MQL_LEASE_EXPIRING;
-        mql_lease_arm(&c->leases, l, l->deadline_ms);
+        mql_lease_arm(&c->consumer.leases, l, l->deadline_ms);
     } else {
         mql_lease_resume(c, l);
     }
 }
 
 static void ack_send(mql_client *c, mql_release *rel) {
+    mql_consumer_part *cs = &c->consumer;
     Apache__Rocketmq__V2__AckMessageRequest req = APACHE__ROCKETMQ__V2__ACK_MESSAGE_REQUEST__INIT;
     Apache__Rocketmq__V2__AckMessageEntry *store, **entries;
     mql_pb_resource group, topic;
@@ -128,7 +140,7 @@ static void ack_send(mql_client *c, mql_release *rel) {
     for (i = 0; i < rel->n; i++) {
         mql_lease *l;
         if (rel->settled[i]) continue;
-        l = mql_lease_find(&c->leases, rel->ids[i]);
+        l = mql_lease_find(&cs->leases, rel->ids[i]);
         apache__rocketmq__v2__ack_message_entry__init(&store[n]);
         store[n].message_id = l->message_id;
         store[n].receipt_handle = l->handle;   /* the newest: renewals are done by now */
@@ -136,20 +148,20 @@ static void ack_send(mql_client *c, mql_release *rel) {
         topic_name = l->topic;
         n++;
     }
-    mql_set_resource(&group, c->namespace_, c->group);
+    mql_set_resource(&group, c->namespace_, cs->group);
     mql_set_resource(&topic, c->namespace_, topic_name);
     req.group = &group;
     req.topic = &topic;
     req.n_entries = n;
     req.entries = entries;
-    call = mql_client_call(c, c->broker, MQL_M_ACK, c->request_timeout_ms, MQL_K_ACK, rel->op, rel);
+    call = mql_client_call(c, c->broker, MQL_M_ACK, c->request_timeout_ms, &ack_ops, rel->op, rel);
     if (mql_client_unary(c, call, &req.base) < 0) {
         mql_result_fail(&r, "INTERNAL", "ack: grpc refused to start the call");
         for (i = 0; i < rel->n; i++) {
             /* an entry settled already (BUSY: another release owns that lease) is
              * not ours to resume */
             if (rel->settled[i]) continue;
-            release_settle_lease(c, rel, i, mql_lease_find(&c->leases, rel->ids[i]), &r);
+            release_settle_lease(c, rel, i, mql_lease_find(&cs->leases, rel->ids[i]), &r);
         }
         release_post(c, rel);
         mql_release_free(rel);
@@ -185,7 +197,7 @@ static const Apache__Rocketmq__V2__AckMessageResultEntry *ack_entry_for(
     return NULL;
 }
 
-void mql_release_on_ack_done(mql_client *c, mql_call *call) {
+static void on_ack_done(mql_client *c, mql_call *call) {
     mql_release *rel = call->ctx;
     mql_result top, r;
     Apache__Rocketmq__V2__AckMessageResponse *resp =
@@ -198,7 +210,7 @@ void mql_release_on_ack_done(mql_client *c, mql_call *call) {
         if (rel->settled[i]) continue;
         /* no renewal runs while a release is pending: the lease still holds
          * the handle this ack sent */
-        l = mql_lease_find(&c->leases, rel->ids[i]);
+        l = mql_lease_find(&c->consumer.leases, rel->ids[i]);
         r = top;
         if (!l) {
             /* ended by the safety net while the reply was late: its one outcome
@@ -229,7 +241,7 @@ typedef struct lease_part {
 typedef int (*lease_call_fn)(mql_client *c, const mql_release *rel, mql_lease *l, void *ctx);
 
 static void part_settle(mql_client *c, mql_release *rel, size_t i, const mql_result *r) {
-    release_settle_lease(c, rel, i, mql_lease_find(&c->leases, rel->ids[i]), r);
+    release_settle_lease(c, rel, i, mql_lease_find(&c->consumer.leases, rel->ids[i]), r);
     if (release_done(rel)) {
         release_post(c, rel);
         mql_release_free(rel);
@@ -251,7 +263,7 @@ static void send_each(mql_client *c, mql_release *rel, lease_call_fn start, cons
         part = mql_xmalloc(sizeof(*part));
         part->rel = rel;
         part->i = i;
-        if (start(c, rel, mql_lease_find(&c->leases, rel->ids[i]), part) < 0) {
+        if (start(c, rel, mql_lease_find(&c->consumer.leases, rel->ids[i]), part) < 0) {
             free(part);
             part_settle(c, rel, i, &r);
         }
@@ -270,10 +282,10 @@ static void part_done(mql_client *c, mql_call *call, const ProtobufCMessageDescr
 }
 
 static int nack_start(mql_client *c, const mql_release *rel, mql_lease *l, void *ctx) {
-    return mql_renew_change_start(c, l, rel->delay_ms, MQL_K_NACK, ctx);
+    return mql_renew_change_start(c, l, rel->delay_ms, &nack_ops, 0, ctx);
 }
 
-void mql_release_on_nack_done(mql_client *c, mql_call *call) {
+static void on_nack_done(mql_client *c, mql_call *call) {
     part_done(c, call, &apache__rocketmq__v2__change_invisible_duration_response__descriptor);
 }
 
@@ -282,30 +294,34 @@ static int dead_letter_start(mql_client *c, const mql_release *rel, mql_lease *l
         APACHE__ROCKETMQ__V2__FORWARD_MESSAGE_TO_DEAD_LETTER_QUEUE_REQUEST__INIT;
     mql_pb_resource group, topic;
     (void)rel;
-    mql_set_resource(&group, c->namespace_, c->group);
+    mql_set_resource(&group, c->namespace_, c->consumer.group);
     mql_set_resource(&topic, c->namespace_, l->topic);
     req.group = &group;
     req.topic = &topic;
     req.receipt_handle = l->handle;
     req.message_id = l->message_id;
     return mql_client_unary(c, mql_client_call(c, c->broker, MQL_M_DLQ, c->request_timeout_ms,
-                                               MQL_K_DLQ, 0, ctx),
+                                               &dead_letter_ops, 0, ctx),
                             &req.base);
 }
 
-void mql_release_on_dead_letter_done(mql_client *c, mql_call *call) {
+static void on_dead_letter_done(mql_client *c, mql_call *call) {
     part_done(c, call,
               &apache__rocketmq__v2__forward_message_to_dead_letter_queue_response__descriptor);
 }
 
-/* The budget's own nack: no host op waits for it. */
-void mql_release_on_budget_nack_done(mql_client *c, mql_call *call) {
+/* The budget's own nack: no host op waits for it, so the call's op names
+ * the lease. */
+int mql_release_budget_nack(mql_client *c, mql_lease *l) {
+    return mql_renew_change_start(c, l, c->consumer.budget_nack_delay_ms, &budget_nack_ops, l->id,
+                                  NULL);
+}
+
+static void on_budget_nack_done(mql_client *c, mql_call *call) {
     mql_result r;
     void *resp = mql_reply_take(
         call, &apache__rocketmq__v2__change_invisible_duration_response__descriptor, &r);
-    mql_lease *l = mql_lease_find(&c->leases, *(uint64_t *)call->ctx);
-    free(call->ctx);
-    call->ctx = NULL;
+    mql_lease *l = mql_lease_find(&c->consumer.leases, call->op);
     if (l && r.ok) mql_lease_end(c, l, MQL_LEASE_NACKED);
     else if (l) mql_lease_resume(c, l);
     mql_reply_free(resp);
@@ -318,7 +334,7 @@ static int release_try(mql_client *c, mql_release *rel) {
     for (i = 0; i < rel->n; i++) {
         mql_lease *l;
         if (rel->settled[i]) continue;
-        l = mql_lease_find(&c->leases, rel->ids[i]);
+        l = mql_lease_find(&c->consumer.leases, rel->ids[i]);
         if (l && l->state == MQL_LEASE_RENEWING) return 0;
     }
     if (release_done(rel)) {
@@ -335,7 +351,7 @@ static int release_try(mql_client *c, mql_release *rel) {
 }
 
 void mql_release_run_deferred(mql_client *c) {
-    mql_release **pp = &c->deferred;
+    mql_release **pp = &c->consumer.deferred;
     while (*pp) {
         mql_release *rel = *pp;
         mql_release *next = rel->next;
@@ -370,7 +386,7 @@ static uint64_t release_start(mql_client *c, const uint64_t *ids, size_t n, rele
     rel->entries = mql_xcalloc(n, sizeof(*rel->entries));
     rel->settled = mql_xcalloc(n, sizeof(*rel->settled));
     for (i = 0; i < n; i++) {
-        mql_lease *l = mql_lease_find(&c->leases, ids[i]);
+        mql_lease *l = mql_lease_find(&c->consumer.leases, ids[i]);
         rel->ids[i] = ids[i];
         if (c->stopping) {
             mql_result_fail(&r, "CLOSED", "the consumer is closed");
@@ -385,13 +401,14 @@ static uint64_t release_start(mql_client *c, const uint64_t *ids, size_t n, rele
         } else {
             /* from now on nothing renews it: the release decides its fate */
             l->pending = is_ack ? MQL_PENDING_ACK : MQL_PENDING_NACK;
-            if (l->state != MQL_LEASE_RENEWING) mql_lease_arm(&c->leases, l, l->deadline_ms);
+            if (l->state != MQL_LEASE_RENEWING)
+                mql_lease_arm(&c->consumer.leases, l, l->deadline_ms);
         }
     }
     op = rel->op;   /* rel may be gone once tried */
     if (!release_try(c, rel)) {
-        rel->next = c->deferred;
-        c->deferred = rel;
+        rel->next = c->consumer.deferred;
+        c->consumer.deferred = rel;
     }
     return op;
 }
@@ -427,16 +444,31 @@ void mql_release_unseen(mql_client *c, mql_lease *l, int dead_letter, int64_t de
     release_start(c, &l->id, 1, k, delay_ms);
 }
 
+void mql_client_event_dropped(mql_client *c, const mql_event *ev) {
+    size_t i;
+    pthread_mutex_lock(&c->mu);
+    c->metrics.events_dropped++;
+    for (i = 0; i < ev->nmsgs; i++) {
+        mql_lease *l = mql_lease_find(&c->consumer.leases, ev->msgs[i].lease_id);
+        /* back after corrupt_delay, as any message the host never saw: at
+         * once, a consumer that cannot take it would spin on it */
+        if (l && l->pending == MQL_PENDING_NONE)
+            mql_release_unseen(c, l, 0, c->consumer.corrupt_nack_delay_ms, "undelivered");
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
 int mql_client_let_expire(mql_client *c, uint64_t lease_id) {
+    mql_consumer_part *cs = &c->consumer;
     mql_lease *l;
     int found = 0;
     pthread_mutex_lock(&c->mu);
-    l = mql_lease_find(&c->leases, lease_id);
+    l = mql_lease_find(&cs->leases, lease_id);
     if (l && l->pending == MQL_PENDING_NONE) {
         found = 1;
         l->let_go = 1;
         if (l->state == MQL_LEASE_HELD) l->state = MQL_LEASE_EXPIRING;
-        if (l->state != MQL_LEASE_RENEWING) mql_lease_arm(&c->leases, l, l->deadline_ms);
+        if (l->state != MQL_LEASE_RENEWING) mql_lease_arm(&cs->leases, l, l->deadline_ms);
     }
     pthread_mutex_unlock(&c->mu);
     return found;
@@ -448,15 +480,16 @@ static void collect_held(mql_lease *l, void *ud) {
 }
 
 uint64_t mql_client_nack_all(mql_client *c, int64_t delay_ms) {
+    mql_consumer_part *cs = &c->consumer;
     struct { uint64_t *ids; size_t n; } acc;
     uint64_t op;
     pthread_mutex_lock(&c->mu);
-    acc.ids = mql_xcalloc(c->leases.count, sizeof(uint64_t));
+    acc.ids = mql_xcalloc(cs->leases.count, sizeof(uint64_t));
     acc.n = 0;
-    mql_lease_each(&c->leases, collect_held, &acc);
+    mql_lease_each(&cs->leases, collect_held, &acc);
     /* from now on a message a receive still brings is given back at once */
-    c->nacked_all = 1;
-    c->nacked_all_delay_ms = delay_ms;
+    cs->nacked_all = 1;
+    cs->nacked_all_delay_ms = delay_ms;
     op = release_start(c, acc.ids, acc.n, NACK, delay_ms);
     free(acc.ids);
     pthread_mutex_unlock(&c->mu);
@@ -469,7 +502,7 @@ int mql_client_wait_released(mql_client *c, int64_t timeout_ms) {
     for (;;) {
         int stopped;
         pthread_mutex_lock(&c->mu);
-        left = c->leases.count;
+        left = c->consumer.leases.count;
         stopped = c->stopped;
         pthread_mutex_unlock(&c->mu);
         /* a stopped client answers nothing more: no reply will shrink the table */

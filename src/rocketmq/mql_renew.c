@@ -25,57 +25,63 @@
 
 #define RENEW_BACKOFF_MIN_MS 200
 #define RENEW_BACKOFF_MAX_MS 5000
-#define UNAVAILABLE_RETRY_NEEDS_MS 1000   /* see retry_needs_ms */
 #define RENEW_BLOCKED_WAKE_MS 20   /* at the in-flight cap: look again this soon at the latest */
+
+static void on_renew_done(mql_client *c, mql_call *call);
+
+static const mql_call_ops renew_ops = {.on_done = on_renew_done};
 
 /* Up to a tenth of the period early, at random: phases drift apart over time. */
 static int64_t renew_jitter(mql_client *c) {
-    int64_t jitter = c->renew_every_ms / 10;
+    int64_t jitter = c->consumer.renew_every_ms / 10;
     return jitter > 0 ? (int64_t)(mql_client_random(c) % (uint64_t)jitter) : 0;
 }
 
 int64_t mql_renew_next_at(mql_client *c, const mql_lease *l) {
-    return mql_pace_first_at(&c->pace, l->acquired_ms, l->deadline_ms, renew_jitter(c));
+    return mql_pace_first_at(&c->consumer.pace, l->acquired_ms, l->deadline_ms, renew_jitter(c));
 }
 
 void mql_renew_observe_held(mql_client *c, int64_t held_ms) {
-    if (!c->invisible_auto || !mql_auto_observe(&c->auto_, held_ms)) return;
+    mql_consumer_part *cs = &c->consumer;
+    if (!cs->invisible_auto || !mql_auto_observe(&cs->auto_, held_ms)) return;
     /* Leases already out keep their deadlines and timers (each renewal says
      * what it asked for); the pace's period and margin follow the new value. */
-    c->invisible_ms = c->auto_.value_ms;
-    if (!c->renew_every_fixed) c->renew_every_ms = c->invisible_ms / 3;
-    c->pace.invisible_ms = c->invisible_ms;
-    c->pace.every_ms = c->renew_every_ms;
+    cs->invisible_ms = cs->auto_.value_ms;
+    if (!cs->renew_every_fixed) cs->renew_every_ms = cs->invisible_ms / 3;
+    cs->pace.invisible_ms = cs->invisible_ms;
+    cs->pace.every_ms = cs->renew_every_ms;
 }
 
 void mql_lease_end(mql_client *c, mql_lease *l, mql_lease_state final) {
     mql_post_lease(c, l, final);
-    mql_lease_remove(&c->leases, l);
+    mql_lease_remove(&c->consumer.leases, l);
 }
 
 static void renew_start(mql_client *c, mql_lease *l, int64_t now);
 
 static int budget_spent(const mql_client *c, const mql_lease *l, int64_t now) {
-    if (c->max_renewals >= 0 && l->renewals >= c->max_renewals) return 1;
-    if (c->max_lease_ms > 0 && now + c->invisible_ms - l->acquired_ms > c->max_lease_ms) return 1;
+    const mql_consumer_part *cs = &c->consumer;
+    if (cs->max_renewals >= 0 && l->renewals >= cs->max_renewals) return 1;
+    if (cs->max_lease_ms > 0 && now + cs->invisible_ms - l->acquired_ms > cs->max_lease_ms) return 1;
     return 0;
 }
 
 /* The lease's due timer would start a renewal (and so needs a free slot). */
 static int wants_renewal(const mql_client *c, const mql_lease *l, int64_t now) {
     return now < l->deadline_ms && l->state == MQL_LEASE_HELD &&
-           l->pending == MQL_PENDING_NONE && c->renew && !budget_spent(c, l, now);
+           l->pending == MQL_PENDING_NONE && c->consumer.renew && !budget_spent(c, l, now);
 }
 
 /* One timer of one lease is due: the deadline passed, or it is time to renew. */
 static void lease_timer(mql_client *c, mql_lease *l, int64_t now) {
-    mql_lease_disarm(&c->leases, l);
+    mql_consumer_part *cs = &c->consumer;
+    mql_lease_disarm(&cs->leases, l);
     if (now >= l->deadline_ms && l->pending != MQL_PENDING_NONE &&
         now < l->deadline_ms + 2 * c->request_timeout_ms) {
         /* An ack or nack is on the wire: its reply decides the lease's one
          * outcome (the broker may well have taken it in time). The call ends
          * within its own deadline; this is only the safety net. */
-        mql_lease_arm(&c->leases, l, now + c->request_timeout_ms);
+        mql_lease_arm(&cs->leases, l, now + c->request_timeout_ms);
         return;
     }
     if (now >= l->deadline_ms) {
@@ -86,36 +92,34 @@ static void lease_timer(mql_client *c, mql_lease *l, int64_t now) {
         mql_lease_end(c, l, MQL_LEASE_LOST);
         return;
     }
-    if (l->state != MQL_LEASE_HELD || l->pending != MQL_PENDING_NONE || !c->renew) {
-        mql_lease_arm(&c->leases, l, l->deadline_ms);
+    if (l->state != MQL_LEASE_HELD || l->pending != MQL_PENDING_NONE || !cs->renew) {
+        mql_lease_arm(&cs->leases, l, l->deadline_ms);
         return;
     }
     if (budget_spent(c, l, now)) {
         l->state = MQL_LEASE_EXPIRING;
         mql_post_lease(c, l, MQL_LEASE_EXPIRING);
-        if (c->on_budget == MQL_BUDGET_NACK) {
+        if (cs->on_budget == MQL_BUDGET_NACK) {
             c->metrics.budget_nack++;
             l->pending = MQL_PENDING_NACK;
-            if (mql_renew_change_start(c, l, c->budget_nack_delay_ms, MQL_K_BUDGET_NACK, NULL) == 0) return;
+            if (mql_release_budget_nack(c, l) == 0) return;
             l->pending = MQL_PENDING_NONE;
         } else {
             c->metrics.budget_expire++;
         }
-        mql_lease_arm(&c->leases, l, l->deadline_ms);
+        mql_lease_arm(&cs->leases, l, l->deadline_ms);
         return;
     }
     renew_start(c, l, now);
 }
 
 int mql_renew_change_start(mql_client *c, mql_lease *l, int64_t duration_ms,
-                           mql_call_kind kind, void *ctx) {
+                           const mql_call_ops *ops, uint64_t op, void *ctx) {
     Apache__Rocketmq__V2__ChangeInvisibleDurationRequest req =
         APACHE__ROCKETMQ__V2__CHANGE_INVISIBLE_DURATION_REQUEST__INIT;
     mql_pb_resource group, topic;
     Google__Protobuf__Duration d;
-    int own_ctx = ctx == NULL && kind != MQL_K_RENEW;
-    uint64_t op = kind == MQL_K_RENEW ? l->id : 0;   /* a renewal names its lease by op */
-    mql_set_resource(&group, c->namespace_, c->group);
+    mql_set_resource(&group, c->namespace_, c->consumer.group);
     mql_set_resource(&topic, c->namespace_, l->topic);
     mql_set_duration(&d, duration_ms);
     req.group = &group;
@@ -123,56 +127,53 @@ int mql_renew_change_start(mql_client *c, mql_lease *l, int64_t duration_ms,
     req.receipt_handle = l->handle;
     req.message_id = l->message_id;
     req.invisible_duration = &d;
-    if (own_ctx) {
-        uint64_t *id = mql_xmalloc(sizeof(*id));
-        *id = l->id;
-        ctx = id;
-    }
-    if (mql_client_unary(c, mql_client_call(c, c->broker, MQL_M_CHANGE, c->request_timeout_ms,
-                                            kind, op, ctx),
-                         &req.base) < 0) {
-        if (own_ctx) free(ctx);
-        return -1;
-    }
-    return 0;
+    return mql_client_unary(c, mql_client_call(c, c->broker, MQL_M_CHANGE, c->request_timeout_ms,
+                                               ops, op, ctx),
+                            &req.base);
 }
 
 static void renew_start(mql_client *c, mql_lease *l, int64_t now) {
+    mql_consumer_part *cs = &c->consumer;
     l->renew_sent_ms = now;
-    l->window_ms = (uint32_t)c->invisible_ms;
+    l->window_ms = (uint32_t)cs->invisible_ms;
     mql_hist_observe(&c->metrics.renew_lateness, (double)(now - l->timer_ms) / 1000.0);
-    if (mql_renew_change_start(c, l, l->window_ms, MQL_K_RENEW, NULL) < 0) {
-        mql_lease_arm(&c->leases, l, now + RENEW_BACKOFF_MIN_MS);
+    /* a renewal names its lease by the call's op */
+    if (mql_renew_change_start(c, l, l->window_ms, &renew_ops, l->id, NULL) < 0) {
+        mql_lease_arm(&cs->leases, l, now + RENEW_BACKOFF_MIN_MS);
         return;
     }
     l->state = MQL_LEASE_RENEWING;
-    c->renew_inflight++;
+    cs->renew_inflight++;
     /* no timer while renewing: the reply (or the call's own deadline) re-arms it */
 }
 
 /* How long a retried renewal must have before the deadline. A proxy that
  * went away (UNAVAILABLE) answered nothing, and the session is moving to a
  * live one: the retry goes there and takes what renewals take (K x the
- * observed p99; a second until there are enough renewals for a p99), not
+ * observed p99) plus a new connection's setup (MQL_RECONNECT_NEEDS_MS), not
  * the worst case. Without that, a lease whose renewal fell due just as its
  * proxy died (a third of the window left) would be given up at once though
- * another proxy could renew it. */
+ * another proxy could renew it; without the connection's part, a retry on a
+ * fast broker (p99 of a few ms) was still sent with milliseconds left and
+ * reached the new proxy after the deadline (issue 20 item 4). A call never
+ * takes longer than its request timeout, connection included: that stays the
+ * ceiling. */
 static int64_t retry_needs_ms(const mql_client *c, const char *code) {
     if (strcmp(code, "UNAVAILABLE") == 0) {
-        int64_t need = c->pace.p99_ms > 0 ? MQL_PACE_P99_FACTOR * c->pace.p99_ms
-                                          : UNAVAILABLE_RETRY_NEEDS_MS;
+        int64_t need = MQL_PACE_P99_FACTOR * c->consumer.pace.p99_ms + MQL_RECONNECT_NEEDS_MS;
         return need < c->request_timeout_ms ? need : c->request_timeout_ms;
     }
     return c->request_timeout_ms;
 }
 
-void mql_renew_on_done(mql_client *c, mql_call *call) {
+static void on_renew_done(mql_client *c, mql_call *call) {
+    mql_consumer_part *cs = &c->consumer;
     mql_result r;
     Apache__Rocketmq__V2__ChangeInvisibleDurationResponse *resp = mql_reply_take(
         call, &apache__rocketmq__v2__change_invisible_duration_response__descriptor, &r);
-    mql_lease *l = mql_lease_find(&c->leases, call->op);
+    mql_lease *l = mql_lease_find(&cs->leases, call->op);
     int64_t now = mql_now_ms();
-    c->renew_inflight--;
+    cs->renew_inflight--;
     if (!l || l->state != MQL_LEASE_RENEWING) goto out;   /* gone meanwhile */
     l->state = MQL_LEASE_HELD;
     if (r.ok && resp->receipt_handle && *resp->receipt_handle) {
@@ -185,8 +186,8 @@ void mql_renew_on_done(mql_client *c, mql_call *call) {
         l->attempts = 0;
         c->metrics.renew_success++;
         mql_hist_observe(&c->metrics.renew_latency, (double)(now - l->renew_sent_ms) / 1000.0);
-        mql_pace_observe(&c->pace, now - l->renew_sent_ms);
-        mql_lease_arm(&c->leases, l, mql_pace_next_at(&c->pace, l->renew_sent_ms, l->deadline_ms,
+        mql_pace_observe(&cs->pace, now - l->renew_sent_ms);
+        mql_lease_arm(&cs->leases, l, mql_pace_next_at(&cs->pace, l->renew_sent_ms, l->deadline_ms,
                                                       renew_jitter(c)));
     } else if (strcmp(r.code, "INVALID_RECEIPT_HANDLE") == 0) {
         /* final: the broker no longer knows this delivery; no retry storm */
@@ -201,7 +202,7 @@ void mql_renew_on_done(mql_client *c, mql_call *call) {
          * the message may come back once more. Count it apart. */
         int uncertain = strcmp(r.code, "TIMEOUT") == 0 || strcmp(r.code, "CANCELLED") == 0;
         int64_t backoff = RENEW_BACKOFF_MIN_MS << (l->attempts < 5 ? l->attempts : 5);
-        mql_pace_observe(&c->pace, now - l->renew_sent_ms);   /* a timeout is slowness too */
+        mql_pace_observe(&cs->pace, now - l->renew_sent_ms);   /* a timeout is slowness too */
         /* The change may have been applied: then the broker minted a handle we
          * never saw, and armed a deadline that our handle cannot cancel. No
          * handle we hold can undo that, so we keep renewing with the one we
@@ -218,14 +219,14 @@ void mql_renew_on_done(mql_client *c, mql_call *call) {
         if (backoff > RENEW_BACKOFF_MAX_MS) backoff = RENEW_BACKOFF_MAX_MS;
         l->attempts++;
         if (now + backoff + retry_needs_ms(c, r.code) < l->deadline_ms)
-            mql_lease_arm(&c->leases, l, now + backoff);
+            mql_lease_arm(&cs->leases, l, now + backoff);
         else
-            mql_lease_arm(&c->leases, l, l->deadline_ms);
+            mql_lease_arm(&cs->leases, l, l->deadline_ms);
     }
     if (l && l->let_go) {
         /* the host let it expire while this renewal was out: that stands */
         l->state = MQL_LEASE_EXPIRING;
-        mql_lease_arm(&c->leases, l, l->deadline_ms);
+        mql_lease_arm(&cs->leases, l, l->deadline_ms);
     }
 out:
     mql_reply_free(resp);
@@ -233,19 +234,21 @@ out:
 }
 
 int64_t mql_renew_timers(mql_client *c, int64_t now, int64_t wake) {
+    mql_consumer_part *cs = &c->consumer;
     mql_lease *l;
-    while ((l = mql_lease_next(&c->leases)) && l->timer_ms <= now) {
-        if (wants_renewal(c, l, now) && mql_pace_may_start(&c->pace, c->renew_inflight) == 0)
+    while ((l = mql_lease_next(&cs->leases)) && l->timer_ms <= now) {
+        if (wants_renewal(c, l, now) && mql_pace_may_start(&cs->pace, cs->renew_inflight) == 0)
             return now + RENEW_BLOCKED_WAKE_MS < wake ? now + RENEW_BLOCKED_WAKE_MS : wake;
         lease_timer(c, l, now);
     }
-    if ((l = mql_lease_next(&c->leases)) && l->timer_ms < wake) wake = l->timer_ms;
+    if ((l = mql_lease_next(&cs->leases)) && l->timer_ms < wake) wake = l->timer_ms;
     return wake;
 }
 
 void mql_lease_resume(mql_client *c, mql_lease *l) {
+    mql_consumer_part *cs = &c->consumer;
     int64_t now = mql_now_ms();
     l->pending = MQL_PENDING_NONE;
-    if (l->state == MQL_LEASE_EXPIRING || !c->renew) mql_lease_arm(&c->leases, l, l->deadline_ms);
-    else mql_lease_arm(&c->leases, l, now);
+    if (l->state == MQL_LEASE_EXPIRING || !cs->renew) mql_lease_arm(&cs->leases, l, l->deadline_ms);
+    else mql_lease_arm(&cs->leases, l, now);
 }

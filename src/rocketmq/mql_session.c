@@ -39,6 +39,19 @@
 
 #define HEARTBEAT_EVERY_MS 10000
 
+/* What each of the session's calls does when it ends (mql_call_ops). */
+static void on_route_done(mql_client *c, mql_call *call);
+static void on_telemetry_message(mql_client *c, mql_call *call, grpc_byte_buffer *reply);
+static void on_telemetry_done(mql_client *c, mql_call *call);
+static void on_heartbeat_done(mql_client *c, mql_call *call);
+static void on_terminate_done(mql_client *c, mql_call *call);
+
+static const mql_call_ops route_ops = {.on_done = on_route_done};
+static const mql_call_ops telemetry_ops = {.on_message = on_telemetry_message,
+                                           .on_done = on_telemetry_done};
+static const mql_call_ops heartbeat_ops = {.on_done = on_heartbeat_done};
+static const mql_call_ops terminate_ops = {.on_done = on_terminate_done};
+
 static int is_ipv4(const char *h) {
     int dots = 0;
     for (; *h; h++) {
@@ -179,13 +192,14 @@ static int route_start(mql_client *c, const char *topic_name, uint64_t op) {
     set_endpoints(&ep, c->host, c->port);
     req.topic = &topic;
     req.endpoints = &ep.ep;
-    return mql_client_unary(c, mql_client_call(c, c->access, MQL_M_QUERY_ROUTE, c->request_timeout_ms, MQL_K_ROUTE, op, NULL),
-                 &req.base);
+    return mql_client_unary(c, mql_client_call(c, c->access, MQL_M_QUERY_ROUTE,
+                                               c->request_timeout_ms, &route_ops, op, NULL),
+                            &req.base);
 }
 
 static void session_route_start(mql_client *c) {
     mql_result r;
-    if (route_start(c, c->topic, 0) < 0) {
+    if (route_start(c, c->consumer.topic, 0) < 0) {
         mql_result_fail(&r, "INTERNAL", "QueryRoute: grpc refused to start the call");
         fail_start(c, &r);
     }
@@ -272,7 +286,8 @@ grpc_channel *mql_session_channel_new(const mql_client *c, const char *target) {
     return ch;
 }
 
-void mql_session_on_route_done(mql_client *c, mql_call *call) {
+static void on_route_done(mql_client *c, mql_call *call) {
+    mql_consumer_part *cs = &c->consumer;
     mql_result r;
     Apache__Rocketmq__V2__QueryRouteResponse *resp =
         mql_reply_take(call, &apache__rocketmq__v2__query_route_response__descriptor, &r);
@@ -290,11 +305,11 @@ void mql_session_on_route_done(mql_client *c, mql_call *call) {
             if (queue_readable(resp->message_queues[i])) q = resp->message_queues[i];
         if (!q) {
             mql_result_fail(&r, "FORBIDDEN", "QueryRoute: topic %s has no readable queue",
-                            c->topic);
+                            cs->topic);
         } else {
             const Apache__Rocketmq__V2__Endpoints *ep = q->broker->endpoints;
-            free(c->broker_name);
-            c->broker_name = mql_strdup(q->broker->name);
+            free(cs->broker_name);
+            cs->broker_name = mql_strdup(q->broker->name);
             if (ep && ep->n_addresses > 0) {
                 char target[300];
                 snprintf(target, sizeof(target), "%s:%d", ep->addresses[0]->host,
@@ -316,6 +331,7 @@ void mql_session_on_route_done(mql_client *c, mql_call *call) {
 }
 
 static void telemetry_send_settings(mql_client *c) {
+    mql_consumer_part *cs = &c->consumer;
     Apache__Rocketmq__V2__TelemetryCommand cmd = APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__INIT;
     Apache__Rocketmq__V2__Settings s = APACHE__ROCKETMQ__V2__SETTINGS__INIT;
     Apache__Rocketmq__V2__UA ua = APACHE__ROCKETMQ__V2__UA__INIT;
@@ -342,11 +358,11 @@ static void telemetry_send_settings(mql_client *c) {
     s.user_agent = &ua;
     if (c->type == MQL_CONSUMER) {
         s.client_type = APACHE__ROCKETMQ__V2__CLIENT_TYPE__SIMPLE_CONSUMER;
-        mql_set_resource(&group, c->namespace_, c->group);
-        mql_set_resource(&topic, c->namespace_, c->topic);
-        fe.type = c->filter_sql ? APACHE__ROCKETMQ__V2__FILTER_TYPE__SQL
-                                : APACHE__ROCKETMQ__V2__FILTER_TYPE__TAG;
-        fe.expression = c->filter;
+        mql_set_resource(&group, c->namespace_, cs->group);
+        mql_set_resource(&topic, c->namespace_, cs->topic);
+        fe.type = cs->filter_sql ? APACHE__ROCKETMQ__V2__FILTER_TYPE__SQL
+                                         : APACHE__ROCKETMQ__V2__FILTER_TYPE__TAG;
+        fe.expression = cs->filter;
         entry.topic = &topic;
         entry.expression = &fe;
         sub.group = &group;
@@ -358,8 +374,8 @@ static void telemetry_send_settings(mql_client *c) {
         s.subscription = &sub;
     } else {
         s.client_type = APACHE__ROCKETMQ__V2__CLIENT_TYPE__PRODUCER;
-        for (i = 0; i < c->ntopics && i < 64; i++) {
-            mql_set_resource(&pub_topic_store[i], c->namespace_, c->topics[i]);
+        for (i = 0; i < c->producer.ntopics && i < 64; i++) {
+            mql_set_resource(&pub_topic_store[i], c->namespace_, c->producer.topics[i]);
             pub_topics[i] = &pub_topic_store[i];
         }
         pub.n_topics = i;
@@ -387,7 +403,7 @@ static void telemetry_open(mql_client *c) {
     c->telemetry_retry_at = 0;
     /* a stream has no deadline: one opened after close would keep the thread alive */
     if (c->stopping) return;
-    c->telemetry = mql_client_call(c, c->broker, MQL_M_TELEMETRY, -1, MQL_K_TELEMETRY, 0, NULL);
+    c->telemetry = mql_client_call(c, c->broker, MQL_M_TELEMETRY, -1, &telemetry_ops, 0, NULL);
     if (mql_call_start_bidi(c->telemetry) < 0) {
         mql_client_unlink(c, c->telemetry);
         mql_call_free(c->telemetry);
@@ -405,10 +421,11 @@ static void telemetry_open(mql_client *c) {
 }
 
 /* The frame is read by mql_telemetry_decode (mql_inbound.h), which the fuzzer drives too. */
-void mql_session_on_telemetry_message(mql_client *c, grpc_byte_buffer *reply) {
+static void on_telemetry_message(mql_client *c, mql_call *call, grpc_byte_buffer *reply) {
     mql_telemetry_reply t;
     grpc_slice slice;
     mql_result r;
+    (void)call;
     if (mql_read_all(reply, &slice) < 0) return;
     mql_telemetry_decode(&t, GRPC_SLICE_START_PTR(slice), GRPC_SLICE_LENGTH(slice));
     grpc_slice_unref(slice);
@@ -432,7 +449,7 @@ void mql_session_on_telemetry_message(mql_client *c, grpc_byte_buffer *reply) {
     }
 }
 
-void mql_session_on_telemetry_done(mql_client *c, mql_call *call) {
+static void on_telemetry_done(mql_client *c, mql_call *call) {
     mql_result r;
     int given_up = c->telemetry_given_up;
     c->telemetry = NULL;
@@ -450,17 +467,18 @@ static void heartbeat_start(mql_client *c) {
     Apache__Rocketmq__V2__HeartbeatRequest req = APACHE__ROCKETMQ__V2__HEARTBEAT_REQUEST__INIT;
     mql_pb_resource group;
     if (c->type == MQL_CONSUMER) {
-        mql_set_resource(&group, c->namespace_, c->group);
+        mql_set_resource(&group, c->namespace_, c->consumer.group);
         req.group = &group;
         req.client_type = APACHE__ROCKETMQ__V2__CLIENT_TYPE__SIMPLE_CONSUMER;
     } else {
         req.client_type = APACHE__ROCKETMQ__V2__CLIENT_TYPE__PRODUCER;
     }
-    mql_client_unary(c, mql_client_call(c, c->broker, MQL_M_HEARTBEAT, c->request_timeout_ms, MQL_K_HEARTBEAT, 0, NULL),
-          &req.base);
+    mql_client_unary(c, mql_client_call(c, c->broker, MQL_M_HEARTBEAT, c->request_timeout_ms,
+                                        &heartbeat_ops, 0, NULL),
+                     &req.base);
 }
 
-void mql_session_on_heartbeat_done(mql_client *c, mql_call *call) {
+static void on_heartbeat_done(mql_client *c, mql_call *call) {
     mql_result r;
     void *resp = mql_reply_take(call, &apache__rocketmq__v2__heartbeat_response__descriptor, &r);
     if (!r.ok && !c->stopping) mql_metrics_error(&c->metrics, "heartbeat", r.code);
@@ -482,10 +500,11 @@ uint64_t mql_client_terminate(mql_client *c) {
     }
     op = ++c->next_op;
     if (c->type == MQL_CONSUMER) {
-        mql_set_resource(&group, c->namespace_, c->group);
+        mql_set_resource(&group, c->namespace_, c->consumer.group);
         req.group = &group;
     }
-    call = mql_client_call(c, c->broker, MQL_M_TERMINATE, c->request_timeout_ms, MQL_K_TERMINATE, op, NULL);
+    call = mql_client_call(c, c->broker, MQL_M_TERMINATE, c->request_timeout_ms, &terminate_ops,
+                           op, NULL);
     if (mql_client_unary(c, call, &req.base) < 0) {
         op = mql_post_refusal(c, "INTERNAL", "terminate: grpc refused to start the call");
     } else {
@@ -495,7 +514,7 @@ uint64_t mql_client_terminate(mql_client *c) {
     return op;
 }
 
-void mql_session_on_terminate_done(mql_client *c, mql_call *call) {
+static void on_terminate_done(mql_client *c, mql_call *call) {
     mql_result r;
     mql_reply_free(mql_reply_take(
         call, &apache__rocketmq__v2__notify_client_termination_response__descriptor, &r));
@@ -518,7 +537,7 @@ static void reconnect_now(mql_client *c) {
     if (c->nendpoints > 1 &&
         endpoint_use(c, (c->endpoint_at + 1) % c->nendpoints, err, sizeof(err)) == 0) {
         channels_renew(c);
-        if (c->type == MQL_CONSUMER && route_start(c, c->topic, 0) == 0) return;
+        if (c->type == MQL_CONSUMER && route_start(c, c->consumer.topic, 0) == 0) return;
     }
     telemetry_open(c);
 }

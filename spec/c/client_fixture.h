@@ -1,0 +1,74 @@
+/* client_fixture.h -- a consumer for server-free C tests of the client's
+ * stages: ready, its channel pointing nowhere (grpc connects lazily, so
+ * nothing goes out unless a call starts, and no call ever ends on its own:
+ * the test hands replies to the ops a stage gave its call, as the client
+ * thread would). */
+#ifndef CLIENT_FIXTURE_H
+#define CLIENT_FIXTURE_H
+
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mql_call.h"
+#include "mql_client_private.h"
+
+/* A ready consumer whose channel points nowhere. */
+static void fixture_client_init(mql_client *c) {
+    grpc_channel_credentials *cr;
+    memset(c, 0, sizeof(*c));
+    grpc_init();
+    c->type = MQL_CONSUMER;
+    c->state = MQL_CLIENT_READY;
+    c->endpoint = "127.0.0.1:1";
+    c->request_timeout_ms = 1000;
+    c->rand_state = 42;
+    c->id.client_id = "receive-caps-test";
+    c->consumer.group = "g";
+    c->consumer.topic = "t";
+    c->consumer.filter = "*";
+    c->consumer.broker_name = "broker-a";
+    c->consumer.invisible_ms = 30000;
+    c->consumer.renew_every_ms = 10000;
+    c->consumer.renew = 1;
+    c->consumer.max_renewals = -1;
+    c->consumer.max_body = 1 << 20;
+    mql_pace_init(&c->consumer.pace, 30000, 10000);
+    mql_lease_table_init(&c->consumer.leases);
+    pthread_mutex_init(&c->mu, NULL);
+    mql_events_init(&c->events);
+    c->cq = grpc_completion_queue_create_for_next(NULL);
+    cr = grpc_insecure_credentials_create();
+    c->access = c->broker = grpc_channel_create(c->endpoint, cr, NULL);
+    grpc_channel_credentials_release(cr);
+}
+
+/* Cancels every call (and extra, one the test took out of the list), drains
+ * the queue and frees what the fixture made. */
+static void fixture_client_finish(mql_client *c, mql_call *extra) {
+    mql_call *call;
+    grpc_event ev;
+    if (extra) mql_call_cancel(extra);
+    for (call = c->calls; call; call = call->next) mql_call_cancel(call);
+    grpc_channel_destroy(c->access);
+    grpc_completion_queue_shutdown(c->cq);
+    do ev = grpc_completion_queue_next(c->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+    while (ev.type != GRPC_QUEUE_SHUTDOWN);
+    grpc_completion_queue_destroy(c->cq);
+    /* each call ends as the client thread would end it after a cancel: its
+     * own ops run and free what they hold */
+    while ((call = c->calls)) {
+        mql_client_unlink(c, call);
+        call->status = GRPC_STATUS_CANCELLED;
+        call->ops->on_done(c, call);
+        mql_call_free(call);
+    }
+    if (extra) mql_call_free(extra);
+    mql_lease_table_free(&c->consumer.leases);
+    mql_events_destroy(&c->events);
+    pthread_mutex_destroy(&c->mu);
+    grpc_shutdown();
+}
+
+#endif /* CLIENT_FIXTURE_H */

@@ -1,0 +1,165 @@
+/* receive_caps_test.c -- what one ReceiveMessage may bring, without a server:
+ * a receive is started on a client whose channel points nowhere (grpc
+ * connects lazily), and its stream's frames are handed to the ops the receive
+ * gave its call, as the client thread would.
+ *
+ * Issue 20 item 9: the stream had no message cap -- a proxy (or anything
+ * between) that sent more messages than the batch asked for had each one
+ * turned into a lease and handed over -- and max_inflight_bytes was checked
+ * only before a receive, so one receive could add up to 32 x max_body. The
+ * core now takes at most the batch, and at most the byte budget the host
+ * gives the receive (always at least one message, so a body larger than the
+ * budget still makes progress); from the first message past either bound, the
+ * rest of the stream is given back at once and counted by reason. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "client_fixture.h"
+#include "mql_test.h"
+
+/* One ReceiveMessage frame with a message of body_len bytes. */
+static grpc_byte_buffer *message_frame(const char *id, size_t body_len) {
+    Apache__Rocketmq__V2__ReceiveMessageResponse resp =
+        APACHE__ROCKETMQ__V2__RECEIVE_MESSAGE_RESPONSE__INIT;
+    Apache__Rocketmq__V2__Message m = APACHE__ROCKETMQ__V2__MESSAGE__INIT;
+    Apache__Rocketmq__V2__SystemProperties sp = APACHE__ROCKETMQ__V2__SYSTEM_PROPERTIES__INIT;
+    Apache__Rocketmq__V2__Resource topic = APACHE__ROCKETMQ__V2__RESOURCE__INIT;
+    uint8_t *buf, *body = calloc(1, body_len + 1);
+    size_t len;
+    grpc_slice s;
+    grpc_byte_buffer *bb;
+    topic.name = "t";
+    sp.message_id = (char *)id;
+    sp.receipt_handle = "0 1700000000000 30000 0 0 broker-a 0 0 0";
+    sp.body_encoding = APACHE__ROCKETMQ__V2__ENCODING__IDENTITY;
+    m.topic = &topic;
+    m.system_properties = &sp;
+    m.body.data = body;
+    m.body.len = body_len;
+    resp.content_case = APACHE__ROCKETMQ__V2__RECEIVE_MESSAGE_RESPONSE__CONTENT_MESSAGE;
+    resp.message = &m;
+    buf = malloc(protobuf_c_message_get_packed_size(&resp.base));
+    len = protobuf_c_message_pack(&resp.base, buf);
+    s = grpc_slice_from_copied_buffer((const char *)buf, len);
+    bb = grpc_raw_byte_buffer_create(&s, 1);
+    grpc_slice_unref(s);
+    free(buf);
+    free(body);
+    return bb;
+}
+
+static grpc_byte_buffer *ok_status_frame(void) {
+    Apache__Rocketmq__V2__ReceiveMessageResponse resp =
+        APACHE__ROCKETMQ__V2__RECEIVE_MESSAGE_RESPONSE__INIT;
+    Apache__Rocketmq__V2__Status st = APACHE__ROCKETMQ__V2__STATUS__INIT;
+    uint8_t buf[64];
+    size_t len;
+    grpc_slice s;
+    grpc_byte_buffer *bb;
+    st.code = APACHE__ROCKETMQ__V2__CODE__OK;
+    resp.content_case = APACHE__ROCKETMQ__V2__RECEIVE_MESSAGE_RESPONSE__CONTENT_STATUS;
+    resp.status = &st;
+    len = protobuf_c_message_pack(&resp.base, buf);
+    s = grpc_slice_from_copied_buffer((const char *)buf, len);
+    bb = grpc_raw_byte_buffer_create(&s, 1);
+    grpc_slice_unref(s);
+    return bb;
+}
+
+/* The receive's stream brings frames, then ends OK; returns the result event. */
+static mql_event *stream(mql_client *c, mql_call *call, grpc_byte_buffer **frames, size_t n) {
+    size_t i;
+    mql_event *ev;
+    for (i = 0; i < n; i++) {
+        call->ops->on_message(c, call, frames[i]);
+        grpc_byte_buffer_destroy(frames[i]);
+    }
+    mql_client_unlink(c, call);   /* as the hub does before on_done */
+    call->status = GRPC_STATUS_OK;
+    call->ops->on_done(c, call);
+    ev = mql_events_take(&c->events);
+    while (ev && ev->kind != MQL_EV_OP) {   /* lease events of the given-back ones */
+        mql_event *next = ev->next;
+        ev->next = NULL;
+        mql_event_free(ev);
+        ev = next;
+    }
+    return ev;
+}
+
+static uint64_t reason_count(const mql_reason_table *t, const char *reason) {
+    int i;
+    for (i = 0; i < t->n; i++)
+        if (strcmp(t->r[i].reason, reason) == 0) return t->r[i].n;
+    return 0;
+}
+
+static void a_stream_with_more_messages_than_the_batch_is_cut(void) {
+    mql_client c;
+    mql_call *call;
+    mql_event *ev;
+    grpc_byte_buffer *frames[5];
+    fixture_client_init(&c);
+    mql_client_receive(&c, 2, 5000, 0);
+    call = c.calls;
+    CHECK(call != NULL);
+    if (!call) return;
+    frames[0] = ok_status_frame();
+    frames[1] = message_frame("M1", 10);
+    frames[2] = message_frame("M2", 10);
+    frames[3] = message_frame("M3", 10);
+    frames[4] = message_frame("M4", 10);
+    ev = stream(&c, call, frames, 5);
+    CHECK(ev && ev->result.ok && ev->nmsgs == 2);
+    CHECK(ev && ev->nmsgs == 2 && strcmp(ev->msgs[0].id, "M1") == 0 &&
+          strcmp(ev->msgs[1].id, "M2") == 0);
+    CHECK(c.metrics.received == 4);
+    CHECK(reason_count(&c.metrics.given_back, "over_batch") == 2);
+    /* the two extra ones are leases being given back (a nack each), not held */
+    CHECK(c.consumer.leases.count == 4);
+    CHECK(c.calls != NULL);   /* their nacks are on the wire */
+    mql_event_free(ev);
+    fixture_client_finish(&c, call);
+}
+
+static void a_receive_stops_taking_at_its_byte_budget(void) {
+    mql_client c;
+    mql_call *call;
+    mql_event *ev;
+    grpc_byte_buffer *frames[5];
+    fixture_client_init(&c);
+    mql_client_receive(&c, 16, 5000, 250);
+    call = c.calls;
+    CHECK(call != NULL);
+    if (!call) return;
+    frames[0] = ok_status_frame();
+    frames[1] = message_frame("M1", 100);
+    frames[2] = message_frame("M2", 100);
+    frames[3] = message_frame("M3", 100);   /* 300 > 250: back, and all after it */
+    frames[4] = message_frame("M4", 10);
+    ev = stream(&c, call, frames, 5);
+    CHECK(ev && ev->result.ok && ev->nmsgs == 2);
+    CHECK(reason_count(&c.metrics.given_back, "over_bytes") == 2);
+    mql_event_free(ev);
+    fixture_client_finish(&c, call);
+
+    /* a first message larger than the whole budget is still taken: progress */
+    fixture_client_init(&c);
+    mql_client_receive(&c, 16, 5000, 50);
+    call = c.calls;
+    if (!call) return;
+    frames[0] = ok_status_frame();
+    frames[1] = message_frame("BIG", 100);
+    frames[2] = message_frame("M2", 10);
+    ev = stream(&c, call, frames, 3);
+    CHECK(ev && ev->nmsgs == 1 && strcmp(ev->msgs[0].id, "BIG") == 0);
+    CHECK(reason_count(&c.metrics.given_back, "over_bytes") == 1);
+    mql_event_free(ev);
+    fixture_client_finish(&c, call);
+}
+
+int main(void) {
+    RUN(a_stream_with_more_messages_than_the_batch_is_cut);
+    RUN(a_receive_stops_taking_at_its_byte_budget);
+    return TEST_REPORT("receive_caps_test");
+}
