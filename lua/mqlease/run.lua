@@ -60,6 +60,7 @@ return function(consumer, handler, opts)
     received = 0, acked = 0, nacked = 0, failed = 0, drained = 0, skipped = 0, dead_lettered = 0,
   }
   local receiver, drainer
+  local stop   -- stop(reason): begins the drain (defined below)
 
   local function settle(m)
     st.running[m] = nil
@@ -207,6 +208,10 @@ return function(consumer, handler, opts)
             end
           end
           start_handlers()
+        elseif code == "CLOSED" or (client.closed and client:closed()) then
+          -- closed under the run (its receive in flight fails CANCELLED) or
+          -- before it: nothing can come any more
+          stop("closed")
         elseif not st.stopping then
           io.stderr:write(("mqlease: receive failed: %s (%s)\n"):format(tostring(err), tostring(code)))
           wait.sleep(1)
@@ -228,7 +233,8 @@ return function(consumer, handler, opts)
     -- the whole drain from here: the watcher's clock started at the signal,
     -- ours may start later (or without a signal: run_for, stop)
     if watcher then watcher:extend(o.grace + drain_extension) end
-    client:cancel_receives()
+    -- a closed client has no receive left to cancel (and raises if asked)
+    if not (client.closed and client:closed()) then client:cancel_receives() end
     if receiver then sched:wake(receiver) end
     -- 1. what never started goes back at once
     while st.qhead <= st.qtail do
@@ -269,7 +275,7 @@ return function(consumer, handler, opts)
     st.done = true
   end
 
-  local function stop(reason)
+  function stop(reason)
     if st.stopping then return end
     st.stopping = true
     st.reason = reason
