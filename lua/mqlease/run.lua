@@ -15,6 +15,7 @@ local core = require "mqlease.core"
 local config = require "mqlease.config"
 local wait = require "mqlease.wait"
 local policy_mod = require "mqlease.policy"
+local metrics = require "mqlease.metrics"
 
 local min, floor = math.min, math.floor
 local coroutine_running = coroutine.running
@@ -36,6 +37,8 @@ return function(consumer, handler, opts)
     error("bad argument #2 to 'run' (handler: function expected, got " .. type(handler) .. ")", 2)
   end
   local o = config.run_options(opts)
+  -- await and process time, as the official clients record them
+  handler = metrics.timed(consumer, handler)
   local policy = o.policy or policy_mod.plain
   local nack_delay = o.nack_delay or default_nack_delay
   if type(nack_delay) == "number" then
@@ -195,6 +198,7 @@ return function(consumer, handler, opts)
       else
         local msgs, err, code = consumer:receive(min(batch, o.max_inflight - st.inflight))
         if msgs then
+          metrics.received(consumer, msgs)
           for _, m in ipairs(msgs) do
             st.received = st.received + 1
             if st.stopping then
@@ -293,6 +297,8 @@ return function(consumer, handler, opts)
     end)
   end
   local stop_at = o.run_for and core.now() + o.run_for
+  -- the official clients' cached messages and bytes: what this run holds
+  metrics.holding(consumer, function() return st.inflight, st.bytes end)
 
   local ok, err = pcall(sched.loop, sched, function()
     if not st.stopping then
@@ -301,6 +307,7 @@ return function(consumer, handler, opts)
     end
     return st.done
   end)
+  metrics.holding(consumer, nil)
   consumer:close()
   if watcher then
     watcher:done()

@@ -1,10 +1,13 @@
 -- spec/support/fake_consumer.lua: a stand-in for mqlease.consumer that
 -- mqlease.run can drive with no server. It hands out messages (opts.every
--- seconds apart, as many as opts.total, forever when nil), records acks and
--- nacks, answers receive with nil, "the consumer is closed", "CLOSED" once
--- closed, and returns what metrics() holds. Only what mqlease.run touches is
--- here: the options it reads, the session's client it cancels receives on.
+-- seconds apart, as many as opts.total, forever when nil; each stored
+-- opts.stored_ago seconds before its receipt), records acks and nacks, answers
+-- receive with nil, "the consumer is closed", "CLOSED" once closed, and
+-- returns what metrics() holds. Only what mqlease.run and mqlease.metrics
+-- touch is here: the options run reads, the session's client it cancels
+-- receives on, topic, group and id.
 local wait = require "mqlease.wait"
+local core = require "mqlease.core"
 
 local _M = {}
 
@@ -12,15 +15,16 @@ function _M.new(opts)
   opts = opts or {}
   local every = opts.every or 0.01
   local c = {
+    topic = opts.topic or "t", group = opts.group or "g",
     options = { release_delay = 1, batch = 32, request_timeout = 3 },
     _session = { client = { cancel_receives = function() end } },
     acked = {}, nacked = {}, given = 0, receives = 0, closed = false,
     raw = opts.metrics or {},
   }
   local function message(i)
-    local now = os.time()
-    local m = { id = "m" .. i, body = opts.body or "x", topic = "t", delivery_attempt = 1,
-      born_at = now, store_at = now, lease = { alive = function() return true end } }
+    local stored = core.wall() - (opts.stored_ago or 0)
+    local m = { id = "m" .. i, body = opts.body or "x", topic = c.topic, delivery_attempt = 1,
+      born_at = stored, store_at = stored, lease = { alive = function() return true end } }
     function m.nack() c.nacked[#c.nacked + 1] = m.id; return true end
     function m.let_expire() return true end
     return m
@@ -48,6 +52,9 @@ function _M.new(opts)
   end
   function c.metrics()
     return c.raw
+  end
+  function c.id()
+    return opts.id or "fake@0#0"
   end
   return c
 end
