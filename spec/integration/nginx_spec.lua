@@ -201,6 +201,7 @@ http {
   scgi_temp_path @PREFIX@/tmp_scgi;
   lua_package_path "@REPO@/lua/?.lua;@REPO@/lua/?/init.lua;@EXTRA_LUA@;;";
   lua_package_cpath "@REPO@/build/luajit/?.so;;";
+  lua_shared_dict mqlease_metrics 1m;
   init_worker_by_lua_block {
     local mqlease = require "mqlease"
     local runs
@@ -216,6 +217,7 @@ http {
       end,
       concurrency = 40,
       grace = 10,
+      shared_dict = "mqlease_metrics",   -- /metrics: both workers, whichever answers
       policy = mqlease.policy.exactly_once { redis = "@REDIS@", prefix = "@PREFIX_KEYS@" },
     }
   }
@@ -296,6 +298,7 @@ http {
     env.wait_for(function() return handled() >= MESSAGES end, 90, "every message handled")
     step("all handled")
     mqlease.sleep(2)   -- room for a duplicate to show
+    -- both workers' counts: the one that answers may have received nothing since the start
     families = parse_prometheus(curl("/metrics"))
     local got = 0
     for _, s in ipairs(families.mqlease_messages_received_total.samples) do got = got + s.value end
