@@ -25,6 +25,7 @@ local summary = mqlease.run(consumer, function(m, lease)
 end, {
   concurrency = 32,
   grace = 25,
+  signals = true,   -- this script is the process: drain on SIGTERM/SIGINT (a library leaves them alone)
   nack_delay = function(attempt) return math.min(2 ^ attempt, 60) end,
   on_error = function(m, err) io.stderr:write(("failed %s: %s\n"):format(m.id, err)) end,
 })

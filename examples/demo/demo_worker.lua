@@ -19,7 +19,7 @@ local summary = mqlease.run(consumer, function(m, lease)
   print(("%s  done   %s after %.1f s, %d lease renewals"):format(name, m.body, seconds, lease.renewals))
   return true
 end, {
-  concurrency = 6, grace = 5,
+  concurrency = 6, grace = 5, signals = true,   -- drains on demo.lua's SIGTERM
   policy = mqlease.policy.exactly_once { redis = redis, lock_ttl = 10, defer_delay = 2, prefix = "demo:" },
 })
 local m = consumer:metrics()

@@ -35,5 +35,5 @@ local consumer = assert(mqlease.consumer { endpoints = endpoints, group = group,
 mqlease.run(consumer, function(m)
   print("handling", m.id, m.body)
   return true
-end, { policy = seen_today, concurrency = 16 })
+end, { policy = seen_today, concurrency = 16, signals = true })
 redis:close()

@@ -25,7 +25,7 @@ local summary = mqlease.run(consumer, function(m, lease)
     return 1]], { "balance:example", "fence:example" }, { lease.fence, tonumber(m.body) or 1 })
   return ok ~= nil
 end, {
-  concurrency = 16,
+  concurrency = 16, signals = true,   -- this script is the process: drain on SIGTERM/SIGINT
   policy = mqlease.policy.exactly_once { redis = redis, prefix = "example:" },
   run_for = tonumber(os.getenv("RUN_FOR") or ""),
 })

@@ -35,6 +35,6 @@ if not consumer then error(("cannot start: %s (%s)"):format(err, code)) end
 local summary = mqlease.run(consumer, function(m)
   print("handling", m.id, m.body)
   return true
-end, { concurrency = 8, run_for = tonumber(os.getenv("RUN_FOR") or "") })
+end, { concurrency = 8, signals = true, run_for = tonumber(os.getenv("RUN_FOR") or "") })
 print(("received %d, acked %d"):format(summary.received, summary.acked))
 consumer:close()

@@ -3,8 +3,13 @@
 --   mqlease.metrics.text(c)  -> string (text format 0.0.4)
 --   c:metrics()              -> the raw table (counters and histograms)
 
-local concat, format = table.concat, string.format
-local ipairs, pairs, tostring = ipairs, pairs, tostring
+local core = require "mqlease.core"
+
+local concat, format, sort = table.concat, string.format, table.sort
+local ipairs, pairs, tostring, pcall, error, setmetatable, select, type =
+  ipairs, pairs, tostring, pcall, error, setmetatable, select, type
+local pack = table.pack or function(...) return { n = select("#", ...), ... } end   -- LuaJIT
+local unpack = table.unpack or unpack   -- LuaJIT
 
 local _M = {}
 
@@ -74,15 +79,199 @@ local function label(extra, base)
   return "{" .. (extra or base) .. "}"
 end
 
+-- ------------------------------------------------ the official clients' names
+--
+-- The RocketMQ 5.x clients (rocketmq-clients, Java: metrics/HistogramEnum,
+-- GaugeEnum, MetricLabels, InvocationStatus, MessageMeterInterceptor) export
+-- these families through OpenTelemetry; they are rendered here beside
+-- mqlease's own, with the same names, buckets (milliseconds, as there) and
+-- labels, so a dashboard built for those clients reads mqlease unchanged.
+--
+--   rocketmq_send_cost_time     producer send round trip          topic, client_id, invocation_status
+--   rocketmq_delivery_latency   message stored (or due) -> received topic, client_id, consumer_group
+--   rocketmq_await_time         received -> handler starts         topic, client_id, consumer_group
+--   rocketmq_process_time       the handler's run time             topic, client_id, consumer_group, invocation_status
+--   rocketmq_consumer_cached_messages / _bytes (gauges)            topic, client_id, consumer_group
+--
+-- mqlease.run records the consumer's (receive, await, process), a producer's
+-- send records its own; the recordings live here, per client object, in weak
+-- tables that let a collected client go.
+
+local OFFICIAL = {
+  { name = "rocketmq_send_cost_time", help = "Cost time of message sends in milliseconds (as the RocketMQ 5 clients export it).",
+    buckets = { 1, 5, 10, 20, 50, 200, 500 } },
+  { name = "rocketmq_delivery_latency", help = "Milliseconds from a message's store time (its delivery time when later) to its receipt (as the RocketMQ 5 clients export it).",
+    buckets = { 1, 5, 10, 20, 50, 200, 500 } },
+  { name = "rocketmq_await_time", help = "Milliseconds from a message's receipt to the start of its handler (as the RocketMQ 5 clients export it).",
+    buckets = { 1, 5, 20, 100, 1000, 5000, 10000 } },
+  { name = "rocketmq_process_time", help = "Milliseconds a handler ran, by invocation_status (as the RocketMQ 5 clients export it).",
+    buckets = { 1, 5, 10, 100, 1000, 10000, 60000 } },
+}
+local OFFICIAL_LABELS = { topic = true, consumer_group = true, client_id = true, invocation_status = true }
+local BY_NAME = {}
+for _, f in ipairs(OFFICIAL) do BY_NAME[f.name] = f end
+
+local recorded = setmetatable({}, { __mode = "k" })   -- client object -> { [family] = { [labels] = hist } }
+local received_at = setmetatable({}, { __mode = "k" }) -- message -> core.now() at its receipt
+local holders = setmetatable({}, { __mode = "k" })    -- consumer -> fn() -> messages, bytes held (mqlease.run)
+
+local ids = setmetatable({}, { __mode = "k" })        -- client object -> its client id
+
+-- The id the proxy knows c by; remembered, since a closed client cannot say.
+local function client_id(c)
+  local id = ids[c]
+  if id then return id end
+  local ok, got = pcall(c.id, c)
+  if not ok or type(got) ~= "string" then return "" end
+  ids[c] = got
+  return got
+end
+
+-- Adds one observation of ms milliseconds to family, under the labels
+-- (an array of { name, value } pairs, in the official order).
+local function observe(c, family, labels, ms)
+  local f = BY_NAME[family]
+  local families = recorded[c]
+  if not families then
+    families = {}
+    recorded[c] = families
+  end
+  local series = families[family]
+  if not series then
+    series = {}
+    families[family] = series
+  end
+  local parts = {}
+  for i, l in ipairs(labels) do parts[i] = format('%s="%s"', l[1], escape(l[2])) end
+  local key = concat(parts, ",")
+  local h = series[key]
+  if not h then
+    h = { count = 0, sum = 0, counts = {} }
+    for i = 1, #f.buckets + 1 do h.counts[i] = 0 end
+    series[key] = h
+  end
+  local i = 1
+  while f.buckets[i] and ms > f.buckets[i] do i = i + 1 end
+  h.counts[i] = h.counts[i] + 1
+  h.count = h.count + 1
+  h.sum = h.sum + ms
+end
+
+local function consumer_labels(c, topic, status)
+  local labels = { { "topic", topic or c.topic or "" }, { "client_id", client_id(c) }, { "consumer_group", c.group or "" } }
+  if status then labels[4] = { "invocation_status", status } end
+  return labels
+end
+
+-- Messages just received by c: delivery latency now (the broker's wall clock
+-- against ours: a negative difference is skew and is dropped, as the Java
+-- client does), and the moment their await begins.
+function _M.received(c, msgs)
+  local now, wall = core.now(), core.wall()
+  for _, m in ipairs(msgs) do
+    received_at[m] = now
+    local from = m.store_at or m.born_at
+    if m.delivery_timestamp and (not from or m.delivery_timestamp > from) then from = m.delivery_timestamp end
+    if from and wall >= from then
+      observe(c, "rocketmq_delivery_latency", consumer_labels(c, m.topic), (wall - from) * 1000)
+    end
+  end
+end
+
+-- handler(m, lease, ...) wrapped to record await_time when it starts and
+-- process_time (success: it returned a true value) when it ends or raises.
+function _M.timed(c, handler)
+  return function(m, ...)
+    local start = core.now()
+    local at = received_at[m]
+    if at then
+      received_at[m] = nil
+      observe(c, "rocketmq_await_time", consumer_labels(c, m.topic), (start - at) * 1000)
+    end
+    local r = pack(pcall(handler, m, ...))
+    local ms = (core.now() - start) * 1000
+    observe(c, "rocketmq_process_time", consumer_labels(c, m.topic, (r[1] and r[2]) and "success" or "failure"), ms)
+    if not r[1] then error(r[2], 0) end
+    return unpack(r, 2, r.n)
+  end
+end
+
+-- A send of producer p to topic took ms milliseconds; ok: it succeeded.
+function _M.sent(p, topic, ms, ok)
+  observe(p, "rocketmq_send_cost_time",
+    { { "topic", topic }, { "client_id", client_id(p) }, { "invocation_status", ok and "success" or "failure" } }, ms)
+end
+
+-- While mqlease.run drives c, fn() says how many messages it holds and their
+-- body bytes (the cached messages of the official push consumer); nil when
+-- the run ends: it closed c, which holds nothing any more.
+local function nothing() return 0, 0 end
+function _M.holding(c, fn)
+  holders[c] = fn or nothing
+end
+
+-- The official families of c, after mqlease's own.
+local function official_text(c, m, base, line)
+  local families = recorded[c] or {}
+  local consumer = c.group ~= nil
+  for _, f in ipairs(OFFICIAL) do
+    local series = families[f.name]
+    if series or (consumer == (f.name ~= "rocketmq_send_cost_time")) then
+      line(format("# HELP %s %s", f.name, f.help))
+      line(format("# TYPE %s histogram", f.name))
+      local keys = {}
+      for key in pairs(series or {}) do keys[#keys + 1] = key end
+      sort(keys)
+      for _, key in ipairs(keys) do
+        local h = series[key]
+        local labels = base and (base .. "," .. key) or key
+        local cumulative = 0
+        for i, bound in ipairs(f.buckets) do
+          cumulative = cumulative + h.counts[i]
+          -- bounds as the OpenTelemetry exporters print them (1.0, not 1)
+          line(format('%s_bucket{%s,le="%.1f"} %s', f.name, labels, bound, num(cumulative)))
+        end
+        line(format('%s_bucket{%s,le="+Inf"} %s', f.name, labels, num(h.count)))
+        line(format("%s_sum{%s} %s", f.name, labels, num(h.sum)))
+        line(format("%s_count{%s} %s", f.name, labels, num(h.count)))
+      end
+    end
+  end
+  if consumer then
+    local held, bytes
+    local holder = holders[c]
+    if holder then held, bytes = holder() else held = m.inflight or 0 end
+    local labels = format('topic="%s",client_id="%s",consumer_group="%s"',
+      escape(c.topic or ""), escape(client_id(c)), escape(c.group))
+    if base then labels = base .. "," .. labels end
+    line("# HELP rocketmq_consumer_cached_messages Messages received and not yet acked or nacked (leases held), as the RocketMQ 5 clients export it.")
+    line("# TYPE rocketmq_consumer_cached_messages gauge")
+    line(format("rocketmq_consumer_cached_messages{%s} %s", labels, num(held)))
+    if bytes then
+      line("# HELP rocketmq_consumer_cached_bytes Body bytes of the messages mqlease.run holds, as the RocketMQ 5 clients export it.")
+      line("# TYPE rocketmq_consumer_cached_bytes gauge")
+      line(format("rocketmq_consumer_cached_bytes{%s} %s", labels, num(bytes)))
+    end
+  end
+end
+
 -- text(c [, labels]) where labels is an optional table of constant labels.
 function _M.text(c, labels)
   local m = c:metrics()
-  local base
+  local base, official_base
   if labels then
-    local parts = {}
-    for k, v in pairs(labels) do parts[#parts + 1] = format('%s="%s"', k, escape(v)) end
+    -- the official families carry topic, consumer_group, ... themselves: a
+    -- constant label of one of those names is left out there, never doubled
+    local parts, official = {}, {}
+    for k, v in pairs(labels) do
+      local part = format('%s="%s"', k, escape(v))
+      parts[#parts + 1] = part
+      if not OFFICIAL_LABELS[k] then official[#official + 1] = part end
+    end
     table.sort(parts)
+    table.sort(official)
     base = concat(parts, ",")
+    if #official > 0 then official_base = concat(official, ",") end
   end
   local out = {}
   local function line(s) out[#out + 1] = s end
@@ -137,6 +326,7 @@ function _M.text(c, labels)
       line(format("%s_count%s %s", h[1], label(nil, base), num(hist.count)))
     end
   end
+  official_text(c, m, official_base, line)
   return concat(out, "\n") .. "\n"
 end
 

@@ -4,6 +4,7 @@
 local core = require "mqlease.core"
 local config = require "mqlease.config"
 local router_mod = require "mqlease.router"
+local metrics = require "mqlease.metrics"
 
 local setmetatable, rawget, type = setmetatable, rawget, type
 local floor = math.floor
@@ -42,10 +43,18 @@ function methods:send(topic, body, opts)
   end
   local deliver_at = opts.deliver_at and floor(opts.deliver_at * 1000 + 0.5) or nil
   local delay = opts.delay and floor(opts.delay * 1000 + 0.5) or nil
+  local started = core.now()
   local ev = router:result(router.client:send(topic, body, opts.tag, keys, opts.properties,
     opts.message_group, deliver_at, delay))
+  -- the official clients' rocketmq_send_cost_time (milliseconds)
+  metrics.sent(self, topic, (core.now() - started) * 1000, ev.ok)
   if not ev.ok then return nil, ev.err, ev.code end
   return ev.message_id, ev.offset
+end
+
+-- The client id the proxy knows this producer by (as consumer:id()).
+function methods:id()
+  return self._router.client:id()
 end
 
 function methods:metrics()

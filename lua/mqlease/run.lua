@@ -15,6 +15,7 @@ local core = require "mqlease.core"
 local config = require "mqlease.config"
 local wait = require "mqlease.loop"
 local policy_mod = require "mqlease.policy"
+local metrics = require "mqlease.metrics"
 
 local min, floor = math.min, math.floor
 local coroutine_running = coroutine.running
@@ -36,6 +37,8 @@ return function(consumer, handler, opts)
     error("bad argument #2 to 'run' (handler: function expected, got " .. type(handler) .. ")", 2)
   end
   local o = config.run_options(opts)
+  -- await and process time, as the official clients record them
+  handler = metrics.timed(consumer, handler)
   local policy = o.policy or policy_mod.plain
   local nack_delay = o.nack_delay or default_nack_delay
   if type(nack_delay) == "number" then
@@ -60,6 +63,7 @@ return function(consumer, handler, opts)
     received = 0, acked = 0, nacked = 0, failed = 0, drained = 0, skipped = 0, dead_lettered = 0,
   }
   local receiver, drainer
+  local stop   -- stop(reason): begins the drain (defined below)
 
   local function settle(m)
     st.running[m] = nil
@@ -196,6 +200,7 @@ return function(consumer, handler, opts)
         local msgs, err, code = consumer:receive(min(batch, o.max_inflight - st.inflight),
           { max_bytes = o.max_inflight_bytes - st.bytes })
         if msgs then
+          metrics.received(consumer, msgs)
           for _, m in ipairs(msgs) do
             st.received = st.received + 1
             if st.stopping then
@@ -209,6 +214,10 @@ return function(consumer, handler, opts)
             end
           end
           start_handlers()
+        elseif code == "CLOSED" or (client.closed and client:closed()) then
+          -- closed under the run (its receive in flight fails CANCELLED) or
+          -- before it: nothing can come any more
+          stop("closed")
         elseif not st.stopping then
           io.stderr:write(("mqlease: receive failed: %s (%s)\n"):format(tostring(err), tostring(code)))
           wait.sleep(1)
@@ -230,7 +239,8 @@ return function(consumer, handler, opts)
     -- the whole drain from here: the watcher's clock started at the signal,
     -- ours may start later (or without a signal: run_for, stop)
     if watcher then watcher:extend(o.grace + drain_extension) end
-    client:cancel_receives()
+    -- a closed client has no receive left to cancel (and raises if asked)
+    if not (client.closed and client:closed()) then client:cancel_receives() end
     if receiver then sched:wake(receiver) end
     -- Every nack of the drain goes out at once: one at a time, n slow nacks
     -- would outlast any deadline (issue 20 item 7).
@@ -273,7 +283,7 @@ return function(consumer, handler, opts)
     st.done = true
   end
 
-  local function stop(reason)
+  function stop(reason)
     if st.stopping then return end
     st.stopping = true
     st.reason = reason
@@ -291,6 +301,8 @@ return function(consumer, handler, opts)
     end)
   end
   local stop_at = o.run_for and core.now() + o.run_for
+  -- the official clients' cached messages and bytes: what this run holds
+  metrics.holding(consumer, function() return st.inflight, st.bytes end)
 
   local ok, err = pcall(sched.loop, sched, function()
     if not st.stopping then
@@ -299,6 +311,7 @@ return function(consumer, handler, opts)
     end
     return st.done
   end)
+  metrics.holding(consumer, nil)
   consumer:close()
   if watcher then
     watcher:done()

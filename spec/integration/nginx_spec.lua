@@ -35,8 +35,8 @@ local alive = env.alive
 local nginx = {}
 nginx.__index = nginx
 
-local function new_nginx(conf_text)
-  local self = setmetatable({ prefix = ("/tmp/mqlease-ngx-%s"):format(env.run_id), masters = {} }, nginx)
+local function new_nginx(conf_text, name)
+  local self = setmetatable({ prefix = ("/tmp/mqlease-ngx-%s%s"):format(env.run_id, name or ""), masters = {} }, nginx)
   env.sh(("rm -rf %s && mkdir -p %s/conf %s/logs"):format(self.prefix, self.prefix, self.prefix))
   local f = assert(io.open(self.prefix .. "/conf/nginx.conf", "w"))
   f:write((conf_text:gsub("@PREFIX@", self.prefix)))
@@ -104,8 +104,8 @@ end
 
 -- ------------------------------------------------------------ HTTP
 
-local function curl(path)
-  return env.sh(clean(("curl -sf --max-time 5 http://127.0.0.1:%d%s"):format(PORT, path)))
+local function curl(path, port)
+  return env.sh(clean(("curl -sf --max-time 5 http://127.0.0.1:%d%s"):format(port or PORT, path)))
 end
 
 -- n requests from each of `clients` parallel curls (a new connection each,
@@ -201,6 +201,7 @@ http {
   scgi_temp_path @PREFIX@/tmp_scgi;
   lua_package_path "@REPO@/lua/?.lua;@REPO@/lua/?/init.lua;@EXTRA_LUA@;;";
   lua_package_cpath "@REPO@/build/luajit/?.so;;";
+  lua_shared_dict mqlease_metrics 1m;
   init_worker_by_lua_block {
     local mqlease = require "mqlease"
     local runs
@@ -216,6 +217,7 @@ http {
       end,
       concurrency = 40,
       grace = 10,
+      shared_dict = "mqlease_metrics",   -- /metrics: both workers, whichever answers
       policy = mqlease.policy.exactly_once { redis = "@REDIS@", prefix = "@PREFIX_KEYS@" },
     }
   }
@@ -296,6 +298,7 @@ http {
     env.wait_for(function() return handled() >= MESSAGES end, 90, "every message handled")
     step("all handled")
     mqlease.sleep(2)   -- room for a duplicate to show
+    -- both workers' counts: the one that answers may have received nothing since the start
     families = parse_prometheus(curl("/metrics"))
     local got = 0
     for _, s in ipairs(families.mqlease_messages_received_total.samples) do got = got + s.value end
@@ -328,5 +331,83 @@ http {
     assert.is_true(env.count(log, "ended %(stop%)") >= 6, "fewer drains than workers:\n" .. log:sub(-3000))
     assert.is_nil(log:find("run_worker_thread failed", 1, true))
     env.sh("rm -rf " .. server.prefix)   -- kept for a look when the spec fails
+  end)
+  it("answers /metrics for all four workers in one scrape through a lua_shared_dict", function()
+    assert(exists(MODULES .. "/ngx_http_lua_module.so"),
+      "nginx's Lua module is missing: apt-get install nginx libnginx-mod-http-lua (make deps)")
+    assert(exists("build/luajit/mqlease/core.so"), "the LuaJIT build is missing: make luajit")
+    local repo = env.sh("pwd"):gsub("%s+$", "")
+    local topic = env.topic("nginx_four")
+    local group = env.name("g_nginx_four")
+    local port = PORT + 1
+    local conf = ([[
+worker_processes 4;
+daemon on;
+pid logs/nginx.pid;
+error_log logs/error.log notice;
+load_module @MODULES@/ndk_http_module.so;
+load_module @MODULES@/ngx_http_lua_module.so;
+thread_pool mqlease threads=4;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  client_body_temp_path @PREFIX@/tmp_body;
+  proxy_temp_path @PREFIX@/tmp_proxy;
+  fastcgi_temp_path @PREFIX@/tmp_fastcgi;
+  uwsgi_temp_path @PREFIX@/tmp_uwsgi;
+  scgi_temp_path @PREFIX@/tmp_scgi;
+  lua_package_path "@REPO@/lua/?.lua;@REPO@/lua/?/init.lua;@EXTRA_LUA@;;";
+  lua_package_cpath "@REPO@/build/luajit/?.so;;";
+  lua_shared_dict mqlease_metrics 1m;
+  init_worker_by_lua_block {
+    require("mqlease.ngx").start {
+      consumers = { { endpoints = "@ENDPOINTS@", group = "@GROUP@", topic = "@TOPIC@", await = 5 } },
+      handler = function() return true end,
+      shared_dict = "mqlease_metrics",
+      grace = 2,
+    }
+  }
+  server {
+    listen 127.0.0.1:@PORT@;
+    location = /metrics { content_by_lua_block { require("mqlease.ngx").metrics() } }
+  }
+}
+]]):gsub("@(%u[%u_]*)@", {
+      MODULES = MODULES, REPO = repo, EXTRA_LUA = EXTRA_LUA, ENDPOINTS = env.endpoints, GROUP = group, TOPIC = topic,
+      PORT = tostring(port),
+    })
+    local server = new_nginx(conf, "-four")
+    finally(function() server:stop() end)
+    server:start()
+    env.wait_for(function() return #server:workers() == 4 end, 10, "four workers")
+
+    -- each answer comes from one worker; once all four have connected and
+    -- published, any single answer carries the samples of all four
+    local seen
+    env.wait_for(function()
+      local families = parse_prometheus(curl("/metrics", port))
+      seen = {}
+      local received = families.mqlease_messages_received_total
+      for _, sample in ipairs(received and received.samples or {}) do
+        assert.equal(group, sample.labels.group)
+        seen[sample.labels.worker] = (seen[sample.labels.worker] or 0) + 1
+      end
+      return seen["0"] and seen["1"] and seen["2"] and seen["3"]
+    end, 30, "one scrape with all four workers")
+    for w = 0, 3 do assert.equal(1, seen[tostring(w)], "worker " .. w .. " twice") end
+    -- the official families too, one series per worker
+    local families = parse_prometheus(curl("/metrics", port))
+    assert.equal("gauge", families.rocketmq_consumer_cached_messages.type)
+    local workers = {}
+    for _, sample in ipairs(families.rocketmq_consumer_cached_messages.samples) do
+      assert.equal(topic, sample.labels.topic)
+      assert.equal(group, sample.labels.consumer_group)
+      workers[#workers + 1] = sample.labels.worker
+    end
+    table.sort(workers)
+    assert.same({ "0", "1", "2", "3" }, workers)
+    assert(server:signal("QUIT"), "nginx -s quit failed")
+    server:wait_gone(30)
+    env.sh("rm -rf " .. server.prefix)
   end)
 end)

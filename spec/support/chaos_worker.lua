@@ -1,7 +1,7 @@
 -- chaos_worker.lua ENDPOINTS GROUP TOPIC LOCK_REDIS BIZ_REDIS LOGFILE
 -- A worker under mqlease.run with the exactly-once policy (locks and done
 -- markers in LOCK_REDIS, "host:port"), for spec/integration/chaos_spec.lua. It runs until
--- SIGTERM (the default drain) or SIGKILL. Environment:
+-- SIGTERM (the drain, signals = true) or SIGKILL. Environment:
 --   CW_WORK        seconds each handler works (default 0.2)
 --   CW_TAIL        "1": heavy-tailed work -- CW_WORK x a Pareto draw (alpha 1.2), capped at
 --                  CW_MAX_WORK (default 25), so some handlers outlive the 10 s lease
@@ -93,7 +93,7 @@ local summary = mqlease.run(consumer, function(m, lease)
   return true
 end, {
   concurrency = concurrency, max_inflight = concurrency, grace = tonumber(env("CW_GRACE", "3")),
-  nack_delay = 1, on_error = function() end,
+  nack_delay = 1, on_error = function() end, signals = true,
   policy = plain and plain_logged or mqlease.policy.exactly_once { redis = { address = lock_redis, timeout = 0.5 },
     defer_delay = 1, fail_delay = 1, lock_ttl = tonumber(env("CW_LOCK_TTL", "15")) },
 })

@@ -1,6 +1,6 @@
 -- storm_worker.lua ENDPOINTS GROUP TOPIC LOGFILE MODE [GRACE [INVISIBLE]]
--- A worker process for spec/integration/shutdown_spec.lua, run under mqlease.run with the
--- default SIGTERM/SIGINT handling. It appends to LOGFILE one line per event:
+-- A worker process for spec/integration/shutdown_spec.lua, run under mqlease.run with
+-- SIGTERM/SIGINT handling (signals = true). It appends to LOGFILE one line per event:
 --   "deliver <id> <attempt>" when a handler starts, "ack <id>" after an ack.
 -- MODE: fail  -- the handler works 3 s, then fails (nack)
 --       ok    -- the handler works 0.2 s and succeeds
@@ -36,7 +36,7 @@ local summary = mqlease.run(consumer, function(m)
     while true do x = x + 1; if x < 0 then break end end
     return true
   end
-end, { concurrency = 16, grace = grace, nack_delay = 1, on_error = function() end,
+end, { concurrency = 16, grace = grace, nack_delay = 1, on_error = function() end, signals = true,
   -- the plain policy, acking itself so that only acks that really happened are logged
   policy = function(m, lease, handler)
     local action, delay, err = mqlease.policy.plain(m, lease, handler)

@@ -468,6 +468,38 @@ describe("the /metrics listener", function()
     server:close()
   end)
 
+  it("holds at most 64 connections: a new one drops the oldest, and a scrape is still answered", function()
+    local sched = scheduler.new()
+    local server = assert(http.listen("127.0.0.1", 0, function() return "x 1\n" end))
+    server:serve(sched)
+    local idle = {}
+    for i = 1, 70 do
+      idle[i] = assert(socket.tcp())
+      idle[i]:settimeout(2)
+      assert(idle[i]:connect("127.0.0.1", server.port))
+      -- let the server accept each before the next: the order is the point
+      local _, port = idle[i]:getsockname()
+      local until_ = core.now() + 2
+      sched:loop(function()
+        local newest = server.connections[#server.connections]
+        return (newest and tostring(select(2, newest.client:getpeername())) == tostring(port)) or core.now() > until_
+      end)
+    end
+    assert.equal(64, #server.connections)
+    -- the first six were closed by the server, the last one is still open
+    idle[1]:settimeout(1)
+    local _, err = idle[1]:receive(1)
+    assert.equal("closed", err)
+    idle[70]:settimeout(0)
+    _, err = idle[70]:receive(1)
+    assert.equal("timeout", err)
+    assert.matches("^HTTP/1.1 200 OK\r\n", request(server, sched, "GET /metrics HTTP/1.1\r\n\r\n"))
+    assert.is_true(#server.connections <= 64)
+    for _, c in ipairs(idle) do c:close() end
+    server:close()
+    assert.equal(0, #server.connections)
+  end)
+
   it("reports a port it cannot bind", function()
     local first = assert(http.listen("127.0.0.1", 0, function() return "" end))
     local second, err = http.listen("127.0.0.1", first.port, function() return "" end)

@@ -137,14 +137,14 @@ describe("mqlease.loop picks an event-loop adapter", function()
     assert.equal(tasks, wait.scheduler())
   end)
 
-  it("refuses signal handling in a loop whose scheduler cannot watch signals", function()
+  it("refuses signals = true in a loop whose scheduler cannot watch signals", function()
     local wait = fresh()
     local run = require "mqlease.run"
     local mine = recording_adapter(true)
     mine.scheduler = function() return { spawn = function() end } end
     wait.use(mine)
     local consumer = { options = { release_delay = 1, batch = 1 }, _router = { client = {} } }
-    assert.has_error(function() run(consumer, function() return true end, {}) end,
+    assert.has_error(function() run(consumer, function() return true end, { signals = true }) end,
       "mqlease.run: option 'signals' must be false in this event loop (it owns the signals; use 'stop')")
   end)
 end)

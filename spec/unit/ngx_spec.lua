@@ -11,7 +11,7 @@ describe("mqlease.ngx", function()
     for _, name in ipairs(NAMES) do saved[name] = package.loaded[name]; package.loaded[name] = nil end
     package.loaded.ngx = {
       phase = "init_worker", timers = {},
-      worker = { id = function() return 1 end },
+      worker = { id = function() return 1 end, exiting = function() return false end },
       get_phase = function() return package.loaded.ngx.phase end,
       timer = { at = function(delay, fn) table.insert(package.loaded.ngx.timers, { delay, fn }); return true end },
     }
@@ -80,5 +80,87 @@ describe("mqlease.ngx", function()
 
   it("is empty while the worker has no consumer", function()
     assert.equal("", require("mqlease.ngx").metrics_text({}))
+  end)
+
+  -- a lua_shared_dict stand-in: set, get, get_keys
+  local function shared_dict()
+    local data = {}
+    return {
+      data = data,
+      set = function(_, k, v) data[k] = v; return true end,
+      get = function(_, k) return data[k] end,
+      get_keys = function() local ks = {}; for k in pairs(data) do ks[#ks + 1] = k end; table.sort(ks); return ks end,
+    }
+  end
+
+  it("raises naming a wrong 'workers' or 'shared_dict'", function()
+    local ngx_ = package.loaded.ngx
+    ngx_.shared = { there = shared_dict() }
+    local mqngx = require "mqlease.ngx"
+    local function start(o)
+      o.consumers, o.handler = { CONSUMER }, function() end
+      return function() mqngx.start(o) end
+    end
+    assert.has_error(start { workers = {} }, "mqlease.ngx.start: option 'workers' must be an array of worker ids (ngx.worker.id())")
+    assert.has_error(start { workers = { 0, 1.5 } },
+      "mqlease.ngx.start: option 'workers': workers[2] must be a worker id, an integer from 0")
+    assert.has_error(start { shared_dict = 3 }, "mqlease.ngx.start: option 'shared_dict' must be a string")
+    assert.has_error(start { shared_dict = "missing" },
+      "mqlease.ngx.start: option 'shared_dict': no lua_shared_dict 'missing' in nginx.conf")
+    assert.equal(0, #ngx_.timers)
+    assert.is_true(mqngx.start { consumers = { CONSUMER, CONSUMER }, handler = function() end,
+      workers = { 0, 2 }, shared_dict = "there" })
+  end)
+
+  -- Runs the armed timer with a stand-in ngx.thread; returns what it spawned.
+  local function fire(worker_id, opts)
+    local ngx_ = package.loaded.ngx
+    ngx_.worker.id = function() return worker_id end
+    local spawned = {}
+    ngx_.thread = { spawn = function(fn, ...) spawned[#spawned + 1] = { fn, ... }; return #spawned end, wait = function() end }
+    local mqngx = require "mqlease.ngx"
+    opts.consumers, opts.handler = { CONSUMER, CONSUMER }, function() end
+    assert.is_true(mqngx.start(opts))
+    ngx_.timers[1][2](false)
+    return spawned, mqngx
+  end
+
+  it("runs the consumers only on the workers listed in 'workers'", function()
+    assert.equal(0, #fire(1, { workers = { 0, 2 } }))
+  end)
+
+  it("runs every consumer on a listed worker", function()
+    assert.equal(2, #fire(2, { workers = { 0, 2 } }))
+  end)
+
+  it("runs them on every worker without 'workers'", function()
+    assert.equal(2, #fire(3, {}))
+  end)
+
+  it("answers /metrics with every worker's text from the shared dict, each family once", function()
+    local ngx_ = package.loaded.ngx
+    local dict = shared_dict()
+    ngx_.shared = { metrics = dict }
+    ngx_.worker.exiting = function() return false end
+    local mqngx = require "mqlease.ngx"
+    -- what workers 0 and 2 published
+    ngx_.worker.id = function() return 0 end
+    dict.data["mqlease:metrics:0"] = mqngx.metrics_text({ consumer("a", 3) })
+    ngx_.worker.id = function() return 2 end
+    dict.data["mqlease:metrics:2"] = mqngx.metrics_text({ consumer("a", 7) })
+    dict.data["other:key"] = "not ours"
+    local spawned = fire(1, { shared_dict = "metrics" })
+    assert.equal(3, #spawned)   -- the publisher and the two consumers
+    local text = mqngx.metrics_text_all()
+    assert.truthy(text:find('mqlease_messages_received_total{group="a",topic="t",worker="0"} 3', 1, true), text)
+    assert.truthy(text:find('mqlease_messages_received_total{group="a",topic="t",worker="2"} 7', 1, true), text)
+    assert.is_nil(text:find("not ours", 1, true))
+    local types = {}
+    for name in text:gmatch("# TYPE (%S+)") do
+      assert.is_nil(types[name], "TYPE twice for " .. name)
+      types[name] = true
+    end
+    -- and this worker published its own (no consumer yet: an empty text)
+    assert.equal("", dict.data["mqlease:metrics:1"])
   end)
 end)

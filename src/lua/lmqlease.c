@@ -441,6 +441,13 @@ static int l_now(lua_State *L) {
     return 1;
 }
 
+/* core.wall() -> seconds since the epoch (the wall clock, with milliseconds as
+ * fractions): to compare with the broker's times, as born_at and store_at. */
+static int l_wall(lua_State *L) {
+    lua_pushnumber(L, (lua_Number)mql_wall_ms() / 1000.0);
+    return 1;
+}
+
 /* core.sleep(s): blocks the whole VM, as a badly behaved handler would. */
 static int l_sleep(lua_State *L) {
     lua_Number s = luaL_checknumber(L, 1);
@@ -462,7 +469,7 @@ static const luaL_Reg client_methods[] = {
 
 static const luaL_Reg module_functions[] = {
     {"consumer", l_consumer}, {"producer", l_producer}, {"wait", l_wait}, {"poll", l_poll},
-    {"now", l_now},           {"sleep", l_sleep},       {"watch_signals", lmql_watch_signals},
+    {"now", l_now},           {"wall", l_wall},         {"sleep", l_sleep},       {"watch_signals", lmql_watch_signals},
     {"redis", lmql_redis},       {NULL, NULL}};
 
 LUALIB_API int luaopen_mqlease_core(lua_State *L);

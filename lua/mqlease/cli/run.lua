@@ -112,6 +112,7 @@ function _M.main(opts)
     concurrency = opts.concurrency,
     grace = opts.grace,
     policy = policy,
+    signals = true,   -- the command owns its process: SIGTERM and SIGINT drain it
     on_error = loaded.on_error,
     stop = function()
       if server and not serving then
