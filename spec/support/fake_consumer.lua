@@ -6,7 +6,7 @@
 -- returns what metrics() holds. Only what mqlease.run and mqlease.metrics
 -- touch is here: the options run reads, the session's client it cancels
 -- receives on, topic, group and id.
-local wait = require "mqlease.wait"
+local wait = require "mqlease.loop"
 local core = require "mqlease.core"
 
 local _M = {}
@@ -17,7 +17,7 @@ function _M.new(opts)
   local c = {
     topic = opts.topic or "t", group = opts.group or "g",
     options = { release_delay = 1, batch = 32, request_timeout = 3 },
-    _session = { client = { cancel_receives = function() end } },
+    _router = { client = { cancel_receives = function() end } },
     acked = {}, nacked = {}, given = 0, receives = 0, closed = false,
     raw = opts.metrics or {},
   }
