@@ -3,7 +3,7 @@
 -- 4 KiB) and the official 5.x Java client send small, 10 KiB compressible, 1 MiB and
 -- 3.9 MiB bodies, a FIFO and a delayed message; mqlease must read each one byte for byte
 -- with every field equal. Then the reverse: mqlease produces and both Java consumers read
--- every field back. The Java peers are spec/support/java/WireInterop.java (one JVM per
+-- every field back (the trace context too). The Java peers are spec/support/java/WireInterop.java (one JVM per
 -- direction).
 local cjson = require "cjson"
 local mqlease = require "mqlease"
@@ -205,8 +205,15 @@ describe("wire fidelity with the Java clients on RocketMQ 5.2.0", function()
     local sent = {}
     for name, body in pairs(cases) do
       local props = { case = "mqlease/" .. name, city = "Zürich – 東京 \"quoted\" back\\slash", emoji = "🚀" }
-      local id = assert(producer:send(rtopic, body, { tag = "Tag" .. name, keys = { "key-" .. name, "k2" }, properties = props }))
-      sent[id] = { body = body, tag = "Tag" .. name, keys = { "key-" .. name, "k2" }, props = props, name = name }
+      -- each with a trace context of its own: the proxy keeps it as the property
+      -- TRACE_CONTEXT (MessageConst.PROPERTY_TRACE_CONTEXT), which both Java
+      -- consumers list with the user properties (MessageView has no accessor for it)
+      local tp = mqlease.trace.new()
+      local id = assert(producer:send(rtopic, body, { tag = "Tag" .. name, keys = { "key-" .. name, "k2" }, properties = props,
+        trace_context = tp }))
+      local seen = { TRACE_CONTEXT = tp }
+      for k, v in pairs(props) do seen[k] = v end
+      sent[id] = { body = body, tag = "Tag" .. name, keys = { "key-" .. name, "k2" }, props = seen, name = name }
     end
     producer:close()
 
