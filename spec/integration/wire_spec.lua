@@ -92,7 +92,13 @@ describe("wire fidelity with the Java clients on RocketMQ 5.2.0", function()
         -- on among the user properties as well (the official 5.x client shows it too)
         props.__SHARDINGKEY = s.message_group
       end
+      -- the remoting producer's trace context (the property TRACE_CONTEXT) is
+      -- m.trace_context, and 5.2.0 lists it among the user properties as well
+      local tp = s.trace_context ~= cjson.null and s.trace_context or nil
+      props.TRACE_CONTEXT = tp
       assert.same(props, m.properties, what)
+      assert.equal(tp, m.trace_context, what)
+      if s.client == "remoting" then assert.is_string(tp, what) end
       assert.equal(s.message_group ~= cjson.null and s.message_group or nil, m.message_group, what)
       if s.delivery_ms ~= cjson.null then
         assert.is_number(m.delivery_timestamp, what .. ": delivery_timestamp")
