@@ -88,6 +88,7 @@ build = {
       ["mqlease.router"] = "lua/mqlease/router.lua",
       ["mqlease.run"] = "lua/mqlease/run.lua",
       ["mqlease.scheduler"] = "lua/mqlease/scheduler.lua",
+      ["mqlease.trace"] = "lua/mqlease/trace.lua",
       ["mqlease.wait"] = "lua/mqlease/wait.lua",
     },
     bin = { mqlease = "bin/mqlease", ["mqlease-devbroker"] = "build/rock/mqlease-devbroker" },

@@ -8,6 +8,7 @@ local type, pairs, ipairs, tostring, error, getmetatable = type, pairs, ipairs, 
 local math_type = math.type
 local floor = math.floor
 local concat, sort = table.concat, table.sort
+local trace = require "mqlease.trace"
 
 local _M = {}
 
@@ -377,7 +378,8 @@ local MAX_EPOCH_SECONDS = 1e11
 
 -- The send options, as the command line shares them (the message's part; the
 -- routing part, topic, is a name as in the consumer options).
-_M.SEND_OPTIONS = { "delay", "deliver_at", "keys", "message_group", "properties", "tag", "timeout" }
+_M.SEND_OPTIONS = { "delay", "deliver_at", "keys", "message_group", "properties", "tag", "timeout",
+  "trace_context" }
 
 -- The message for a bad value of send option k, or nil: "option 'k' must be ...".
 function _M.send_problem(k, v)
@@ -415,6 +417,12 @@ function _M.send_problem(k, v)
   elseif k == "deliver_at" then
     if type(v) ~= "number" or v ~= v or v <= 0 or v > MAX_EPOCH_SECONDS then
       return ("option 'deliver_at' must be epoch seconds, a positive number (got %s)"):format(describe(v))
+    end
+  elseif k == "trace_context" then
+    local ok, why = trace.parse(v)
+    if not ok then
+      return ("option 'trace_context' must be a W3C traceparent, 00-<trace-id: 32 hex>-<parent-id: 16 hex>-<flags: 2 hex>: %s (got %s)")
+        :format(why, describe(v))
     end
   elseif k ~= "timeout" then
     return ("unknown option '%s' (known: %s)"):format(tostring(k), concat(_M.SEND_OPTIONS, ", "))

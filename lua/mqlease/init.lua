@@ -15,6 +15,7 @@ local metrics = require "mqlease.metrics"
 local policy = require "mqlease.policy"
 local run = require "mqlease.run"
 local redis = require "mqlease.redis"
+local trace = require "mqlease.trace"
 
 local _M = {
   _VERSION = core._VERSION,
@@ -26,6 +27,7 @@ local _M = {
   policy = policy,
   run = run,
   redis = redis.new,
+  trace = trace,
   null = core.null,
 }
 

@@ -26,7 +26,8 @@ end
 -- Sends one message. opts: tag, keys (string or array), properties (string -> string),
 -- and at most one of message_group (a FIFO message: the topic's message.type must be
 -- FIFO), delay (seconds from now) or deliver_at (epoch seconds) (a DELAY message: the
--- topic's message.type must be DELAY). Returns the message id and the queue offset,
+-- topic's message.type must be DELAY); trace_context, a W3C traceparent (see
+-- mqlease.trace). Returns the message id and the queue offset,
 -- or nil, message, code.
 function methods:send(topic, body, opts)
   opts = config.check_send(topic, body, opts)
@@ -45,7 +46,7 @@ function methods:send(topic, body, opts)
   local delay = opts.delay and floor(opts.delay * 1000 + 0.5) or nil
   local started = core.now()
   local ev = router:result(router.client:send(topic, body, opts.tag, keys, opts.properties,
-    opts.message_group, deliver_at, delay))
+    opts.message_group, deliver_at, delay, opts.trace_context))
   -- the official clients' rocketmq_send_cost_time (milliseconds)
   metrics.sent(self, topic, (core.now() - started) * 1000, ev.ok)
   if not ev.ok then return nil, ev.err, ev.code end

@@ -24,6 +24,19 @@ describe("mqlease-devbroker", function()
     assert.matches("^ok calls=%d+", dv.control("stats"))
   end)
 
+  it("hands back the trace_context a producer sent, as the proxy does", function()
+    local c, p = pair { invisible = 15 }
+    local tp = mqlease.trace.new()
+    local id = assert(p:send("t1", "traced", { trace_context = tp }))
+    local msgs = assert(c:receive(1))
+    assert.equal(1, #msgs)
+    assert.equal(id, msgs[1].id)
+    assert.equal(tp, msgs[1].trace_context)
+    assert(msgs[1]:ack())
+    c:close()
+    p:close()
+  end)
+
   it("loses the lease when every renewal fails, and counts it", function()
     local c, p = pair { invisible = 10 }
     assert(p:send("t1", "doomed"))

@@ -3,7 +3,7 @@
 -- 4 KiB) and the official 5.x Java client send small, 10 KiB compressible, 1 MiB and
 -- 3.9 MiB bodies, a FIFO and a delayed message; mqlease must read each one byte for byte
 -- with every field equal. Then the reverse: mqlease produces and both Java consumers read
--- every field back. The Java peers are spec/support/java/WireInterop.java (one JVM per
+-- every field back (the trace context too). The Java peers are spec/support/java/WireInterop.java (one JVM per
 -- direction).
 local cjson = require "cjson"
 local mqlease = require "mqlease"
@@ -92,7 +92,13 @@ describe("wire fidelity with the Java clients on RocketMQ 5.2.0", function()
         -- on among the user properties as well (the official 5.x client shows it too)
         props.__SHARDINGKEY = s.message_group
       end
+      -- the remoting producer's trace context (the property TRACE_CONTEXT) is
+      -- m.trace_context, and 5.2.0 lists it among the user properties as well
+      local tp = s.trace_context ~= cjson.null and s.trace_context or nil
+      props.TRACE_CONTEXT = tp
       assert.same(props, m.properties, what)
+      assert.equal(tp, m.trace_context, what)
+      if s.client == "remoting" then assert.is_string(tp, what) end
       assert.equal(s.message_group ~= cjson.null and s.message_group or nil, m.message_group, what)
       if s.delivery_ms ~= cjson.null then
         assert.is_number(m.delivery_timestamp, what .. ": delivery_timestamp")
@@ -205,8 +211,15 @@ describe("wire fidelity with the Java clients on RocketMQ 5.2.0", function()
     local sent = {}
     for name, body in pairs(cases) do
       local props = { case = "mqlease/" .. name, city = "Zürich – 東京 \"quoted\" back\\slash", emoji = "🚀" }
-      local id = assert(producer:send(rtopic, body, { tag = "Tag" .. name, keys = { "key-" .. name, "k2" }, properties = props }))
-      sent[id] = { body = body, tag = "Tag" .. name, keys = { "key-" .. name, "k2" }, props = props, name = name }
+      -- each with a trace context of its own: the proxy keeps it as the property
+      -- TRACE_CONTEXT (MessageConst.PROPERTY_TRACE_CONTEXT), which both Java
+      -- consumers list with the user properties (MessageView has no accessor for it)
+      local tp = mqlease.trace.new()
+      local id = assert(producer:send(rtopic, body, { tag = "Tag" .. name, keys = { "key-" .. name, "k2" }, properties = props,
+        trace_context = tp }))
+      local seen = { TRACE_CONTEXT = tp }
+      for k, v in pairs(props) do seen[k] = v end
+      sent[id] = { body = body, tag = "Tag" .. name, keys = { "key-" .. name, "k2" }, props = seen, name = name }
     end
     producer:close()
 

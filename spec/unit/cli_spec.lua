@@ -255,6 +255,17 @@ describe("mqlease command flags", function()
     assert.matches("option '--message-group': option 'message_group' must be a non-blank string", r.message, 1, true)
   end)
 
+  it("takes --trace-context for send, checked as a W3C traceparent naming the flag", function()
+    local tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    local ok, r = parse({ "send", "--endpoints", "h:1", "--topic", "t", "--trace-context", tp, "x" })
+    assert.is_true(ok)
+    assert.equal(tp, r.opts["trace-context"])
+    ok, r = parse({ "send", "--endpoints", "h:1", "--topic", "t", "--trace-context", tp:upper(), "x" })
+    assert.is_false(ok)
+    assert.matches("option '--trace-context': option 'trace_context' must be a W3C traceparent", r.message, 1, true)
+    assert.matches("hex digits must be lowercase", r.message, 1, true)
+  end)
+
   it("answers --help with the help of that subcommand, which lists its variables", function()
     for _, name in ipairs({ "run", "send", "peek" }) do
       local ok, r = parse({ name, "--bogus", "--help" })
@@ -378,6 +389,21 @@ describe("mqlease send and peek output", function()
     assert.matches("^not a JSON object", err)
     _, err = send.decode(cjson, '{"body":"x","delay":1,"message_group":"g"}', {})
     assert.equal("options 'message_group' and 'delay' exclude each other", err)
+  end)
+
+  it("reads trace_context from a --json line over --trace-context, and refuses one that is not a traceparent", function()
+    local cjson = require "cjson.safe"
+    local flag = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    local own = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
+    local body, o = send.decode(cjson, '{"body":"b","trace_context":"' .. own .. '"}', { trace_context = flag })
+    assert.equal("b", body)
+    assert.same({ trace_context = own }, o)
+    body, o = send.decode(cjson, '{"body":"b"}', { trace_context = flag })
+    assert.same({ trace_context = flag }, o)
+    local _, err = send.decode(cjson, '{"body":"x","trace_context":"01-' .. own:sub(4) .. '"}', {})
+    assert.matches("^option 'trace_context' must be a W3C traceparent.*the version must be 00", err)
+    _, err = send.decode(cjson, '{"body":"x","colour":"red"}', {})
+    assert.matches("message_group, properties, tag, trace_context)", err, 1, true)
   end)
 
   it("reads bodies from BODY, from --file as one message, and from stdin one per non-empty line", function()

@@ -38,6 +38,40 @@ describe("send options", function()
   end)
 
   it("names the new options among the known ones", function()
-    refused({ group = "g" }, "unknown option 'group' %(known: delay, deliver_at, keys, message_group, properties, tag, timeout%)")
+    refused({ group = "g" }, "unknown option 'group' %(known: delay, deliver_at, keys, message_group, properties, tag, timeout, trace_context%)")
+  end)
+
+  it("accepts a W3C traceparent as trace_context, with a message group or a delay too", function()
+    local tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    assert.same({ trace_context = tp }, config.check_send("t", "x", { trace_context = tp }))
+    assert.same({ trace_context = tp, message_group = "g" },
+      config.check_send("t", "x", { trace_context = tp, message_group = "g" }))
+    assert.same({ trace_context = tp:sub(1, -3) .. "00", delay = 1 },
+      config.check_send("t", "x", { trace_context = tp:sub(1, -3) .. "00", delay = 1 }))
+  end)
+
+  it("refuses a trace_context that is not a version 00 traceparent, naming the option and the fault", function()
+    local trace_id, parent_id = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    local function tp(v, t, p, f) return ("%s-%s-%s-%s"):format(v, t, p, f) end
+    local cases = {
+      { 7, "a string is expected" },
+      { "", "it is not four '%-'%-separated hex fields" },
+      { "traceparent", "it is not four '%-'%-separated hex fields" },
+      { tp("00", trace_id, parent_id, "01") .. "-x", "it is not four '%-'%-separated hex fields" },
+      { tp("00", trace_id:gsub("b", "g"), parent_id, "01"), "it is not four '%-'%-separated hex fields" },
+      { tp("01", trace_id, parent_id, "01"), "the version must be 00" },
+      { tp("ff", trace_id, parent_id, "01"), "the version must be 00" },
+      { tp("00", trace_id:sub(2), parent_id, "01"), "the trace%-id must be 32 hex digits" },
+      { tp("00", trace_id, parent_id .. "0", "01"), "the parent%-id must be 16 hex digits" },
+      { tp("00", trace_id:upper(), parent_id, "01"), "hex digits must be lowercase" },
+      { tp("00", trace_id, parent_id, "0A"), "hex digits must be lowercase" },
+      { tp("00", ("0"):rep(32), parent_id, "01"), "the trace%-id must not be all zeros" },
+      { tp("00", trace_id, ("0"):rep(16), "01"), "the parent%-id must not be all zeros" },
+    }
+    for _, case in ipairs(cases) do
+      refused({ trace_context = case[1] },
+        "mqlease%.send: option 'trace_context' must be a W3C traceparent, 00%-<trace%-id: 32 hex>%-<parent%-id: 16 hex>%-<flags: 2 hex>: "
+        .. case[2])
+    end
   end)
 end)

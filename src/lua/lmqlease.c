@@ -205,9 +205,9 @@ static int l_let_expire(lua_State *L) {
     return 1;
 }
 
-/* client:send(topic, body, tag, keys, properties, message_group, deliver_at_ms, delay_ms):
- * config.lua has checked every argument (and that at most one of the last
- * three is set); deliver_at_ms is wall-clock ms since the epoch, delay_ms is
+/* client:send(topic, body, tag, keys, properties, message_group, deliver_at_ms, delay_ms,
+ * trace_context): config.lua has checked every argument (and that at most one of
+ * message_group, deliver_at_ms and delay_ms is set); deliver_at_ms is wall-clock ms since the epoch, delay_ms is
  * counted from now on this host's wall clock, as the official clients do. */
 static int l_send(lua_State *L) {
     mql_client *c = lmql_check_client(L);
@@ -225,6 +225,7 @@ static int l_send(lua_State *L) {
     o.message_group = luaL_optstring(L, 7, NULL);
     o.delivery_ms = (int64_t)luaL_optinteger(L, 8, 0);
     if (!lua_isnoneornil(L, 9)) o.delivery_ms = mql_wall_ms() + (int64_t)luaL_checkinteger(L, 9);
+    o.trace_context = luaL_optstring(L, 10, NULL);
     if (lua_istable(L, 5)) {
         o.nkeys = lua_rawlen(L, 5);
         o.keys = lua_newuserdata(L, (o.nkeys ? o.nkeys : 1) * sizeof(*o.keys));

@@ -127,6 +127,7 @@ typedef struct mql_send_opts {
     size_t nprops;
     const char *message_group;   /* NULL: none */
     int64_t delivery_ms;         /* wall clock, ms since the epoch; 0: deliver at once */
+    const char *trace_context;   /* SystemProperties.trace_context (a W3C traceparent); NULL: none */
 } mql_send_opts;
 uint64_t mql_client_send(mql_client *c, const char *topic, const uint8_t *body, size_t len,
                          const mql_send_opts *opts);

@@ -87,6 +87,8 @@ uint64_t mql_client_send(mql_client *c, const char *topic_name, const uint8_t *b
         sp.delivery_timestamp = &deliver;
         sp.message_type = APACHE__ROCKETMQ__V2__MESSAGE_TYPE__DELAY;
     }
+    /* as the official C++ client's ProducerImpl: set only when there is one */
+    if (o->trace_context && o->trace_context[0]) sp.trace_context = (char *)o->trace_context;
     sp.born_timestamp = &born;
     sp.born_host = c->hostname;
     msg.topic = &topic;

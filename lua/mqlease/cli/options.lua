@@ -73,6 +73,8 @@ local DEFS = {
   file = { kind = "string", arg = "FILE", help = "send the whole file as one message" },
   ["message-group"] = { kind = "string", send = "message_group", arg = "GROUP",
     help = "message group: FIFO messages, kept in order within the group (the topic must be FIFO)" },
+  ["trace-context"] = { kind = "string", send = "trace_context", arg = "TRACEPARENT",
+    help = "W3C traceparent the message carries (00-<32 hex>-<16 hex>-<2 hex>)" },
   delay = { kind = "number", send = "delay", arg = "SECONDS",
     help = "deliver this many seconds from now (the topic must be DELAY)" },
   quiet = { kind = "flag", help = "no progress or summary line on stderr" },
@@ -106,9 +108,9 @@ local COMMANDS = {
     description = "Prints the id of each message sent, one per line. With no BODY and no --file, "
       .. "or with BODY '-', each line of stdin is one message (empty lines are skipped). "
       .. "Stops at the first failure. With --json each line (and BODY) is an object "
-      .. "{\"body\":, \"tag\":, \"keys\":, \"properties\":, \"message_group\":, \"delay\":} "
+      .. "{\"body\":, \"tag\":, \"keys\":, \"properties\":, \"message_group\":, \"delay\":, \"trace_context\":} "
       .. "whose fields win over the flags, and each message sent prints {\"id\":, \"offset\":}.",
-    options = with_connect({ "topic", "tag", "key", "prop", "message-group", "delay", "file",
+    options = with_connect({ "topic", "tag", "key", "prop", "message-group", "delay", "trace-context", "file",
                 "progress", "quiet", "json" }),
     arguments = { { "body", "message body, or - for stdin", "?" } } },
   { name = "peek", summary = "Show messages without consuming them: receive, print, give back.",

@@ -67,7 +67,7 @@ end
 
 -- The fields of a --json line, and the send option each one is.
 local JSON_FIELDS = { body = true, tag = "tag", keys = "keys", properties = "properties",
-  message_group = "message_group", delay = "delay" }
+  message_group = "message_group", delay = "delay", trace_context = "trace_context" }
 
 -- One --json line as body, send options (the flags' own, overridden by the
 -- object's fields), checked by mqlease.config; or nil, message.
@@ -79,7 +79,7 @@ function _M.decode(json, text, defaults)
   for k, v in pairs(obj) do
     local field = JSON_FIELDS[k]
     if not field then
-      return nil, ("unknown field '%s' (known: body, delay, keys, message_group, properties, tag)"):format(tostring(k))
+      return nil, ("unknown field '%s' (known: body, delay, keys, message_group, properties, tag, trace_context)"):format(tostring(k))
     end
     if field ~= true then
       local problem = config.send_problem(field, v)
@@ -109,7 +109,8 @@ function _M.main(opts)
     io.stderr:write("mqlease send: ", err, "\n")
     return EXIT.usage
   end
-  local send_opts = { tag = opts.tag, message_group = opts["message-group"], delay = opts.delay }
+  local send_opts = { tag = opts.tag, message_group = opts["message-group"], delay = opts.delay,
+    trace_context = opts["trace-context"] }
   if #opts.key > 0 then send_opts.keys = opts.key end
   if #opts.prop > 0 then
     send_opts.properties = {}

@@ -4,7 +4,9 @@
 //       A remoting producer (org.apache.rocketmq:rocketmq-client, DefaultMQProducer: the 4.x
 //       programming model) and then the official 5.x client (rocketmq-client-java) each send
 //       every case below. One JSON line per message says what was sent: id, topic, tag, keys,
-//       user properties, message group, delivery time, body length and MD5 of the body.
+//       user properties, message group, delivery time, body length and MD5 of the body; the
+//       remoting producer also gives each message a trace context (the property TRACE_CONTEXT,
+//       MessageConst.PROPERTY_TRACE_CONTEXT; the 5.x Java MessageBuilder has no setter for it).
 //   consume NAMESRV GRPC RUN TOPIC COUNT
 //       Starts a remoting push consumer and a 5.x SimpleConsumer (own groups), polls once,
 //       prints READY, then prints one JSON line per message each of them reads (COUNT each,
@@ -102,6 +104,17 @@ public class WireInterop {
         return sb.toString();
     }
 
+    // A W3C traceparent of its own for each remoting case: 00-<md5 of the case>-<its first 16 hex>-01.
+    static String traceparent(String kase) throws Exception {
+        String h = md5(("remoting/" + kase).getBytes(StandardCharsets.UTF_8));
+        return "00-" + h + "-" + h.substring(0, 16) + "-01";
+    }
+
+    // A JSON object from json() with a "trace_context" field added.
+    static String withTrace(String json, String traceContext) {
+        return json.substring(0, json.length() - 1) + ",\"trace_context\":" + q(traceContext) + "}";
+    }
+
     static final String[] PLAIN = {"small", "compressible", "random1m", "random3_9m"};
 
     // ------------------------------------------------------------------ produce
@@ -127,6 +140,8 @@ public class WireInterop {
         Message m = new Message(topic, "Tag" + kase, String.join(" ", keys), b);
         Map<String, String> props = props("remoting", kase);
         for (Map.Entry<String, String> e : props.entrySet()) m.putUserProperty(e.getKey(), e.getValue());
+        String tp = traceparent(kase);
+        MessageAccessor.putProperty(m, MessageConst.PROPERTY_TRACE_CONTEXT, tp);
         SendResult r;
         if (group != null) {
             // what the 5.x proxy reads as message_group: the sharding key; one queue per group
@@ -136,7 +151,8 @@ public class WireInterop {
             if (deliverMs != null) m.setDeliverTimeMs(deliverMs);
             r = p.send(m);
         }
-        System.out.println(json("remoting", kase, r.getMsgId(), topic, "Tag" + kase, keys, props, group, deliverMs, b));
+        System.out.println(withTrace(json("remoting", kase, r.getMsgId(), topic, "Tag" + kase, keys, props, group,
+            deliverMs, b), tp));
     }
 
     static void produceGrpc(String grpc, String topic, String fifo, String delay) throws Exception {
