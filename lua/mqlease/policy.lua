@@ -146,7 +146,8 @@ function _M.exactly_once(opts)
       if o.on_locked == "ack" then return "ack" end   -- risky: lost if that owner fails
       return "nack", o.defer_delay
     end
-    lease.fence = got[2]
+    -- the live view shows both while the lock is held
+    lease.fence, lease.lock_owner = got[2], owner
     local keepalive = rc:keepalive(lock_key, owner, o.lock_ttl, o.lock_ttl / 3, o.max_hold,
       function() lease:_lock_lost() end, acquired_at)
 
