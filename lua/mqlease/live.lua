@@ -297,14 +297,15 @@ local CSS = [[
 body{font-family:system-ui,sans-serif;margin:20px;color:#222}
 h1{font-size:20px;margin:0 0 12px}
 .gauges{display:flex;flex-wrap:wrap;gap:10px;margin-bottom:14px}
-.gauge{border:1px solid #ccc;border-radius:4px;padding:6px 12px;min-width:9em}
+.gauge{border:1px solid #ccc;border-radius:4px;padding:6px 12px;min-width:7em}
 .gauge b{display:block;font-size:20px;font-variant-numeric:tabular-nums}
 .gauge span{font-size:12px;color:#555}
 table{border-collapse:collapse;font-size:13px}
 th,td{border:1px solid #ddd;padding:3px 8px;text-align:left}
 th{background:#f3f3f3}
-td.n{text-align:right;font-variant-numeric:tabular-nums}
+td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 td.id{font-family:ui-monospace,monospace;max-width:28em;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
+td.owner{max-width:14em}
 .bar{display:inline-block;height:8px;background:#2c6fbb;vertical-align:middle;margin-left:6px}
 tr.uncertain td{background:#fff4e0}
 p.note{color:#555}
@@ -350,7 +351,8 @@ function _M.html(view)
     w(format('<td class="n">%s<span class="bar" style="width:%dpx"></span></td>', esc(secs(e.remaining)), bar))
     w('<td class="n">' .. esc(e.renewals) .. "</td><td>" .. (e.uncertain and "yes" or "") .. "</td>")
     w('<td class="n">' .. esc(e.delivery_attempt or "") .. '</td><td class="n">' .. esc(e.fence or "") .. "</td>")
-    w('<td class="id">' .. esc(e.lock_owner or "") .. "</td></tr>")
+    -- a lock owner is long (client id/token): shortened, whole in its title
+    w(format('<td class="id owner" title="%s">%s</td></tr>', esc(e.lock_owner or ""), esc(e.lock_owner or "")))
   end
   w("</tbody></table>")
   if view.more > 0 then
