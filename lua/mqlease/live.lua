@@ -252,37 +252,31 @@ local function encoder()
 end
 function _M._set_encoder(lib) cjson = lib end   -- specs: cjson, or false for none
 
--- The view as JSON, keys in a fixed order (an empty lease list is [], which
--- lua-cjson 2.1.0 would write {}), or nil, message when lua-cjson is missing.
+-- The view as JSON, or nil, message when lua-cjson is missing. The summary
+-- keys come first in a fixed order, then the gauges, then the leases (one
+-- encode for all of them: a row's keys come in cjson's order); an empty lease
+-- list is written [], which lua-cjson 2.1.0 would write {}.
 function _M.json(view)
   local json = encoder()
   if not json then
     return nil, "/leases needs the Lua package lua-cjson (luarocks install lua-cjson; Debian: apt-get install lua-cjson)"
   end
-  local function val(v)
-    if v == nil then return "null" end
-    return assert(json.encode(v))
+  local parts = {}
+  for _, k in ipairs({ "worker", "cap", "total", "listed", "more", "note" }) do
+    if view[k] ~= nil then parts[#parts + 1] = '"' .. k .. '":' .. assert(json.encode(view[k])) end
   end
-  local function object(t, keys)
-    local parts = {}
-    for _, k in ipairs(keys) do
-      if t[k] ~= nil then parts[#parts + 1] = val(k) .. ":" .. val(t[k]) end
-    end
-    return "{" .. concat(parts, ",") .. "}"
-  end
-  local rows = {}
-  for i, e in ipairs(view.leases) do rows[i] = object(e, FIELDS) end
-  local top = object(view, { "worker", "cap", "total", "listed", "more", "note" })
-  local text = top:sub(1, -2) .. (top == "{}" and "" or ",")
-    .. '"gauges":' .. object(view.gauges, GAUGES) .. ',"leases":[' .. concat(rows, ",") .. "]}"
-  return (text:gsub("[<>&]", INERT))
+  parts[#parts + 1] = '"gauges":' .. assert(json.encode(view.gauges))
+  parts[#parts + 1] = '"leases":' .. (#view.leases > 0 and assert(json.encode(view.leases)) or "[]")
+  return (("{" .. concat(parts, ",") .. "}"):gsub("[<>&]", INERT))
 end
 
 -- ------------------------------------------------------------------ HTML
 
+local ENTITIES = { ["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;", ['"'] = "&quot;", ["'"] = "&#39;" }
 local function esc(s)
-  return (tostring(s):gsub("[&<>\"']", { ["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;", ['"'] = "&quot;",
-    ["'"] = "&#39;" }))
+  s = tostring(s)
+  if not s:find("[&<>\"']") then return s end   -- most ids and topics: no copy
+  return (s:gsub("[&<>\"']", ENTITIES))
 end
 _M.escape = esc
 
@@ -314,6 +308,11 @@ p.note{color:#555}
 local HEADS = { "message id", "topic", "group", "handler", "state", "age", "remaining", "renewals",
   "uncertain", "attempt", "fence", "lock owner" }
 
+local ROW = '<tr class="lease%s"><td class="id">%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td>'
+  .. '<td class="n">%s</td><td class="n">%s<span class="bar" style="width:%dpx"></span></td>'
+  .. '<td class="n">%s</td><td>%s</td><td class="n">%s</td><td class="n">%s</td>'
+  .. '<td class="id owner" title="%s">%s</td></tr>'
+
 -- The page: gauges, then one row per listed lease, oldest first.
 function _M.html(view)
   local out = {}
@@ -343,16 +342,12 @@ function _M.html(view)
   for _, e in ipairs(view.leases) do if e.remaining > longest then longest = e.remaining end end
   for _, e in ipairs(view.leases) do
     local bar = longest > 0 and floor(60 * e.remaining / longest + 0.5) or 0
-    w(format('<tr class="lease%s">', e.uncertain and " uncertain" or ""))
-    w('<td class="id">' .. esc(e.id or ("lease " .. tostring(e.lease))) .. "</td>")
-    w("<td>" .. esc(e.topic or "") .. "</td><td>" .. esc(e.group or "") .. "</td>")
-    w("<td>" .. esc(e.handler or "-") .. "</td><td>" .. esc(e.state) .. "</td>")
-    w('<td class="n">' .. esc(secs(e.age)) .. "</td>")
-    w(format('<td class="n">%s<span class="bar" style="width:%dpx"></span></td>', esc(secs(e.remaining)), bar))
-    w('<td class="n">' .. esc(e.renewals) .. "</td><td>" .. (e.uncertain and "yes" or "") .. "</td>")
-    w('<td class="n">' .. esc(e.delivery_attempt or "") .. '</td><td class="n">' .. esc(e.fence or "") .. "</td>")
+    local owner = e.lock_owner and esc(e.lock_owner) or ""
     -- a lock owner is long (client id/token): shortened, whole in its title
-    w(format('<td class="id owner" title="%s">%s</td></tr>', esc(e.lock_owner or ""), esc(e.lock_owner or "")))
+    w(format(ROW, e.uncertain and " uncertain" or "", esc(e.id or ("lease " .. tostring(e.lease))),
+      esc(e.topic or ""), esc(e.group or ""), esc(e.handler or "-"), esc(e.state), secs(e.age), secs(e.remaining),
+      bar, esc(e.renewals), e.uncertain and "yes" or "", esc(e.delivery_attempt or ""), esc(e.fence or ""),
+      owner, owner))
   end
   w("</tbody></table>")
   if view.more > 0 then
