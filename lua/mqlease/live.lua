@@ -119,6 +119,8 @@ local function entry(c, lease, m, running)
     state = state, age = ms(age), remaining = ms(remaining > 0 and remaining or 0),
     renewals = renewals, uncertain = uncertain == true,
     fence = rawget(lease, "fence"), lock_owner = rawget(lease, "lock_owner"),
+    -- the exactly-once lock could not be kept: another instance may run the message
+    lock_lost = rawget(lease, "_lock_lost") or nil,
   }
   if m then
     e.id, e.topic, e.delivery_attempt = m.id, m.topic or c.topic, m.delivery_attempt
@@ -343,6 +345,7 @@ function _M.html(view)
   for _, e in ipairs(view.leases) do
     local bar = longest > 0 and floor(60 * e.remaining / longest + 0.5) or 0
     local owner = e.lock_owner and esc(e.lock_owner) or ""
+    if e.lock_lost then owner = "lost: " .. owner end
     -- a lock owner is long (client id/token): shortened, whole in its title
     w(format(ROW, e.uncertain and " uncertain" or "", esc(e.id or ("lease " .. tostring(e.lease))),
       esc(e.topic or ""), esc(e.group or ""), esc(e.handler or "-"), esc(e.state), secs(e.age), secs(e.remaining),

@@ -158,7 +158,10 @@ function _M.exactly_once(opts)
       lease:_lock_lost()
       m.consumer:count("lock_lost")
     end
-    local function unlock() rc:eval(UNLOCK, { lock_key }, { owner }) end
+    local function unlock()
+      lease.lock_owner = nil   -- the live view shows the lock only while it is held
+      rc:eval(UNLOCK, { lock_key }, { owner })
+    end
     if ok and res then
       -- the done marker first: a redelivery from now on is acked without running
       local marked = rc:call("SET", done_key, "1", "EX", done_ttl)

@@ -73,6 +73,11 @@ describe("mqlease.live", function()
       fence = 12, lock_owner = "client-a/00ff",
     }, v.leases[1])
     assert.is_true(v.leases[2].uncertain)
+    assert.is_nil(v.leases[1].lock_lost)
+    c.msgs[1].lease._lock_lost = true
+    local again = live.view(c)
+    assert.is_true(cjson.decode(live.json(again)).leases[1].lock_lost)
+    assert.matches(">lost: client-a/00ff</td>", live.html(again), 1, true)
     assert.equal("queued", v.leases[3].handler)
     assert.is_nil(v.leases[2].fence)
     -- fixed key order: the summary first, the leases last
