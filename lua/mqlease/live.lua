@@ -2,7 +2,7 @@
 -- (`mqlease run --metrics` and mqlease.ngx): /leases as JSON, / as one small
 -- HTML page that refreshes itself.
 --
---   live.track(consumer, fn)            mqlease.run: fn(cap) -> messages, total
+--   live.track(consumer, fn)            mqlease.run: fn(cap) -> messages, total, running
 --   live.view(consumers [, opts])       -> view: the oldest leases and the key gauges
 --   live.json(view)                     -> string, or nil, message (needs lua-cjson)
 --   live.html(view)                     -> string
@@ -33,10 +33,11 @@ local _M = {}
 _M.CAP = 500         -- leases listed at most
 _M.REFRESH = 2       -- seconds between two loads of the page
 
-local trackers = setmetatable({}, { __mode = "k" })   -- consumer -> fn(cap) -> messages, total
+local trackers = setmetatable({}, { __mode = "k" })   -- consumer -> fn(cap)
 
 -- While mqlease.run drives consumer, fn(cap) gives at most cap of its
--- messages, oldest first, and how many it holds; nil when the run ends.
+-- messages, oldest first, how many it holds, and its set of running
+-- messages (message -> true); fn is nil when the run ends.
 function _M.track(consumer, fn)
   trackers[consumer] = fn
 end
