@@ -80,6 +80,7 @@ build = {
       ["mqlease.loop.poll"] = "lua/mqlease/loop/poll.lua",
       ["mqlease.loop.scheduler"] = "lua/mqlease/loop/scheduler.lua",
       ["mqlease.message"] = "lua/mqlease/message.lua",
+      ["mqlease.live"] = "lua/mqlease/live.lua",
       ["mqlease.metrics"] = "lua/mqlease/metrics.lua",
       ["mqlease.ngx"] = "lua/mqlease/ngx.lua",
       ["mqlease.policy"] = "lua/mqlease/policy.lua",

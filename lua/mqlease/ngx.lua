@@ -12,7 +12,11 @@
 --         policy = mqlease.policy.exactly_once { redis = "127.0.0.1:6379" },
 --       }
 --     }
---     server { location = /metrics { content_by_lua_block { require("mqlease.ngx").metrics() } } }
+--     server {
+--       location = /metrics { content_by_lua_block { require("mqlease.ngx").metrics() } }
+--       location = /leases  { content_by_lua_block { require("mqlease.ngx").leases() } }
+--       location = /        { content_by_lua_block { require("mqlease.ngx").leases_page() } }
+--     }
 --   }
 --
 -- start() only checks the options and arms one timer per worker: grpc does
@@ -37,6 +41,9 @@
 --                with all workers', as one service (nginx-lua-prometheus
 --                keeps its counters in a shared dict for the same reason).
 --                Without it /metrics shows the worker that answers.
+--
+-- leases() (JSON) and leases_page() (HTML) show the leases of the worker that
+-- answers, the oldest 500 (mqlease.live).
 
 local ngx = require "ngx"
 local core = require "mqlease.core"
@@ -45,6 +52,7 @@ local consumer_mod = require "mqlease.consumer"
 local run = require "mqlease.run"
 local metrics_mod = require "mqlease.metrics"
 local loop_ngx = require "mqlease.loop.ngx"
+local live = require "mqlease.live"
 
 local type, pairs, ipairs, tostring, error, pcall = type, pairs, ipairs, tostring, error, pcall
 local min, floor, concat = math.min, math.floor, table.concat
@@ -271,6 +279,32 @@ end
 function _M.metrics()
   ngx.header["Content-Type"] = "text/plain; version=0.0.4"
   ngx.print(_M.metrics_text_all())
+end
+
+-- The live view of this worker's consumers (or of the array list).
+function _M.leases_view(list)
+  local array = {}
+  for _, c in pairs(list or consumers) do array[#array + 1] = c end
+  return live.view(array, { worker = ngx.worker.id() or 0 })
+end
+
+-- content_by_lua handler for a /leases location: the leases held, as JSON.
+function _M.leases()
+  local text, why = live.json(_M.leases_view())
+  if not text then
+    ngx.status = 501
+    ngx.header["Content-Type"] = "text/plain"
+    ngx.say(why)
+    return
+  end
+  ngx.header["Content-Type"] = "application/json"
+  ngx.print(text)
+end
+
+-- content_by_lua handler for the live page (HTML, refreshes itself).
+function _M.leases_page()
+  ngx.header["Content-Type"] = "text/html; charset=utf-8"
+  ngx.print(live.html(_M.leases_view()))
 end
 
 return _M

@@ -146,7 +146,8 @@ function _M.exactly_once(opts)
       if o.on_locked == "ack" then return "ack" end   -- risky: lost if that owner fails
       return "nack", o.defer_delay
     end
-    lease.fence = got[2]
+    -- the live view shows both while the lock is held
+    lease.fence, lease.lock_owner = got[2], owner
     local keepalive = rc:keepalive(lock_key, owner, o.lock_ttl, o.lock_ttl / 3, o.max_hold,
       function() lease:_lock_lost() end, acquired_at)
 
@@ -157,7 +158,10 @@ function _M.exactly_once(opts)
       lease:_lock_lost()
       m.consumer:count("lock_lost")
     end
-    local function unlock() rc:eval(UNLOCK, { lock_key }, { owner }) end
+    local function unlock()
+      lease.lock_owner = nil   -- the live view shows the lock only while it is held
+      rc:eval(UNLOCK, { lock_key }, { owner })
+    end
     if ok and res then
       -- the done marker first: a redelivery from now on is acked without running
       local marked = rc:call("SET", done_key, "1", "EX", done_ttl)

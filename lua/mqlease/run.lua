@@ -16,6 +16,7 @@ local config = require "mqlease.config"
 local wait = require "mqlease.loop"
 local policy_mod = require "mqlease.policy"
 local metrics = require "mqlease.metrics"
+local live = require "mqlease.live"
 
 local min, floor = math.min, math.floor
 local coroutine_running = coroutine.running
@@ -303,6 +304,10 @@ return function(consumer, handler, opts)
   local stop_at = o.run_for and core.now() + o.run_for
   -- the official clients' cached messages and bytes: what this run holds
   metrics.holding(consumer, function() return st.inflight, st.bytes end)
+  -- /leases and the live page: the oldest of what this run holds
+  live.track(consumer, function(cap)
+    return live.select(st.running, st.queue, st.qhead, st.qtail, cap), st.inflight, st.running
+  end)
 
   local ok, err = pcall(sched.loop, sched, function()
     if not st.stopping then
@@ -312,6 +317,7 @@ return function(consumer, handler, opts)
     return st.done
   end)
   metrics.holding(consumer, nil)
+  live.track(consumer, nil)
   consumer:close()
   if watcher then
     watcher:done()

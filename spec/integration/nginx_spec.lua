@@ -225,6 +225,8 @@ http {
     listen 127.0.0.1:@PORT@;
     location = /ping { content_by_lua_block { ngx.say("pong") } }
     location = /metrics { content_by_lua_block { require("mqlease.ngx").metrics() } }
+    location = /leases { content_by_lua_block { require("mqlease.ngx").leases() } }
+    location = /live { content_by_lua_block { require("mqlease.ngx").leases_page() } }
   }
 }
 ]]):gsub("@(%u[%u_]*)@", {
@@ -273,6 +275,20 @@ http {
     assert.is_true(p99 < 0.25, ("p99 %.1f ms: a worker was blocked"):format(p99 * 1000))
 
     step("latency measured")
+    -- the leases of the worker that answers, as JSON and as the live page
+    local view
+    env.wait_for(function()
+      view = require("cjson").decode(curl("/leases"))
+      return #view.leases > 0
+    end, 10, "held leases in /leases")
+    assert.is_true(view.worker == 0 or view.worker == 1)
+    assert.is_true(view.listed <= view.total)
+    for _, e in ipairs(view.leases) do
+      assert.equal(topic, e.topic)
+      assert.is_true(e.remaining > 0 and e.age >= 0, require("cjson").encode(e))
+      if e.fence then assert.equal("running", e.handler) end
+    end
+    assert.matches('<tr class="lease', curl("/live"), 1, true)
     -- reload: the old workers drain while new ones take over
     env.wait_for(function() return handled() >= 120 end, 60, "120 handled messages")
     assert(server:signal("HUP"), "nginx -s reload failed")

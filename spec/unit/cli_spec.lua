@@ -474,6 +474,29 @@ describe("the /metrics listener", function()
     server:close()
   end)
 
+  it("serves the pages beside /metrics: their content type, their failure status, the query ignored", function()
+    local sched = scheduler.new()
+    local server = assert(http.listen("127.0.0.1", 0, function() return "x 1\n" end, {
+      ["/leases"] = function() return '{"leases":[]}', "application/json" end,
+      ["/"] = function() return "<p>hi</p>", "text/html; charset=utf-8" end,
+      ["/off"] = function() return nil, "501 Not Implemented", "needs lua-cjson" end,
+      ["/bad"] = function() error("broken page", 0) end,
+    }))
+    server:serve(sched)
+    local answer = request(server, sched, "GET /leases?x=1 HTTP/1.1\r\n\r\n")
+    assert.matches("^HTTP/1.1 200 OK\r\n", answer)
+    assert.matches("Content-Type: application/json\r\n", answer, 1, true)
+    assert.matches('\r\n\r\n{"leases":%[%]}$', answer)
+    answer = request(server, sched, "GET / HTTP/1.0\r\n\r\n")
+    assert.matches("Content-Type: text/html; charset=utf-8\r\n", answer, 1, true)
+    assert.matches("\r\n\r\n<p>hi</p>$", answer)
+    assert.matches("^HTTP/1.1 501 Not Implemented\r\n.*needs lua%-cjson\n$", request(server, sched, "GET /off HTTP/1.0\r\n\r\n"))
+    assert.matches("^HTTP/1.1 500 .*broken page\n$", request(server, sched, "GET /bad HTTP/1.0\r\n\r\n"))
+    assert.matches("^HTTP/1.1 404 ", request(server, sched, "GET /other HTTP/1.0\r\n\r\n"))
+    assert.matches("^HTTP/1.1 200 OK\r\n.*\r\n\r\n$", request(server, sched, "HEAD / HTTP/1.0\r\n\r\n"))
+    server:close()
+  end)
+
   it("keeps other tasks running while a client sends nothing", function()
     local sched = scheduler.new()
     local server = assert(http.listen("127.0.0.1", 0, function() return "x 1\n" end))

@@ -163,4 +163,25 @@ describe("mqlease.ngx", function()
     -- and this worker published its own (no consumer yet: an empty text)
     assert.equal("", dict.data["mqlease:metrics:1"])
   end)
+
+  it("answers /leases with this worker's leases as JSON and / with the live page", function()
+    local ngx_ = package.loaded.ngx
+    local printed = {}
+    ngx_.header = {}
+    ngx_.print = function(s) printed[#printed + 1] = s end
+    ngx_.say = function(s) printed[#printed + 1] = s .. "\n" end
+    local mqngx = require "mqlease.ngx"
+    mqngx.leases()
+    assert.is_nil(ngx_.status)   -- 200
+    assert.equal("application/json", ngx_.header["Content-Type"])
+    local v = require("cjson").decode(table.concat(printed))
+    assert.same({ 1, 0, "no consumer is running" }, { v.worker, #v.leases, v.note })
+    printed = {}
+    mqngx.leases_page()
+    assert.equal("text/html; charset=utf-8", ngx_.header["Content-Type"])
+    assert.matches("<h1>mqlease: leases held (worker 1)</h1>", table.concat(printed), 1, true)
+    -- a consumer of this worker with no run yet: its gauges, and a note
+    local view = mqngx.leases_view({ [2] = consumer("a", 3) })
+    assert.equal("this consumer tracks no leases", view.note)
+  end)
 end)

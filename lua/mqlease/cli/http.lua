@@ -1,14 +1,16 @@
--- mqlease.cli.http: the smallest HTTP server that serves GET /metrics from
--- inside mqlease's own scheduler, without ever blocking it.
+-- mqlease.cli.http: the smallest HTTP server that serves GET /metrics (and
+-- the live pages beside it) from inside mqlease's own scheduler, without ever
+-- blocking it.
 --
---   local server = assert(http.listen("127.0.0.1", 9464, function() return text end))
+--   local server = assert(http.listen("127.0.0.1", 9464, function() return text end,
+--     { ["/leases"] = function() return json, "application/json" end }))
 --   server:serve(scheduler)   -- one task accepts, one task per connection
 --   server:close()
 --
 -- The listening socket (LuaSocket) is non-blocking and waited for with
 -- mqlease.loop like every descriptor of the core, so a scrape is answered
 -- between two handler steps. One request per connection (Connection: close);
--- anything but GET or HEAD /metrics gets 404 or 405.
+-- anything but GET or HEAD /metrics or one of the pages gets 404 or 405.
 --
 -- Whatever clients do, the server can neither end nor slow the loop it shares
 -- with the handlers:
@@ -44,14 +46,16 @@ local RETRY_FIRST, RETRY_MAX = 0.01, 0.2   -- seconds between tries of a write t
 local ACCEPT_PAUSE = 0.1    -- seconds to wait after an accept failed (e.g. out of descriptors)
 
 -- Binds host:port (port 0: any free port, see server.port). body() returns the
--- text of /metrics. Returns the server, or nil, message.
-function _M.listen(host, port, body)
+-- text of /metrics; pages (optional) maps other paths to a function that
+-- returns a page's text and content type, or nil, status, message (e.g. nil,
+-- "501 Not Implemented", "needs lua-cjson"). Returns the server, or nil, message.
+function _M.listen(host, port, body, pages)
   local sock, err = socket.bind(host, port)
   if not sock then return nil, ("cannot listen on %s:%s: %s"):format(host, port, tostring(err)) end
   sock:settimeout(0)
   local _, bound = sock:getsockname()
   return setmetatable({
-    sock = sock, host = host, port = tonumber(bound), body = body, closed = false,
+    sock = sock, host = host, port = tonumber(bound), body = body, pages = pages or {}, closed = false,
     connections = {},   -- held connections, oldest first: { client =, task =, dropped = }
     max_connections = MAX_CONNECTIONS,
   }, mt)
@@ -72,7 +76,19 @@ function methods:reply(head)
   elseif method ~= "GET" and method ~= "HEAD" then
     status, content_type, body = "405 Method Not Allowed", "text/plain", "only GET\n"
   elseif path:match("^[^?]*") ~= "/metrics" then
-    status, content_type, body = "404 Not Found", "text/plain", "not found: try /metrics\n"
+    local page = self.pages[path:match("^[^?]*")]   -- the query string is ignored
+    if not page then
+      status, content_type, body = "404 Not Found", "text/plain", "not found: try /metrics\n"
+    else
+      local ok, text, kind, why = pcall(page)
+      if not ok then
+        status, content_type, body = "500 Internal Server Error", "text/plain", tostring(text) .. "\n"
+      elseif text == nil then
+        status, content_type, body = tostring(kind), "text/plain", tostring(why) .. "\n"
+      else
+        content_type, body = kind, tostring(text)
+      end
+    end
   else
     local ok, text = pcall(self.body)
     if not ok then

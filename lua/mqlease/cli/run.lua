@@ -1,10 +1,12 @@
 -- mqlease.cli.run: `mqlease run HANDLER.lua ...` -- a handler file under
--- mqlease.run: graceful SIGTERM drain, /metrics over HTTP when asked, one log
+-- mqlease.run: graceful SIGTERM drain, /metrics over HTTP when asked (with
+-- /leases and a live page of the leases at /, from mqlease.live), one log
 -- line per failure (mqlease.run's on_error), one summary line at exit.
 
 local mqlease = require "mqlease"
 local wait = require "mqlease.loop"
 local options = require "mqlease.cli.options"
+local live = require "mqlease.live"
 
 local type, pairs, pcall, tostring, loadfile = type, pairs, pcall, tostring, loadfile
 local EXIT = options.EXIT
@@ -84,9 +86,17 @@ function _M.main(opts)
       log("option '--metrics' needs the Lua package luasocket (luarocks install luasocket; Debian: lua-socket)")
       return EXIT.failure
     end
+    -- the consumer exists once the server serves (from inside the run)
     server, err = http.listen(opts.metrics.host, opts.metrics.port, function()
       return mqlease.metrics.text(consumer)
-    end)
+    end, {
+      ["/leases"] = function()
+        local text, why = live.json(live.view(consumer))
+        if not text then return nil, "501 Not Implemented", why end
+        return text, "application/json"
+      end,
+      ["/"] = function() return live.html(live.view(consumer)), "text/html; charset=utf-8" end,
+    })
     if not server then
       log("option '--metrics': %s", err)
       return EXIT.failure
