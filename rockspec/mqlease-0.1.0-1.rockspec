@@ -72,6 +72,7 @@ build = {
     ["mqlease.policy"] = "lua/mqlease/policy.lua",
     ["mqlease.producer"] = "lua/mqlease/producer.lua",
     ["mqlease.redis"] = "lua/mqlease/redis.lua",
+    ["mqlease.retry"] = "lua/mqlease/retry.lua",
     ["mqlease.run"] = "lua/mqlease/run.lua",
     ["mqlease.scheduler"] = "lua/mqlease/scheduler.lua",
     ["mqlease.session"] = "lua/mqlease/session.lua",

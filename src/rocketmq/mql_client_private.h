@@ -119,6 +119,8 @@ struct mql_client {
     size_t max_body;
     mql_pace pace;              /* renewal pacing (mql_renew.c) */
     int renew_inflight;         /* renewals (MQL_K_RENEW calls) in flight */
+    int fifo;                   /* from the server's Settings (mql_session.c) */
+    mql_retry_policy retry;     /* from the server's Settings (mql_session.c) */
 };
 
 /* ------------------------------------------------------- mql_client.c */
