@@ -368,6 +368,12 @@ function _M.check_send(topic, body, opts)
         if type(key) ~= "string" or not key:match("%S") then
           error(("mqlease.send: option 'keys' must hold non-blank strings (got %s)"):format(describe(key)), 3)
         end
+        -- RocketMQ joins a message's keys with a space (MessageConst.KEY_SEPARATOR):
+        -- "a b" would reach every other client as the two keys "a" and "b"
+        if key:find("%s") then
+          error(("mqlease.send: option 'keys' must hold keys without whitespace (RocketMQ joins keys with a space; got %s)")
+            :format(describe(key)), 3)
+        end
       end
     elseif k == "properties" then
       if type(v) ~= "table" then error("mqlease.send: option 'properties' must be a table of strings", 3) end
