@@ -49,6 +49,11 @@ describe("FIFO consumption on RocketMQ " .. VERSION, function()
     local topic, group = fifo_topic("fifo_run")
     local c = env.consumer { group = group, topic = topic, invisible = 10, await = 2 }
     assert.is_true(c:metrics().fifo, "the proxy's Settings mark the orderly group as fifo")
+    -- and carry the group's retry policy (retryMaxTimes 16 + 1, RocketMQ's customized steps)
+    local rp = c:metrics().retry_policy
+    assert.is_table(rp, "the proxy's Settings carry a retry policy")
+    assert.equal(17, rp.max_attempts)
+    assert.same({ 1, 5, 10 }, { rp.steps[1], rp.steps[2], rp.steps[3] })
     assert(c:receive(1, { await = 0 }))   -- a new group starts at the queue's end: join first
     local groups, N = { "ga", "gb", "gc", "gd" }, 25
     local ids = send_groups(topic, groups, N)
