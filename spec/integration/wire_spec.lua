@@ -99,7 +99,10 @@ describe("wire fidelity with the Java clients on RocketMQ " .. VERSION, function
       if s.delivery_ms ~= cjson.null then
         assert.is_number(m.delivery_timestamp, what .. ": delivery_timestamp")
         assert.is_true(math.abs(m.delivery_timestamp - s.delivery_ms / 1000) < 0.002, what)
-        assert.is_true(m.store_at <= m.delivery_timestamp + 1,
+        -- the timer re-stores the message when it fires: within one slot of the
+        -- timer wheel (TimerMessageStore, timerPrecisionMs = 1 s) plus the re-put;
+        -- 5.3.3 under load fired 1.05 s after the due time
+        assert.is_true(m.store_at <= m.delivery_timestamp + 2,
           ("%s: stored at %.3f, to be delivered at %.3f, born at %.3f"):format(what, m.store_at, m.delivery_timestamp, m.born_at))
       else
         assert.is_nil(m.delivery_timestamp, what)
