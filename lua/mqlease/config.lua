@@ -96,7 +96,7 @@ _M.run = {
     doc = "messages held at once, running or waiting for a handler (default 2 x concurrency); receiving pauses at it" },
   max_inflight_bytes = { kind = "integer", default = 64 * 1024 * 1024, min = 1, max = 2 ^ 40,
     doc = "bytes of message bodies held at once; receiving pauses at it" },
-  nack_delay = { kind = "delay", doc = "seconds before a failed message comes back: a number or fn(attempt); default 2^(attempt-1) capped at 60" },
+  nack_delay = { kind = "delay", doc = "seconds before a failed message comes back (or, ordered, is tried again): a number or fn(attempt); default the group's retry policy from the server's Settings (RocketMQ: 1 5 10 30 s 1 2 ... min), else 2^(attempt-1) capped at 60" },
   policy = { kind = "function", doc = "fn(m, lease, handler) -> \"ack\" | \"nack\" [, delay [, err]] | \"skip\" (see mqlease.policy)" },
   signals = { kind = "boolean", default = false,
     doc = "drain gracefully on SIGTERM and SIGINT: installs handlers, and a watcher that may _exit the process past grace (mqlease run sets it)" },
@@ -107,7 +107,7 @@ _M.run = {
   stop = { kind = "function", doc = "fn() -> true to stop; checked every loop turn" },
   on_error = { kind = "function", doc = "fn(message, err): a handler failed (default: a line on stderr)" },
   max_attempts = { kind = "integer", min = 1, max = 1000,
-    doc = "deliveries a message gets: after the last one fails, or when a later one arrives, it is forwarded to %DLQ%<group> instead (nil = the group's own retry limit decides)" },
+    doc = "deliveries a message gets: after the last one fails, or when a later one arrives, it is forwarded to %DLQ%<group> instead (nil = the group's own retry limit decides; ordered messages are retried in place up to it)" },
 }
 
 -- The fields of a tls table and what each must be.
@@ -395,6 +395,12 @@ function _M.send_problem(k, v)
     for _, key in ipairs(v) do
       if type(key) ~= "string" or not key:match("%S") then
         return ("option 'keys' must hold non-blank strings (got %s)"):format(describe(key))
+      end
+      -- RocketMQ joins a message's keys with a space (MessageConst.KEY_SEPARATOR):
+      -- "a b" would reach every other client as the two keys "a" and "b"
+      if key:find("%s") then
+        return ("option 'keys' must hold keys without whitespace (RocketMQ joins keys with a space; got %s)")
+          :format(describe(key))
       end
     end
   elseif k == "properties" then

@@ -69,6 +69,16 @@ end
 
 -- Receives up to n messages (default: the batch option), long-polling up to
 -- opts.await seconds. An array (empty when nothing came), or nil, message, code.
+--
+-- Order. From a FIFO topic (m.message_group set; c:metrics().fifo when the
+-- group is orderly) the messages of one message group arrive in order, and
+-- the broker keeps an orderly group's queue blocked while any message it
+-- delivered from it is neither acked nor past its deadline. A caller who
+-- acks by hand keeps the order only by finishing each message of a group
+-- (ack, or dead_letter) before running the next one of that group, and by
+-- retrying a failure in place (the lease stays renewed) instead of nacking
+-- it: a nack lets the deadline pass, and the broker then delivers it again
+-- together with the messages after it. mqlease.run does all of this.
 function consumer_methods:receive(n, opts)
   if closed_guard(self) then return nil, "the consumer is closed", "CLOSED" end
   local o = self.options

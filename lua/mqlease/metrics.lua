@@ -33,6 +33,11 @@ local COUNTERS = {
   { "mqlease_redis_unavailable_total", "Messages the exactly-once policy could not lock because Redis did not answer.",
     { { nil, "redis_unavailable" } } },
   { "mqlease_duplicates_skipped_total", "Redeliveries of messages already done, acked without running.", { { nil, "duplicate_skipped" } } },
+  { "mqlease_fifo_retries_total", "Ordered messages tried again in place after a failure, their lease kept (a nack would let the broker reorder their group).",
+    { { nil, "fifo_retries" } } },
+  { "mqlease_held_total", "Times a policy kept a message's lease and asked again later instead of nacking it (no delivery attempt spent), by reason.",
+    { { 'reason="locked"', "deferred_held" }, { 'reason="redis_unavailable"', "fail_closed_held" } } },
+  { "mqlease_defer_budget_spent_total", "Messages nacked after holding them for max_defer seconds.", { { nil, "defer_budget_spent" } } },
   { "mqlease_messages_sent_total", "Messages sent by result.", { { 'result="ok"', "sent_ok" }, { 'result="fail"', "sent_fail" } } },
   { "mqlease_session_reconnects_total", "Times the session connected again: the next endpoint at start, Telemetry re-opened.",
     { { nil, "reconnects" } } },
@@ -289,6 +294,16 @@ function _M.text(c, labels)
     line("# HELP mqlease_invisible_seconds The invisible duration the next receive and renewal ask for (moves with invisible = \"auto\").")
     line("# TYPE mqlease_invisible_seconds gauge")
     line(format("mqlease_invisible_seconds%s %s", label(nil, base), num(m.invisible_seconds)))
+  end
+  if m.retry_policy then
+    line("# HELP mqlease_retry_max_attempts Delivery attempts the group's retry policy allows (the server's Settings: retryMaxTimes + 1).")
+    line("# TYPE mqlease_retry_max_attempts gauge")
+    line(format("mqlease_retry_max_attempts%s %s", label(nil, base), num(m.retry_policy.max_attempts)))
+  end
+  if m.retry_policy then   -- a consumer's Settings (a producer's carry no group)
+    line("# HELP mqlease_fifo 1 when the server's Settings say the group consumes in order (an orderly group).")
+    line("# TYPE mqlease_fifo gauge")
+    line(format("mqlease_fifo%s %d", label(nil, base), m.fifo and 1 or 0))
   end
   line("# HELP mqlease_session_state The session's state: 1 for the one it is in.")
   line("# TYPE mqlease_session_state gauge")

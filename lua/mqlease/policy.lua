@@ -7,6 +7,10 @@
 --   action  "ack"   ack the message
 --           "nack"  give it back; it comes back after delay seconds
 --                   (nil: the run's nack_delay for m.delivery_attempt)
+--           "defer" keep the lease (renewed) and ask the policy again after
+--                   delay seconds: no delivery attempt is spent, as every
+--                   nack spends one and the broker dead-letters a message
+--                   after the group's last
 --           "skip"  do nothing: the policy settled the message itself
 --   err     non-nil when the handler failed: logged through on_error and counted
 --   after   a function run once the ack or nack is done (e.g. to unlock a Redis lock)
@@ -64,6 +68,7 @@ end
 local defaults = {
   redis = "127.0.0.1:6379", prefix = "mqlease:", done_ttl = 7 * 86400, lock_ttl = 30,
   on_locked = "defer", fail = "closed", defer_delay = 5, fail_delay = 5, max_hold = 3600,
+  max_defer = 600,
 }
 
 local function check_options(opts)
@@ -83,7 +88,7 @@ local function check_options(opts)
   if o.fail ~= "closed" and o.fail ~= "open" then
     error("mqlease.policy.exactly_once: option 'fail' must be \"closed\" or \"open\"", 3)
   end
-  for _, k in ipairs({ "done_ttl", "lock_ttl", "defer_delay", "fail_delay", "max_hold" }) do
+  for _, k in ipairs({ "done_ttl", "lock_ttl", "defer_delay", "fail_delay", "max_hold", "max_defer" }) do
     if type(o[k]) ~= "number" or o[k] < 0 then
       error(("mqlease.policy.exactly_once: option '%s' must be a number of seconds"):format(k), 3)
     end
@@ -117,11 +122,32 @@ function _M.exactly_once(opts)
     return r
   end
 
+  -- A message that may not run yet (another owner holds its lock, or Redis
+  -- is unreachable) keeps its lease and is asked about again after delay,
+  -- for up to max_defer seconds in all; a nack would spend a delivery attempt
+  -- each time, and during a long Redis outage the group's last attempt would
+  -- send messages that never ran to %DLQ%<group>. Past the budget it is
+  -- nacked as before (counted as defer_budget_spent).
+  local function defer(m, delay, what)
+    local now = core.now()
+    local since = m._deferred_since
+    if not since then
+      since = now
+      m._deferred_since = now
+    end
+    if now - since < o.max_defer then
+      m.consumer:count(what)
+      return "defer", delay
+    end
+    m.consumer:count("defer_budget_spent")
+    return "nack", delay
+  end
+
   -- Redis did not answer: fail closed (do not run, come back later) or open.
   local function unreachable(m, lease, handler, err)
     m.consumer:count("redis_unavailable")
     if o.fail == "open" then return _M.plain(m, lease, handler) end
-    return "nack", o.fail_delay, nil
+    return defer(m, o.fail_delay, "fail_closed_held")
   end
 
   return function(m, lease, handler)
@@ -144,7 +170,7 @@ function _M.exactly_once(opts)
       -- another live owner holds it: the take-over race
       m.consumer:count("handoff")
       if o.on_locked == "ack" then return "ack" end   -- risky: lost if that owner fails
-      return "nack", o.defer_delay
+      return defer(m, o.defer_delay, "deferred_held")
     end
     -- the live view shows both while the lock is held
     lease.fence, lease.lock_owner = got[2], owner

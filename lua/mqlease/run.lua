@@ -10,6 +10,23 @@
 --   finish until grace -> give back what still runs -> close the consumer.
 -- Every message ends exactly once: acked, nacked, or -- only if the
 -- process is killed -- left to expire.
+--
+-- Order. When the group consumes in order (the `fifo` flag of the server's
+-- Settings) or a message carries a message_group, the messages of one
+-- message group run strictly one after another, in delivery order, and
+-- different groups run in parallel up to concurrency -- what the official Java
+-- PushConsumer's FifoConsumeService does with its accelerator on. A failed
+-- ordered message is never nacked (ChangeInvisibleDuration would let the
+-- broker hand the group's next message on, or redeliver those after it): it
+-- is retried in place, its lease renewed meanwhile, after the delay of the
+-- retry policy, until the attempts run out; then it goes to %DLQ%<group>, and
+-- only then does the next message of its group run (as Java's
+-- ProcessQueueImpl.eraseFifoMessage does).
+--
+-- Holding. A policy may answer "defer": keep the lease (renewed) and ask the
+-- policy again after a delay, instead of a nack that spends a delivery attempt
+-- (the exactly-once policy does so while another owner holds the lock or Redis
+-- is unreachable).
 
 local core = require "mqlease.core"
 local config = require "mqlease.config"
@@ -17,16 +34,13 @@ local wait = require "mqlease.loop"
 local policy_mod = require "mqlease.policy"
 local metrics = require "mqlease.metrics"
 local live = require "mqlease.live"
+local retry = require "mqlease.retry"
 
 local min, floor = math.min, math.floor
 local coroutine_running = coroutine.running
-local pcall, type = pcall, type
+local pcall, type, pairs, ipairs = pcall, type, pairs, ipairs
 
 local ACK_BATCH = 32   -- entries per coalesced AckMessage
-
-local function default_nack_delay(attempt)
-  return min(2 ^ ((attempt or 1) - 1), 60)
-end
 
 local function log_error(m, err)
   io.stderr:write(("mqlease: handler failed for %s (attempt %d): %s\n"):format(
@@ -41,11 +55,6 @@ return function(consumer, handler, opts)
   -- await and process time, as the official clients record them
   handler = metrics.timed(consumer, handler)
   local policy = o.policy or policy_mod.plain
-  local nack_delay = o.nack_delay or default_nack_delay
-  if type(nack_delay) == "number" then
-    local fixed = nack_delay
-    nack_delay = function() return fixed end
-  end
   local on_error = o.on_error or log_error
   local release_delay = consumer.options.release_delay
   local batch = consumer.options.batch
@@ -56,21 +65,74 @@ return function(consumer, handler, opts)
   if o.signals and not sched.watch then
     error("mqlease.run: option 'signals' must be false in this event loop (it owns the signals; use 'stop')", 2)
   end
+  -- the group's retry policy as the proxy sent it in the Settings; the run's
+  -- own nack_delay and max_attempts override it
+  local settings = consumer:metrics()
+  local server_policy, fifo = settings.retry_policy, settings.fifo == true
+  local nack_delay = o.nack_delay or function(attempt) return retry.delay(server_policy, attempt) end
+  if type(nack_delay) == "number" then
+    local fixed = nack_delay
+    nack_delay = function() return fixed end
+  end
   local st = {
     stopping = false, done = false, reason = nil,
-    queue = {}, qhead = 1, qtail = 0,   -- received, not started yet (still leases, renewed)
+    queue = {}, qhead = 1, qtail = 0,   -- ready to start, not started yet (still leases, renewed)
+    groups = {},                       -- message group -> its messages in delivery order (see ordered())
     running = {},                      -- message -> true while its handler runs
+    holding = {},                      -- message -> its task, while it waits to be tried again
     nrunning = 0, inflight = 0, bytes = 0,
     received = 0, acked = 0, nacked = 0, failed = 0, drained = 0, skipped = 0, dead_lettered = 0,
+    retried = 0, held = 0,
   }
   local receiver, drainer
   local stop   -- stop(reason): begins the drain (defined below)
+
+  local function ready(m)
+    st.qtail = st.qtail + 1
+    st.queue[st.qtail] = m
+  end
+
+  -- The key that orders a message, or nil: its message group. A FIFO group's
+  -- message without one has nothing to keep it in order with (Java's
+  -- accelerator runs such messages on their own too).
+  local function ordered(m)
+    return m.message_group
+  end
+
+  -- A received message waits behind the unfinished messages of its group;
+  -- the first of a group (st.groups[g][head]) is the one ready or running.
+  local function admit(m)
+    local g = ordered(m)
+    if not g then return ready(m) end
+    local q = st.groups[g]
+    if not q then
+      st.groups[g] = { head = 1, tail = 1, m }
+      return ready(m)
+    end
+    q.tail = q.tail + 1
+    q[q.tail] = m
+  end
+
+  -- m finished (acked, dead-lettered, given back): the next of its group may run.
+  local function next_of_group(m)
+    local g = ordered(m)
+    local q = g and st.groups[g]
+    if not q or q[q.head] ~= m then return end
+    q[q.head] = nil
+    q.head = q.head + 1
+    if q.head > q.tail then
+      st.groups[g] = nil
+    elseif not st.stopping then
+      ready(q[q.head])
+    end
+  end
 
   local function settle(m)
     st.running[m] = nil
     st.nrunning = st.nrunning - 1
     st.inflight = st.inflight - 1
     st.bytes = st.bytes - #m.body
+    next_of_group(m)
     if receiver then sched:wake(receiver) end
     if drainer then sched:wake(drainer) end
   end
@@ -128,49 +190,104 @@ return function(consumer, handler, opts)
 
   -- max_attempts: a message past its last attempt goes to the DLQ without running,
   -- and a failure on its last attempt sends it there instead of back to the queue.
+  -- Unordered messages leave the server's limit to the proxy (it forwards a
+  -- message past it at receive time); ordered ones are retried here, so here
+  -- is where their limit is kept.
   local max_attempts = o.max_attempts
+  local ordered_max_attempts = o.max_attempts or retry.max_attempts(server_policy) or 17
   local function dead_letter(m)
     if m:dead_letter("max_attempts") then st.dead_lettered = st.dead_lettered + 1 end
+  end
+
+  -- Keeps m's lease (the core renews it) for delay seconds, then true: try
+  -- again. false when the lease ended meanwhile, or a stop came (the message
+  -- is then given back here, at once).
+  local function hold(m, delay)
+    local deadline = core.now() + delay
+    st.holding[m] = coroutine_running()
+    while not st.stopping and core.now() < deadline and m.lease:alive() do
+      sched:park(deadline)   -- the drain wakes us
+    end
+    st.holding[m] = nil
+    if st.stopping then
+      st.running[m] = nil   -- ours to give back, not the drain's
+      if m.lease:alive() and m:nack(release_delay) then st.drained = st.drained + 1 end
+      return false
+    end
+    return m.lease:alive()
   end
 
   -- an ack that failed this way may still have reached the broker
   local TRANSIENT = { TIMEOUT = true, UNAVAILABLE = true, CANCELLED = true, INTERNAL = true }
 
   local function handle(m)
-    if max_attempts and (m.delivery_attempt or 1) > max_attempts then
-      dead_letter(m)
-      settle(m)
-      start_handlers()
-      return
+    -- Past its last attempt it does not run: the policy is asked with a
+    -- handler that refuses, so a policy that knows the message is done (the
+    -- exactly-once done marker) still acks it instead of dead-lettering it.
+    local refused = false
+    local function refuse()
+      refused = true
+      return nil, "no attempts left"
     end
+    local exhausted = max_attempts and (m.delivery_attempt or 1) > max_attempts
     -- A raising policy, on_error, nack_delay or after() must not cost a slot
     -- or strand the message: whatever happens, the message is settled, and
     -- if nothing released it, it is nacked (handled = its handler succeeded).
     local ok, raised = pcall(function()
-      -- action "ack" | "nack" | "skip"; err set means the handler failed (logged, counted)
-      local action, delay, err, after = policy(m, m.lease, handler)
-      if err ~= nil then
-        st.failed = st.failed + 1
-        on_error(m, err)
-      end
-      if action == "ack" then
-        local acked, _, code = ack(m)
-        if acked then
-          st.acked = st.acked + 1
-        elseif TRANSIENT[code] then
-          -- the ack may or may not have reached the broker: stop renewing, so
-          -- the message comes back at its deadline if it did not (a policy's
-          -- done marker then turns that into a plain ack)
-          m:let_expire()
+      while true do
+        -- action "ack" | "nack" | "defer" | "skip"; err set means the handler failed (logged, counted)
+        local action, delay, err, after = policy(m, m.lease, exhausted and refuse or handler)
+        local attempt = m.delivery_attempt or 1
+        if err ~= nil and not refused then
+          st.failed = st.failed + 1
+          on_error(m, err)
         end
-      elseif action == "nack" and max_attempts and (m.delivery_attempt or 1) >= max_attempts then
-        dead_letter(m)
-      elseif action == "nack" then
-        if m:nack(delay or nack_delay(m.delivery_attempt)) then st.nacked = st.nacked + 1 end
-      else
-        st.skipped = st.skipped + 1
+        local again = false
+        if action == "ack" then
+          local acked, _, code = ack(m)
+          if acked then
+            st.acked = st.acked + 1
+          elseif TRANSIENT[code] then
+            -- the ack may or may not have reached the broker: stop renewing, so
+            -- the message comes back at its deadline if it did not (a policy's
+            -- done marker then turns that into a plain ack)
+            m:let_expire()
+          end
+        elseif action == "defer" then
+          if after then after() end
+          after = nil
+          st.held = st.held + 1
+          again = hold(m, delay or release_delay)
+        elseif action == "nack" and refused then
+          dead_letter(m)
+        elseif action == "nack" and ordered(m) then
+          if after then after() end
+          after = nil
+          if err == nil then
+            -- the policy gave it back without a failure (a deferral): hold it in
+            -- place, no attempt spent
+            st.held = st.held + 1
+            again = hold(m, delay or release_delay)
+          elseif attempt >= ordered_max_attempts then
+            dead_letter(m)
+          else
+            -- in place: a nack would let the broker reorder the group
+            st.retried = st.retried + 1
+            consumer:count("fifo_retries")
+            local wait_for = delay or nack_delay(attempt)
+            m.delivery_attempt = attempt + 1
+            again = hold(m, wait_for)
+          end
+        elseif action == "nack" and max_attempts and attempt >= max_attempts then
+          dead_letter(m)
+        elseif action == "nack" then
+          if m:nack(delay or nack_delay(attempt)) then st.nacked = st.nacked + 1 end
+        else
+          st.skipped = st.skipped + 1
+        end
+        if after then after() end
+        if not again then break end
       end
-      if after then after() end
     end)
     if not ok then
       st.failed = st.failed + 1
@@ -208,8 +325,7 @@ return function(consumer, handler, opts)
               -- arrived after the stop: it never ran, give it straight back
               if m:nack(release_delay) then st.drained = st.drained + 1 end
             else
-              st.qtail = st.qtail + 1
-              st.queue[st.qtail] = m
+              admit(m)
               st.inflight = st.inflight + 1
               st.bytes = st.bytes + #m.body
             end
@@ -263,6 +379,21 @@ return function(consumer, handler, opts)
       st.bytes = st.bytes - #m.body
       give_back(m)
     end
+    -- ... and so does what waits behind an unfinished message of its group;
+    -- the broker keeps an ordered queue blocked while that one's lease lives,
+    -- so nothing after it is delivered before it is done
+    for _, q in pairs(st.groups) do
+      for i = q.head + 1, q.tail do
+        local m = q[i]
+        q[i] = nil
+        st.inflight = st.inflight - 1
+        st.bytes = st.bytes - #m.body
+        give_back(m)
+      end
+      q.tail = q.head
+    end
+    -- what waits to be tried again is given back by its own task
+    for _, co in pairs(st.holding) do sched:wake(co) end
     -- 2. running handlers may finish until grace (mode "wait")
     if o.mode == "wait" then
       while st.nrunning > 0 and core.now() < grace_deadline do
@@ -272,7 +403,7 @@ return function(consumer, handler, opts)
     -- 3. what still runs is given back; its handler's later ack will fail, never double
     if watcher then watcher:extend(drain_extension) end
     for m in pairs(st.running) do
-      if m.lease:alive() then give_back(m) end
+      if m.lease:alive() and not st.holding[m] then give_back(m) end
     end
     local nack_deadline = core.now() + drain_extension
     while pending > 0 and core.now() < nack_deadline do sched:park(nack_deadline) end
@@ -327,5 +458,6 @@ return function(consumer, handler, opts)
   return {
     reason = st.reason, received = st.received, acked = st.acked, nacked = st.nacked,
     failed = st.failed, drained = st.drained, skipped = st.skipped, dead_lettered = st.dead_lettered,
+    retried = st.retried, held = st.held, fifo = fifo,
   }
 end

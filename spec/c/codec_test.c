@@ -264,6 +264,71 @@ static void reads_telemetry_settings_with_saturated_durations(void) {
     CHECK(!r.decoded);
 }
 
+/* Settings of an orderly group: fifo, and the retry policy whole -- every
+ * customized step (RocketMQ's default list has 18), kept up to
+ * MQL_RETRY_STEPS_MAX; an exponential one with its multiplier, a wild one read as 1. */
+static void reads_the_whole_retry_policy_and_fifo(void) {
+    Apache__Rocketmq__V2__TelemetryCommand cmd = APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__INIT;
+    Apache__Rocketmq__V2__Settings s = APACHE__ROCKETMQ__V2__SETTINGS__INIT;
+    Apache__Rocketmq__V2__Subscription sub = APACHE__ROCKETMQ__V2__SUBSCRIPTION__INIT;
+    Apache__Rocketmq__V2__RetryPolicy rp = APACHE__ROCKETMQ__V2__RETRY_POLICY__INIT;
+    Apache__Rocketmq__V2__CustomizedBackoff cb = APACHE__ROCKETMQ__V2__CUSTOMIZED_BACKOFF__INIT;
+    Apache__Rocketmq__V2__ExponentialBackoff eb = APACHE__ROCKETMQ__V2__EXPONENTIAL_BACKOFF__INIT;
+    Google__Protobuf__Duration steps[40], *next[40], init = GOOGLE__PROTOBUF__DURATION__INIT,
+                                                     mx = GOOGLE__PROTOBUF__DURATION__INIT;
+    mql_telemetry_reply r;
+    size_t i, n;
+    uint8_t *buf;
+    for (i = 0; i < 40; i++) {
+        google__protobuf__duration__init(&steps[i]);
+        steps[i].seconds = (int64_t)(i + 1);
+        next[i] = &steps[i];
+    }
+    cb.n_next = 40;
+    cb.next = next;
+    rp.max_attempts = 17;
+    rp.strategy_case = APACHE__ROCKETMQ__V2__RETRY_POLICY__STRATEGY_CUSTOMIZED_BACKOFF;
+    rp.customized_backoff = &cb;
+    sub.fifo = 1;
+    s.backoff_policy = &rp;
+    s.pub_sub_case = APACHE__ROCKETMQ__V2__SETTINGS__PUB_SUB_SUBSCRIPTION;
+    s.subscription = &sub;
+    cmd.command_case = APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND_SETTINGS;
+    cmd.settings = &s;
+    n = protobuf_c_message_get_packed_size(&cmd.base);
+    buf = malloc(n);
+    protobuf_c_message_pack(&cmd.base, buf);
+    mql_telemetry_decode(&r, buf, n);
+    free(buf);
+    CHECK(r.fifo == 1 && r.retry.max_attempts == 17 && r.retry.customized == 1);
+    CHECK(r.retry.nsteps == MQL_RETRY_STEPS_MAX);
+    CHECK(r.retry.steps_ms[0] == 1000 && r.retry.steps_ms[MQL_RETRY_STEPS_MAX - 1] == MQL_RETRY_STEPS_MAX * 1000);
+
+    init.seconds = 2;
+    mx.seconds = 60;
+    eb.initial = &init;
+    eb.max = &mx;
+    eb.multiplier = 3.0f;
+    rp.strategy_case = APACHE__ROCKETMQ__V2__RETRY_POLICY__STRATEGY_EXPONENTIAL_BACKOFF;
+    rp.exponential_backoff = &eb;
+    sub.fifo = 0;
+    n = protobuf_c_message_get_packed_size(&cmd.base);
+    buf = malloc(n);
+    protobuf_c_message_pack(&cmd.base, buf);
+    mql_telemetry_decode(&r, buf, n);
+    free(buf);
+    CHECK(r.fifo == 0 && r.retry.customized == 0 && r.retry.nsteps == 0);
+    CHECK(r.retry.initial_ms == 2000 && r.retry.max_ms == 60000 && r.retry.multiplier == 3.0);
+
+    eb.multiplier = -1.0f;
+    n = protobuf_c_message_get_packed_size(&cmd.base);
+    buf = malloc(n);
+    protobuf_c_message_pack(&cmd.base, buf);
+    mql_telemetry_decode(&r, buf, n);
+    free(buf);
+    CHECK(r.retry.multiplier == 1.0);
+}
+
 int main(void) {
     RUN(copies_every_system_property);
     RUN(inflates_a_gzip_body_whose_digest_covers_the_wire_bytes);
@@ -273,5 +338,6 @@ int main(void) {
     RUN(reads_status_and_timestamp_frames);
     RUN(saturates_wild_timestamps);
     RUN(reads_telemetry_settings_with_saturated_durations);
+    RUN(reads_the_whole_retry_policy_and_fifo);
     return TEST_REPORT("codec");
 }

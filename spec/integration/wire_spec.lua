@@ -10,6 +10,8 @@ local mqlease = require "mqlease"
 local env = require "support.env"
 
 local NAMESRV = "127.0.0.1:" .. (os.getenv("MQLEASE_NAMESRV_PORT") or "19876")   -- as rocketmq.sh
+-- run-specs.sh runs this file on a second broker version too
+local VERSION = os.getenv("ROCKETMQ_VERSION") or "5.2.0"
 
 -- MD5 of a string, as hex, through md5sum (Lua has none and the spec must not trust ours).
 local function md5(s)
@@ -49,7 +51,7 @@ local function sorted(t)
   return c
 end
 
-describe("wire fidelity with the Java clients on RocketMQ 5.2.0", function()
+describe("wire fidelity with the Java clients on RocketMQ " .. VERSION, function()
   local run = env.run_id
   local topic, fifo, delay = env.name("wire_n"), env.name("wire_f"), env.name("wire_d")
 
@@ -103,7 +105,11 @@ describe("wire fidelity with the Java clients on RocketMQ 5.2.0", function()
       if s.delivery_ms ~= cjson.null then
         assert.is_number(m.delivery_timestamp, what .. ": delivery_timestamp")
         assert.is_true(math.abs(m.delivery_timestamp - s.delivery_ms / 1000) < 0.002, what)
-        assert.is_true(m.store_at <= m.delivery_timestamp + 1, what)
+        -- the timer re-stores the message when it fires: within one slot of the
+        -- timer wheel (TimerMessageStore, timerPrecisionMs = 1 s) plus the re-put;
+        -- 5.3.3 under load fired 1.05 s after the due time
+        assert.is_true(m.store_at <= m.delivery_timestamp + 2,
+          ("%s: stored at %.3f, to be delivered at %.3f, born at %.3f"):format(what, m.store_at, m.delivery_timestamp, m.born_at))
       else
         assert.is_nil(m.delivery_timestamp, what)
       end
@@ -243,7 +249,7 @@ describe("wire fidelity with the Java clients on RocketMQ 5.2.0", function()
   end)
 end)
 
-describe("dead letters on the real RocketMQ 5.2.0", function()
+describe("dead letters on the real RocketMQ " .. VERSION, function()
   local topic = env.name("wire_dlq")
   local group = env.name("g_wire_dlq")
 

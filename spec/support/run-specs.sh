@@ -1,28 +1,62 @@
 #!/usr/bin/env bash
 # run-specs.sh [SPEC...] -- what `make test` runs after the build.
+# run-specs.sh --second [SPEC...] -- only the second broker version's pass (below).
 #
 # Starts a real RocketMQ (spec/support/rocketmq.sh) and redis-server
 # (spec/support/redis.sh) on loopback, installs the Node.js interop peer, runs
 # the busted specs against the sanitizer build (ASan + UBSan, preloaded into a
 # stock lua5.4), and always stops what it started. Fails loudly if a server
 # cannot start: no spec silently skips the real broker.
+#
+# The full run then proves the broker-facing core on a second RocketMQ
+# version (MQLEASE_SECOND_ROCKETMQ, default 5.3.3; 5.4.0's parent POM does not
+# resolve from Maven Central): it stops the first broker, starts that version
+# in its own run dir on its own ports, runs SECOND_SPECS with their own run
+# id, and folds the counts into the closing line. A broker that cannot start
+# fails the run.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 SUPPORT=spec/support
 
+SECOND_VERSION=${MQLEASE_SECOND_ROCKETMQ:-5.3.3}
+# The broker-facing core. Not the retry-policy timing (73 s; the Settings it
+# reads are checked by fifo_spec on both versions), nor the dev broker's half
+# of the conformance spec (no broker in it): the pass must keep the suite
+# under 40 minutes.
+SECOND_SPECS=(spec/integration/conformance_spec.lua spec/integration/roundtrip_spec.lua
+  spec/integration/nack_spec.lua spec/integration/lease_spec.lua spec/integration/wire_spec.lua
+  spec/integration/fifo_spec.lua)
+SECOND_FILTER_OUT='mqlease%-devbroker'
+# The second broker's own run dir and ports, so it never meets the first one
+# (nor a shared one this run reused and must not stop).
+second_env() {
+  echo ROCKETMQ_VERSION="$SECOND_VERSION" \
+    MQLEASE_RUN="${MQLEASE_RUN:-/tmp/mqlease-rocketmq}-$SECOND_VERSION" \
+    MQLEASE_NAMESRV_PORT="${MQLEASE_SECOND_NAMESRV_PORT:-19976}" \
+    MQLEASE_BROKER_PORT="${MQLEASE_SECOND_BROKER_PORT:-21011}" \
+    MQLEASE_GRPC_PORT="${MQLEASE_SECOND_GRPC_PORT:-18181}" \
+    MQLEASE_REMOTING_PORT="${MQLEASE_SECOND_REMOTING_PORT:-18180}"
+}
+
+second_started=0
 cleanup() {
   local rc=$?
   bash $SUPPORT/redis.sh stop || true
   bash $SUPPORT/rocketmq.sh stop || true
+  # only if this run started it: another run's second broker shares its run dir
+  ((second_started == 0)) || env $(second_env) bash $SUPPORT/rocketmq.sh stop >/dev/null 2>&1 || true
   exit $rc
 }
 trap cleanup EXIT INT TERM
 
+second_only=0
+if [[ ${1:-} == --second ]]; then second_only=1; shift; fi
+
 t0=$(date +%s)
-bash $SUPPORT/rocketmq.sh start
+((second_only)) || bash $SUPPORT/rocketmq.sh start
 bash $SUPPORT/redis.sh start
 bash $SUPPORT/node.sh install
-eval "$(bash $SUPPORT/rocketmq.sh env)"
+((second_only)) || eval "$(bash $SUPPORT/rocketmq.sh env)"
 export MQLEASE_ENDPOINTS MQLEASE_REDIS_PORT="${MQLEASE_REDIS_PORT:-16379}"
 # the store is thrown away after the specs: no need to wait long for a clean stop
 export MQLEASE_STOP_GRACE="${MQLEASE_STOP_GRACE:-5}"
@@ -42,6 +76,7 @@ log=$(mktemp)
 status=0
 specs=("$@")
 [[ $# -eq 0 ]] && specs=(spec/integration spec/regress)
+if ((second_only == 0)); then
 LD_PRELOAD="$ASAN_LIB" lua5.4 /usr/bin/busted --ignore-lua --lpath="$LPATH" --cpath='build/san/?.so' \
   -o spec/support/summary.lua "${specs[@]}" 2>&1 | tee "$log" || status=1
 
@@ -52,6 +87,35 @@ if [[ $# -eq 0 ]]; then
   MQLEASE_RUN_ID="${MQLEASE_RUN_ID}j" \
   luajit /usr/bin/busted --ignore-lua --lpath="$LPATH" --cpath='build/luajit/?.so' -o spec/support/summary.lua \
     spec/integration/errors_spec.lua spec/integration/redis_spec.lua spec/integration/cqueues_spec.lua 2>&1 | tee -a "$log" || status=1
+fi
+fi
+
+# The second broker version: the full run, or --second.
+if [[ $# -eq 0 || $second_only == 1 ]]; then
+  t1=$(date +%s)
+  [[ $second_only == 1 && $# -gt 0 ]] && SECOND_SPECS=("$@")
+  echo "specs: RocketMQ $SECOND_VERSION pass"
+  ((second_only)) || bash $SUPPORT/rocketmq.sh stop   # only what this run started: a reused broker stays
+  second_started=1
+  if ! env $(second_env) bash $SUPPORT/rocketmq.sh start; then
+    echo "specs: RocketMQ $SECOND_VERSION did not start" | tee -a "$log"
+    echo "busted: 0 passed, 1 failed, 0 skipped" >>"$log"
+    echo "FAILED: RocketMQ $SECOND_VERSION did not start" >>"$log"
+    status=1
+  else
+    (
+      eval "$(env $(second_env) bash $SUPPORT/rocketmq.sh env)"
+      export $(second_env)
+      export MQLEASE_ENDPOINTS
+      # its own run id: topics and groups of its own, on a broker of its own
+      export MQLEASE_RUN_ID="${MQLEASE_RUN_ID}v${SECOND_VERSION//./}"
+      LD_PRELOAD="$ASAN_LIB" lua5.4 /usr/bin/busted --ignore-lua --lpath="$LPATH" --cpath='build/san/?.so' \
+        --filter-out="$SECOND_FILTER_OUT" -o spec/support/summary.lua "${SECOND_SPECS[@]}"
+    ) 2>&1 | tee -a "$log" || status=1
+    env $(second_env) bash $SUPPORT/rocketmq.sh stop || true
+    second_started=0
+  fi
+  echo "specs: RocketMQ $SECOND_VERSION pass took $(( $(date +%s) - t1 )) s"
 fi
 
 # One closing line for everything that ran.

@@ -84,4 +84,23 @@ describe("mqlease.metrics.text", function()
       assert.truthy(s.labels:find('zone="x\\"y"', 1, true), s.name .. s.labels)
     end
   end)
+  it("shows the server's retry policy, the fifo flag and the holds and in-place retries", function()
+    local with = {
+      inflight = 0, session_state = "ready", fifo = true,
+      retry_policy = { max_attempts = 17, steps = { 1, 5, 10 } },
+      fifo_retries = 4, deferred_held = 2, fail_closed_held = 9, defer_budget_spent = 1,
+    }
+    local types, samples = parse(mqlease.metrics.text(fake(with)))
+    assert.equal("gauge", types.mqlease_retry_max_attempts)
+    assert.equal(17, value_of(samples, "mqlease_retry_max_attempts"))
+    assert.equal(1, value_of(samples, "mqlease_fifo"))
+    assert.equal(4, value_of(samples, "mqlease_fifo_retries_total"))
+    assert.equal(2, value_of(samples, "mqlease_held_total", '{reason="locked"}'))
+    assert.equal(9, value_of(samples, "mqlease_held_total", '{reason="redis_unavailable"}'))
+    assert.equal(1, value_of(samples, "mqlease_defer_budget_spent_total"))
+    -- a producer has neither
+    local _, bare = parse(mqlease.metrics.text(fake({ inflight = 0, session_state = "ready" })))
+    assert.is_nil(value_of(bare, "mqlease_retry_max_attempts"))
+    assert.is_nil(value_of(bare, "mqlease_fifo"))
+  end)
 end)

@@ -12,6 +12,8 @@ local function fake_consumer(n, fail)
     _router = { client = { cancel_receives = function() end } },
     requests = {}, acked = {}, nacked = {}, given = 0,
   }
+  function c.metrics() return {} end
+  function c.count() end
   local function message(i)
     local m = { id = "m" .. i, body = "x", delivery_attempt = 1,
       lease = { alive = function() return true end } }

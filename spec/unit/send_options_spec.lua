@@ -31,6 +31,17 @@ describe("send options", function()
     refused({ deliver_at = 1e300 }, "option 'deliver_at'")
   end)
 
+  -- RocketMQ stores a message's keys joined by a space (MessageConst.KEY_SEPARATOR,
+  -- Message.setKeys): a key holding whitespace would reach every other client as
+  -- two keys, and a lookup by the whole key would find nothing
+  it("refuses a key with whitespace in it, naming the option", function()
+    assert.same({ keys = { "order-1", "k2" } }, config.check_send("t", "x", { keys = { "order-1", "k2" } }))
+    refused({ keys = "order 1" }, "option 'keys' must hold keys without whitespace %(RocketMQ joins keys with a space")
+    refused({ keys = { "ok", "a\tb" } }, "option 'keys' must hold keys without whitespace")
+    refused({ keys = { "line\nbreak" } }, "option 'keys'")
+    refused({ keys = { " " } }, "option 'keys'")
+  end)
+
   it("refuses a message that would be FIFO and DELAY at once, or timed twice", function()
     refused({ message_group = "g", delay = 1 }, "options 'message_group' and 'delay' exclude each other")
     refused({ message_group = "g", deliver_at = 1.9e9 }, "options 'message_group' and 'deliver_at' exclude each other")

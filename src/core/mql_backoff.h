@@ -27,4 +27,24 @@ int64_t mql_backoff_next(mql_backoff *b, uint64_t rnd);
 /* A connection worked: the next wait is short again. */
 void mql_backoff_reset(mql_backoff *b);
 
+/* The retry policy the proxy sends a consumer in its Settings
+ * (GrpcClientSettingsManager.mergeSubscriptionData): max_attempts is the
+ * group's retryMaxTimes + 1, the backoff the group's GroupRetryPolicy --
+ * CUSTOMIZED (a list of steps; RocketMQ's default is 1s 5s 10s 30s 1m 2m ...
+ * 2h) or EXPONENTIAL (initial x multiplier^n, capped at max). The official
+ * clients read the delay before attempt n+1 as steps[min(n, nsteps) - 1] or
+ * min(initial x multiplier^(n-1), max) (CustomizedBackoffRetryPolicy,
+ * ExponentialBackoffRetryPolicy). Steps past MQL_RETRY_STEPS_MAX are dropped:
+ * the last kept one repeats, as the last step does anyway. */
+#define MQL_RETRY_STEPS_MAX 32
+
+typedef struct mql_retry_policy {
+    int max_attempts;              /* 0: the server sent no policy */
+    int customized;                /* 1: steps_ms; 0: exponential */
+    int64_t initial_ms, max_ms;    /* exponential */
+    double multiplier;
+    int nsteps;                    /* customized */
+    int64_t steps_ms[MQL_RETRY_STEPS_MAX];
+} mql_retry_policy;
+
 #endif /* MQL_BACKOFF_H */

@@ -10,6 +10,8 @@
 
 #include <stdint.h>
 
+#include "mql_backoff.h"
+
 #define MQL_HIST_BUCKETS 17
 extern const double mql_hist_bounds[MQL_HIST_BUCKETS];
 
@@ -60,6 +62,8 @@ typedef struct mql_metrics {
     uint64_t events_dropped;    /* events the host could not take (mql_client_event_dropped) */
     int session_state;          /* mql_client_state, set when copied out */
     int64_t invisible_ms;       /* what the next receive asks for, set when copied out */
+    int fifo;                   /* the server's Settings say the group consumes in order */
+    mql_retry_policy retry;     /* the server's retry policy for the group (Settings) */
     mql_hist renew_latency;     /* request to reply of ChangeInvisibleDuration */
     mql_hist renew_lateness;    /* scheduled time to send time of a renewal */
     mql_hist handler;           /* receive to ack or nack */

@@ -73,19 +73,30 @@ static int64_t duration_ms(const Google__Protobuf__Duration *d) {
 }
 
 static void read_backoff(mql_telemetry_reply *out, const Apache__Rocketmq__V2__RetryPolicy *rp) {
+    mql_retry_policy *p = &out->retry;
     out->max_attempts = rp->max_attempts;
+    p->max_attempts = rp->max_attempts > 0 ? rp->max_attempts : 0;
     if (rp->strategy_case == APACHE__ROCKETMQ__V2__RETRY_POLICY__STRATEGY_EXPONENTIAL_BACKOFF &&
         rp->exponential_backoff) {
+        float mul = rp->exponential_backoff->multiplier;
         out->backoff_initial_ms = duration_ms(rp->exponential_backoff->initial);
         out->backoff_max_ms = duration_ms(rp->exponential_backoff->max);
+        p->initial_ms = out->backoff_initial_ms;
+        p->max_ms = out->backoff_max_ms;
+        /* NaN, negative or absurd multipliers read as 1: never a shrinking or endless wait */
+        p->multiplier = (mul >= 1.0f && mul <= 1000.0f) ? (double)mul : 1.0;
     } else if (rp->strategy_case == APACHE__ROCKETMQ__V2__RETRY_POLICY__STRATEGY_CUSTOMIZED_BACKOFF &&
                rp->customized_backoff && rp->customized_backoff->n_next > 0) {
         size_t i, n = rp->customized_backoff->n_next;
         out->backoff_initial_ms = duration_ms(rp->customized_backoff->next[0]);
+        p->customized = 1;
         for (i = 0; i < n; i++) {
             int64_t step = duration_ms(rp->customized_backoff->next[i]);
             if (step > out->backoff_max_ms) out->backoff_max_ms = step;
+            if (i < MQL_RETRY_STEPS_MAX) p->steps_ms[p->nsteps++] = step;
         }
+        p->initial_ms = out->backoff_initial_ms;
+        p->max_ms = out->backoff_max_ms;
     }
 }
 

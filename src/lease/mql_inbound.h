@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mql_backoff.h"
 #include "mql_events.h"
 
 typedef enum mql_frame_kind {
@@ -49,6 +50,7 @@ typedef struct mql_telemetry_reply {
     int max_attempts;           /* backoff_policy.max_attempts */
     int64_t backoff_initial_ms; /* exponential backoff, or the first customized step */
     int64_t backoff_max_ms;
+    mql_retry_policy retry;     /* the whole backoff_policy (max_attempts 0 when absent) */
     int64_t request_timeout_ms;
     int64_t long_polling_ms;    /* subscription */
     int receive_batch_size;

@@ -313,6 +313,32 @@ static void push_reasons(lua_State *L, const char *key, const mql_reason_table *
     lua_setfield(L, -2, key);
 }
 
+/* The server's retry policy as { max_attempts =, initial =, max =, multiplier = }
+ * (exponential) or { max_attempts =, steps = { s, ... } } (customized), in
+ * seconds; absent until the server sent one. */
+static void push_retry_policy(lua_State *L, const mql_retry_policy *p) {
+    int i;
+    if (p->max_attempts <= 0) return;
+    lua_createtable(L, 0, 4);
+    lmql_set_int(L, "max_attempts", p->max_attempts);
+    if (p->customized) {
+        lua_createtable(L, p->nsteps, 0);
+        for (i = 0; i < p->nsteps; i++) {
+            lua_pushnumber(L, (lua_Number)p->steps_ms[i] / 1000.0);
+            lua_rawseti(L, -2, i + 1);
+        }
+        lua_setfield(L, -2, "steps");
+    } else {
+        lua_pushnumber(L, (lua_Number)p->initial_ms / 1000.0);
+        lua_setfield(L, -2, "initial");
+        lua_pushnumber(L, (lua_Number)p->max_ms / 1000.0);
+        lua_setfield(L, -2, "max");
+        lua_pushnumber(L, (lua_Number)p->multiplier);
+        lua_setfield(L, -2, "multiplier");
+    }
+    lua_setfield(L, -2, "retry_policy");
+}
+
 static int l_metrics(lua_State *L) {
     mql_client *c = lmql_check_client(L);
     mql_metrics m;
@@ -344,6 +370,9 @@ static int l_metrics(lua_State *L) {
     lmql_set_int(L, "inflight", (lua_Integer)inflight);
     lua_pushnumber(L, (lua_Number)m.invisible_ms / 1000.0);
     lua_setfield(L, -2, "invisible_seconds");
+    lua_pushboolean(L, m.fifo);
+    lua_setfield(L, -2, "fifo");
+    push_retry_policy(L, &m.retry);
     push_reasons(L, "corrupted", &m.corrupted);
     push_reasons(L, "malformed", &m.malformed);
     push_reasons(L, "dead_lettered", &m.dead_lettered);

@@ -430,6 +430,8 @@ void mql_client_metrics(mql_client *c, mql_metrics *out, size_t *inflight) {
     out->session_state = c->reconnecting && c->state == MQL_CLIENT_READY
                              ? MQL_CLIENT_RECONNECTING : (int)c->state;
     out->invisible_ms = c->consumer.invisible_ms;
+    out->fifo = c->consumer.fifo;
+    out->retry = c->consumer.retry;
     *inflight = c->consumer.leases.count;
     pthread_mutex_unlock(&c->mu);
 }

@@ -90,6 +90,8 @@ typedef struct mql_consumer_part {
     mql_release *deferred;      /* releases waiting for a renewal's reply */
     int nacked_all;             /* nack_all ran (close, shutdown): late messages go back */
     int64_t nacked_all_delay_ms;
+    int fifo;                   /* from the server's Settings (mql_session.c) */
+    mql_retry_policy retry;     /* from the server's Settings (mql_session.c) */
 } mql_consumer_part;
 
 typedef struct mql_producer_part {

@@ -430,6 +430,12 @@ static void on_telemetry_message(mql_client *c, mql_call *call, grpc_byte_buffer
     mql_telemetry_decode(&t, GRPC_SLICE_START_PTR(slice), GRPC_SLICE_LENGTH(slice));
     grpc_slice_unref(slice);
     if (!t.decoded) return;
+    if (t.has_settings && !(t.has_status && !t.status.ok) && c->type == MQL_CONSUMER) {
+        /* what the group is: ordered or not, and how often and when a failed
+         * message may be tried again; the host reads both from the metrics */
+        c->consumer.fifo = t.fifo;
+        if (t.retry.max_attempts > 0) c->consumer.retry = t.retry;
+    }
     if (t.has_status && !t.status.ok) {
         fail_start(c, &t.status);
     } else if (t.has_settings && c->state == MQL_CLIENT_STARTING) {

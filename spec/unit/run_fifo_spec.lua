@@ -1,0 +1,143 @@
+-- mqlease.run keeps message groups in order without a server: a stand-in
+-- consumer hands out messages of a few message groups (as an orderly group's
+-- queue would, in order) and records what run does with each -- ack, nack,
+-- dead letter -- so the scheduling rules can be checked exactly.
+local run = require "mqlease.run"
+local wait = require "mqlease.wait"
+
+-- Hands out, per receive, up to `want` of the messages bodies[1..n] ("g:i");
+-- each message has its group and attempt 1.
+local function fake_consumer(bodies, settings)
+  local c = {
+    options = { release_delay = 1, batch = 8, request_timeout = 3 },
+    _session = { client = { cancel_receives = function() end } },
+    acked = {}, nacked = {}, dead = {}, given = 0, counts = {},
+  }
+  function c.metrics() return settings or {} end
+  function c.count(_, name) c.counts[name] = (c.counts[name] or 0) + 1 end
+  local function message(i)
+    local body = bodies[i]
+    local m = { id = "m" .. i, body = body, delivery_attempt = 1, message_group = body:match("^(.-):") }
+    local alive = true
+    m.lease = { alive = function() return alive end }
+    function m.nack() alive = false; c.nacked[#c.nacked + 1] = body; return true end
+    function m.dead_letter() alive = false; c.dead[#c.dead + 1] = body; return true end
+    return m
+  end
+  function c.receive(_, want)
+    if c.given >= #bodies then
+      wait.sleep(0.01)
+      return {}
+    end
+    local msgs = {}
+    for i = c.given + 1, math.min(#bodies, c.given + want) do msgs[#msgs + 1] = message(i) end
+    c.given = c.given + #msgs
+    return msgs
+  end
+  function c.ack(_, msgs)
+    wait.sleep(0.001)
+    for _, m in ipairs(msgs) do c.acked[#c.acked + 1] = m.body end
+    return true
+  end
+  function c.close() end
+  return c
+end
+
+local function interleaved(groups, n)
+  local bodies = {}
+  for i = 1, n do
+    for _, g in ipairs(groups) do bodies[#bodies + 1] = g .. ":" .. i end
+  end
+  return bodies
+end
+
+local function per_group(list)
+  local out = {}
+  for _, body in ipairs(list) do
+    local g, i = body:match("^(.-):(%d+)$")
+    out[g] = out[g] or {}
+    out[g][#out[g] + 1] = tonumber(i)
+  end
+  return out
+end
+
+local function range(n, skip)
+  local out = {}
+  for i = 1, n do if i ~= skip then out[#out + 1] = i end end
+  return out
+end
+
+describe("mqlease.run with message groups", function()
+  it("runs one group's messages one at a time in order, groups side by side", function()
+    local c = fake_consumer(interleaved({ "a", "b", "c" }, 20), { fifo = true })
+    local running, most, overlap = {}, 0, false
+    local summary = run(c, function(m)
+      local g = m.message_group
+      if running[g] then overlap = true end
+      running[g] = true
+      local n = 0
+      for _ in pairs(running) do n = n + 1 end
+      if n > most then most = n end
+      wait.sleep(math.random() * 0.01)
+      running[g] = nil
+      return true
+    end, { concurrency = 16, signals = false, run_for = 10, stop = function() return #c.acked >= 60 end })
+    assert.is_false(overlap)
+    assert.equal(3, most)
+    local acked = per_group(c.acked)
+    for _, g in ipairs { "a", "b", "c" } do assert.same(range(20), acked[g]) end
+    assert.is_true(summary.fifo)
+  end)
+
+  it("retries a failure in place after the retry policy's delay, then dead-letters it before the next of its group", function()
+    local c = fake_consumer(interleaved({ "a", "b" }, 6), { retry_policy = { max_attempts = 3, steps = { 0.05, 0.1 } } })
+    local attempts, order = {}, {}
+    local summary = run(c, function(m)
+      attempts[m.body] = (attempts[m.body] or 0) + 1
+      order[#order + 1] = m.body
+      if m.body == "a:2" and m.delivery_attempt == 1 then return false, "once" end
+      if m.body == "b:3" then return false, "always" end
+      return true
+    end, { concurrency = 4, signals = false, run_for = 10, on_error = function() end,
+      stop = function() return #c.acked + #c.dead >= 12 end })
+    assert.same({}, c.nacked, "nothing was nacked")
+    assert.same({ "b:3" }, c.dead)
+    assert.equal(2, attempts["a:2"])
+    assert.equal(3, attempts["b:3"], "the server's 3 attempts")
+    assert.equal(3, summary.retried)
+    assert.equal(3, c.counts.fifo_retries)
+    -- nothing of a group ran between a message's attempts, nor before it was done
+    local per = per_group(order)
+    assert.same({ 1, 2, 2, 3, 4, 5, 6 }, per.a)
+    assert.same({ 1, 2, 3, 3, 3, 4, 5, 6 }, per.b)
+  end)
+
+  it("on a stop gives back what waits behind an unfinished message, and starts nothing more of its group", function()
+    local c = fake_consumer(interleaved({ "a", "b" }, 10))
+    local ran, stop_now = {}, false
+    local summary = run(c, function(m)
+      ran[#ran + 1] = m.body
+      if m.body == "a:3" then
+        stop_now = true
+        wait.sleep(0.2)   -- still running when the stop comes; finishes within grace
+      end
+      return true
+    end, { concurrency = 8, signals = false, grace = 5, run_for = 10, stop = function() return stop_now end })
+    assert.equal("stop", summary.reason)
+    local per = per_group(ran)
+    assert.same({ 1, 2, 3 }, per.a, "nothing of a after a:3")
+    -- every message ended exactly once: acked, or given back
+    local seen = {}
+    for _, body in ipairs(c.acked) do assert.is_nil(seen[body], body); seen[body] = true end
+    for _, body in ipairs(c.nacked) do assert.is_nil(seen[body], body); seen[body] = true end
+    local given = 0
+    for _ in pairs(seen) do given = given + 1 end
+    assert.equal(c.given, given)
+    -- and what was given back of a group is exactly what never ran, in one piece after what ran
+    local back = per_group(c.nacked)
+    for g, list in pairs(back) do
+      local last = per[g] and per[g][#per[g]] or 0
+      for k, i in ipairs(list) do assert.equal(last + k, i, "group " .. g) end
+    end
+  end)
+end)
