@@ -6,7 +6,7 @@
 -- which lets the broker reorder) and dead-letter it when its attempts run out
 -- before the next one of its group runs; a stop mid-run keeps the order.
 local mqlease = require "mqlease"
-local wait = require "mqlease.wait"
+local wait = require "mqlease.loop"
 local env = require "support.env"
 
 local VERSION = os.getenv("ROCKETMQ_VERSION") or "5.2.0"
