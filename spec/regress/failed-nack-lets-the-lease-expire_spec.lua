@@ -94,6 +94,22 @@ describe("a release that fails", function()
     assert.equal(N, error_count("nack", "INTERNAL_SERVER_ERROR"))
   end)
 
+  it("of a nack: a message dropped afterwards is not nacked again as dropped", function()
+    local held = hold()
+    local ids = {}
+    ok(dv.control("set fail_change 1"))
+    for i, m in ipairs(held) do
+      assert.is_nil((m:nack(0)))
+      ids[i] = { id = m.id }
+    end
+    ok(dv.control("set fail_change 0"))
+    held = nil   -- the handler lets go of every message
+    collectgarbage("collect")
+    collectgarbage("collect")
+    assert.equal(0, c:metrics().leases_dropped or 0)
+    assert.is_not_nil(back_within(ids, LEASE + 5), "the messages did not come back")
+  end)
+
   it("of a dead letter: the message comes back within about one lease", function()
     local held = hold()
     for _, m in ipairs(held) do
