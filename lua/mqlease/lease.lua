@@ -150,6 +150,13 @@ function _M.released(lease, ev, final)
     lease:_set_state(final)
     return true
   end
+  -- A release that failed leaves the lease to expire (the core no longer
+  -- renews it): when the message is collected it must not be nacked again
+  -- and counted as dropped.
+  local router = router_of(lease)
+  if not router.client:closed() and router.client:lease(rawget(lease, "id")) == "expiring" then
+    lease._let_go = true
+  end
   local err, code = _M.gone(lease, ev.err, ev.code)
   return nil, err, code
 end

@@ -56,6 +56,16 @@ return function(consumer, handler, opts)
   handler = metrics.timed(consumer, handler)
   local policy = o.policy or policy_mod.plain
   local on_error = o.on_error or log_error
+
+  -- A release that failed leaves the lease to expire (the core stops renewing
+  -- it): the message comes back by itself at its deadline, nothing to retry
+  -- here. Said once on stderr; the core counts it (acks/nacks{result="fail"},
+  -- dead_letter_fail, errors{op,code}).
+  local function release_failed(m, what, err, code)
+    if m.lease.state ~= "expiring" then return end   -- lost, or released after all
+    io.stderr:write(("mqlease: %s of %s failed: %s (%s); it comes back when its lease ends\n"):format(
+      what, m.id, tostring(err), tostring(code)))
+  end
   local release_delay = consumer.options.release_delay
   local batch = consumer.options.batch
   local client = consumer._router.client
@@ -196,7 +206,9 @@ return function(consumer, handler, opts)
   local max_attempts = o.max_attempts
   local ordered_max_attempts = o.max_attempts or retry.max_attempts(server_policy) or 17
   local function dead_letter(m)
-    if m:dead_letter("max_attempts") then st.dead_lettered = st.dead_lettered + 1 end
+    local done, err, code = m:dead_letter("max_attempts")
+    if done then st.dead_lettered = st.dead_lettered + 1
+    else release_failed(m, "dead letter", err, code) end
   end
 
   -- Keeps m's lease (the core renews it) for delay seconds, then true: try
@@ -216,9 +228,6 @@ return function(consumer, handler, opts)
     end
     return m.lease:alive()
   end
-
-  -- an ack that failed this way may still have reached the broker
-  local TRANSIENT = { TIMEOUT = true, UNAVAILABLE = true, CANCELLED = true, INTERNAL = true }
 
   local function handle(m)
     -- Past its last attempt it does not run: the policy is asked with a
@@ -244,15 +253,12 @@ return function(consumer, handler, opts)
         end
         local again = false
         if action == "ack" then
-          local acked, _, code = ack(m)
-          if acked then
-            st.acked = st.acked + 1
-          elseif TRANSIENT[code] then
-            -- the ack may or may not have reached the broker: stop renewing, so
-            -- the message comes back at its deadline if it did not (a policy's
-            -- done marker then turns that into a plain ack)
-            m:let_expire()
-          end
+          -- an ack that failed may still have reached the broker: the core
+          -- lets the lease expire, so the message comes back if it did not (a
+          -- policy's done marker then turns that into a plain ack)
+          local acked, aerr, acode = ack(m)
+          if acked then st.acked = st.acked + 1
+          else release_failed(m, "ack", aerr, acode) end
         elseif action == "defer" then
           if after then after() end
           after = nil
@@ -281,7 +287,9 @@ return function(consumer, handler, opts)
         elseif action == "nack" and max_attempts and attempt >= max_attempts then
           dead_letter(m)
         elseif action == "nack" then
-          if m:nack(delay or nack_delay(attempt)) then st.nacked = st.nacked + 1 end
+          local nacked, nerr, ncode = m:nack(delay or nack_delay(attempt))
+          if nacked then st.nacked = st.nacked + 1
+          else release_failed(m, "nack", nerr, ncode) end
         else
           st.skipped = st.skipped + 1
         end

@@ -203,7 +203,9 @@ int mql_renew_change_start(mql_client *c, mql_lease *l, int64_t duration_ms,
                            const mql_call_ops *ops, uint64_t op, void *ctx);
 /* The lease leaves the table in its final state; the host is told. */
 void mql_lease_end(mql_client *c, mql_lease *l, mql_lease_state final);
-/* After a release failed for a reason that leaves the lease ours, keep renewing. */
+/* After the budget's own nack failed: the lease renews on if it may (with
+ * on_budget = "nack" it is EXPIRING, so it waits for its deadline). A release
+ * the host asked for that fails is let expire instead (mql_release.c). */
 void mql_lease_resume(mql_client *c, mql_lease *l);
 
 /* ------------------------------------------------------ mql_release.c */

@@ -9,8 +9,9 @@
  * while any of its leases is being renewed, the release waits on the
  * consumer's deferred list and goes out when the renewal's reply has come
  * back. From the moment the host asks, nothing renews the lease: the release
- * decides its fate. A lease that ends on its own meanwhile (lost, expired)
- * fails the releases that wait for it.
+ * decides its fate, and a release that fails leaves it to expire at its
+ * deadline (release_settle_lease says why). A lease that ends on its own
+ * meanwhile (lost, expired) fails the releases that wait for it.
  *
  * Every function here runs with c->mu held unless it says otherwise.
  */
@@ -115,14 +116,24 @@ static void release_settle_lease(mql_client *c, mql_release *rel, size_t i, mql_
     } else if (strcmp(r->code, "INVALID_RECEIPT_HANDLE") == 0) {
         c->metrics.lost_rejected++;
         mql_lease_end(c, l, MQL_LEASE_LOST);
-    } else if (rel->silent) {
-        /* nobody may hold it on: it comes back when the lease runs out */
+    } else {
+        /* The release failed (the core makes its call once; a timeout may
+         * even have been applied). The lease is not renewed again: the host got
+         * `nil, err, code` and has moved on (mqlease.run settles the message
+         * whatever the outcome), so renewing would hide the message until
+         * max_lease, an hour by default. It comes back at the deadline it
+         * already has instead: a nack's "give it back" a little later, a dead
+         * letter's message for another delivery (the broker's own retry count
+         * still ends it in the DLQ), an ack's at-least-once run again (the
+         * ack may have reached the broker; the exactly-once policy's done
+         * marker then turns it into a plain ack). Until the deadline the
+         * host may still try the release again. A release the core started
+         * itself (silent) ends the same way. Counted by settle(): acks,
+         * nacks or dead_letter_fail, and errors{op,code}. */
         l->pending = MQL_PENDING_NONE;
         l->let_go = 1;
         l->state = MQL_LEASE_EXPIRING;
         mql_lease_arm(&c->consumer.leases, l, l->deadline_ms);
-    } else {
-        mql_lease_resume(c, l);
     }
 }
 

@@ -1,0 +1,253 @@
+/* release_failure_test.c -- what a lease does after its release failed,
+ * without a server (client_fixture.h).
+ *
+ * A nack or a dead letter that failed (a broker error, UNIMPLEMENTED, a
+ * timeout) went back to being renewed: the host had settled the message (it
+ * got `nil, err, code` and moved on), and the core kept it hidden until
+ * max_lease, an hour by default. A failed release now leaves the lease to
+ * expire at the deadline it has: no more renewals, the message comes back by
+ * itself, and the host may still retry the release until then. */
+#include <unistd.h>
+
+#include "client_fixture.h"
+#include "mql_test.h"
+
+/* A held lease of M1, received a second ago, with remaining_ms left. */
+static mql_lease *held_lease(mql_client *c, int64_t remaining_ms) {
+    int64_t now = mql_now_ms();
+    mql_lease *l = mql_lease_add(&c->consumer.leases, "M1", "t", "h1", now - 1000, 30000);
+    l->deadline_ms = now + remaining_ms;
+    mql_lease_arm(&c->consumer.leases, l, now + 5000);
+    return l;
+}
+
+/* Calls the test ended by hand: grpc still has their batches (the channel
+ * points nowhere), so they are cancelled and freed only once the fixture has
+ * drained the queue (finish). */
+#define MAX_DONE 8
+static mql_call *done_calls[MAX_DONE];
+static size_t ndone;
+
+static void finish(mql_client *c) {
+    size_t i;
+    for (i = 0; i < ndone; i++) mql_call_cancel(done_calls[i]);
+    fixture_client_finish(c, NULL);
+    for (i = 0; i < ndone; i++) mql_call_free(done_calls[i]);
+    ndone = 0;
+}
+
+/* Ends the newest call as the hub would: with a transport status, or (OK)
+ * with reply, packed, as its body. */
+static void finish_call(mql_client *c, grpc_status_code status, const ProtobufCMessage *reply) {
+    mql_call *call = c->calls;
+    if (!call || ndone == MAX_DONE) return;
+    mql_client_unlink(c, call);
+    call->status = status;
+    if (reply) {
+        size_t len = protobuf_c_message_get_packed_size(reply);
+        uint8_t *buf = malloc(len ? len : 1);
+        grpc_slice s;
+        protobuf_c_message_pack(reply, buf);
+        s = grpc_slice_from_copied_buffer((const char *)buf, len);
+        call->recv_buf = grpc_raw_byte_buffer_create(&s, 1);
+        grpc_slice_unref(s);
+        free(buf);
+    }
+    call->ops->on_done(c, call);
+    /* grpc's pending receive would overwrite it when the call is cancelled */
+    if (call->recv_buf) grpc_byte_buffer_destroy(call->recv_buf);
+    call->recv_buf = NULL;
+    done_calls[ndone++] = call;
+}
+
+/* A ChangeInvisibleDuration reply: code, and handle if it minted one. */
+static void finish_change(mql_client *c, Apache__Rocketmq__V2__Code code, const char *handle) {
+    Apache__Rocketmq__V2__ChangeInvisibleDurationResponse resp =
+        APACHE__ROCKETMQ__V2__CHANGE_INVISIBLE_DURATION_RESPONSE__INIT;
+    Apache__Rocketmq__V2__Status st = APACHE__ROCKETMQ__V2__STATUS__INIT;
+    st.code = code;
+    st.message = code == APACHE__ROCKETMQ__V2__CODE__OK ? "ok" : "failed";
+    resp.status = &st;
+    resp.receipt_handle = (char *)handle;
+    finish_call(c, GRPC_STATUS_OK, &resp.base);
+}
+
+/* The result of op among the events (taken and freed): 1 ok, 0 failed, -1 none. */
+static int op_result(mql_client *c, uint64_t op, char *code, size_t codelen) {
+    mql_event *ev = mql_events_take(&c->events), *next;
+    int found = -1;
+    for (; ev; ev = next) {
+        next = ev->next;
+        if (ev->kind == MQL_EV_OP && ev->op == op) {
+            found = ev->result.ok ? 1 : 0;
+            if (code) snprintf(code, codelen, "%s", ev->result.code);
+        }
+        mql_event_free(ev);
+    }
+    return found;
+}
+
+/* The lease is let go at the deadline it has, and nothing renews it. */
+static void check_left_to_expire(mql_client *c, mql_lease *l, int64_t deadline) {
+    int64_t now = mql_now_ms();
+    CHECK(mql_lease_find(&c->consumer.leases, l->id) == l);
+    CHECK(l->state == MQL_LEASE_EXPIRING);
+    CHECK(l->pending == MQL_PENDING_NONE);
+    CHECK(l->let_go == 1);
+    CHECK(l->deadline_ms == deadline);
+    CHECK(l->timer_ms == deadline);
+    /* the timers run: no renewal goes out before the deadline */
+    mql_renew_timers(c, now, now + 1000);
+    CHECK(c->calls == NULL);
+    CHECK(c->consumer.renew_inflight == 0);
+}
+
+static void a_nack_the_broker_refuses_lets_the_lease_expire(void) {
+    mql_client c;
+    mql_lease *l;
+    uint64_t op;
+    int64_t deadline;
+    char code[32] = "";
+    fixture_client_init(&c);
+    l = held_lease(&c, 20000);
+    deadline = l->deadline_ms;
+    op = mql_client_nack(&c, l->id, 0);
+    CHECK(c.calls != NULL && strcmp(c.calls->method, MQL_M_CHANGE) == 0);
+    finish_change(&c, APACHE__ROCKETMQ__V2__CODE__INTERNAL_SERVER_ERROR, NULL);
+    /* the host is told it failed, and the failure is counted */
+    CHECK(op_result(&c, op, code, sizeof(code)) == 0);
+    CHECK(strcmp(code, "INTERNAL_SERVER_ERROR") == 0);
+    CHECK(c.metrics.nacks_fail == 1);
+    check_left_to_expire(&c, l, deadline);
+    finish(&c);
+}
+
+static void a_dead_letter_that_fails_lets_the_lease_expire(void) {
+    mql_client c;
+    mql_lease *l;
+    uint64_t op;
+    int64_t deadline;
+    char code[32] = "";
+    fixture_client_init(&c);
+    l = held_lease(&c, 20000);
+    deadline = l->deadline_ms;
+    op = mql_client_dead_letter(&c, l->id, "handler");
+    CHECK(c.calls != NULL && strcmp(c.calls->method, MQL_M_DLQ) == 0);
+    /* the dev broker (and a proxy without the method) answers so */
+    finish_call(&c, GRPC_STATUS_UNIMPLEMENTED, NULL);
+    CHECK(op_result(&c, op, code, sizeof(code)) == 0);
+    CHECK(strcmp(code, "UNIMPLEMENTED") == 0);
+    CHECK(c.metrics.dead_letter_fail == 1);
+    check_left_to_expire(&c, l, deadline);
+    finish(&c);
+}
+
+static void an_ack_that_fails_lets_the_lease_expire(void) {
+    mql_client c;
+    mql_lease *l;
+    uint64_t op;
+    int64_t deadline;
+    fixture_client_init(&c);
+    l = held_lease(&c, 20000);
+    deadline = l->deadline_ms;
+    op = mql_client_ack(&c, &l->id, 1);
+    CHECK(c.calls != NULL && strcmp(c.calls->method, MQL_M_ACK) == 0);
+    finish_call(&c, GRPC_STATUS_DEADLINE_EXCEEDED, NULL);   /* it may have reached the broker */
+    CHECK(op_result(&c, op, NULL, 0) == 0);
+    CHECK(c.metrics.acks_fail == 1);
+    check_left_to_expire(&c, l, deadline);
+    finish(&c);
+}
+
+/* The nack waits behind a renewal on the wire, goes out with the handle the
+ * renewal's reply brought, and fails: the renewal's new deadline stands and
+ * nothing renews the lease after it. */
+static void a_deferred_nack_that_fails_lets_the_renewed_lease_expire(void) {
+    mql_client c;
+    mql_lease *l;
+    uint64_t op;
+    int64_t now;
+    fixture_client_init(&c);
+    l = held_lease(&c, 20000);
+    now = mql_now_ms();
+    mql_lease_arm(&c.consumer.leases, l, now);
+    mql_renew_timers(&c, now, now + 1000);   /* the renewal goes out */
+    CHECK(l->state == MQL_LEASE_RENEWING && c.calls != NULL);
+    op = mql_client_nack(&c, l->id, 0);
+    CHECK(c.consumer.deferred != NULL);       /* it waits for the renewal's reply */
+    finish_change(&c, APACHE__ROCKETMQ__V2__CODE__OK, "h2");
+    CHECK(c.consumer.deferred == NULL);
+    CHECK(c.calls != NULL && strcmp(c.calls->method, MQL_M_CHANGE) == 0);
+    CHECK(l->pending == MQL_PENDING_NACK && l->renewals == 1);
+    finish_change(&c, APACHE__ROCKETMQ__V2__CODE__INTERNAL_SERVER_ERROR, NULL);
+    CHECK(op_result(&c, op, NULL, 0) == 0);
+    check_left_to_expire(&c, l, l->renew_sent_ms + l->window_ms);
+    finish(&c);
+}
+
+/* The host may still try again before the deadline; a nack that works ends it. */
+static void a_nack_retried_after_a_failure_still_ends_the_lease(void) {
+    mql_client c;
+    mql_lease *l;
+    uint64_t id, op;
+    fixture_client_init(&c);
+    l = held_lease(&c, 20000);
+    id = l->id;
+    mql_client_nack(&c, id, 0);
+    finish_change(&c, APACHE__ROCKETMQ__V2__CODE__INTERNAL_SERVER_ERROR, NULL);
+    op = mql_client_nack(&c, id, 0);
+    CHECK(c.calls != NULL);
+    finish_change(&c, APACHE__ROCKETMQ__V2__CODE__OK, "h2");
+    CHECK(op_result(&c, op, NULL, 0) == 1);
+    CHECK(mql_lease_find(&c.consumer.leases, id) == NULL);
+    CHECK(c.metrics.nacks_ok == 1 && c.metrics.nacks_fail == 1);
+    finish(&c);
+}
+
+/* At its deadline the lease ends as one the host let go: lost to us, not
+ * "expired while alive". */
+static void the_lease_ends_at_its_deadline_as_let_go(void) {
+    mql_client c;
+    mql_lease *l;
+    uint64_t id;
+    int64_t now;
+    fixture_client_init(&c);
+    l = held_lease(&c, 150);
+    id = l->id;
+    mql_client_nack(&c, id, 0);
+    finish_change(&c, APACHE__ROCKETMQ__V2__CODE__INTERNAL_SERVER_ERROR, NULL);
+    usleep(200 * 1000);
+    now = mql_now_ms();
+    mql_renew_timers(&c, now, now + 1000);
+    CHECK(mql_lease_find(&c.consumer.leases, id) == NULL);
+    CHECK(c.calls == NULL);
+    CHECK(c.metrics.lost_expired == 1);
+    CHECK(c.metrics.expire_while_alive == 0);
+    finish(&c);
+}
+
+/* A rejected handle still ends the lease at once: the broker no longer knows it. */
+static void a_rejected_handle_still_ends_the_lease_lost(void) {
+    mql_client c;
+    mql_lease *l;
+    uint64_t id;
+    fixture_client_init(&c);
+    l = held_lease(&c, 20000);
+    id = l->id;
+    mql_client_nack(&c, id, 0);
+    finish_change(&c, APACHE__ROCKETMQ__V2__CODE__INVALID_RECEIPT_HANDLE, NULL);
+    CHECK(mql_lease_find(&c.consumer.leases, id) == NULL);
+    CHECK(c.metrics.lost_rejected == 1);
+    finish(&c);
+}
+
+int main(void) {
+    RUN(a_nack_the_broker_refuses_lets_the_lease_expire);
+    RUN(a_dead_letter_that_fails_lets_the_lease_expire);
+    RUN(an_ack_that_fails_lets_the_lease_expire);
+    RUN(a_deferred_nack_that_fails_lets_the_renewed_lease_expire);
+    RUN(a_nack_retried_after_a_failure_still_ends_the_lease);
+    RUN(the_lease_ends_at_its_deadline_as_let_go);
+    RUN(a_rejected_handle_still_ends_the_lease_lost);
+    return TEST_REPORT("release_failure_test");
+}
