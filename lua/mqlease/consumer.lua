@@ -31,9 +31,9 @@ local function closed_guard(self)
 end
 
 -- Options keep their Lua names across the boundary; the core's fields add
--- the unit (_ms, _pct). Two read differently in C: release_delay is the core's
--- budget_nack_delay_ms (the delay of a nack when the budget runs out, as of
--- every nack on close or stop), corrupt_delay its corrupt_nack_delay_ms.
+-- the unit (_ms, _pct): release_delay is the core's release_delay_ms (the
+-- delay of a nack when the budget runs out, and of every nack on close or
+-- stop), corrupt_delay its corrupt_delay_ms.
 function _M.new(opts)
   local o = config.consumer_options(opts)
   local args = config.client_core("mqlease.consumer", o)
@@ -53,9 +53,9 @@ function _M.new(opts)
   args.max_renewals = o.max_renewals or -1
   args.max_lease_ms = floor(o.max_lease * 1000)
   args.on_budget = o.on_budget
-  args.budget_nack_delay_ms = floor(o.release_delay * 1000)
+  args.release_delay_ms = floor(o.release_delay * 1000)
   args.on_corrupt = o.on_corrupt
-  args.corrupt_nack_delay_ms = floor(o.corrupt_delay * 1000)
+  args.corrupt_delay_ms = floor(o.corrupt_delay * 1000)
   args.max_body = o.max_body
   local client, start_op = core.consumer(args)
   local router, err, code = router_mod.start(client, start_op, o.start_timeout, "mqlease.consumer")

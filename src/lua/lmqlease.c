@@ -88,10 +88,10 @@ static int new_client(lua_State *L, mql_client_type type) {
     cfg.max_lease_ms = lmql_opt_int(L, 1, "max_lease_ms", 3600000);
     budget = lmql_opt_string(L, 1, "on_budget");
     cfg.on_budget = budget && strcmp(budget, "nack") == 0 ? MQL_BUDGET_NACK : MQL_BUDGET_EXPIRE;
-    cfg.budget_nack_delay_ms = lmql_opt_int(L, 1, "budget_nack_delay_ms", 0);
+    cfg.release_delay_ms = lmql_opt_int(L, 1, "release_delay_ms", 0);
     budget = lmql_opt_string(L, 1, "on_corrupt");
     cfg.on_corrupt_dlq = !(budget && strcmp(budget, "nack") == 0);
-    cfg.corrupt_nack_delay_ms = lmql_opt_int(L, 1, "corrupt_nack_delay_ms", 0);
+    cfg.corrupt_delay_ms = lmql_opt_int(L, 1, "corrupt_delay_ms", 0);
     cfg.max_body = lmql_opt_int(L, 1, "max_body", 0);
     lua_getfield(L, 1, "topics");
     if (lua_istable(L, -1)) {

@@ -246,9 +246,9 @@ static void copy_consumer_config(mql_consumer_part *cs, const mql_config *cfg) {
     cs->max_renewals = cfg->max_renewals;
     cs->max_lease_ms = cfg->max_lease_ms;
     cs->on_budget = cfg->on_budget ? cfg->on_budget : MQL_BUDGET_EXPIRE;
-    cs->budget_nack_delay_ms = cfg->budget_nack_delay_ms;
+    cs->release_delay_ms = cfg->release_delay_ms;
     cs->on_corrupt_dlq = cfg->on_corrupt_dlq;
-    cs->corrupt_nack_delay_ms = cfg->corrupt_nack_delay_ms;
+    cs->corrupt_delay_ms = cfg->corrupt_delay_ms;
     cs->max_body = cfg->max_body > 0 ? (size_t)cfg->max_body : MQL_MAX_BODY_DEFAULT;
     mql_lease_table_init(&cs->leases);
 }

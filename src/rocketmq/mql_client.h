@@ -59,9 +59,9 @@ typedef struct mql_config {
     int max_renewals;            /* < 0: unlimited */
     int64_t max_lease_ms;        /* total time a lease may be held; <= 0: unlimited */
     mql_budget_action on_budget;
-    int64_t budget_nack_delay_ms;
+    int64_t release_delay_ms;
     int on_corrupt_dlq;          /* a corrupted message: 1 forward to the DLQ, 0 nack it */
-    int64_t corrupt_nack_delay_ms;
+    int64_t corrupt_delay_ms;
     int64_t max_body;            /* bytes of a body after inflation; <= 0: MQL_MAX_BODY_DEFAULT */
     /* producer */
     const char **topics;

@@ -78,10 +78,10 @@ typedef struct mql_consumer_part {
     int invisible_auto;         /* invisible_ms follows the handler times */
     mql_auto auto_;             /* (mql_auto.h) */
     int renew, max_renewals;
-    int64_t max_lease_ms, budget_nack_delay_ms;
+    int64_t max_lease_ms, release_delay_ms;
     mql_budget_action on_budget;
     int on_corrupt_dlq;
-    int64_t corrupt_nack_delay_ms;
+    int64_t corrupt_delay_ms;
     size_t max_body;
     mql_lease_table leases;
     mql_pace pace;              /* renewal pacing (mql_renew.c) */

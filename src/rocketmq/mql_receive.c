@@ -131,7 +131,7 @@ static void on_receive_message(mql_client *c, mql_call *call, grpc_byte_buffer *
         mql_metrics_reason(&c->metrics.corrupted, f.reason);
         rx->taken++;   /* it was delivered for this batch all the same */
         mql_release_unseen(c, lease_begin(c, rx, &f.msg), cs->on_corrupt_dlq,
-                           cs->corrupt_nack_delay_ms, "corrupted");
+                           cs->corrupt_delay_ms, "corrupted");
         break;
     case MQL_FRAME_MALFORMED:
         mql_metrics_reason(&c->metrics.malformed, f.reason);

@@ -324,7 +324,7 @@ static void on_dead_letter_done(mql_client *c, mql_call *call) {
 /* The budget's own nack: no host op waits for it, so the call's op names
  * the lease. */
 int mql_release_budget_nack(mql_client *c, mql_lease *l) {
-    return mql_renew_change_start(c, l, c->consumer.budget_nack_delay_ms, &budget_nack_ops, l->id,
+    return mql_renew_change_start(c, l, c->consumer.release_delay_ms, &budget_nack_ops, l->id,
                                   NULL);
 }
 
@@ -464,7 +464,7 @@ void mql_client_event_dropped(mql_client *c, const mql_event *ev) {
         /* back after corrupt_delay, as any message the host never saw: at
          * once, a consumer that cannot take it would spin on it */
         if (l && l->pending == MQL_PENDING_NONE)
-            mql_release_unseen(c, l, 0, c->consumer.corrupt_nack_delay_ms, "undelivered");
+            mql_release_unseen(c, l, 0, c->consumer.corrupt_delay_ms, "undelivered");
     }
     pthread_mutex_unlock(&c->mu);
 }
