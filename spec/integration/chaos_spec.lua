@@ -165,6 +165,80 @@ describe("chaos: a proxy that is unreachable or black-holed", function()
   end)
 end)
 
+describe("chaos: the proxy frozen (SIGSTOP) during a drain", function()
+  -- storm_worker.lua's consumer: request_timeout at its default, invisible 10 s.
+  local REQUEST_TIMEOUT, INVISIBLE, GRACE, N = 3, 10, 2, 8
+  -- lua/mqlease/run.lua: what a drain may take once grace is over
+  -- (drain_extension); the watcher _exits the process (128 + signal, no
+  -- summary) if the drain is still alive at grace + drain_extension.
+  local DRAIN_EXTENSION = 3 * REQUEST_TIMEOUT + 2.5
+
+  it("exits with its summary within grace + the drain's nack deadline, and every message comes back unacked", function()
+    local dv = devbroker.start({ "frozen" })
+    local logfile = os.tmpname()
+    local pid, c
+    local ok, failure = pcall(function()
+      local p = assert(mqlease.producer { endpoints = dv.endpoints, topics = { "frozen" } })
+      local sent = {}
+      for i = 1, N do sent[assert(p:send("frozen", "hold " .. i))] = true end
+      p:close()
+      -- its exit status is appended to the log as "rc=N" (see the regress spec
+      -- watcher-deadline-covers-drain_spec.lua)
+      env.sh(("(lua5.4 spec/support/storm_worker.lua %s g_frozen frozen %s sleep %s %s >>%s.out 2>&1 & echo $! >%s.pid; wait $!; echo \"rc=$?\" >>%s) >/dev/null 2>&1 &")
+        :format(dv.endpoints, logfile, GRACE, INVISIBLE, logfile, logfile, logfile))
+      wait_for(function() return read(logfile .. ".pid"):match("%d+") end, 10, "the worker's pid")
+      pid = tonumber(read(logfile .. ".pid"):match("%d+"))
+      -- every handler runs (and sleeps 60 s): each message is a lease the worker renews
+      wait_for(function() return count(read(logfile), "deliver ") >= N end, 20, N .. " deliveries")
+      signal(dv.pid, "STOP")
+      local t0 = mqlease.now()
+      signal(pid, "TERM")
+      wait_for(function() return read(logfile):find("rc=", 1, true) end,
+        GRACE + DRAIN_EXTENSION + 2 * REQUEST_TIMEOUT + 1 + 5, "the worker's exit")
+      local exit_took = mqlease.now() - t0
+      local log = read(logfile)
+      -- a drain that ended by itself: the summary, exit status 0, no handler finished
+      assert.truthy(log:find("exit signal TERM acked=0 ", 1, true), log .. read(logfile .. ".out"))
+      assert.truthy(log:find("rc=0", 1, true), log .. read(logfile .. ".out"))
+      assert.equal(0, count(log, "\nack "))
+      assert.is_true(exit_took >= GRACE, ("exited after %.1f s, before grace"):format(exit_took))
+      assert.is_true(exit_took <= GRACE + DRAIN_EXTENSION + MARGIN,
+        ("exited after %.1f s (grace %d + drain extension %.1f)"):format(exit_took, GRACE, DRAIN_EXTENSION))
+      -- the proxy wakes up: every message comes back to a fresh consumer
+      -- within one lease (the last renewal's deadline, or the nack's delay)
+      signal(dv.pid, "CONT")
+      local t1 = mqlease.now()
+      c = assert(mqlease.consumer { endpoints = dv.endpoints, group = "g_frozen", topic = "frozen",
+        await = 2, invisible = 30 })
+      local back, nback, attempts = {}, 0, {}
+      wait_for(function()
+        for _, m in ipairs(c:receive(N, { await = 1 }) or {}) do
+          if sent[m.id] and not back[m.id] then
+            back[m.id] = mqlease.now() - t1
+            nback = nback + 1
+            attempts[#attempts + 1] = m.delivery_attempt
+            assert(m:ack())
+          end
+        end
+        return nback >= N
+      end, INVISIBLE + 10, "every message back")
+      local last = 0
+      for _, s in pairs(back) do last = math.max(last, s) end
+      assert.equal(N, nback)
+      for _, a in ipairs(attempts) do assert.is_true(a >= 2, "a message came back as its first delivery") end
+      assert.is_true(last <= INVISIBLE + MARGIN, ("the last message came back %.1f s after SIGCONT"):format(last))
+      io.stderr:write(("\n[frozen drain] %s exit after %.1f s; %d of %d back, the last %.1f s after SIGCONT (attempts %s)\n")
+        :format(log:match("exit [^\n]*"), exit_took, nback, N, last, table.concat(attempts, ",")))
+    end)
+    signal(dv.pid, "CONT")
+    if pid and alive(pid) then signal(pid, "KILL") end
+    if c then c:close() end
+    dv.stop()
+    for _, f in ipairs({ logfile, logfile .. ".out", logfile .. ".pid" }) do os.remove(f) end
+    assert(ok, failure)
+  end)
+end)
+
 -- ------------------------------------------------------------------ processes of our own
 
 -- Runs cmd in the background; returns its pid (the command itself, not a shell).
