@@ -167,7 +167,10 @@ end)
 
 describe("chaos: the proxy frozen (SIGSTOP) during a drain", function()
   -- storm_worker.lua's consumer: request_timeout at its default, invisible 10 s.
-  local REQUEST_TIMEOUT, INVISIBLE, GRACE, N = 3, 10, 2, 8
+  -- Grace ends just after the first renewal (invisible/3 minus up to 10 %
+  -- jitter: 3.0-3.33 s after the receive) went out to the frozen proxy: the
+  -- worst case, each nack first waits for that renewal's timeout.
+  local REQUEST_TIMEOUT, INVISIBLE, GRACE, N = 3, 10, 3.3, 8
   -- lua/mqlease/run.lua: what a drain may take once grace is over
   -- (drain_extension); the watcher _exits the process (128 + signal, no
   -- summary) if the drain is still alive at grace + drain_extension.
