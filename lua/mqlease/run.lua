@@ -356,8 +356,11 @@ return function(consumer, handler, opts)
   local watcher
   -- What the rest of a live drain may take once grace is over: the nacks of
   -- running handlers (one request timeout, two if a renewal is in flight
-  -- first), up to 2 s for the cancelled receive, and the goodbye to the proxy.
-  local drain_extension = 3 * consumer.options.request_timeout + 2.5
+  -- first), up to 2 s for the cancelled receive, and consumer:close() -- one
+  -- request timeout for its nack of what the drain could not give back (a
+  -- proxy that stops answering fails every nack), one for the goodbye.
+  -- A frozen proxy with a renewal in flight at grace takes all of it.
+  local drain_extension = 4 * consumer.options.request_timeout + 2.5
 
   local function drain()
     local grace_deadline = core.now() + o.grace

@@ -174,7 +174,7 @@ describe("chaos: the proxy frozen (SIGSTOP) during a drain", function()
   -- lua/mqlease/run.lua: what a drain may take once grace is over
   -- (drain_extension); the watcher _exits the process (128 + signal, no
   -- summary) if the drain is still alive at grace + drain_extension.
-  local DRAIN_EXTENSION = 3 * REQUEST_TIMEOUT + 2.5
+  local DRAIN_EXTENSION = 4 * REQUEST_TIMEOUT + 2.5
 
   it("exits with its summary within grace + the drain's nack deadline, and every message comes back unacked", function()
     local dv = devbroker.start({ "frozen" })
@@ -206,7 +206,7 @@ describe("chaos: the proxy frozen (SIGSTOP) during a drain", function()
       assert.equal(0, count(log, "\nack "))
       assert.is_true(exit_took >= GRACE, ("exited after %.1f s, before grace"):format(exit_took))
       assert.is_true(exit_took <= GRACE + DRAIN_EXTENSION + MARGIN,
-        ("exited after %.1f s (grace %d + drain extension %.1f)"):format(exit_took, GRACE, DRAIN_EXTENSION))
+        ("exited after %.1f s (grace %.1f + drain extension %.1f)"):format(exit_took, GRACE, DRAIN_EXTENSION))
       -- the proxy wakes up: every message comes back to a fresh consumer
       -- within one lease (the last renewal's deadline, or the nack's delay)
       signal(dv.pid, "CONT")
