@@ -159,8 +159,12 @@ describe("two proxies in cluster mode, the one in use killed mid-run", function(
     assert.equal(0, unexplained)
     assert.is_true(metric(text, "reconnects") >= 1, "the session never reconnected")
     -- the slow handlers' leases (received through proxy 1) were renewed, never lost
+    -- while a handler held them; a lease whose ack failed (sent to the dying
+    -- proxy) is let expire on purpose, so it may count as expired, no more
     assert.equal(0, metric(text, "lost_rejected"))
-    assert.equal(0, metric(text, "lost_expired"))
+    assert.equal(0, metric(text, "expire_while_alive"))
+    assert.is_true(metric(text, "lost_expired") <= metric(text, "acks_fail"),
+      "a lease expired that no failed ack let go")
     assert.is_true(count(at_kill, "effect ") < #ids, "the kill came after the run")
   end)
 
