@@ -155,7 +155,11 @@ function _M.run(s, opts)
   local function cleanup()
     for _, w in ipairs(started.workers or {}) do stop_pid(w.pid, 1) end
     if started.redis then stop_pid(started.redis.pid, 2) end
-    if started.broker then stop_pid(started.broker.pid, 5) end
+    if started.broker then
+      -- a frozen broker would ignore the SIGTERM
+      if started.broker.frozen then os.execute("kill -CONT " .. started.broker.pid) end
+      stop_pid(started.broker.pid, 5)
+    end
   end
   local ok, raw_or_err, err2 = pcall(function()
     -- the broker and the topic
@@ -173,8 +177,8 @@ function _M.run(s, opts)
       say(("dev broker on %s"):format(endpoints))
     else
       for _, f in ipairs(s.faults) do
-        if f.action == "broker" then
-          return nil, ("scenario %s: broker faults need the dev broker (drop --endpoints)"):format(s.name)
+        if f.action == "broker" or f.action == "proxy" then
+          return nil, ("scenario %s: %s faults need the dev broker (drop --endpoints)"):format(s.name, f.action)
         end
       end
       if not topic then return nil, "--endpoints needs --topic (an existing topic of that RocketMQ)" end
@@ -289,6 +293,13 @@ function _M.run(s, opts)
           w.signalled = f.action
           if f.restart then pending_restarts[#pending_restarts + 1] = { w = w, after = f.restart * k } end
         end
+      elseif f.action == "proxy" then
+        -- SIGSTOP: the process keeps its sockets open and answers nothing, as a
+        -- proxy stuck in a long GC pause or a frozen VM does
+        local sig = f.target == "freeze" and "STOP" or "CONT"
+        os.execute(("kill -%s %d"):format(sig, broker.pid))
+        broker.frozen = f.target == "freeze"
+        record.label = f.target == "freeze" and "proxy frozen (SIGSTOP)" or "proxy thawed (SIGCONT)"
       elseif f.action == "redis" then
         if f.target == "down" then
           record.label = "Redis down"

@@ -38,6 +38,9 @@
 --     redis = "down" | "up"    stop the lab's redis-server (SIGKILL) / start it again
 --     broker = { setting = value, ... }   the dev broker's `set` (fail_change,
 --                              fail_ack, delay_change_ms, paused, max_renewals; ms scaled)
+--     proxy = "freeze" | "thaw"   SIGSTOP / SIGCONT the dev broker's process: a proxy that
+--                              hangs without closing its connections (thawed at the end
+--                              in any case)
 --
 -- check(t, name) raises naming the bad field ("scenario.workload.rate must be
 -- ..."); it returns a new table with every default filled in.
@@ -228,15 +231,15 @@ local function check_faults(faults, fleet, horizon)
   local out = {}
   for i, f in ipairs(faults) do
     local path = ("scenario.faults[%d]"):format(i)
-    if type(f) ~= "table" then bad(path, "a table { at = seconds, kill|term|redis|broker = ... }", f) end
-    only(path, f, { at = true, kill = true, term = true, redis = true, broker = true, restart = true })
+    if type(f) ~= "table" then bad(path, "a table { at = seconds, kill|term|redis|broker|proxy = ... }", f) end
+    only(path, f, { at = true, kill = true, term = true, redis = true, broker = true, proxy = true, restart = true })
     if f.at == nil then error(path .. ".at is required (seconds from the start)", 0) end
     local c = { at = number(path .. ".at", f.at, 0, horizon) }
     local actions = 0
-    for _, k in ipairs({ "kill", "term", "redis", "broker" }) do
+    for _, k in ipairs({ "kill", "term", "redis", "broker", "proxy" }) do
       if f[k] ~= nil then actions = actions + 1; c.action = k end
     end
-    if actions ~= 1 then error(path .. " must have exactly one of kill, term, redis, broker", 0) end
+    if actions ~= 1 then error(path .. " must have exactly one of kill, term, redis, broker, proxy", 0) end
     if c.action == "kill" or c.action == "term" then
       c.target = check_target(path .. "." .. c.action, f[c.action], fleet.workers)
       c.restart = number(path .. ".restart", f.restart, 0, 86400)
@@ -248,6 +251,9 @@ local function check_faults(faults, fleet, horizon)
         error(path .. ".redis needs fleet.policy exactly_once (no Redis otherwise)", 0)
       end
       c.target = f.redis
+    elseif c.action == "proxy" then
+      if f.proxy ~= "freeze" and f.proxy ~= "thaw" then bad(path .. ".proxy", '"freeze" or "thaw"', f.proxy) end
+      c.target = f.proxy
     else
       local b = table_of(path .. ".broker", f.broker)
       if next(b) == nil then error(path .. ".broker must set at least one setting", 0) end
