@@ -39,9 +39,12 @@ fuzz: fuzz-build
 	@FUZZ_SEED=$(FUZZ_SEED) bash spec/support/run-fuzz.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 SPEC ?=
+# the builds use every core (the fuzz targets each compile the whole core)
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 test: deps
-	@$(MAKE) --no-print-directory core sanitize luajit
-	@$(MAKE) --no-print-directory check
+	@$(MAKE) --no-print-directory -j$(JOBS) core sanitize luajit
+	@$(MAKE) --no-print-directory -j$(JOBS) check
 	@$(MAKE) --no-print-directory check-luajit
+	@$(MAKE) --no-print-directory -j$(JOBS) fuzz-build
 	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(TEST_FUZZ_SECONDS) FUZZ_SEED=$(TEST_FUZZ_SEED)
 	@bash spec/support/run-specs.sh $(SPEC)
