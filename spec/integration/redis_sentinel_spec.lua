@@ -146,12 +146,9 @@ describe("mqlease.policy.exactly_once with Sentinel, the master frozen past a fa
   end)
 end)
 
-describe("mqlease.policy.exactly_once when a failover loses a lock", function()
-  setup(function() env.sh(HA .. "start-sentinel") end)
-  teardown(function() os.execute(HA .. "stop >/dev/null") end)
-
-  -- the business store: applies a write only with a fence greater than any seen
-  local FENCED_WRITE = [[
+-- The business store of the lock tests: applies a write only with a fence greater
+-- than any seen.
+local FENCED_WRITE = [[
 local seen = tonumber(redis.call('get', KEYS[2]) or '0')
 if tonumber(ARGV[1]) <= seen then return 0 end
 redis.call('set', KEYS[2], ARGV[1])
@@ -159,16 +156,21 @@ redis.call('incr', KEYS[1])
 return 1
 ]]
 
-  local function instance(name)
-    local counts = {}
-    local consumer = {
-      count = function(_, k) counts[k] = (counts[k] or 0) + 1 end,
-      id = function() return name end,
-    }
-    local lease = { _lock_lost = function(self) self.lost = true end,
-      alive = function(self) return not self.lost end }
-    return consumer, lease, counts
-  end
+-- One policy user: a stand-in consumer that counts, and a lease the policy can mark lost.
+local function instance(name)
+  local counts = {}
+  local consumer = {
+    count = function(_, k) counts[k] = (counts[k] or 0) + 1 end,
+    id = function() return name end,
+  }
+  local lease = { _lock_lost = function(self) self.lost = true end,
+    alive = function(self) return not self.lost end }
+  return consumer, lease, counts
+end
+
+describe("mqlease.policy.exactly_once when a failover loses a lock", function()
+  setup(function() env.sh(HA .. "start-sentinel") end)
+  teardown(function() os.execute(HA .. "stop >/dev/null") end)
 
   it("lets the fence reject the second owner's write: one effect, the lost lock counted", function()
     local id = env.name("failover_lost_lock")
@@ -229,25 +231,6 @@ describe("mqlease.policy.exactly_once when the master freezes past a failover an
   -- each test fails the master over: each starts from a fresh setup
   before_each(function() env.sh(HA .. "start-sentinel") end)
   after_each(function() os.execute(HA .. "stop >/dev/null") end)
-
-  local FENCED_WRITE = [[
-local seen = tonumber(redis.call('get', KEYS[2]) or '0')
-if tonumber(ARGV[1]) <= seen then return 0 end
-redis.call('set', KEYS[2], ARGV[1])
-redis.call('incr', KEYS[1])
-return 1
-]]
-
-  local function instance(name)
-    local counts = {}
-    local consumer = {
-      count = function(_, k) counts[k] = (counts[k] or 0) + 1 end,
-      id = function() return name end,
-    }
-    local lease = { _lock_lost = function(self) self.lost = true end,
-      alive = function(self) return not self.lost end }
-    return consumer, lease, counts
-  end
 
   local function master() return env.sh(HA .. "master"):gsub("%s+$", "") end
 
