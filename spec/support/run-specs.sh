@@ -8,12 +8,15 @@
 # stock lua5.4), and always stops what it started. Fails loudly if a server
 # cannot start: no spec silently skips the real broker.
 #
-# The full run then proves the broker-facing core on a second RocketMQ
+# The full run also proves the broker-facing core on a second RocketMQ
 # version (MQLEASE_SECOND_ROCKETMQ, default 5.3.3; 5.4.0's parent POM does not
-# resolve from Maven Central): it stops the first broker, starts that version
-# in its own run dir on its own ports, runs SECOND_SPECS with their own run
-# id, and folds the counts into the closing line. A broker that cannot start
-# fails the run.
+# resolve from Maven Central): that version runs in its own run dir on its own
+# ports, SECOND_SPECS run against it with their own run id *beside* the first
+# pass (in the background, their output held and printed after the first
+# pass), and the counts of both fold into the closing line. The specs mostly
+# wait on lease and redelivery clocks, so two passes share two cores without
+# either waiting on the other. MQLEASE_SECOND_SERIAL=1 runs it after the first
+# pass instead. A broker that cannot start fails the run.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 SUPPORT=spec/support
@@ -39,18 +42,27 @@ second_env() {
 }
 
 second_started=0
+second_pid=
 cleanup() {
   local rc=$?
+  [[ -z $second_pid ]] || kill -- -"$second_pid" 2>/dev/null || kill "$second_pid" 2>/dev/null || true
   bash $SUPPORT/redis.sh stop || true
   bash $SUPPORT/rocketmq.sh stop || true
   # only if this run started it: another run's second broker shares its run dir
   ((second_started == 0)) || env $(second_env) bash $SUPPORT/rocketmq.sh stop >/dev/null 2>&1 || true
+  rm -f "${log:-}" "${second_log:-}"
   exit $rc
 }
 trap cleanup EXIT INT TERM
 
 second_only=0
 if [[ ${1:-} == --second ]]; then second_only=1; shift; fi
+# the second version runs in a full run or with --second
+second_runs=0
+[[ $# -eq 0 || $second_only == 1 ]] && second_runs=1
+[[ $second_only == 1 && $# -gt 0 ]] && SECOND_SPECS=("$@")
+beside=1
+[[ ${MQLEASE_SECOND_SERIAL:-0} == 1 || $second_only == 1 ]] && beside=0
 
 t0=$(date +%s)
 ((second_only)) || bash $SUPPORT/rocketmq.sh start
@@ -62,7 +74,6 @@ export MQLEASE_ENDPOINTS MQLEASE_REDIS_PORT="${MQLEASE_REDIS_PORT:-16379}"
 export MQLEASE_STOP_GRACE="${MQLEASE_STOP_GRACE:-5}"
 # A fresh suffix per run: topics and groups of earlier runs never leak into this one.
 export MQLEASE_RUN_ID="${MQLEASE_RUN_ID:-r$(date +%s)$$}"
-echo "specs: servers ready in $(( $(date +%s) - t0 )) s (run id $MQLEASE_RUN_ID)"
 
 ASAN_LIB=$(gcc -print-file-name=libasan.so)
 # Leak checking stays off: the stock lua5.4 and grpc keep process-lifetime
@@ -73,7 +84,46 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 
 LPATH='lua/?.lua;lua/?/init.lua;spec/?.lua'
 log=$(mktemp)
+second_log=$(mktemp)
 status=0
+
+# second_pass: start the second version, run SECOND_SPECS on it, stop it; all
+# output to stdout. Exit status 1 if a spec failed or the broker did not start.
+second_pass() {
+  local t1 rc=0
+  t1=$(date +%s)
+  echo "specs: RocketMQ $SECOND_VERSION pass"
+  if ! env $(second_env) bash $SUPPORT/rocketmq.sh start; then
+    echo "specs: RocketMQ $SECOND_VERSION did not start"
+    echo "busted: 0 passed, 1 failed, 0 skipped"
+    echo "FAILED: RocketMQ $SECOND_VERSION did not start"
+    return 1
+  fi
+  (
+    eval "$(env $(second_env) bash $SUPPORT/rocketmq.sh env)"
+    export $(second_env)
+    export MQLEASE_ENDPOINTS
+    # its own run id: topics and groups of its own, on a broker of its own
+    export MQLEASE_RUN_ID="${MQLEASE_RUN_ID}v${SECOND_VERSION//./}"
+    LD_PRELOAD="$ASAN_LIB" lua5.4 /usr/bin/busted --ignore-lua --lpath="$LPATH" --cpath='build/san/?.so' \
+      --filter-out="$SECOND_FILTER_OUT" -o spec/support/summary.lua "${SECOND_SPECS[@]}"
+  ) 2>&1 || rc=1
+  env $(second_env) bash $SUPPORT/rocketmq.sh stop || true
+  echo "specs: RocketMQ $SECOND_VERSION pass took $(( $(date +%s) - t1 )) s"
+  return $rc
+}
+
+if ((second_runs && beside)); then
+  second_started=1
+  # its own process group, so the cleanup can stop every process of it
+  set -m
+  second_pass >"$second_log" 2>&1 &
+  second_pid=$!
+  set +m
+  echo "specs: RocketMQ $SECOND_VERSION pass started beside the first (output after it)"
+fi
+echo "specs: servers ready in $(( $(date +%s) - t0 )) s (run id $MQLEASE_RUN_ID)"
+
 specs=("$@")
 [[ $# -eq 0 ]] && specs=(spec/integration spec/regress)
 if ((second_only == 0)); then
@@ -90,32 +140,19 @@ if [[ $# -eq 0 ]]; then
 fi
 fi
 
-# The second broker version: the full run, or --second.
-if [[ $# -eq 0 || $second_only == 1 ]]; then
-  t1=$(date +%s)
-  [[ $second_only == 1 && $# -gt 0 ]] && SECOND_SPECS=("$@")
-  echo "specs: RocketMQ $SECOND_VERSION pass"
-  ((second_only)) || bash $SUPPORT/rocketmq.sh stop   # only what this run started: a reused broker stays
-  second_started=1
-  if ! env $(second_env) bash $SUPPORT/rocketmq.sh start; then
-    echo "specs: RocketMQ $SECOND_VERSION did not start" | tee -a "$log"
-    echo "busted: 0 passed, 1 failed, 0 skipped" >>"$log"
-    echo "FAILED: RocketMQ $SECOND_VERSION did not start" >>"$log"
-    status=1
+if ((second_runs)); then
+  if ((beside)); then
+    echo "specs: waiting for the RocketMQ $SECOND_VERSION pass"
+    wait "$second_pid" || status=1
+    second_pid=
+    second_started=0
+    cat "$second_log" | tee -a "$log"
   else
-    (
-      eval "$(env $(second_env) bash $SUPPORT/rocketmq.sh env)"
-      export $(second_env)
-      export MQLEASE_ENDPOINTS
-      # its own run id: topics and groups of its own, on a broker of its own
-      export MQLEASE_RUN_ID="${MQLEASE_RUN_ID}v${SECOND_VERSION//./}"
-      LD_PRELOAD="$ASAN_LIB" lua5.4 /usr/bin/busted --ignore-lua --lpath="$LPATH" --cpath='build/san/?.so' \
-        --filter-out="$SECOND_FILTER_OUT" -o spec/support/summary.lua "${SECOND_SPECS[@]}"
-    ) 2>&1 | tee -a "$log" || status=1
-    env $(second_env) bash $SUPPORT/rocketmq.sh stop || true
+    ((second_only)) || bash $SUPPORT/rocketmq.sh stop   # only what this run started: a reused broker stays
+    second_started=1
+    second_pass 2>&1 | tee -a "$log" || status=1
     second_started=0
   fi
-  echo "specs: RocketMQ $SECOND_VERSION pass took $(( $(date +%s) - t1 )) s"
 fi
 
 # One closing line for everything that ran.
@@ -123,5 +160,4 @@ awk '/^busted: [0-9]+ passed/ { p += $2; f += $4; s += $6 }
      END { printf "\nall specs: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"
 echo "specs: $(( $(date +%s) - t0 )) s from the servers' start to the last spec"
 grep '^FAILED: ' "$log" || true
-rm -f "$log"
 exit $status

@@ -6,6 +6,7 @@ return function(options)
   local handler = require "busted.outputHandlers.utfTerminal"(options)
   local passed, failed, skipped = 0, 0, 0
   local files, started, failures = {}, {}, {}
+  local tests, test_started = {}, {}
   local clock = function()
     local ok, socket = pcall(require, "socket")
     if ok and socket.gettime then return socket.gettime() end
@@ -20,7 +21,15 @@ return function(options)
     local first = tostring(message or ""):match("[^\n]*") or ""
     return ("%s:%s %s: %s"):format(where, line, name, first:sub(1, 300))
   end
+  busted.subscribe({ "test", "start" }, function(element)
+    test_started[element] = clock()
+    return nil, true
+  end)
   busted.subscribe({ "test", "end" }, function(element, _, status)
+    if test_started[element] then
+      tests[#tests + 1] = { name = describe(element, ""):gsub(": $", ""), seconds = clock() - test_started[element] }
+      test_started[element] = nil
+    end
     if status == "success" then passed = passed + 1
     elseif status == "pending" then skipped = skipped + 1
     else failed = failed + 1 end
@@ -52,6 +61,14 @@ return function(options)
     if #files > 1 then
       io.write("\nseconds per spec file:\n")
       for _, f in ipairs(files) do io.write(("  %7.1f  %s\n"):format(f.seconds, f.name)) end
+    end
+    -- the tests that cost the most, where a trim would pay (setup time is the file's)
+    table.sort(tests, function(a, b) return a.seconds > b.seconds end)
+    if #tests > 1 then
+      io.write("\nslowest tests:\n")
+      for i = 1, math.min(15, #tests) do
+        io.write(("  %7.1f  %s\n"):format(tests[i].seconds, tests[i].name))
+      end
     end
     -- repeated here (and again by run-specs.sh at the very end) so a CI log that keeps
     -- only its tail still names what failed
