@@ -31,31 +31,49 @@ end
 
 describe("mqlease.policy.exactly_once", function()
   local r, producer
+  local subscribe, takeover
+  -- The two take-over scenarios (A's lease runs out after 10 s while its handler works
+  -- 25 s, then B meets the message) each take the better part of a minute of clocks:
+  -- they start together here, and each of the first two tests checks one.
+  local race, risky
   setup(function()
     r = mqlease.redis(REDIS)
     producer = env.producer()
+    race = takeover("eo_race", { EO_MAX_RENEWALS = 0, EO_WORK = 25, EO_RUN_FOR = 30, EO_CONCURRENCY = 1 },
+      { EO_WORK = 0.1, EO_RUN_FOR = 40 })
+    race.start_b()
+    risky = takeover("eo_risky", { EO_MAX_RENEWALS = 0, EO_WORK = 25, EO_FAIL = 1, EO_RUN_FOR = 30,
+      EO_CONCURRENCY = 1 }, { EO_ON_LOCKED = "ack", EO_RUN_FOR = 40 })
+    risky.start_b()
   end)
   teardown(function()
     r:close()
     producer:close()
   end)
 
-  local function subscribe(group, topic)
+  function subscribe(group, topic)
     local c = env.consumer { group = group, topic = topic, await = 5 }
     assert(c:receive(1, { await = 0 }))
     c:close()
   end
 
+  -- A takes one message and its handler starts; start_b() then starts B in the group.
+  -- A holds one message at a time, so the redelivery (revived into the retry topic,
+  -- which a long poll may only notice seconds later) goes to B.
+  function takeover(label, a_vars, b_vars)
+    local t = { topic = env.topic(label), group = env.name("g_" .. label) }
+    subscribe(t.group, t.topic)
+    t.a = worker(t.group, t.topic, a_vars)
+    t.id = assert(producer:send(t.topic, label))
+    t.start_b = function()
+      wait_for(function() return read(t.a):match("run " .. t.id) end, 30, "A's handler")
+      t.b = worker(t.group, t.topic, b_vars)
+    end
+    return t
+  end
+
   it("turns the take-over race into one effect: B defers while A works, then skips the done message", function()
-    local topic, group = env.topic("eo_race"), env.name("g_eo_race")
-    subscribe(group, topic)
-    -- A's lease runs out after 10 s (no renewals) while its handler works 25 s;
-    -- A holds one message at a time, so the redelivery (revived into the retry
-    -- topic, which a long poll may only notice seconds later) goes to B
-    local a = worker(group, topic, { EO_MAX_RENEWALS = 0, EO_WORK = 25, EO_RUN_FOR = 30, EO_CONCURRENCY = 1 })
-    local id = assert(producer:send(topic, "race"))
-    wait_for(function() return read(a):match("run " .. id) end, 30, "A's handler")
-    local b = worker(group, topic, { EO_WORK = 0.1, EO_RUN_FOR = 40 })
+    local a, b, id = race.a, race.b, race.id
     wait_for(function() return finished(a) and finished(b) end, 90, "both workers")
     assert.equal("1", r:call("GET", "biz:" .. id))
     assert.equal(1, count(read(a), "effect " .. id))
@@ -70,19 +88,13 @@ describe("mqlease.policy.exactly_once", function()
   end)
 
   it("shows the risk of on_locked = \"ack\": if the owner then fails, the message is lost", function()
-    local topic, group = env.topic("eo_risky"), env.name("g_eo_risky")
-    subscribe(group, topic)
-    local a = worker(group, topic, { EO_MAX_RENEWALS = 0, EO_WORK = 25, EO_FAIL = 1, EO_RUN_FOR = 30,
-      EO_CONCURRENCY = 1 })
-    local id = assert(producer:send(topic, "risky"))
-    wait_for(function() return read(a):match("run " .. id) end, 30, "A's handler")
-    local b = worker(group, topic, { EO_ON_LOCKED = "ack", EO_RUN_FOR = 40 })
+    local a, b, id = risky.a, risky.b, risky.id
     wait_for(function() return finished(a) and finished(b) end, 90, "both workers")
     assert.is_true(metric(b, "handoff") >= 1)
     -- B acked at the handoff, A failed: nobody ever produced the effect ...
     assert.equal(mqlease.null, r:call("GET", "biz:" .. id))
     -- ... and the message will not come back
-    local c = env.consumer { group = group, topic = topic, await = 5 }
+    local c = env.consumer { group = risky.group, topic = risky.topic, await = 5 }
     assert.same({}, env.collect(c, 15))
     c:close()
   end)
