@@ -57,19 +57,21 @@ describe("mqlease lease engine", function()
     local m = one_message(c, producer, topic, "hold me " .. label)
     -- the poller runs through the hold and 15 s past the ack: enough for a
     -- redelivery at the last deadline (+ the broker's revive lag) to show up
-    local poller = start_poller(group, topic, 3.5 * INVISIBLE + 15)
+    -- two and a half invisible durations: the message would have come back twice without
+    -- renewals; a renewal comes every third of one
+    local poller = start_poller(group, topic, 2.5 * INVISIBLE + 15)
     local t0 = mqlease.now()
-    hold(3.5 * INVISIBLE)
-    assert.is_true(mqlease.now() - t0 >= 3.5 * INVISIBLE)
+    hold(2.5 * INVISIBLE)
+    assert.is_true(mqlease.now() - t0 >= 2.5 * INVISIBLE)
     assert.is_true(m.lease:alive(), "the lease died while the handler ran: " .. m.lease.state)
-    assert.is_true(m.lease.renewals >= 9, "only " .. m.lease.renewals .. " renewals in 35 s")
+    assert.is_true(m.lease.renewals >= 6, "only " .. m.lease.renewals .. " renewals in 25 s")
     assert.is_true(m.lease:remaining() > 0)
     assert.is_true(m:ack())
     assert.same({}, poller.wait_done())
     local metrics = c:metrics()
     assert.equal(0, metrics.expire_while_alive)
     assert.equal(0, metrics.renew_fail)
-    assert.is_true(metrics.renew_success >= 9)
+    assert.is_true(metrics.renew_success >= 6)
     c:close()
   end
 
