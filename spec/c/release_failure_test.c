@@ -12,23 +12,28 @@
 #include "client_fixture.h"
 #include "mql_test.h"
 
-/* A held lease of M1, received a second ago, with remaining_ms left. */
-static mql_lease *held_lease(mql_client *c, int64_t remaining_ms) {
-    int64_t now = mql_now_ms();
-    mql_lease *l = mql_lease_add(&c->consumer.leases, "M1", "t", "h1", now - 1000, 30000);
+/* Calls the test ended by hand: grpc still has their batches (the channel
+ * points nowhere), so they are cancelled and freed only once the fixture has
+ * drained the queue (teardown). */
+#define MAX_DONE 8
+static mql_call *done_calls[MAX_DONE];
+static size_t ndone;
+
+/* Each case: a ready client (client_fixture.h) holding one lease of M1,
+ * received a second ago, with remaining_ms left; returns the lease. */
+static mql_lease *setup(mql_client *c, int64_t remaining_ms) {
+    int64_t now;
+    mql_lease *l;
+    fixture_client_init(c);
+    now = mql_now_ms();
+    l = mql_lease_add(&c->consumer.leases, "M1", "t", "h1", now - 1000, 30000);
     l->deadline_ms = now + remaining_ms;
     mql_lease_arm(&c->consumer.leases, l, now + 5000);
     return l;
 }
 
-/* Calls the test ended by hand: grpc still has their batches (the channel
- * points nowhere), so they are cancelled and freed only once the fixture has
- * drained the queue (finish). */
-#define MAX_DONE 8
-static mql_call *done_calls[MAX_DONE];
-static size_t ndone;
-
-static void finish(mql_client *c) {
+/* Ends a case: the calls it ended by hand, then the client. */
+static void teardown(mql_client *c) {
     size_t i;
     for (i = 0; i < ndone; i++) mql_call_cancel(done_calls[i]);
     fixture_client_finish(c, NULL);
@@ -104,13 +109,10 @@ static void check_left_to_expire(mql_client *c, mql_lease *l, int64_t deadline) 
 
 static void a_nack_the_broker_refuses_lets_the_lease_expire(void) {
     mql_client c;
-    mql_lease *l;
+    mql_lease *l = setup(&c, 20000);
+    int64_t deadline = l->deadline_ms;
     uint64_t op;
-    int64_t deadline;
     char code[32] = "";
-    fixture_client_init(&c);
-    l = held_lease(&c, 20000);
-    deadline = l->deadline_ms;
     op = mql_client_nack(&c, l->id, 0);
     CHECK(c.calls != NULL && strcmp(c.calls->method, MQL_M_CHANGE) == 0);
     finish_change(&c, APACHE__ROCKETMQ__V2__CODE__INTERNAL_SERVER_ERROR, NULL);
@@ -119,18 +121,15 @@ static void a_nack_the_broker_refuses_lets_the_lease_expire(void) {
     CHECK(strcmp(code, "INTERNAL_SERVER_ERROR") == 0);
     CHECK(c.metrics.nacks_fail == 1);
     check_left_to_expire(&c, l, deadline);
-    finish(&c);
+    teardown(&c);
 }
 
 static void a_dead_letter_that_fails_lets_the_lease_expire(void) {
     mql_client c;
-    mql_lease *l;
+    mql_lease *l = setup(&c, 20000);
+    int64_t deadline = l->deadline_ms;
     uint64_t op;
-    int64_t deadline;
     char code[32] = "";
-    fixture_client_init(&c);
-    l = held_lease(&c, 20000);
-    deadline = l->deadline_ms;
     op = mql_client_dead_letter(&c, l->id, "handler");
     CHECK(c.calls != NULL && strcmp(c.calls->method, MQL_M_DLQ) == 0);
     /* the dev broker (and a proxy without the method) answers so */
@@ -139,24 +138,21 @@ static void a_dead_letter_that_fails_lets_the_lease_expire(void) {
     CHECK(strcmp(code, "UNIMPLEMENTED") == 0);
     CHECK(c.metrics.dead_letter_fail == 1);
     check_left_to_expire(&c, l, deadline);
-    finish(&c);
+    teardown(&c);
 }
 
 static void an_ack_that_fails_lets_the_lease_expire(void) {
     mql_client c;
-    mql_lease *l;
+    mql_lease *l = setup(&c, 20000);
+    int64_t deadline = l->deadline_ms;
     uint64_t op;
-    int64_t deadline;
-    fixture_client_init(&c);
-    l = held_lease(&c, 20000);
-    deadline = l->deadline_ms;
     op = mql_client_ack(&c, &l->id, 1);
     CHECK(c.calls != NULL && strcmp(c.calls->method, MQL_M_ACK) == 0);
     finish_call(&c, GRPC_STATUS_DEADLINE_EXCEEDED, NULL);   /* it may have reached the broker */
     CHECK(op_result(&c, op, NULL, 0) == 0);
     CHECK(c.metrics.acks_fail == 1);
     check_left_to_expire(&c, l, deadline);
-    finish(&c);
+    teardown(&c);
 }
 
 /* The nack waits behind a renewal on the wire, goes out with the handle the
@@ -164,12 +160,9 @@ static void an_ack_that_fails_lets_the_lease_expire(void) {
  * nothing renews the lease after it. */
 static void a_deferred_nack_that_fails_lets_the_renewed_lease_expire(void) {
     mql_client c;
-    mql_lease *l;
+    mql_lease *l = setup(&c, 20000);
+    int64_t now = mql_now_ms();
     uint64_t op;
-    int64_t now;
-    fixture_client_init(&c);
-    l = held_lease(&c, 20000);
-    now = mql_now_ms();
     mql_lease_arm(&c.consumer.leases, l, now);
     mql_renew_timers(&c, now, now + 1000);   /* the renewal goes out */
     CHECK(l->state == MQL_LEASE_RENEWING && c.calls != NULL);
@@ -182,17 +175,15 @@ static void a_deferred_nack_that_fails_lets_the_renewed_lease_expire(void) {
     finish_change(&c, APACHE__ROCKETMQ__V2__CODE__INTERNAL_SERVER_ERROR, NULL);
     CHECK(op_result(&c, op, NULL, 0) == 0);
     check_left_to_expire(&c, l, l->renew_sent_ms + l->window_ms);
-    finish(&c);
+    teardown(&c);
 }
 
 /* The host may still try again before the deadline; a nack that works ends it. */
 static void a_nack_retried_after_a_failure_still_ends_the_lease(void) {
     mql_client c;
-    mql_lease *l;
-    uint64_t id, op;
-    fixture_client_init(&c);
-    l = held_lease(&c, 20000);
-    id = l->id;
+    mql_lease *l = setup(&c, 20000);
+    uint64_t id = l->id;
+    uint64_t op;
     mql_client_nack(&c, id, 0);
     finish_change(&c, APACHE__ROCKETMQ__V2__CODE__INTERNAL_SERVER_ERROR, NULL);
     op = mql_client_nack(&c, id, 0);
@@ -201,19 +192,16 @@ static void a_nack_retried_after_a_failure_still_ends_the_lease(void) {
     CHECK(op_result(&c, op, NULL, 0) == 1);
     CHECK(mql_lease_find(&c.consumer.leases, id) == NULL);
     CHECK(c.metrics.nacks_ok == 1 && c.metrics.nacks_fail == 1);
-    finish(&c);
+    teardown(&c);
 }
 
 /* At its deadline the lease ends as one the host let go: lost to us, not
  * "expired while alive". */
 static void the_lease_ends_at_its_deadline_as_let_go(void) {
     mql_client c;
-    mql_lease *l;
-    uint64_t id;
+    mql_lease *l = setup(&c, 150);
+    uint64_t id = l->id;
     int64_t now;
-    fixture_client_init(&c);
-    l = held_lease(&c, 150);
-    id = l->id;
     mql_client_nack(&c, id, 0);
     finish_change(&c, APACHE__ROCKETMQ__V2__CODE__INTERNAL_SERVER_ERROR, NULL);
     usleep(200 * 1000);
@@ -223,22 +211,19 @@ static void the_lease_ends_at_its_deadline_as_let_go(void) {
     CHECK(c.calls == NULL);
     CHECK(c.metrics.lost_expired == 1);
     CHECK(c.metrics.expire_while_alive == 0);
-    finish(&c);
+    teardown(&c);
 }
 
 /* A rejected handle still ends the lease at once: the broker no longer knows it. */
 static void a_rejected_handle_still_ends_the_lease_lost(void) {
     mql_client c;
-    mql_lease *l;
-    uint64_t id;
-    fixture_client_init(&c);
-    l = held_lease(&c, 20000);
-    id = l->id;
+    mql_lease *l = setup(&c, 20000);
+    uint64_t id = l->id;
     mql_client_nack(&c, id, 0);
     finish_change(&c, APACHE__ROCKETMQ__V2__CODE__INVALID_RECEIPT_HANDLE, NULL);
     CHECK(mql_lease_find(&c.consumer.leases, id) == NULL);
     CHECK(c.metrics.lost_rejected == 1);
-    finish(&c);
+    teardown(&c);
 }
 
 int main(void) {

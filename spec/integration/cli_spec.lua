@@ -4,6 +4,7 @@
 local mqlease = require "mqlease"
 local socket_http = require "socket.http"
 local env = require "support.env"
+local prom = require "support.prom"
 local read, wait_for, count = env.read, env.wait_for, env.count
 
 -- The command as a user runs it from a checkout; the sanitizer runtime the
@@ -55,40 +56,6 @@ local function start(args)
     for _, f in ipairs({ base, h.out, h.err, h.rcfile, h.pidfile }) do os.remove(f) end
   end
   return h
-end
-
--- Prometheus text format 0.0.4: every line is a HELP, a TYPE or a sample of
--- a family that has a TYPE. Returns samples["name{labels}"] = value.
-local function parse_prometheus(text)
-  local types, samples = {}, {}
-  for line in text:gmatch("([^\n]*)\n") do
-    if line:match("^# HELP ") then
-      assert.is_truthy(line:match("^# HELP [%a_:][%w_:]* .+$"), "bad HELP line: " .. line)
-    elseif line:match("^# TYPE ") then
-      local name, kind = line:match("^# TYPE ([%a_:][%w_:]*) (%a+)$")
-      assert.is_truthy(name, "bad TYPE line: " .. line)
-      assert.is_truthy(({ counter = 1, gauge = 1, histogram = 1, summary = 1, untyped = 1 })[kind], line)
-      types[name] = kind
-    elseif line ~= "" then
-      local name, labels, value = line:match("^([%a_:][%w_:]*)(%b{}) (%S+)$")
-      if not name then
-        name, value = line:match("^([%a_:][%w_:]*) (%S+)$")
-        labels = ""
-      end
-      assert.is_truthy(name, "bad sample line: " .. line)
-      if labels ~= "" then
-        local inner = labels:sub(2, -2)
-        local rest = inner:gsub('[%a_][%w_]*="[^"]*"', ""):gsub(",", "")
-        assert.equal("", rest, "bad labels: " .. line)
-      end
-      local v = tonumber(value) or ({ ["+Inf"] = math.huge, ["-Inf"] = -math.huge })[value]
-      assert.is_truthy(v or value == "NaN", "bad value: " .. line)
-      local family = name:gsub("_bucket$", ""):gsub("_sum$", ""):gsub("_count$", "")
-      assert.is_truthy(types[name] or types[family], "sample without TYPE: " .. line)
-      samples[name .. labels] = v
-    end
-  end
-  return samples
 end
 
 local function scrape(port, path)
@@ -273,11 +240,11 @@ end
     wait_for(function()
       local body, status = scrape(port)
       assert.equal(200, status)
-      samples = parse_prometheus(body)
-      return (samples['mqlease_acks_total{result="ok"}'] or 0) >= 2
+      samples = select(2, prom.parse(body))
+      return (prom.value(samples, "mqlease_acks_total", '{result="ok"}') or 0) >= 2
     end, 10, "two acks in /metrics")
-    assert.is_true(samples.mqlease_messages_received_total >= 3)
-    assert.is_true(samples['mqlease_nacks_total{result="ok"}'] >= 1)
+    assert.is_true(prom.value(samples, "mqlease_messages_received_total", "") >= 3)
+    assert.is_true(prom.value(samples, "mqlease_nacks_total", '{result="ok"}') >= 1)
     local _, status = scrape(port, "/other")
     assert.equal(404, status)
 

@@ -153,43 +153,20 @@ describe("mqlease lease engine", function()
     local text = mqlease.metrics.text(c, { instance = "spec" })
     c:close()
 
-    local types, samples = {}, {}
-    for line in text:gmatch("([^\n]*)\n") do
-      local name, kind = line:match("^# TYPE ([%a_:][%w_:]*) (%a+)$")
-      if name then
-        assert.is_nil(types[name], "TYPE twice for " .. name)
-        assert.is_truthy(({ counter = 1, gauge = 1, histogram = 1 })[kind])
-        types[name] = kind
-      elseif line:match("^# HELP ") then
-        assert.matches("^# HELP [%a_:][%w_:]* .+$", line)
-      else
-        local sname, labels, value = line:match("^([%a_:][%w_:]*)(%b{}) (%S+)$")
-        if not sname then sname, value = line:match("^([%a_:][%w_:]*) (%S+)$") end
-        assert.is_truthy(sname, "bad sample line: " .. line)
-        assert.is_truthy(tonumber(value) or value == "+Inf", "bad value in " .. line)
-        if labels then
-          for pair in labels:sub(2, -2):gmatch("[^,]+") do
-            assert.matches('^[%a_][%w_]*=".*"$', pair)
-          end
-        end
-        local family = sname:gsub("_bucket$", ""):gsub("_sum$", ""):gsub("_count$", "")
-        assert.is_truthy(types[sname] or types[family], "sample before its TYPE: " .. sname)
-        samples[#samples + 1] = { name = sname, labels = labels or "", value = tonumber(value) }
-      end
-    end
-    local function value(name, label_part)
-      for _, s in ipairs(samples) do
-        if s.name == name and s.labels:find(label_part or "", 1, true) then return s.value end
-      end
+    -- every line a valid HELP, TYPE or sample (support/prom.lua), then the values
+    local prom = require "support.prom"
+    local types, samples = prom.parse(text)
+    local function value(name, labels)
+      return prom.value(samples, name, labels)
     end
     assert.equal(1, value("mqlease_messages_received_total"))
-    assert.equal(1, value("mqlease_acks_total", 'result="ok"'))
-    assert.is_true(value("mqlease_lease_renew_total", 'result="success"') >= 1)
+    assert.equal(1, value("mqlease_acks_total", { result = "ok" }))
+    assert.is_true(value("mqlease_lease_renew_total", { result = "success" }) >= 1)
     assert.equal(0, value("mqlease_lease_expire_while_alive_total"))
     assert.equal(0, value("mqlease_inflight_leases"))
     assert.equal("histogram", types.mqlease_renew_latency_seconds)
     assert.equal(value("mqlease_renew_latency_seconds_count"),
-      value("mqlease_renew_latency_seconds_bucket", 'le="+Inf"'))
+      value("mqlease_renew_latency_seconds_bucket", { le = "+Inf" }))
     assert.equal(1, value("mqlease_handler_seconds_count"))
     assert.is_truthy(text:find('instance="spec"', 1, true))
   end)

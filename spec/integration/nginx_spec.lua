@@ -7,6 +7,7 @@
 
 local mqlease = require "mqlease"
 local env = require "support.env"
+local prom = require "support.prom"
 
 -- Debian's paths; the variables point elsewhere (e.g. at a copy of the same
 -- packages unpacked outside dpkg, with LD_LIBRARY_PATH for its LuaJIT).
@@ -119,49 +120,6 @@ local function latencies(clients, n)
   end
   table.sort(times)
   return times, failed
-end
-
--- ------------------------------------------------------------ Prometheus text
-
-local TYPES = { counter = true, gauge = true, histogram = true, summary = true, untyped = true }
-
--- Parses the text exposition format 0.0.4; raises on a malformed line.
--- Returns family name -> { type =, samples = { { name =, labels =, value = } } }.
-local function parse_prometheus(text)
-  local families = {}
-  local n = 0
-  for line in text:gmatch("[^\n]*") do
-    n = n + 1
-    if line == "" then
-      -- blank lines are allowed
-    elseif line:match("^# HELP ") then
-      assert(line:match("^# HELP [%a_:][%w_:]* .+$"), "bad HELP line " .. n .. ": " .. line)
-    elseif line:match("^# TYPE ") then
-      local name, kind = line:match("^# TYPE ([%a_:][%w_:]*) (%a+)$")
-      assert(name and TYPES[kind], "bad TYPE line " .. n .. ": " .. line)
-      assert(not families[name], "TYPE given twice for " .. tostring(name))
-      families[name] = { type = kind, samples = {} }
-    elseif line:match("^#") then
-      -- a comment
-    else
-      local name, rest = line:match("^([%a_:][%w_:]*)(.*)$")
-      assert(name, "bad sample line " .. n .. ": " .. line)
-      local labels = {}
-      local body, value = rest:match("^{(.-)} (%S+)$")
-      if body then
-        local left = body:gsub('([%a_][%w_]*)="([^"\\]*)",?', function(k, v) labels[k] = v; return "" end)
-        assert(left == "", "bad labels on line " .. n .. ": " .. line)
-      else
-        value = rest:match("^ (%S+)$")
-      end
-      local v = tonumber(value) or ({ ["+Inf"] = math.huge, ["-Inf"] = -math.huge, NaN = 0 / 0 })[value]
-      assert(v, "bad value on line " .. n .. ": " .. line)
-      local family = families[name] or families[name:gsub("_bucket$", ""):gsub("_sum$", ""):gsub("_count$", "")]
-      assert(family, "sample before its TYPE on line " .. n .. ": " .. line)
-      family.samples[#family.samples + 1] = { name = name, labels = labels, value = v }
-    end
-  end
-  return families
 end
 
 -- ------------------------------------------------------------ the spec
@@ -298,11 +256,10 @@ http {
     end, 30, "the old workers to drain and exit")
 
     step("reloaded")
-    local families = parse_prometheus(curl("/metrics"))
-    local received = families.mqlease_messages_received_total
-    assert.equal("counter", received.type)
-    assert.equal(group, received.samples[1].labels.group)
-    assert.equal("histogram", families.mqlease_handler_seconds.type)
+    local types, samples = prom.parse(curl("/metrics"))
+    assert.equal("counter", types.mqlease_messages_received_total)
+    assert.equal(group, prom.find(samples, "mqlease_messages_received_total")[1].labels.group)
+    assert.equal("histogram", types.mqlease_handler_seconds)
 
     -- quit: everything drains, then a fresh nginx finishes the work
     env.wait_for(function() return handled() >= 260 end, 60, "260 handled messages")
@@ -315,9 +272,10 @@ http {
     step("all handled")
     mqlease.sleep(2)   -- room for a duplicate to show
     -- both workers' counts: the one that answers may have received nothing since the start
-    families = parse_prometheus(curl("/metrics"))
+    types, samples = prom.parse(curl("/metrics"))
+    assert.equal("counter", types.mqlease_messages_received_total)
     local got = 0
-    for _, s in ipairs(families.mqlease_messages_received_total.samples) do got = got + s.value end
+    for _, s in ipairs(prom.find(samples, "mqlease_messages_received_total")) do got = got + s.value end
     assert.is_true(got > 0)
     assert(server:signal("QUIT"), "nginx -s quit failed")
     server:wait_gone(30)
@@ -401,10 +359,9 @@ http {
     -- published, any single answer carries the samples of all four
     local seen
     env.wait_for(function()
-      local families = parse_prometheus(curl("/metrics", port))
+      local _, samples = prom.parse(curl("/metrics", port))
       seen = {}
-      local received = families.mqlease_messages_received_total
-      for _, sample in ipairs(received and received.samples or {}) do
+      for _, sample in ipairs(prom.find(samples, "mqlease_messages_received_total")) do
         assert.equal(group, sample.labels.group)
         seen[sample.labels.worker] = (seen[sample.labels.worker] or 0) + 1
       end
@@ -412,10 +369,10 @@ http {
     end, 30, "one scrape with all four workers")
     for w = 0, 3 do assert.equal(1, seen[tostring(w)], "worker " .. w .. " twice") end
     -- the official families too, one series per worker
-    local families = parse_prometheus(curl("/metrics", port))
-    assert.equal("gauge", families.rocketmq_consumer_cached_messages.type)
+    local types, samples = prom.parse(curl("/metrics", port))
+    assert.equal("gauge", types.rocketmq_consumer_cached_messages)
     local workers = {}
-    for _, sample in ipairs(families.rocketmq_consumer_cached_messages.samples) do
+    for _, sample in ipairs(prom.find(samples, "rocketmq_consumer_cached_messages")) do
       assert.equal(topic, sample.labels.topic)
       assert.equal(group, sample.labels.consumer_group)
       workers[#workers + 1] = sample.labels.worker

@@ -3,34 +3,11 @@
 -- under mqlease.run (the server-free details are in spec/unit/official_metrics_spec.lua).
 local mqlease = require "mqlease"
 local env = require "support.env"
+local prom = require "support.prom"
 
--- Samples of the exposition text as { name =, labels = { k = v }, value = }.
+-- The samples of a scrape (prom.parse checks the whole text).
 local function samples_of(text)
-  local out = {}
-  for line in text:gmatch("[^\n]+") do
-    if not line:match("^#") then
-      local name, labels, value = line:match("^([%a_:][%w_:]*)(%b{}) (%S+)$")
-      if not name then name, value = line:match("^([%a_:][%w_:]*) (%S+)$") end
-      assert(name, "not a sample line: " .. line)
-      local set = {}
-      for k, v in (labels or ""):gmatch('([%a_][%w_]*)="([^"]*)"') do set[k] = v end
-      out[#out + 1] = { name = name, labels = set, value = tonumber(value) or math.huge }
-    end
-  end
-  return out
-end
-
-local function value(samples, name, want)
-  local found
-  for _, s in ipairs(samples) do
-    local ok = s.name == name
-    for k, v in pairs(want) do if s.labels[k] ~= v then ok = false end end
-    if ok then
-      assert(not found, "two samples of " .. name)
-      found = s.value
-    end
-  end
-  return found
+  return select(2, prom.parse(text))
 end
 
 describe("the official clients' metrics against the broker", function()
@@ -44,7 +21,7 @@ describe("the official clients' metrics against the broker", function()
     for i = 1, 3 do assert(producer:send(topic, "m" .. i)) end
 
     local sent = samples_of(mqlease.metrics.text(producer))
-    assert.equal(3, value(sent, "rocketmq_send_cost_time_count",
+    assert.equal(3, prom.value(sent, "rocketmq_send_cost_time_count",
       { topic = topic, client_id = producer:id(), invocation_status = "success" }))
 
     local id = c:id()
@@ -59,18 +36,18 @@ describe("the official clients' metrics against the broker", function()
 
     -- the run closed the consumer; its samples keep the id it had
     local labels = { topic = topic, consumer_group = group, client_id = id }
-    assert.is_true(value(during, "rocketmq_consumer_cached_messages", labels) >= 1)
-    assert.is_true(value(during, "rocketmq_consumer_cached_bytes", labels) >= 2)
+    assert.is_true(prom.value(during, "rocketmq_consumer_cached_messages", labels) >= 1)
+    assert.is_true(prom.value(during, "rocketmq_consumer_cached_bytes", labels) >= 2)
 
     local s = samples_of(mqlease.metrics.text(c))
-    assert.equal(3, value(s, "rocketmq_delivery_latency_count", labels))
-    assert.equal(3, value(s, "rocketmq_await_time_count", labels))
+    assert.equal(3, prom.value(s, "rocketmq_delivery_latency_count", labels))
+    assert.equal(3, prom.value(s, "rocketmq_await_time_count", labels))
     labels.invocation_status = "success"
-    assert.equal(2, value(s, "rocketmq_process_time_count", labels))
+    assert.equal(2, prom.value(s, "rocketmq_process_time_count", labels))
     labels.invocation_status = "failure"
-    assert.equal(1, value(s, "rocketmq_process_time_count", labels))
+    assert.equal(1, prom.value(s, "rocketmq_process_time_count", labels))
     -- in milliseconds: each waited at least 300 ms (and surely not a minute)
-    local sum = value(s, "rocketmq_delivery_latency_sum", { topic = topic })
+    local sum = prom.value(s, "rocketmq_delivery_latency_sum", { topic = topic })
     assert.is_true(sum >= 3 * 250 and sum < 3 * 60000, "delivery latency sum " .. sum)
   end)
 end)

@@ -1,31 +1,7 @@
 -- mqlease.metrics.text renders a consumer's raw metrics table as Prometheus
 -- text (format 0.0.4). A fake consumer stands in: no server is needed.
 local mqlease = require "mqlease"
-
--- A small parser for the exposition format: families (HELP/TYPE) and samples.
-local function parse(text)
-  local types, samples = {}, {}
-  for line in text:gmatch("[^\n]+") do
-    local name, kind = line:match("^# TYPE (%S+) (%S+)$")
-    if name then
-      assert(not types[name], "family declared twice: " .. name)
-      types[name] = kind
-    elseif not line:match("^# HELP ") then
-      local metric, labels, value = line:match("^([%w_:]+)(%b{}) (%S+)$")
-      if not metric then metric, value = line:match("^([%w_:]+) (%S+)$") end
-      assert(metric, "not a sample line: " .. line)
-      assert(value == "+Inf" or tonumber(value), "bad value in: " .. line)
-      samples[#samples + 1] = { name = metric, labels = labels or "", value = value }
-    end
-  end
-  return types, samples
-end
-
-local function value_of(samples, name, labels)
-  for _, s in ipairs(samples) do
-    if s.name == name and (labels == nil or s.labels == labels) then return tonumber(s.value) end
-  end
-end
+local prom = require "support.prom"
 
 local function fake(raw)
   return { metrics = function() return raw end }
@@ -47,7 +23,7 @@ describe("mqlease.metrics.text", function()
   }
 
   it("declares each family once with its type, and every sample parses", function()
-    local types, samples = parse(mqlease.metrics.text(fake(raw)))
+    local types, samples = prom.parse(mqlease.metrics.text(fake(raw)))
     assert.equal("counter", types.mqlease_messages_received_total)
     assert.equal("gauge", types.mqlease_inflight_leases)
     assert.equal("histogram", types.mqlease_renew_latency_seconds)
@@ -55,33 +31,33 @@ describe("mqlease.metrics.text", function()
   end)
 
   it("carries the counters, results as labels, and escapes label values", function()
-    local _, samples = parse(mqlease.metrics.text(fake(raw)))
-    assert.equal(7, value_of(samples, "mqlease_messages_received_total"))
-    assert.equal(1, value_of(samples, "mqlease_acks_total", '{result="fail"}'))
-    assert.equal(2, value_of(samples, "mqlease_lease_renew_total", '{result="uncertain"}'))
-    assert.equal(1, value_of(samples, "mqlease_leases_dropped_total"))
-    assert.equal(3, value_of(samples, "mqlease_inflight_leases"))
-    assert.equal(12.5, value_of(samples, "mqlease_invisible_seconds"))
-    assert.equal(2, value_of(samples, "mqlease_errors_total", '{op="renew",code="we\\"ird"}'))
-    assert.equal(1, value_of(samples, "mqlease_session_state", '{state="ready"}'))
+    local _, samples = prom.parse(mqlease.metrics.text(fake(raw)))
+    assert.equal(7, prom.value(samples, "mqlease_messages_received_total"))
+    assert.equal(1, prom.value(samples, "mqlease_acks_total", '{result="fail"}'))
+    assert.equal(2, prom.value(samples, "mqlease_lease_renew_total", '{result="uncertain"}'))
+    assert.equal(1, prom.value(samples, "mqlease_leases_dropped_total"))
+    assert.equal(3, prom.value(samples, "mqlease_inflight_leases"))
+    assert.equal(12.5, prom.value(samples, "mqlease_invisible_seconds"))
+    assert.equal(2, prom.value(samples, "mqlease_errors_total", '{op="renew",code="we\\"ird"}'))
+    assert.equal(1, prom.value(samples, "mqlease_session_state", '{state="ready"}'))
   end)
 
   it("renders histograms as cumulative buckets ending in +Inf, with sum and count", function()
-    local _, samples = parse(mqlease.metrics.text(fake(raw)))
+    local _, samples = prom.parse(mqlease.metrics.text(fake(raw)))
     local n = "mqlease_renew_latency_seconds"
-    assert.equal(1, value_of(samples, n .. "_bucket", '{le="0.01"}'))
-    assert.equal(3, value_of(samples, n .. "_bucket", '{le="0.1"}'))
-    assert.equal(3, value_of(samples, n .. "_bucket", '{le="1"}'))
-    assert.equal(4, value_of(samples, n .. "_bucket", '{le="+Inf"}'))
-    assert.equal(4, value_of(samples, n .. "_count"))
-    assert.near(3.2, value_of(samples, n .. "_sum"), 1e-9)
+    assert.equal(1, prom.value(samples, n .. "_bucket", '{le="0.01"}'))
+    assert.equal(3, prom.value(samples, n .. "_bucket", '{le="0.1"}'))
+    assert.equal(3, prom.value(samples, n .. "_bucket", '{le="1"}'))
+    assert.equal(4, prom.value(samples, n .. "_bucket", '{le="+Inf"}'))
+    assert.equal(4, prom.value(samples, n .. "_count"))
+    assert.near(3.2, prom.value(samples, n .. "_sum"), 1e-9)
   end)
 
   it("adds constant labels to every sample", function()
-    local _, samples = parse(mqlease.metrics.text(fake(raw), { instance = "a", zone = 'x"y' }))
+    local _, samples = prom.parse(mqlease.metrics.text(fake(raw), { instance = "a", zone = 'x"y' }))
     for _, s in ipairs(samples) do
-      assert.truthy(s.labels:find('instance="a"', 1, true), s.name .. s.labels)
-      assert.truthy(s.labels:find('zone="x\\"y"', 1, true), s.name .. s.labels)
+      assert.truthy(s.label_text:find('instance="a"', 1, true), s.name .. s.label_text)
+      assert.truthy(s.label_text:find('zone="x\\"y"', 1, true), s.name .. s.label_text)
     end
   end)
   it("shows the server's retry policy, the fifo flag and the holds and in-place retries", function()
@@ -90,17 +66,17 @@ describe("mqlease.metrics.text", function()
       retry_policy = { max_attempts = 17, steps = { 1, 5, 10 } },
       fifo_retries = 4, deferred_held = 2, fail_closed_held = 9, defer_budget_spent = 1,
     }
-    local types, samples = parse(mqlease.metrics.text(fake(with)))
+    local types, samples = prom.parse(mqlease.metrics.text(fake(with)))
     assert.equal("gauge", types.mqlease_retry_max_attempts)
-    assert.equal(17, value_of(samples, "mqlease_retry_max_attempts"))
-    assert.equal(1, value_of(samples, "mqlease_fifo"))
-    assert.equal(4, value_of(samples, "mqlease_fifo_retries_total"))
-    assert.equal(2, value_of(samples, "mqlease_held_total", '{reason="locked"}'))
-    assert.equal(9, value_of(samples, "mqlease_held_total", '{reason="redis_unavailable"}'))
-    assert.equal(1, value_of(samples, "mqlease_defer_budget_spent_total"))
+    assert.equal(17, prom.value(samples, "mqlease_retry_max_attempts"))
+    assert.equal(1, prom.value(samples, "mqlease_fifo"))
+    assert.equal(4, prom.value(samples, "mqlease_fifo_retries_total"))
+    assert.equal(2, prom.value(samples, "mqlease_held_total", '{reason="locked"}'))
+    assert.equal(9, prom.value(samples, "mqlease_held_total", '{reason="redis_unavailable"}'))
+    assert.equal(1, prom.value(samples, "mqlease_defer_budget_spent_total"))
     -- a producer has neither
-    local _, bare = parse(mqlease.metrics.text(fake({ inflight = 0, session_state = "ready" })))
-    assert.is_nil(value_of(bare, "mqlease_retry_max_attempts"))
-    assert.is_nil(value_of(bare, "mqlease_fifo"))
+    local _, bare = prom.parse(mqlease.metrics.text(fake({ inflight = 0, session_state = "ready" })))
+    assert.is_nil(prom.value(bare, "mqlease_retry_max_attempts"))
+    assert.is_nil(prom.value(bare, "mqlease_fifo"))
   end)
 end)

@@ -8,54 +8,7 @@ local mqlease = require "mqlease"
 local run = require "mqlease.run"
 local wait = require "mqlease.loop"
 local fake_consumer = require "support.fake_consumer"
-
--- Exposition format 0.0.4: families (TYPE) and their samples, each with its
--- labels parsed; raises on a line that is no HELP, TYPE or sample, on a
--- sample of an undeclared family and on a label named twice.
-local function parse(text)
-  local types, samples = {}, {}
-  for line in text:gmatch("[^\n]+") do
-    local name, kind = line:match("^# TYPE (%S+) (%S+)$")
-    if name then
-      assert(not types[name], "family declared twice: " .. name)
-      types[name] = kind
-    elseif not line:match("^# HELP %S+ .+$") then
-      local metric, labels, value = line:match("^([%a_:][%w_:]*)(%b{}) (%S+)$")
-      if not metric then metric, value = line:match("^([%a_:][%w_:]*) (%S+)$") end
-      assert(metric, "not a sample line: " .. line)
-      local family = metric:gsub("_bucket$", ""):gsub("_sum$", ""):gsub("_count$", "")
-      assert(types[metric] or types[family], "sample without TYPE: " .. line)
-      local set = {}
-      for k, v in (labels or ""):gmatch('([%a_][%w_]*)="([^"]*)"') do
-        assert(set[k] == nil, "label " .. k .. " twice in: " .. line)
-        set[k] = v
-      end
-      samples[#samples + 1] = { name = metric, labels = set, value = assert(tonumber(value) or (value == "+Inf" and math.huge), line) }
-    end
-  end
-  return types, samples
-end
-
--- The samples of metric whose labels include all of want.
-local function find(samples, metric, want)
-  local out = {}
-  for _, s in ipairs(samples) do
-    if s.name == metric then
-      local ok = true
-      for k, v in pairs(want or {}) do
-        if s.labels[k] ~= v then ok = false end
-      end
-      if ok then out[#out + 1] = s end
-    end
-  end
-  return out
-end
-
-local function value(samples, metric, want)
-  local found = find(samples, metric, want)
-  assert(#found == 1, ("%d samples of %s"):format(#found, metric))
-  return found[1].value
-end
+local prom = require "support.prom"
 
 local function label_names(s)
   local names = {}
@@ -102,7 +55,7 @@ describe("the official clients' metrics under mqlease.run", function()
   end)
 
   it("keeps mqlease's own families and adds the official ones, each declared once with its type", function()
-    local types = parse(texts.late)
+    local types = prom.parse(texts.late)
     assert.equal("counter", types.mqlease_messages_received_total)
     assert.equal("histogram", types.rocketmq_delivery_latency)
     assert.equal("histogram", types.rocketmq_await_time)
@@ -123,54 +76,54 @@ describe("the official clients' metrics under mqlease.run", function()
   end)
 
   it("labels each family as the Java client does, with the consumer's topic, group and client id", function()
-    local _, samples = parse(texts.late)
+    local _, samples = prom.parse(texts.late)
     local want = { topic = "orders", consumer_group = "billing", client_id = "host@1234#0" }
     for _, name in ipairs({ "rocketmq_delivery_latency_count", "rocketmq_await_time_count" }) do
-      local found = find(samples, name, want)
+      local found = prom.find(samples, name, want)
       assert.equal(1, #found, name)
       assert.equal("client_id,consumer_group,topic", label_names(found[1]), name)
     end
-    local found = find(samples, "rocketmq_process_time_count", want)
+    local found = prom.find(samples, "rocketmq_process_time_count", want)
     assert.equal(2, #found)
     assert.equal("client_id,consumer_group,invocation_status,topic", label_names(found[1]))
   end)
 
   it("counts every message: delivery latency and await time once each, process time by invocation status", function()
-    local _, samples = parse(texts.late)
-    assert.equal(10, value(samples, "rocketmq_delivery_latency_count"))
-    assert.equal(10, value(samples, "rocketmq_await_time_count"))
-    assert.equal(8, value(samples, "rocketmq_process_time_count", { invocation_status = "success" }))
-    assert.equal(2, value(samples, "rocketmq_process_time_count", { invocation_status = "failure" }))
+    local _, samples = prom.parse(texts.late)
+    assert.equal(10, prom.value(samples, "rocketmq_delivery_latency_count"))
+    assert.equal(10, prom.value(samples, "rocketmq_await_time_count"))
+    assert.equal(8, prom.value(samples, "rocketmq_process_time_count", { invocation_status = "success" }))
+    assert.equal(2, prom.value(samples, "rocketmq_process_time_count", { invocation_status = "failure" }))
     -- stored 30 ms before the receipt: above the 20 ms bound, within 500 ms
-    assert.equal(0, value(samples, "rocketmq_delivery_latency_bucket", { le = "20.0" }))
-    assert.equal(10, value(samples, "rocketmq_delivery_latency_bucket", { le = "500.0" }))
+    assert.equal(0, prom.value(samples, "rocketmq_delivery_latency_bucket", { le = "20.0" }))
+    assert.equal(10, prom.value(samples, "rocketmq_delivery_latency_bucket", { le = "500.0" }))
     -- each handler slept 20 ms: above 10 ms, below 1 s
-    assert.equal(0, value(samples, "rocketmq_process_time_bucket", { invocation_status = "success", le = "10.0" }))
-    assert.equal(8, value(samples, "rocketmq_process_time_bucket", { invocation_status = "success", le = "1000.0" }))
-    local sum = value(samples, "rocketmq_process_time_sum", { invocation_status = "success" })
+    assert.equal(0, prom.value(samples, "rocketmq_process_time_bucket", { invocation_status = "success", le = "10.0" }))
+    assert.equal(8, prom.value(samples, "rocketmq_process_time_bucket", { invocation_status = "success", le = "1000.0" }))
+    local sum = prom.value(samples, "rocketmq_process_time_sum", { invocation_status = "success" })
     assert.is_true(sum >= 8 * 19.9 and sum < 8 * 1000, "sum " .. sum)
   end)
 
   it("grows with traffic", function()
-    local _, early = parse(texts.early)
-    local _, late = parse(texts.late)
-    local e = value(early, "rocketmq_process_time_count", { invocation_status = "success" })
+    local _, early = prom.parse(texts.early)
+    local _, late = prom.parse(texts.late)
+    local e = prom.value(early, "rocketmq_process_time_count", { invocation_status = "success" })
     assert.equal(3, e)
-    assert.is_true(value(late, "rocketmq_process_time_count", { invocation_status = "success" }) > e)
-    assert.is_true(value(late, "rocketmq_await_time_count") > value(early, "rocketmq_await_time_count"))
+    assert.is_true(prom.value(late, "rocketmq_process_time_count", { invocation_status = "success" }) > e)
+    assert.is_true(prom.value(late, "rocketmq_await_time_count") > prom.value(early, "rocketmq_await_time_count"))
   end)
 
   it("reports the messages the run holds and their bytes while it runs, none after", function()
-    local _, during = parse(inside)
-    assert.is_true(value(during, "rocketmq_consumer_cached_messages") >= 1)
-    assert.equal(10 * value(during, "rocketmq_consumer_cached_messages"), value(during, "rocketmq_consumer_cached_bytes"))
-    local _, after = parse(texts.late)
-    assert.equal(0, value(after, "rocketmq_consumer_cached_messages"))
+    local _, during = prom.parse(inside)
+    assert.is_true(prom.value(during, "rocketmq_consumer_cached_messages") >= 1)
+    assert.equal(10 * prom.value(during, "rocketmq_consumer_cached_messages"), prom.value(during, "rocketmq_consumer_cached_bytes"))
+    local _, after = prom.parse(texts.late)
+    assert.equal(0, prom.value(after, "rocketmq_consumer_cached_messages"))
   end)
 
   it("keeps one label of each name when constant labels repeat an official one", function()
-    local _, samples = parse(mqlease.metrics.text(c, { topic = "orders", group = "billing", worker = 3 }))
-    local found = find(samples, "rocketmq_await_time_count", { worker = "3", topic = "orders" })
+    local _, samples = prom.parse(mqlease.metrics.text(c, { topic = "orders", group = "billing", worker = 3 }))
+    local found = prom.find(samples, "rocketmq_await_time_count", { worker = "3", topic = "orders" })
     assert.equal(1, #found)
   end)
 end)
@@ -183,16 +136,16 @@ describe("the official send cost time", function()
     metrics.sent(p, "orders", 120, true)
     metrics.sent(p, "orders", 900, false)
     local text = mqlease.metrics.text(p)
-    local types, samples = parse(text)
+    local types, samples = prom.parse(text)
     assert.equal("histogram", types.rocketmq_send_cost_time)
     assert.is_nil(types.rocketmq_process_time, "a producer consumes nothing")
     assert.same(BUCKETS.rocketmq_send_cost_time, bounds(text, "rocketmq_send_cost_time", 'invocation_status="success"'))
     local want = { topic = "orders", client_id = "host@1#1", invocation_status = "success" }
-    assert.equal(2, value(samples, "rocketmq_send_cost_time_count", want))
-    assert.equal(1, value(samples, "rocketmq_send_cost_time_bucket", { invocation_status = "success", le = "5.0" }))
-    assert.equal(2, value(samples, "rocketmq_send_cost_time_bucket", { invocation_status = "success", le = "200.0" }))
-    assert.equal(1, value(samples, "rocketmq_send_cost_time_count", { invocation_status = "failure" }))
-    assert.equal(0, value(samples, "rocketmq_send_cost_time_bucket", { invocation_status = "failure", le = "500.0" }))
-    assert.equal("client_id,invocation_status,topic", label_names(find(samples, "rocketmq_send_cost_time_count", want)[1]))
+    assert.equal(2, prom.value(samples, "rocketmq_send_cost_time_count", want))
+    assert.equal(1, prom.value(samples, "rocketmq_send_cost_time_bucket", { invocation_status = "success", le = "5.0" }))
+    assert.equal(2, prom.value(samples, "rocketmq_send_cost_time_bucket", { invocation_status = "success", le = "200.0" }))
+    assert.equal(1, prom.value(samples, "rocketmq_send_cost_time_count", { invocation_status = "failure" }))
+    assert.equal(0, prom.value(samples, "rocketmq_send_cost_time_bucket", { invocation_status = "failure", le = "500.0" }))
+    assert.equal("client_id,invocation_status,topic", label_names(prom.find(samples, "rocketmq_send_cost_time_count", want)[1]))
   end)
 end)
