@@ -71,6 +71,11 @@ struct mql_redis {
     int stopping;
     redis_cmd *head, *tail;
     keepalive *alive;        /* stays listed until keepalive_stop */
+    /* When the keepalive thread sleeps until (INT64_MIN while it is awake, and
+     * will look at the list again anyway): a new lock due later than that
+     * needs no wake-up. Waking it for each of thousands of locks a second,
+     * each due lock_ttl/3 later, cost a context switch per message. */
+    int64_t ka_wake_at;
     uint64_t next_op;
     mql_events events;
     mql_redis_link *cmd_link;   /* the command thread's own */
@@ -383,7 +388,9 @@ static void *ka_thread_main(void *arg) {
         int64_t now = mql_now_ms();
         int outcome;
         if (!k || k->next_at > now) {
-            wait_until(&r->ka_cond, &r->mu, k ? k->next_at : INT64_MAX);
+            r->ka_wake_at = k ? k->next_at : INT64_MAX;
+            wait_until(&r->ka_cond, &r->mu, r->ka_wake_at);
+            r->ka_wake_at = INT64_MIN;
             continue;
         }
         if (now >= k->until) {   /* its budget is spent: let it expire */
@@ -419,6 +426,7 @@ mql_redis *mql_redis_new(const mql_redis_config *cfg, char *err, size_t errlen) 
         free(r);
         return NULL;
     }
+    r->ka_wake_at = INT64_MIN;   /* until the thread first sleeps: it scans anyway */
     r->cmd_link = mql_redis_link_new(cfg);
     r->ka_link = mql_redis_link_new(cfg);
     pthread_mutex_init(&r->mu, NULL);
@@ -585,7 +593,7 @@ uint64_t mql_redis_keepalive(mql_redis *r, const char *key, const char *owner, i
     id = k->id = ++r->next_op;
     k->next = r->alive;
     r->alive = k;
-    pthread_cond_signal(&r->ka_cond);
+    if (k->next_at < r->ka_wake_at) pthread_cond_signal(&r->ka_cond);
     pthread_mutex_unlock(&r->mu);
     return id;
 }
