@@ -149,8 +149,10 @@ local function submit(self, cmd)
     op = s.client:pipeline({ cmd })
   else
     local batch = self._batch
-    if not batch then
-      batch = {}
+    -- a batch belongs to the scheduler that will flush it: one left behind by
+    -- a scheduler that stopped before its flush ran must not swallow this call
+    if not batch or batch.sched ~= sched then
+      batch = { sched = sched }
       self._batch = batch
       sched:spawn(flush, self, batch, sched)
     end

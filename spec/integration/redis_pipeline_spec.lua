@@ -77,6 +77,14 @@ describe("mqlease.redis in mqlease's scheduler", function()
     assert.equal(1, r:stats().round_trips - mid.round_trips)
   end)
 
+  it("answers a call in a new scheduler after one stopped with its batch unflushed", function()
+    local first = scheduler.new()
+    first:spawn(function() r:call("ECHO", "never sent") end)
+    first:loop(function() return true end)   -- stops after one round: its flush never runs
+    local got = in_one_turn(1, function() return r:call("ECHO", "next") end)
+    assert.equal("next", got[1][1])
+  end)
+
   it("keeps outside a scheduler one call to one round trip", function()
     local before = r:stats()
     assert.equal("solo", r:call("ECHO", "solo"))
