@@ -3,8 +3,10 @@
 --   produce ENDPOINT TOPIC COUNT SIZE
 --   consume ENDPOINT GROUP TOPIC COUNT INVISIBLE_S BATCH
 --   hold    ENDPOINT GROUP TOPIC COUNT INVISIBLE_S HOLD_S
---   run     ENDPOINT GROUP TOPIC COUNT: mqlease.run with a no-op handler over a pre-loaded
---           backlog (bench/lease.lua load); msgs/s and the process's CPU seconds per 10,000
+--   run     ENDPOINT GROUP TOPIC COUNT [REDIS REDIS_PID]: mqlease.run with a no-op handler over
+--           a pre-loaded backlog (bench/lease.lua load); msgs/s and the process's CPU seconds per
+--           10,000. With REDIS ("host:port") the run uses mqlease.policy.exactly_once there, and
+--           REDIS_PID's CPU (utime + stime from /proc) is reported per message too
 package.path = "./?.lua;lua/?.lua;lua/?/init.lua;" .. package.path
 package.cpath = "build/?.so;" .. package.cpath
 local mqlease = require "mqlease"
@@ -17,17 +19,24 @@ local function rss_kb() return common.status_kb("VmHWM") end
 
 if mode == "run" then
   local endpoint, group, topic, count = arg[2], arg[3], arg[4], tonumber(arg[5])
+  local redis, redis_pid = arg[6], arg[7]
+  local policy = redis and mqlease.policy.exactly_once { redis = redis } or nil
+  local rcpu0 = redis_pid and cpu_s(redis_pid)
   local cpu0, t0 = cpu_s(), mqlease.now()   -- like the Java side: from before the consumer is built
   local c = assert(mqlease.consumer { endpoints = endpoint, group = group, topic = topic,
     invisible = 30, batch = 32, await = 5 })
   local handled = 0
   local summary = mqlease.run(c, function() handled = handled + 1; return true end, {
-    concurrency = 256, signals = false,
+    concurrency = 256, signals = false, policy = policy,
     stop = function() return handled >= count or mqlease.now() - t0 > 300 end })
   local s, cpu = mqlease.now() - t0, cpu_s() - cpu0
-  print(json { _order = { "mode", "count", "seconds", "msgs_per_s", "cpu_s_per_10k", "rss_kb" },
-    mode = "run", count = summary.acked, seconds = s, msgs_per_s = summary.acked / s,
-    cpu_s_per_10k = cpu * 10000 / math.max(summary.acked, 1), rss_kb = rss_kb() })
+  local n = math.max(summary.acked, 1)
+  local order = { "mode", "policy", "count", "seconds", "msgs_per_s", "cpu_s_per_10k", "cpu_us_per_msg", "rss_kb" }
+  if rcpu0 then order[#order + 1] = "redis_cpu_us_per_msg" end
+  print(json { _order = order,
+    mode = "run", policy = redis and "exactly_once" or "plain", count = summary.acked, seconds = s,
+    msgs_per_s = summary.acked / s, cpu_s_per_10k = cpu * 10000 / n, cpu_us_per_msg = cpu * 1e6 / n,
+    redis_cpu_us_per_msg = rcpu0 and (cpu_s(redis_pid) - rcpu0) * 1e6 / n or nil, rss_kb = rss_kb() })
 elseif mode == "produce" then
   local endpoint, topic, count, size = arg[2], arg[3], tonumber(arg[4]), tonumber(arg[5])
   local p = assert(mqlease.producer { endpoints = endpoint })

@@ -19,13 +19,17 @@
 # Part 1 also runs that throughput case on RocketMQ against the Java PushConsumer and
 # SimpleConsumer (CPU seconds per 10,000 messages of each client process).
 #
-# BENCH_PARTS picks what runs: "lease" (part 2), "replay" (part 3), "throughput" and "java"
-# (part 1: the backlog throughput, and the produce/consume/hold table); default all four.
+# BENCH_PARTS picks what runs: "lease" (part 2), "replay" (part 3), "eo" (part 4), "throughput" and "java"
+# (part 1: the backlog throughput, and the produce/consume/hold table); default all five.
 # 3. The incident replay (bench/replay.lua) on its own dev broker: four scenarios (fixed
 #    window, 10x window, renewal + exactly-once, invisible = "auto" + exactly-once), three
 #    workers, one killed; BENCH_RUNS runs one after another. REPLAY_PRODUCE (20 s) of
 #    sending at REPLAY_RATE (380 msg/s), REPLAY_DRAIN (40 s) at most for the rest.
-# QUICK=1 is BENCH_PARTS="lease replay" with one run per row, the four replay scenarios side by
+# 4. Exactly-once ("eo"): mqlease.run with a no-op handler over BENCH_EO_COUNT (20000; QUICK
+#    10000) pre-loaded messages of BENCH_SIZE bytes on its own dev broker, plain and with
+#    mqlease.policy.exactly_once on the Redis of part 3 (started the same way), one after the
+#    other in each of BENCH_RUNS runs: msg/s, client CPU and redis-server CPU per message.
+# QUICK=1 is BENCH_PARTS="lease replay eo" with one run per row, the four replay scenarios side by
 # side, 6 s of sending and at most 12 s more (under 3 minutes on 2 cores).
 # BENCH_RAW=DIR keeps the raw JSON lines (DIR/results, DIR/leases, DIR/replay; appended), so
 # rows of several invocations can be tabled together: BENCH_REPLAY=DIR/replay lua5.4
@@ -39,8 +43,8 @@ HOLD_S=${BENCH_HOLD_S:-25}
 HOLD_BIG=${BENCH_HOLD_BIG:-1000}
 OUT=${BENCH_OUT:-bench/results.md}
 QUICK=${QUICK:-0}
-if [[ $QUICK == 1 ]]; then RUNS=${BENCH_RUNS:-1}; PARTS=${BENCH_PARTS:-lease replay}
-else RUNS=${BENCH_RUNS:-3}; PARTS=${BENCH_PARTS:-lease replay throughput java}; fi
+if [[ $QUICK == 1 ]]; then RUNS=${BENCH_RUNS:-1}; PARTS=${BENCH_PARTS:-lease replay eo}
+else RUNS=${BENCH_RUNS:-3}; PARTS=${BENCH_PARTS:-lease replay eo throughput java}; fi
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 ROCKETMQ=0
 REDIS=0
@@ -52,6 +56,8 @@ results=$(mktemp)
 lease_results=$(mktemp)
 replay_results=$(mktemp)
 export BENCH_REPLAY=$replay_results   # bench/table.lua adds the replay table from it
+eo_results=$(mktemp)
+export BENCH_EO=$eo_results           # ... and the exactly-once table from this
 DV_PID=
 cleanup() {
   if [[ -n $DV_PID ]]; then kill "$DV_PID" 2>/dev/null || true; wait "$DV_PID" 2>/dev/null || true; fi
@@ -62,8 +68,9 @@ cleanup() {
     cat "$results" >>"$BENCH_RAW/results"
     cat "$lease_results" >>"$BENCH_RAW/leases"
     cat "$replay_results" >>"$BENCH_RAW/replay"
+    cat "$eo_results" >>"$BENCH_RAW/eo"
   fi
-  rm -f "$results" "$lease_results" "$replay_results"
+  rm -f "$results" "$lease_results" "$replay_results" "$eo_results"
 }
 trap cleanup EXIT
 
@@ -144,6 +151,33 @@ DV_PID=
 rm -rf "$dir"
 }
 if part replay; then part_replay; fi
+
+# ---- part 4: exactly-once against plain over the same backlog size ---------------------
+part_eo() {
+local n=${BENCH_EO_COUNT:-20000} port=${MQLEASE_REDIS_PORT:-16379} redis_pid run policy topic
+[[ $QUICK == 1 ]] && n=${BENCH_EO_COUNT:-10000}
+REDIS=1
+bash spec/support/redis.sh start >/dev/null
+# its CPU is read from /proc; a reused Redis serving others counts their work too
+redis_pid=$(redis-cli -p "$port" info server | sed -n 's/^process_id:\([0-9]*\).*/\1/p')
+start_devbroker
+for run in $(seq "$RUNS"); do
+  for policy in plain exactly_once; do
+    topic="eo_${policy}_${run}_$RANDOM"
+    printf 'topic %s\n' "$topic" | timeout 5 bash -c "exec 3<>/dev/tcp/127.0.0.1/$DV_CONTROL; cat >&3; head -n1 <&3" >/dev/null
+    lua5.4 bench/lease.lua load "$DV" "$topic" "$n" "$SIZE" >/dev/null
+    note "exactly-once: mqlease.run, $policy, $n x $SIZE B (run $run/$RUNS)"
+    if [[ $policy == plain ]]; then
+      echo "eo $(lua5.4 bench/bench.lua run "$DV" "${topic}_g" "$topic" "$n")" >>"$eo_results"
+    else
+      echo "eo $(lua5.4 bench/bench.lua run "$DV" "${topic}_g" "$topic" "$n" "127.0.0.1:$port" "$redis_pid")" >>"$eo_results"
+    fi
+  done
+done
+kill "$DV_PID" 2>/dev/null; wait "$DV_PID" 2>/dev/null || true
+DV_PID=
+}
+if part eo; then part_eo; fi
 if ! part throughput && ! part java; then
   lua5.4 bench/table.lua "$results" "$COUNT" "$SIZE" "$HOLD" "$HOLD_S" "$HOLD_BIG" "$lease_results" | tee "$OUT"
   exit 0

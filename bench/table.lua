@@ -143,3 +143,5 @@ end
 if lease_file then lease_table() end
 -- the incident replay (bench/run.sh part replay) has its own table
 if os.getenv("BENCH_REPLAY") then assert(loadfile("bench/replay_table.lua"))(os.getenv("BENCH_REPLAY")) end
+-- exactly-once against plain (bench/run.sh part eo)
+if os.getenv("BENCH_EO") then assert(loadfile("bench/table_eo.lua"))(os.getenv("BENCH_EO")) end

@@ -55,7 +55,18 @@ if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) 
 return 0
 ]]
 
-_M.scripts = { acquire = ACQUIRE, unlock = UNLOCK }
+-- The done marker, then the unlock (compare owner, DEL), in one step: one
+-- script where there were two round trips. Unlocking before the ack is safe
+-- because ACQUIRE checks the done marker before the lock: from this script on,
+-- every acquire answers "done before", whoever holds the lock. -> the unlock's
+-- 1 or 0 (the lock had lapsed or been taken; the marker is written anyway).
+local FINISH = [[
+redis.call('set', KEYS[2], '1', 'EX', ARGV[2])
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
+return 0
+]]
+
+_M.scripts = { acquire = ACQUIRE, unlock = UNLOCK, finish = FINISH }
 
 -- The keys of one message: { done =, lock =, fence = } (README "Key layout").
 -- They share the hash tag {<id>}, so a Redis Cluster keeps them in one slot
@@ -184,17 +195,16 @@ function _M.exactly_once(opts)
       lease:_lock_lost()
       m.consumer:count("lock_lost")
     end
-    local function unlock()
-      lease.lock_owner = nil   -- the live view shows the lock only while it is held
-      rc:eval(UNLOCK, { lock_key }, { owner })
-    end
     if ok and res then
-      -- the done marker first: a redelivery from now on is acked without running
-      local marked = rc:call("SET", done_key, "1", "EX", done_ttl)
+      -- the done marker before the ack: a redelivery from now on is acked
+      -- without running; the unlock rides in the same script (see FINISH)
+      local marked = rc:eval(FINISH, { lock_key, done_key }, { owner, done_ttl })
+      lease.lock_owner = nil   -- the live view shows the lock only while it is held
       if not marked then m.consumer:count("done_marker_failed") end
-      return "ack", nil, nil, unlock
+      return "ack"
     end
-    unlock()
+    lease.lock_owner = nil
+    rc:eval(UNLOCK, { lock_key }, { owner })
     if not ok then return "nack", nil, tostring(res) end
     return "nack", nil, herr ~= nil and tostring(herr) or "handler returned false"
   end

@@ -7,17 +7,22 @@
 --   mqlease.redis { cluster = {"h:7000", ...}, username=, password= }
 --
 -- Commands run on a C thread (hiredis); a call waits for its reply through
--- mqlease.loop: it yields inside mqlease.run, cqueues or nginx, else blocks. Replies: strings, integers,
+-- mqlease.loop: it yields inside mqlease.run, cqueues or nginx, else blocks.
+-- Inside mqlease's own scheduler (mqlease.run) the calls of one scheduler turn
+-- are queued together and sent in one round trip (a pipeline), each still
+-- getting its own reply; elsewhere each call goes on its own. Replies: strings, integers,
 -- arrays (tables), mqlease.null for a nil reply, "OK" for a status. A Redis
 -- error reply returns nil, message, "REDIS_ERROR"; no connection returns
 -- nil, message, "UNAVAILABLE" (or "TIMEOUT"); bad arguments raise.
 
 local core = require "mqlease.core"
 local session_mod = require "mqlease.router"
+local sched_adapter = require "mqlease.loop.scheduler"
 
-local type, tostring, error, setmetatable = type, tostring, error, setmetatable
+local type, tostring, error, setmetatable, pcall = type, tostring, error, setmetatable, pcall
+local coroutine_running = coroutine.running
 local floor = math.floor
-local unpack = table.unpack or unpack
+local MAX_ARGS = 64   -- what the core takes per command
 
 local _M = { null = core.null }
 local methods = {}
@@ -117,31 +122,86 @@ local function finish(ev)
   return ev.reply
 end
 
+-- The turn's batch goes to the core in one step (so to Redis in one round
+-- trip); each waiter learns its op id, or why there is none.
+local function flush(self, batch, sched)
+  if self._batch == batch then self._batch = nil end
+  local entries = {}
+  for i, e in ipairs(batch) do entries[i] = e.cmd end
+  local client = self._session.client
+  local ok, first
+  if client:closed() then ok, first = false, "the redis client is closed"
+  else ok, first = pcall(client.pipeline, client, entries) end
+  for i, e in ipairs(batch) do
+    if ok then e.op = first + i - 1 else e.err = tostring(first) end
+    sched:wake(e.co)
+  end
+end
+
+-- Sends cmd ({"command", ...} or {"eval", script, numkeys, ...}) and returns
+-- its reply. Inside mqlease's scheduler it joins the turn's batch, flushed by
+-- a task of its own once every task of this turn has run.
+local function submit(self, cmd)
+  local s = self._session
+  local sched = sched_adapter.current()
+  local op
+  if not sched then
+    op = s.client:pipeline({ cmd })
+  else
+    local batch = self._batch
+    -- a batch belongs to the scheduler that will flush it: one left behind by
+    -- a scheduler that stopped before its flush ran must not swallow this call
+    if not batch or batch.sched ~= sched then
+      batch = { sched = sched }
+      self._batch = batch
+      sched:spawn(flush, self, batch, sched)
+    end
+    local e = { cmd = cmd, co = coroutine_running() }
+    batch[#batch + 1] = e
+    while e.op == nil and e.err == nil do sched:park() end
+    if e.err then return nil, e.err, "CLOSED" end
+    op = e.op
+  end
+  return finish(s:result(op))
+end
+
 -- r:call(command, args...) -> reply, or nil, message, code
 function methods:call(...)
   if self._session.client:closed() then return nil, "the redis client is closed", "CLOSED" end
   local n = select("#", ...)
   if n == 0 then error("bad argument #1 to 'call' (a command expected)", 2) end
-  local args = { ... }
-  for i = 1, n do
-    local v = args[i]
-    if type(v) == "number" then args[i] = tostring(v)
+  if n > MAX_ARGS then error(("bad argument #%d to 'call' (at most %d arguments)"):format(MAX_ARGS + 1, MAX_ARGS), 2) end
+  local cmd = { "command", ... }
+  for i = 2, n + 1 do
+    local v = cmd[i]
+    if type(v) == "number" then cmd[i] = tostring(v)
     elseif type(v) ~= "string" then
-      error(("bad argument #%d to 'call' (string or number expected, got %s)"):format(i, type(v)), 2)
+      error(("bad argument #%d to 'call' (string or number expected, got %s)"):format(i - 1, type(v)), 2)
     end
   end
-  local s = self._session
-  return finish(s:result(s.client:command(unpack(args, 1, n))))
+  return submit(self, cmd)
 end
 
 -- r:eval(script, {keys...}, {args...}) -> reply (EVALSHA, EVAL when the server lacks it)
 function methods:eval(script, keys, args)
   if self._session.client:closed() then return nil, "the redis client is closed", "CLOSED" end
-  local flat = {}
-  for _, k in ipairs(keys or {}) do flat[#flat + 1] = tostring(k) end
-  for _, a in ipairs(args or {}) do flat[#flat + 1] = tostring(a) end
-  local s = self._session
-  return finish(s:result(s.client:eval(script, #(keys or {}), unpack(flat))))
+  if type(script) ~= "string" then
+    error(("bad argument #1 to 'eval' (string expected, got %s)"):format(type(script)), 2)
+  end
+  local cmd = { "eval", script, #(keys or {}) }
+  for _, k in ipairs(keys or {}) do cmd[#cmd + 1] = tostring(k) end
+  for _, a in ipairs(args or {}) do cmd[#cmd + 1] = tostring(a) end
+  -- checked here, not in the batch: a bad call must not fail its neighbours
+  if #cmd - 3 > MAX_ARGS then error(("bad argument #3 to 'eval' (at most %d keys and arguments)"):format(MAX_ARGS), 2) end
+  return submit(self, cmd)
+end
+
+-- r:stats() -> { round_trips =, commands = }: the command connection's so far
+-- (keepalives have a connection of their own and are not counted)
+function methods:stats()
+  if self._session.client:closed() then return { round_trips = 0, commands = 0 } end
+  local trips, commands = self._session.client:stats()
+  return { round_trips = trips, commands = commands }
 end
 
 -- Keeps key alive (compare owner, then PEXPIRE ttl) every `every` seconds from

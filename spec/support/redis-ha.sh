@@ -165,7 +165,7 @@ cmd_reshard() {
   local from to
   from=$(master_id "${CLUSTER_PORTS[0]}")
   to=$(master_id "${CLUSTER_PORTS[1]}")
-  cli --cluster reshard "$HOST:${CLUSTER_PORTS[0]}" --cluster-from "$from" --cluster-to "$to" \
+  timeout 120 redis-cli -h "$HOST" --cluster reshard "$HOST:${CLUSTER_PORTS[0]}" --cluster-from "$from" --cluster-to "$to" \
     --cluster-slots "$1" --cluster-yes >"$RUN/reshard.log" 2>&1 \
     || die "reshard failed; its last lines (the run dir goes at stop):
 $(tail -n 15 "$RUN/reshard.log")"

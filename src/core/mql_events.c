@@ -93,6 +93,21 @@ void mql_events_push(mql_events *q, mql_event *ev) {
     }
 }
 
+void mql_events_push_all(mql_events *q, mql_event *list) {
+    uint64_t one = 1;
+    mql_event *last = list;
+    if (!list) return;
+    while (last->next) last = last->next;
+    pthread_mutex_lock(&q->mu);
+    if (q->tail) q->tail->next = list;
+    else q->head = list;
+    q->tail = last;
+    pthread_mutex_unlock(&q->mu);
+    if (write(q->fd, &one, sizeof(one)) < 0) {
+        /* EAGAIN only, as in mql_events_push */
+    }
+}
+
 mql_event *mql_events_take(mql_events *q) {
     uint64_t n;
     mql_event *list;

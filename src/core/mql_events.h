@@ -115,6 +115,9 @@ typedef struct mql_events {
 int mql_events_init(mql_events *q);   /* 0 or -1 (errno set) */
 void mql_events_destroy(mql_events *q);
 void mql_events_push(mql_events *q, mql_event *ev);
+/* Appends a chain of events (linked by next) with one wake-up: the host
+ * wakes once for a batch instead of once per event. */
+void mql_events_push_all(mql_events *q, mql_event *list);
 /* Drains the descriptor, then takes every queued event as a list (oldest first). */
 mql_event *mql_events_take(mql_events *q);
 /* Puts a taken list back in front of the queue (the host could not take it,

@@ -2,6 +2,7 @@
  * scripts and lock keepalives run on the client's own threads; see mql_redis.h). */
 #include "lmqlease.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "mql_redis.h"
@@ -108,6 +109,87 @@ static int l_redis_eval(lua_State *L) {
     return 1;
 }
 
+#define PIPELINE_ARGS 64
+
+/* Checks entry i of a pipeline list (at index t) and collects its strings:
+ * {"command", arg, ...} or {"eval", script, numkeys, key..., arg...}. Raises
+ * on a bad entry, before any command was built. Returns the argument count
+ * (after the kind, and for eval after the script and numkeys). */
+static int pipeline_entry(lua_State *L, int t, int i, const char **argv, size_t *lens,
+                          const char **script, int *numkeys) {
+    int n = 0, j, base;
+    const char *kind;
+    lua_rawgeti(L, t, i);
+    luaL_argcheck(L, lua_istable(L, -1), 2, "a list of command tables expected");
+    lua_rawgeti(L, -1, 1);
+    kind = lua_tostring(L, -1);
+    lua_pop(L, 1);
+    luaL_argcheck(L, kind && (!strcmp(kind, "command") || !strcmp(kind, "eval")), 2,
+                  "each entry starts with \"command\" or \"eval\"");
+    *script = NULL;
+    *numkeys = 0;
+    base = 2;
+    if (kind[0] == 'e') {
+        lua_rawgeti(L, -1, 2);
+        *script = lua_tostring(L, -1);
+        lua_pop(L, 1);
+        lua_rawgeti(L, -1, 3);
+        *numkeys = (int)lua_tointeger(L, -1);
+        lua_pop(L, 1);
+        luaL_argcheck(L, *script != NULL, 2, "an eval entry needs a script");
+        base = 4;
+    }
+    for (j = base;; j++) {
+        lua_rawgeti(L, -1, j);
+        if (lua_isnil(L, -1)) {
+            lua_pop(L, 1);
+            break;
+        }
+        if (n == PIPELINE_ARGS) luaL_error(L, "mqlease: at most %d redis arguments", PIPELINE_ARGS);
+        luaL_argcheck(L, lua_type(L, -1) == LUA_TSTRING, 2, "command arguments must be strings");
+        argv[n] = lua_tolstring(L, -1, &lens[n]);
+        lua_pop(L, 1);   /* the list keeps the string alive */
+        n++;
+    }
+    lua_pop(L, 1);
+    luaL_argcheck(L, *script ? (*numkeys >= 0 && *numkeys <= n) : n > 0, 2,
+                  "an empty command or numkeys out of range");
+    return n;
+}
+
+/* r:pipeline(list) -> first op id: queues every command of list together
+ * (mql_redis_submit); entry i's op id is first + i - 1. */
+static int l_redis_pipeline(lua_State *L) {
+    mql_redis *r = check_redis(L);
+    const char *argv[PIPELINE_ARGS], *script;
+    size_t lens[PIPELINE_ARGS];
+    mql_redis_cmd **cmds;
+    int n, i, numkeys;
+    luaL_checktype(L, 2, LUA_TTABLE);
+    n = (int)lua_rawlen(L, 2);
+    luaL_argcheck(L, n > 0, 2, "an empty pipeline");
+    for (i = 1; i <= n; i++) pipeline_entry(L, 2, i, argv, lens, &script, &numkeys);
+    /* every entry checked: nothing below raises, so nothing built can leak */
+    cmds = mql_xcalloc((size_t)n, sizeof(*cmds));
+    for (i = 1; i <= n; i++) {
+        int argc = pipeline_entry(L, 2, i, argv, lens, &script, &numkeys);
+        cmds[i - 1] = script ? mql_redis_cmd_eval(r, script, numkeys, argc, argv, lens)
+                             : mql_redis_cmd_new(argc, argv, lens);
+    }
+    lua_pushinteger(L, (lua_Integer)mql_redis_submit(r, cmds, n));
+    free(cmds);
+    return 1;
+}
+
+/* r:stats() -> round trips, commands (the command connection's) */
+static int l_redis_stats(lua_State *L) {
+    uint64_t trips, commands;
+    mql_redis_stats(check_redis(L), &trips, &commands);
+    lua_pushinteger(L, (lua_Integer)trips);
+    lua_pushinteger(L, (lua_Integer)commands);
+    return 2;
+}
+
 /* r:keepalive(key, owner, ttl_ms, every_ms [, max_ms [, since_ms]]) -> id; since_ms is
  * core.now() * 1000 taken before the acquire was sent (see mql_redis_keepalive). */
 static int l_redis_keepalive(lua_State *L) {
@@ -152,7 +234,8 @@ static int l_redis_closed(lua_State *L) {
 }
 
 static const luaL_Reg redis_methods[] = {
-    {"command", l_redis_command}, {"eval", l_redis_eval}, {"keepalive", l_redis_keepalive},
+    {"command", l_redis_command}, {"eval", l_redis_eval}, {"pipeline", l_redis_pipeline},
+    {"stats", l_redis_stats}, {"keepalive", l_redis_keepalive},
     {"keepalive_stop", l_redis_keepalive_stop}, {"fd", l_redis_fd}, {"events", l_redis_events},
     {"close", l_redis_close}, {"closed", l_redis_closed}, {NULL, NULL}};
 

@@ -1,8 +1,14 @@
 /* mql_redis.c -- a Redis client on two threads of its own (see mql_redis.h).
  *
- * The command thread takes commands from a FIFO in order, one at a time, on
- * its own link: simple, ordered, and never in the way of the gRPC thread or
- * the host. The keepalive thread renews the registered locks on a second
+ * The command thread takes commands from a FIFO in order on its own link,
+ * never in the way of the gRPC thread or the host. It takes everything queued
+ * (up to PIPELINE_MAX) at once and pipelines it: one write, then the replies
+ * read back in order, one round trip for a whole batch -- the host submits the
+ * scripts of many messages together (mql_redis_submit), so the exactly-once
+ * policy pays one round trip per scheduler turn instead of one per script.
+ * Each command still gets its own event, matched by position; a connection
+ * that breaks mid-batch fails the command it cut and all after it. The
+ * keepalive thread renews the registered locks on a second
  * link, earliest deadline first, so no queue of commands and no slow command
  * can hold a renewal back past a lock's TTL. A broken connection is dropped
  * and re-made by the next command; a command is never sent twice, because a
@@ -23,6 +29,11 @@
 
 #include "mql.h"
 #include "mql_redis_link.h"
+
+/* Commands per round trip: bounds the thread's arrays and how long the last
+ * command of a batch waits behind the first. */
+#define PIPELINE_MAX 128
+#define SHA_CACHE 4
 
 #define RENEW_SCRIPT                                                         \
     "if redis.call('get', KEYS[1]) == ARGV[1] then "                        \
@@ -60,11 +71,23 @@ struct mql_redis {
     int stopping;
     redis_cmd *head, *tail;
     keepalive *alive;        /* stays listed until keepalive_stop */
+    /* When the keepalive thread sleeps until (INT64_MIN while it is awake, and
+     * will look at the list again anyway): a new lock due later than that
+     * needs no wake-up. Waking it for each of thousands of locks a second,
+     * each due lock_ttl/3 later, cost a context switch per message. */
+    int64_t ka_wake_at;
     uint64_t next_op;
     mql_events events;
     mql_redis_link *cmd_link;   /* the command thread's own */
     mql_redis_link *ka_link;    /* the keepalive thread's own */
     char renew_sha[41];
+    uint64_t round_trips, commands;   /* the command link's, for mql_redis_stats */
+    /* The SHA1s of the last scripts evaluated: a policy sends the same two or
+     * three scripts for every message, and hashing each again (OpenSSL 3
+     * fetches the digest anew on every EVP_Digest) cost more than the Lua
+     * around it. Touched only by the host, which builds the commands. */
+    struct { char *script; char sha[41]; } sha_cache[SHA_CACHE];
+    int sha_next;
 };
 
 /* ------------------------------------------------------------ helpers */
@@ -168,32 +191,106 @@ static void cmd_free(redis_cmd *cmd) {
     free(cmd);
 }
 
-static void exec_cmd(mql_redis *r, redis_cmd *cmd) {
-    mql_event *ev = mql_event_new(MQL_EV_OP, cmd->op);
-    redisReply *reply = run(r->cmd_link, cmd->argc, cmd->argv, cmd->lens, cmd->script,
-                            &ev->result);
-    if (reply) {
-        ev->reply = mql_xcalloc(1, sizeof(*ev->reply));
-        mql_reply_copy(ev->reply, reply);
-        freeReplyObject(reply);
+static int is_noscript(const redisReply *reply) {
+    return reply && reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "NOSCRIPT", 8) == 0;
+}
+
+/* The server lacked a script (a restart, a failover, SCRIPT FLUSH): NOSCRIPT
+ * proves its EVALSHA did not run, so those commands run again, together, as
+ * EVAL with the script's text. Returns the round trips it took. */
+static int rerun_noscript(mql_redis *r, redis_cmd **cmds, int n, redisReply **replies,
+                          mql_result *res) {
+    mql_redis_argv av[PIPELINE_MAX] = {{0}};
+    redisReply *again[PIPELINE_MAX];
+    mql_result again_res[PIPELINE_MAX];
+    int idx[PIPELINE_MAX], m = 0, i, trips;
+    for (i = 0; i < n; i++) {
+        redis_cmd *c = cmds[i];
+        const char **argv;
+        size_t *lens;
+        if (!c->script || !is_noscript(replies[i])) continue;
+        freeReplyObject(replies[i]);
+        replies[i] = NULL;
+        /* a copy of the pointers: the command keeps its own argv for cmd_free */
+        argv = mql_xcalloc((size_t)c->argc, sizeof(*argv));
+        lens = mql_xcalloc((size_t)c->argc, sizeof(*lens));
+        memcpy(argv, c->argv, (size_t)c->argc * sizeof(*argv));
+        memcpy(lens, c->lens, (size_t)c->argc * sizeof(*lens));
+        argv[0] = "EVAL";
+        lens[0] = 4;
+        argv[1] = c->script;
+        lens[1] = strlen(c->script);
+        av[m] = (mql_redis_argv){c->argc, argv, lens, key_index_of(c->argc, c->argv, c->script)};
+        idx[m++] = i;
     }
-    mql_events_push(&r->events, ev);
+    if (!m) return 0;
+    trips = mql_redis_link_run_many(r->cmd_link, m, av, again, again_res);
+    for (i = 0; i < m; i++) {
+        replies[idx[i]] = again[i];
+        res[idx[i]] = again_res[i];
+        free((void *)av[i].argv);
+        free((void *)av[i].lens);
+    }
+    return trips;
+}
+
+/* Runs a batch on the command link and posts one event per command, in order. */
+static void exec_batch(mql_redis *r, redis_cmd **cmds, int n) {
+    mql_redis_argv av[PIPELINE_MAX] = {{0}};   /* only n are used; gcc cannot tell */
+    redisReply *replies[PIPELINE_MAX];
+    mql_result res[PIPELINE_MAX];
+    mql_event *chain = NULL;
+    int i, trips;
+    for (i = 0; i < n; i++)
+        av[i] = (mql_redis_argv){cmds[i]->argc, (const char **)cmds[i]->argv, cmds[i]->lens,
+                                 key_index_of(cmds[i]->argc, cmds[i]->argv, cmds[i]->script)};
+    trips = mql_redis_link_run_many(r->cmd_link, n, av, replies, res);
+    for (i = 0; i < n; i++)
+        if (cmds[i]->script && is_noscript(replies[i])) break;
+    if (i < n) trips += rerun_noscript(r, cmds, n, replies, res);   /* rare: once per server */
+    pthread_mutex_lock(&r->mu);
+    r->round_trips += (uint64_t)trips;
+    r->commands += (uint64_t)n;
+    pthread_mutex_unlock(&r->mu);
+    for (i = n - 1; i >= 0; i--) {   /* built backwards, so the chain is in order */
+        mql_event *ev = mql_event_new(MQL_EV_OP, cmds[i]->op);
+        ev->result = res[i];
+        if (replies[i]) {
+            ev->reply = mql_xcalloc(1, sizeof(*ev->reply));
+            mql_reply_copy(ev->reply, replies[i]);
+            freeReplyObject(replies[i]);
+        }
+        ev->next = chain;
+        chain = ev;
+    }
+    mql_events_push_all(&r->events, chain);   /* one wake-up for the batch */
+}
+
+/* Takes up to PIPELINE_MAX queued commands off the FIFO (mutex held). */
+static int take_batch(mql_redis *r, redis_cmd **cmds) {
+    int n = 0;
+    while (r->head && n < PIPELINE_MAX) {
+        cmds[n++] = r->head;
+        r->head = r->head->next;
+    }
+    if (!r->head) r->tail = NULL;
+    return n;
 }
 
 static void *cmd_thread_main(void *arg) {
     mql_redis *r = arg;
+    redis_cmd *cmds[PIPELINE_MAX];
     pthread_mutex_lock(&r->mu);
     while (!r->stopping) {
-        redis_cmd *cmd = r->head;
-        if (!cmd) {
+        int n, i;
+        if (!r->head) {
             wait_until(&r->cmd_cond, &r->mu, INT64_MAX);
             continue;
         }
-        r->head = cmd->next;
-        if (!r->head) r->tail = NULL;
+        n = take_batch(r, cmds);
         pthread_mutex_unlock(&r->mu);
-        exec_cmd(r, cmd);
-        cmd_free(cmd);
+        exec_batch(r, cmds, n);
+        for (i = 0; i < n; i++) cmd_free(cmds[i]);
         pthread_mutex_lock(&r->mu);
     }
     pthread_mutex_unlock(&r->mu);
@@ -291,7 +388,9 @@ static void *ka_thread_main(void *arg) {
         int64_t now = mql_now_ms();
         int outcome;
         if (!k || k->next_at > now) {
-            wait_until(&r->ka_cond, &r->mu, k ? k->next_at : INT64_MAX);
+            r->ka_wake_at = k ? k->next_at : INT64_MAX;
+            wait_until(&r->ka_cond, &r->mu, r->ka_wake_at);
+            r->ka_wake_at = INT64_MIN;
             continue;
         }
         if (now >= k->until) {   /* its budget is spent: let it expire */
@@ -327,6 +426,7 @@ mql_redis *mql_redis_new(const mql_redis_config *cfg, char *err, size_t errlen) 
         free(r);
         return NULL;
     }
+    r->ka_wake_at = INT64_MIN;   /* until the thread first sleeps: it scans anyway */
     r->cmd_link = mql_redis_link_new(cfg);
     r->ka_link = mql_redis_link_new(cfg);
     pthread_mutex_init(&r->mu, NULL);
@@ -363,6 +463,7 @@ void mql_redis_free(mql_redis *r) {
     }
     mql_redis_link_free(r->cmd_link);
     mql_redis_link_free(r->ka_link);
+    for (int i = 0; i < SHA_CACHE; i++) free(r->sha_cache[i].script);
     mql_events_destroy(&r->events);
     pthread_cond_destroy(&r->cmd_cond);
     pthread_cond_destroy(&r->ka_cond);
@@ -382,16 +483,23 @@ void mql_redis_requeue_events(mql_redis *r, mql_event *list) {
     mql_events_requeue(&r->events, list);
 }
 
-static uint64_t enqueue(mql_redis *r, redis_cmd *cmd) {
-    uint64_t op;
+/* Queues n commands in one step, so the command thread never splits them
+ * across round trips it need not; the first op id (the others follow it). */
+uint64_t mql_redis_submit(mql_redis *r, mql_redis_cmd **cmds, int n) {
+    uint64_t first;
+    int i;
     pthread_mutex_lock(&r->mu);
-    op = cmd->op = ++r->next_op;
-    if (r->tail) r->tail->next = cmd;
-    else r->head = cmd;
-    r->tail = cmd;
+    first = r->next_op + 1;
+    for (i = 0; i < n; i++) {
+        cmds[i]->op = ++r->next_op;
+        cmds[i]->next = NULL;
+        if (r->tail) r->tail->next = cmds[i];
+        else r->head = cmds[i];
+        r->tail = cmds[i];
+    }
     pthread_cond_signal(&r->cmd_cond);
     pthread_mutex_unlock(&r->mu);
-    return op;
+    return first;
 }
 
 static void copy_arg(redis_cmd *cmd, int i, const char *s, size_t len) {
@@ -401,22 +509,36 @@ static void copy_arg(redis_cmd *cmd, int i, const char *s, size_t len) {
     cmd->lens[i] = len;
 }
 
-uint64_t mql_redis_command(mql_redis *r, int argc, const char **argv, const size_t *lens) {
+mql_redis_cmd *mql_redis_cmd_new(int argc, const char **argv, const size_t *lens) {
     redis_cmd *cmd = mql_xcalloc(1, sizeof(*cmd));
     int i;
     cmd->argc = argc;
     cmd->argv = mql_xcalloc((size_t)argc, sizeof(char *));
     cmd->lens = mql_xcalloc((size_t)argc, sizeof(size_t));
     for (i = 0; i < argc; i++) copy_arg(cmd, i, argv[i], lens[i]);
-    return enqueue(r, cmd);
+    return cmd;
 }
 
-uint64_t mql_redis_eval(mql_redis *r, const char *script, int numkeys, int argc,
-                        const char **argv, const size_t *lens) {
+/* script's SHA1, from the cache when it was seen lately (host only). */
+static const char *script_sha(mql_redis *r, const char *script) {
+    int i, slot;
+    for (i = 0; i < SHA_CACHE; i++)
+        if (r->sha_cache[i].script && strcmp(r->sha_cache[i].script, script) == 0)
+            return r->sha_cache[i].sha;
+    slot = r->sha_next;
+    r->sha_next = (slot + 1) % SHA_CACHE;
+    free(r->sha_cache[slot].script);
+    r->sha_cache[slot].script = mql_strdup(script);
+    sha1_hex(script, r->sha_cache[slot].sha);
+    return r->sha_cache[slot].sha;
+}
+
+mql_redis_cmd *mql_redis_cmd_eval(mql_redis *r, const char *script, int numkeys, int argc,
+                                  const char **argv, const size_t *lens) {
     redis_cmd *cmd = mql_xcalloc(1, sizeof(*cmd));
-    char sha[41], nk[16];
+    const char *sha = script_sha(r, script);
+    char nk[16];
     int i;
-    sha1_hex(script, sha);
     snprintf(nk, sizeof(nk), "%d", numkeys);
     cmd->script = mql_strdup(script);
     cmd->argc = argc + 3;
@@ -427,7 +549,29 @@ uint64_t mql_redis_eval(mql_redis *r, const char *script, int numkeys, int argc,
     copy_arg(cmd, 1, sha, 40);
     copy_arg(cmd, 2, nk, strlen(nk));
     for (i = 0; i < argc; i++) copy_arg(cmd, i + 3, argv[i], lens[i]);
-    return enqueue(r, cmd);
+    return cmd;
+}
+
+void mql_redis_cmd_free(mql_redis_cmd *cmd) {
+    if (cmd) cmd_free(cmd);
+}
+
+uint64_t mql_redis_command(mql_redis *r, int argc, const char **argv, const size_t *lens) {
+    mql_redis_cmd *cmd = mql_redis_cmd_new(argc, argv, lens);
+    return mql_redis_submit(r, &cmd, 1);
+}
+
+uint64_t mql_redis_eval(mql_redis *r, const char *script, int numkeys, int argc,
+                        const char **argv, const size_t *lens) {
+    mql_redis_cmd *cmd = mql_redis_cmd_eval(r, script, numkeys, argc, argv, lens);
+    return mql_redis_submit(r, &cmd, 1);
+}
+
+void mql_redis_stats(mql_redis *r, uint64_t *round_trips, uint64_t *commands) {
+    pthread_mutex_lock(&r->mu);
+    *round_trips = r->round_trips;
+    *commands = r->commands;
+    pthread_mutex_unlock(&r->mu);
 }
 
 uint64_t mql_redis_keepalive(mql_redis *r, const char *key, const char *owner, int64_t ttl_ms,
@@ -449,7 +593,7 @@ uint64_t mql_redis_keepalive(mql_redis *r, const char *key, const char *owner, i
     id = k->id = ++r->next_op;
     k->next = r->alive;
     r->alive = k;
-    pthread_cond_signal(&r->ka_cond);
+    if (k->next_at < r->ka_wake_at) pthread_cond_signal(&r->ka_cond);
     pthread_mutex_unlock(&r->mu);
     return id;
 }

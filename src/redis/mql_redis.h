@@ -49,6 +49,23 @@ struct redisReply;
 void mql_reply_copy(mql_reply *out, const struct redisReply *in);
 void mql_redis_requeue_events(mql_redis *r, mql_event *list);   /* see mql_events_requeue */
 
+/* A command built apart from its client, so that many can be queued in one
+ * step (mql_redis_submit); the arguments are copied. */
+typedef struct redis_cmd mql_redis_cmd;
+mql_redis_cmd *mql_redis_cmd_new(int argc, const char **argv, const size_t *lens);
+/* EVALSHA script (EVAL when the server answers NOSCRIPT), numkeys keys then
+ * args; r only lends its cache of script SHA1s (call it from the host). */
+mql_redis_cmd *mql_redis_cmd_eval(mql_redis *r, const char *script, int numkeys, int argc,
+                                  const char **argv, const size_t *lens);
+void mql_redis_cmd_free(mql_redis_cmd *cmd);   /* one never submitted */
+/* Queues n commands together and takes them over; returns the op id of the
+ * first, the others following it (first + i). Commands queued together reach
+ * the server in one round trip (up to 128 of them; one server or Sentinel,
+ * not Cluster), each with its own event, in order. */
+uint64_t mql_redis_submit(mql_redis *r, mql_redis_cmd **cmds, int n);
+/* Round trips and commands of the command link so far. */
+void mql_redis_stats(mql_redis *r, uint64_t *round_trips, uint64_t *commands);
+
 /* A command; the arguments are copied. Its event carries the reply. */
 uint64_t mql_redis_command(mql_redis *r, int argc, const char **argv, const size_t *lens);
 /* EVALSHA script (falls back to EVAL) with numkeys keys then args in argv. */

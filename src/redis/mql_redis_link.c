@@ -327,3 +327,100 @@ redisReply *mql_redis_link_run(mql_redis_link *l, int argc, const char **argv,
     mql_result_ok(res);
     return reply;
 }
+
+/* ------------------------------------------------------------ pipelines */
+
+static void fail_from(int from, int n, redisReply **replies, mql_result *res,
+                      const mql_result *why) {
+    int i;
+    for (i = from; i < n; i++) {
+        replies[i] = NULL;
+        res[i] = *why;
+    }
+}
+
+/* Bytes left in the reader after the last expected reply: the server sent
+ * more than it was asked for, so no reply of this batch can be trusted to be
+ * the answer to the command at its index. */
+static int unread_bytes(const redisContext *ctx) {
+    return ctx->reader && ctx->reader->len > ctx->reader->pos;
+}
+
+/* Writes the n commands (one write, at the first read) and reads n replies;
+ * the round trips it took (0: none sent). */
+static int pipeline(mql_redis_link *l, int n, const mql_redis_argv *cmds, redisReply **replies,
+                    mql_result *res) {
+    mql_result why;
+    int i;
+    if (!l->ctx && connect_single(l, &why) < 0) {
+        fail_from(0, n, replies, res, &why);
+        return 0;
+    }
+    for (i = 0; i < n; i++)
+        if (redisAppendCommandArgv(l->ctx, cmds[i].argc, cmds[i].argv, cmds[i].lens) != REDIS_OK)
+            break;   /* out of memory: nothing was written yet */
+    if (i < n) {
+        transport_fail(l->ctx, &why, "pipeline");
+        drop(&l->ctx);
+        fail_from(0, n, replies, res, &why);
+        return 0;
+    }
+    for (i = 0; i < n; i++) {
+        void *reply = NULL;
+        if (redisGetReply(l->ctx, &reply) != REDIS_OK || !reply) {
+            /* this command and the ones after it may have run: never again */
+            transport_fail(l->ctx, &why, cmds[i].argv[0]);
+            drop(&l->ctx);
+            fail_from(i, n, replies, res, &why);
+            return 1;
+        }
+        replies[i] = reply;
+        mql_result_ok(&res[i]);
+    }
+    if (unread_bytes(l->ctx)) {
+        for (i = 0; i < n; i++) freeReplyObject(replies[i]);
+        mql_result_fail(&why, "UNAVAILABLE", "redis: more replies than the %d commands sent", n);
+        drop(&l->ctx);
+        fail_from(0, n, replies, res, &why);
+        return 1;
+    }
+    l->last_used = mql_now_ms();
+    return 1;
+}
+
+static int is_readonly(const redisReply *reply) {
+    return reply && reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "READONLY", 8) == 0;
+}
+
+/* Sentinel: a READONLY reply came from a demoted master and proves its
+ * command did not run; each such command runs once more on its own, which
+ * finds the new master (mql_redis_link_run). */
+static int rerun_readonly(mql_redis_link *l, int n, const mql_redis_argv *cmds,
+                          redisReply **replies, mql_result *res) {
+    int i, trips = 0;
+    if (l->mode != MODE_SENTINEL) return 0;
+    for (i = 0; i < n; i++) {
+        if (!is_readonly(replies[i])) continue;
+        freeReplyObject(replies[i]);
+        drop(&l->ctx);
+        replies[i] = mql_redis_link_run(l, cmds[i].argc, cmds[i].argv, cmds[i].lens,
+                                        cmds[i].key_index, &res[i]);
+        trips++;
+    }
+    return trips;
+}
+
+int mql_redis_link_run_many(mql_redis_link *l, int n, const mql_redis_argv *cmds,
+                            redisReply **replies, mql_result *res) {
+    int i, trips;
+    if (l->mode == MODE_CLUSTER || n == 1) {
+        /* Cluster: the commands of a batch may belong to different nodes */
+        for (i = 0; i < n; i++)
+            replies[i] = mql_redis_link_run(l, cmds[i].argc, cmds[i].argv, cmds[i].lens,
+                                            cmds[i].key_index, &res[i]);
+        return n;
+    }
+    recheck_master(l);
+    trips = pipeline(l, n, cmds, replies, res);
+    return trips + rerun_readonly(l, n, cmds, replies, res);
+}

@@ -28,6 +28,26 @@ void mql_redis_link_free(mql_redis_link *l);
 redisReply *mql_redis_link_run(mql_redis_link *l, int argc, const char **argv,
                                const size_t *lens, int key_index, mql_result *res);
 
+/* One command of a pipeline: argv as for mql_redis_link_run. */
+typedef struct mql_redis_argv {
+    int argc;
+    const char **argv;
+    const size_t *lens;
+    int key_index;
+} mql_redis_argv;
+
+/* Runs n commands, in order, and returns how many round trips that took.
+ * One server or Sentinel: all n are written at once and the n replies read
+ * back in order, one round trip for the lot (a READONLY reply, which proves
+ * its command did not run, re-runs that command alone on the new master).
+ * Cluster: one command after another, as mql_redis_link_run. replies[i] is
+ * command i's reply, or NULL with res[i] set: a transport failure fails the
+ * command whose reply it cut and every one after it (each may have run: none
+ * is sent again), and a reply more than the commands sent is a protocol error
+ * that fails all n, since it proves the replies cannot be matched to them. */
+int mql_redis_link_run_many(mql_redis_link *l, int n, const mql_redis_argv *cmds,
+                            redisReply **replies, mql_result *res);
+
 /* Connects to host:port (a unix socket when port is 0) and authenticates;
  * NULL with res set on failure. Shared by the Sentinel and Cluster code. */
 redisContext *mql_redis_link_connect(const mql_redis_link *l, const char *host, int port,

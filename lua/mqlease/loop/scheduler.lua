@@ -25,6 +25,14 @@ function _M.owns(co, main)
   return co ~= nil and not main and scheduler ~= nil and scheduler:owns(co)
 end
 
+-- The running scheduler when it runs the calling coroutine, else nil (for
+-- those who batch work per turn: mqlease.redis pipelines a turn's commands).
+function _M.current()
+  local co, main = coroutine.running()
+  if _M.owns(co, main) then return scheduler end
+  return nil
+end
+
 -- Wakes when fd is readable, the deadline passes, or a task calls wake().
 function _M.wait(fd, deadline)
   coroutine_yield({ fd = fd, deadline = deadline })

@@ -1,0 +1,241 @@
+/* redis_pipeline_test.c -- the command thread's pipelines against a fake Redis
+ * on a unix socket, no server needed: commands queued together cross in one
+ * round trip and each gets its own reply, in order; a server that dies after
+ * part of the replies fails the rest (none lost, none shifted); a server that
+ * sends more replies than commands fails the whole batch; NOSCRIPT replies
+ * re-run as EVAL. The fake parses requests with hiredis' own reader. */
+#include <hiredis/hiredis.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "mql.h"
+#include "mql_redis.h"
+#include "mql_test.h"
+
+enum { ECHO, CUT, EXTRA };
+
+typedef struct fake {
+    int listen_fd;
+    int mode;
+    int expect;        /* CUT/EXTRA: commands to read before answering */
+    int answer;        /* CUT: replies sent before the connection is closed */
+    char path[108];
+    pthread_t thread;
+} fake;
+
+/* The reply to one request: its last argument as a bulk string; an EVALSHA
+ * is refused with NOSCRIPT, as a server that never saw the script does. */
+static void reply_to(const redisReply *req, char *out, size_t outlen) {
+    const redisReply *last = req->element[req->elements - 1];
+    if (strcasecmp(req->element[0]->str, "EVALSHA") == 0) {
+        snprintf(out, outlen, "-NOSCRIPT No matching script\r\n");
+        return;
+    }
+    snprintf(out, outlen, "$%zu\r\n%s\r\n", last->len, last->str);
+}
+
+/* Serves one connection until the client closes it, or CUT/EXTRA are done. */
+static void serve(fake *f, int fd) {
+    redisReader *reader = redisReaderCreate();
+    char buf[4096], batch[8192] = "";
+    int seen = 0, done = 0;
+    ssize_t n;
+    while (!done && (n = read(fd, buf, sizeof(buf))) > 0) {
+        void *req = NULL;
+        redisReaderFeed(reader, buf, (size_t)n);
+        while (redisReaderGetReply(reader, &req) == REDIS_OK && req) {
+            char one[256];
+            reply_to(req, one, sizeof(one));
+            freeReplyObject(req);
+            req = NULL;
+            seen++;
+            if (f->mode == ECHO) {
+                if (write(fd, one, strlen(one)) < 0) done = 1;
+            } else if (f->mode == EXTRA || seen <= f->answer) {
+                strncat(batch, one, sizeof(batch) - strlen(batch) - 1);
+            }
+        }
+        if (f->mode != ECHO && seen >= f->expect) {
+            if (f->mode == EXTRA) strncat(batch, "+SURPLUS\r\n", sizeof(batch) - strlen(batch) - 1);
+            if (write(fd, batch, strlen(batch)) < 0) {
+            }
+            done = 1;   /* CUT: the server dies with replies still owed */
+        }
+    }
+    redisReaderFree(reader);
+    close(fd);
+}
+
+static void *fake_main(void *arg) {
+    fake *f = arg;
+    int fd;
+    while ((fd = accept(f->listen_fd, NULL, NULL)) >= 0) serve(f, fd);
+    return NULL;
+}
+
+static void fake_start(fake *f, int mode, int expect, int answer) {
+    struct sockaddr_un sa;
+    memset(f, 0, sizeof(*f));
+    f->mode = mode;
+    f->expect = expect;
+    f->answer = answer;
+    snprintf(f->path, sizeof(f->path), "/tmp/mql-pipeline-%d-%d.sock", (int)getpid(), mode);
+    unlink(f->path);
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", f->path);
+    f->listen_fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    CHECK(bind(f->listen_fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+    CHECK(listen(f->listen_fd, 4) == 0);
+    pthread_create(&f->thread, NULL, fake_main, f);
+}
+
+static void fake_stop(fake *f) {
+    shutdown(f->listen_fd, SHUT_RDWR);   /* ends accept() */
+    pthread_join(f->thread, NULL);
+    close(f->listen_fd);
+    unlink(f->path);
+}
+
+static mql_redis *client_for(const fake *f) {
+    mql_redis_config cfg;
+    char err[128];
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.unix_path = f->path;
+    cfg.timeout_ms = 2000;
+    return mql_redis_new(&cfg, err, sizeof(err));
+}
+
+/* Queues n commands in one step: ECHO v<i> (or an eval of "return 1" with v<i>). */
+static uint64_t submit(mql_redis *r, int n, int eval) {
+    mql_redis_cmd *cmds[64];
+    for (int i = 0; i < n; i++) {
+        char v[16];
+        const char *argv[2] = {"ECHO", v};
+        size_t lens[2] = {4, 0};
+        snprintf(v, sizeof(v), "v%d", i);
+        lens[1] = strlen(v);
+        cmds[i] = eval ? mql_redis_cmd_eval(r, "return 1", 0, 1, &argv[1], &lens[1])
+                       : mql_redis_cmd_new(2, argv, lens);
+    }
+    return mql_redis_submit(r, cmds, n);
+}
+
+/* Waits for n op events (up to a bound that only keeps a broken build from
+ * hanging) and files them by op id - first. */
+static int collect(mql_redis *r, uint64_t first, int n, mql_event **by_index) {
+    int got = 0;
+    for (int spins = 0; got < n && spins < 100; spins++) {
+        struct pollfd p = {mql_redis_fd(r), POLLIN, 0};
+        mql_event *ev, *next;
+        poll(&p, 1, 100);
+        for (ev = mql_redis_take_events(r); ev; ev = next) {
+            next = ev->next;
+            ev->next = NULL;
+            if (ev->kind == MQL_EV_OP && ev->op >= first && ev->op < first + (uint64_t)n &&
+                !by_index[ev->op - first]) {
+                by_index[ev->op - first] = ev;
+                got++;
+            } else {
+                mql_event_free(ev);
+            }
+        }
+    }
+    return got;
+}
+
+static int reply_is(const mql_event *ev, int i) {
+    char v[16];
+    snprintf(v, sizeof(v), "v%d", i);
+    return ev && ev->result.ok && ev->reply && ev->reply->type == MQL_REPLY_STRING &&
+           strcmp(ev->reply->str, v) == 0;
+}
+
+static void free_events(mql_event **evs, int n) {
+    for (int i = 0; i < n; i++) mql_event_free(evs[i]);
+}
+
+static void commands_queued_together_cross_in_one_round_trip(void) {
+    fake f;
+    mql_event *evs[32] = {0};
+    uint64_t trips = 0, commands = 0, first;
+    mql_redis *r;
+    fake_start(&f, ECHO, 0, 0);
+    r = client_for(&f);
+    first = submit(r, 32, 0);
+    CHECK(collect(r, first, 32, evs) == 32);
+    for (int i = 0; i < 32; i++) CHECK(reply_is(evs[i], i));   /* its own reply, no shift */
+    mql_redis_stats(r, &trips, &commands);
+    CHECK(commands == 32);
+    CHECK(trips == 1);
+    free_events(evs, 32);
+    mql_redis_free(r);
+    fake_stop(&f);
+}
+
+static void a_server_that_dies_mid_reply_fails_the_rest(void) {
+    fake f;
+    mql_event *evs[8] = {0};
+    uint64_t first;
+    mql_redis *r;
+    fake_start(&f, CUT, 8, 3);
+    r = client_for(&f);
+    first = submit(r, 8, 0);
+    CHECK(collect(r, first, 8, evs) == 8);   /* every command answered, none lost */
+    for (int i = 0; i < 3; i++) CHECK(reply_is(evs[i], i));
+    for (int i = 3; i < 8; i++) {
+        CHECK(evs[i] && !evs[i]->result.ok && !evs[i]->reply);
+        CHECK(evs[i] && strcmp(evs[i]->result.code, "UNAVAILABLE") == 0);
+    }
+    free_events(evs, 8);
+    mql_redis_free(r);
+    fake_stop(&f);
+}
+
+static void more_replies_than_commands_fail_the_whole_batch(void) {
+    fake f;
+    mql_event *evs[4] = {0};
+    uint64_t first;
+    mql_redis *r;
+    fake_start(&f, EXTRA, 4, 0);
+    r = client_for(&f);
+    first = submit(r, 4, 0);
+    CHECK(collect(r, first, 4, evs) == 4);
+    /* which reply is whose cannot be known: none is handed out */
+    for (int i = 0; i < 4; i++) CHECK(evs[i] && !evs[i]->result.ok && !evs[i]->reply);
+    free_events(evs, 4);
+    mql_redis_free(r);
+    fake_stop(&f);
+}
+
+static void noscript_replies_rerun_as_eval_in_one_more_round_trip(void) {
+    fake f;
+    mql_event *evs[6] = {0};
+    uint64_t trips = 0, commands = 0, first;
+    mql_redis *r;
+    fake_start(&f, ECHO, 0, 0);
+    r = client_for(&f);
+    first = submit(r, 6, 1);
+    CHECK(collect(r, first, 6, evs) == 6);
+    for (int i = 0; i < 6; i++) CHECK(reply_is(evs[i], i));
+    mql_redis_stats(r, &trips, &commands);
+    CHECK(trips == 2);
+    free_events(evs, 6);
+    mql_redis_free(r);
+    fake_stop(&f);
+}
+
+int main(void) {
+    RUN(commands_queued_together_cross_in_one_round_trip);
+    RUN(a_server_that_dies_mid_reply_fails_the_rest);
+    RUN(more_replies_than_commands_fail_the_whole_batch);
+    RUN(noscript_replies_rerun_as_eval_in_one_more_round_trip);
+    return TEST_REPORT("redis_pipeline");
+}
