@@ -142,6 +142,14 @@ local function fail_all(n, err, code)
   return results, n
 end
 
+-- Fails the slots still open once the client is closed (close() does it
+-- for the slots it knows; this covers a client closed under us).
+local function fail_open(slots, n)
+  for i = 1, n do
+    if not slots[i].ev then slots[i].ev = closed_result() end
+  end
+end
+
 -- Sends every message of list to topic with up to max_inflight in flight at
 -- once. list[i] is a body string or a table { body =, tag =, keys =, ... }
 -- (send's options). Returns results, failed: results[i] is
@@ -164,15 +172,16 @@ function methods:send_many(topic, list)
       started = started + 1
     end
     router:pump()
-    while done < n and slots[done + 1] and slots[done + 1].ev do done = done + 1 end
-    if done < n then
-      if rawget(self, "_closed") then
-        -- close() failed the open slots; the ones never started fail alike
-        for i = started + 1, n do slots[i] = { ev = closed_result() } end
-        started = n
-      elseif started == n or self._flying >= self._max then
-        loop.wait(router.client:fd(), now() + 1)
-      end
+    if rawget(self, "_closed") then
+      -- the ones never started fail as the open ones do (close() failed those)
+      for i = started + 1, n do slots[i] = { ev = closed_result() } end
+      started = n
+      if router.client:closed() then fail_open(slots, n) end
+    end
+    while done < started and slots[done + 1].ev do done = done + 1 end
+    -- nothing more to start: wait for answers (closing, another coroutine must run)
+    if done < n and (started == n or self._flying >= self._max) then
+      loop.wait(router.client:fd(), now() + 1)
     end
   end
   local results, failed = {}, 0
