@@ -171,6 +171,7 @@ function methods:send_many(topic, list)
       else slots[started + 1] = start_send(self, topic, m.body, m) end
       started = started + 1
     end
+    local flying = self._flying
     router:pump()
     if rawget(self, "_closed") then
       -- the ones never started fail as the open ones do (close() failed those)
@@ -179,8 +180,9 @@ function methods:send_many(topic, list)
       if router.client:closed() then fail_open(slots, n) end
     end
     while done < started and slots[done + 1].ev do done = done + 1 end
-    -- nothing more to start: wait for answers (closing, another coroutine must run)
-    if done < n and (started == n or self._flying >= self._max) then
+    -- no answer came: wait for one rather than spin (when closing, the
+    -- coroutine in close() must get to run)
+    if done < n and self._flying >= flying then
       loop.wait(router.client:fd(), now() + 1)
     end
   end
