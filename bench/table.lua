@@ -143,3 +143,4 @@ end
 if lease_file then lease_table() end
 -- the incident replay (bench/run.sh part replay) has its own table
 if os.getenv("BENCH_REPLAY") then assert(loadfile("bench/replay_table.lua"))(os.getenv("BENCH_REPLAY")) end
+if os.getenv("BENCH_SEND") then assert(loadfile("bench/table_send.lua"))(os.getenv("BENCH_SEND")) end
