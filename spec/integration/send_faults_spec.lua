@@ -100,7 +100,7 @@ describe("sends in flight", function()
         end
       end
     end
-    run_tasks(table.unpack(tasks))
+    run_tasks((table.unpack or unpack)(tasks))
     assert.equal(400, n)
     assert.equal(0, p:inflight())
     assert.equal(before + 400, stored())
