@@ -160,6 +160,7 @@ function methods:send_many(topic, list)
   config.check_send_many(topic, list)
   local n = #list
   if rawget(self, "_closed") then return fail_all(n, "the producer is closed", "CLOSED") end
+  if n == 0 then return {}, 0 end
   local ok, err, code = learn_route(self, topic)
   if not ok then return fail_all(n, err, code) end
   local router = self._router

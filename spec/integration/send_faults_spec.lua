@@ -81,6 +81,9 @@ describe("sends in flight", function()
       ids[r.message_id] = true
     end
     assert.equal(before + 40, stored())
+    local none, nfailed = p:send_many("t1", {})
+    assert.same({}, none)
+    assert.equal(0, nfailed)
     p:close()
   end)
 
