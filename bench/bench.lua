@@ -7,6 +7,11 @@
 --           a pre-loaded backlog (bench/lease.lua load); msgs/s and the process's CPU seconds per
 --           10,000. With REDIS ("host:port") the run uses mqlease.policy.exactly_once there, and
 --           REDIS_PID's CPU (utime + stime from /proc) is reported per message too
+--   send    ENDPOINT TOPIC COUNT SIZE HOW INFLIGHT: COUNT sends of SIZE bytes, HOW = one (one
+--           at a time), coroutines (INFLIGHT coroutines sending one at a time each, under
+--           mqlease's scheduler) or many (one send_many of all COUNT); max_inflight INFLIGHT.
+--           WARMUP (1000) sends the same way first, outside the window; msgs/s and the
+--           process's CPU µs per message over the window (as Bench.java sendasync)
 package.path = "./?.lua;lua/?.lua;lua/?/init.lua;" .. package.path
 package.cpath = "build/?.so;" .. package.cpath
 local mqlease = require "mqlease"
@@ -93,7 +98,51 @@ elseif mode == "hold" then
     renew_p50_ms = percentile(m.renew_latency, 0.5), renew_p99_ms = percentile(m.renew_latency, 0.99),
     lateness_p99_ms = percentile(m.renew_lateness, 0.99), lateness_max_ms = percentile(m.renew_lateness, 1.0),
     rss_kb = rss_kb() })
+elseif mode == "send" then
+  local endpoint, topic, count, size, how, inflight =
+    arg[2], arg[3], tonumber(arg[4]), tonumber(arg[5]), arg[6], tonumber(arg[7])
+  local p = assert(mqlease.producer { endpoints = endpoint, max_inflight = inflight })
+  local body = ("x"):rep(size)
+  local opts = { tag = "bench" }
+  -- n sends the chosen way; returns how many failed
+  local function round(n)
+    local failed = 0
+    if how == "one" then
+      for _ = 1, n do
+        if not p:send(topic, body, opts) then failed = failed + 1 end
+      end
+    elseif how == "coroutines" then
+      local s = require("mqlease.scheduler").new()
+      local left = n
+      for _ = 1, inflight do
+        s:spawn(function()
+          while left > 0 do
+            left = left - 1
+            if not p:send(topic, body, opts) then failed = failed + 1 end
+          end
+        end)
+      end
+      s:loop()
+    elseif how == "many" then
+      local list = {}
+      for i = 1, n do list[i] = { body = body, tag = "bench" } end
+      local _
+      _, failed = p:send_many(topic, list)
+    else
+      error("bench.lua send: HOW must be one, coroutines or many")
+    end
+    return failed
+  end
+  round(tonumber(os.getenv("WARMUP") or 1000))
+  local cpu0, t0 = cpu_s(), mqlease.now()
+  local failed = round(count)
+  local s, cpu = mqlease.now() - t0, cpu_s() - cpu0
+  p:close()
+  print(json { _order = { "mode", "how", "count", "failed", "seconds", "msgs_per_s", "cpu_us_per_msg", "inflight", "rss_kb" },
+    mode = "send", how = how, count = count - failed, failed = failed, seconds = s, msgs_per_s = (count - failed) / s,
+    cpu_us_per_msg = cpu * 1e6 / count, inflight = inflight, rss_kb = rss_kb() })
+  if failed > 0 then os.exit(3) end
 else
-  io.stderr:write("usage: bench.lua produce|consume|hold ...\n")
+  io.stderr:write("usage: bench.lua produce|consume|hold|run|send ...\n")
   os.exit(2)
 end

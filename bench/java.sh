@@ -30,7 +30,9 @@ VERSION=${MQLEASE_JAVA_CLIENT_VERSION:-5.0.7}
 CACHE=${MQLEASE_CACHE:-$HOME/.cache/mqlease}
 BASE=$CACHE/java-client-$VERSION
 LIB=$BASE/lib
-CLASSES=$BASE/classes
+# one class dir per version of Bench.java: checkouts with different sources (worktrees
+# benchmarking at once) must never run each other's compiled class
+CLASSES=$BASE/classes-$(sha1sum "$SRC" | cut -c1-12)
 TIMEOUT=${MQLEASE_JAVA_TIMEOUT:-600}
 # Heap capped at 256 MiB; serial GC (no G1 remembered sets/concurrent threads: the usual
 # footprint-conscious choice for a single-connection client).

@@ -19,8 +19,9 @@
 # Part 1 also runs that throughput case on RocketMQ against the Java PushConsumer and
 # SimpleConsumer (CPU seconds per 10,000 messages of each client process).
 #
-# BENCH_PARTS picks what runs: "lease" (part 2), "replay" (part 3), "eo" (part 4), "throughput" and "java"
-# (part 1: the backlog throughput, and the produce/consume/hold table); default all five.
+# BENCH_PARTS picks what runs: "lease" (part 2), "replay" (part 3), "eo" (part 4), "send"
+# (sends in flight, below), "throughput" and "java" (part 1: the backlog throughput, and the
+# produce/consume/hold table); default all six.
 # 3. The incident replay (bench/replay.lua) on its own dev broker: four scenarios (fixed
 #    window, 10x window, renewal + exactly-once, invisible = "auto" + exactly-once), three
 #    workers, one killed; BENCH_RUNS runs one after another. REPLAY_PRODUCE (20 s) of
@@ -29,10 +30,14 @@
 #    10000) pre-loaded messages of BENCH_SIZE bytes on its own dev broker, plain and with
 #    mqlease.policy.exactly_once on the Redis of part 3 (started the same way), one after the
 #    other in each of BENCH_RUNS runs: msg/s, client CPU and redis-server CPU per message.
-# QUICK=1 is BENCH_PARTS="lease replay eo" with one run per row, the four replay scenarios side by
-# side, 6 s of sending and at most 12 s more (under 3 minutes on 2 cores).
-# BENCH_RAW=DIR keeps the raw JSON lines (DIR/results, DIR/leases, DIR/replay; appended), so
-# rows of several invocations can be tabled together: BENCH_REPLAY=DIR/replay lua5.4
+# send: mqlease one at a time, from coroutines and by send_many, and the Java client's
+#    sendAsync, on the real RocketMQ (bench/bench.lua send, Bench.java sendasync).
+# QUICK=1 is BENCH_PARTS="lease replay eo send" with one run per row, the four replay scenarios
+# side by side, 6 s of sending and at most 12 s more, and part send on the dev broker without
+# the JVM (under 4 minutes on 2 cores).
+# BENCH_RAW=DIR keeps the raw JSON lines (DIR/results, DIR/leases, DIR/replay, DIR/eo, DIR/send;
+# appended), so rows of several invocations can be tabled together: BENCH_EO=DIR/eo
+# BENCH_SEND=DIR/send BENCH_REPLAY=DIR/replay lua5.4
 # bench/table.lua DIR/results 2000 1024 200 25 1000 DIR/leases.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -43,8 +48,8 @@ HOLD_S=${BENCH_HOLD_S:-25}
 HOLD_BIG=${BENCH_HOLD_BIG:-1000}
 OUT=${BENCH_OUT:-bench/results.md}
 QUICK=${QUICK:-0}
-if [[ $QUICK == 1 ]]; then RUNS=${BENCH_RUNS:-1}; PARTS=${BENCH_PARTS:-lease replay eo}
-else RUNS=${BENCH_RUNS:-3}; PARTS=${BENCH_PARTS:-lease replay eo throughput java}; fi
+if [[ $QUICK == 1 ]]; then RUNS=${BENCH_RUNS:-1}; PARTS=${BENCH_PARTS:-lease replay eo send}
+else RUNS=${BENCH_RUNS:-3}; PARTS=${BENCH_PARTS:-lease replay eo send throughput java}; fi
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 ROCKETMQ=0
 REDIS=0
@@ -56,8 +61,10 @@ results=$(mktemp)
 lease_results=$(mktemp)
 replay_results=$(mktemp)
 export BENCH_REPLAY=$replay_results   # bench/table.lua adds the replay table from it
-eo_results=$(mktemp)
-export BENCH_EO=$eo_results           # ... and the exactly-once table from this
+if [[ $QUICK == 1 ]]; then RUNS=${BENCH_RUNS:-1}; PARTS=${BENCH_PARTS:-lease replay eo}
+else RUNS=${BENCH_RUNS:-3}; PARTS=${BENCH_PARTS:-lease replay eo throughput java}; fi
+if [[ $QUICK == 1 ]]; then RUNS=${BENCH_RUNS:-1}; PARTS=${BENCH_PARTS:-lease replay send}
+else RUNS=${BENCH_RUNS:-3}; PARTS=${BENCH_PARTS:-lease replay send throughput java}; fi
 DV_PID=
 cleanup() {
   if [[ -n $DV_PID ]]; then kill "$DV_PID" 2>/dev/null || true; wait "$DV_PID" 2>/dev/null || true; fi
@@ -69,8 +76,9 @@ cleanup() {
     cat "$lease_results" >>"$BENCH_RAW/leases"
     cat "$replay_results" >>"$BENCH_RAW/replay"
     cat "$eo_results" >>"$BENCH_RAW/eo"
+    cat "$send_results" >>"$BENCH_RAW/send"
   fi
-  rm -f "$results" "$lease_results" "$replay_results" "$eo_results"
+  rm -f "$results" "$lease_results" "$replay_results" "$eo_results" "$send_results"
 }
 trap cleanup EXIT
 
@@ -178,6 +186,42 @@ kill "$DV_PID" 2>/dev/null; wait "$DV_PID" 2>/dev/null || true
 DV_PID=
 }
 if part eo; then part_eo; fi
+
+# ---- part send: sends in flight ------------------------------------------------------
+# One at a time (SEND_ONE, 2000), then SEND_COUNT (20000) in flight from SEND_INFLIGHT (128)
+# coroutines and as one send_many, then the Java client's sendAsync with as many outstanding,
+# on the real RocketMQ, each run on a fresh topic. QUICK: once on the dev broker, no JVM.
+part_send() {
+local one=${SEND_ONE:-2000} n=${SEND_COUNT:-20000} k=${SEND_INFLIGHT:-128} e label run how topics=()
+if [[ $QUICK == 1 ]]; then
+  start_devbroker
+  e=$DV label="the dev broker"
+  for run in $(seq "$RUNS"); do
+    topics+=("send_${run}_$RANDOM")
+    printf 'topic %s\n' "${topics[-1]}" | timeout 5 bash -c "exec 3<>/dev/tcp/127.0.0.1/$DV_CONTROL; cat >&3; head -n1 <&3" >/dev/null
+  done
+else
+  ROCKETMQ=1
+  bash spec/support/rocketmq.sh start
+  e=$(bash spec/support/rocketmq.sh env | sed -n 's/^MQLEASE_ENDPOINTS=//p')
+  label="RocketMQ $(bash spec/support/rocketmq.sh env | sed -n 's/^MQLEASE_ROCKETMQ_VERSION=//p') (namesrv + proxy local mode)"
+  for run in $(seq "$RUNS"); do topics+=("s$(date +%s)_${run}_$RANDOM"); done
+  bash spec/support/rocketmq.sh topics "${topics[@]}" >/dev/null
+fi
+for run in $(seq "$RUNS"); do
+  note "sends in flight: $one one at a time, $n from $k coroutines, $n by send_many (run $run/$RUNS)"
+  echo "send $(lua5.4 bench/bench.lua send "$e" "${topics[run - 1]}" "$one" "$SIZE" one "$k") $label, $SIZE-byte bodies" >>"$send_results"
+  for how in coroutines many; do
+    echo "send $(lua5.4 bench/bench.lua send "$e" "${topics[run - 1]}" "$n" "$SIZE" "$how" "$k") $label, $SIZE-byte bodies" >>"$send_results"
+  done
+  if [[ $QUICK != 1 ]]; then
+    note "sends in flight: $n by the Java client's sendAsync, $k outstanding (run $run/$RUNS)"
+    echo "send $(bash bench/java.sh run sendasync "$e" "${topics[run - 1]}" "$n" "$SIZE" "$k") $label, $SIZE-byte bodies" >>"$send_results"
+  fi
+done
+if [[ -n $DV_PID ]]; then kill "$DV_PID" 2>/dev/null; wait "$DV_PID" 2>/dev/null || true; DV_PID=; fi
+}
+if part send; then part_send; fi
 if ! part throughput && ! part java; then
   lua5.4 bench/table.lua "$results" "$COUNT" "$SIZE" "$HOLD" "$HOLD_S" "$HOLD_BIG" "$lease_results" | tee "$OUT"
   exit 0

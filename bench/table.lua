@@ -145,3 +145,5 @@ if lease_file then lease_table() end
 if os.getenv("BENCH_REPLAY") then assert(loadfile("bench/replay_table.lua"))(os.getenv("BENCH_REPLAY")) end
 -- exactly-once against plain (bench/run.sh part eo)
 if os.getenv("BENCH_EO") then assert(loadfile("bench/table_eo.lua"))(os.getenv("BENCH_EO")) end
+-- sends in flight (bench/run.sh part send)
+if os.getenv("BENCH_SEND") then assert(loadfile("bench/table_send.lua"))(os.getenv("BENCH_SEND")) end

@@ -9,6 +9,13 @@
 //   produce ENDPOINT TOPIC COUNT SIZE
 //       COUNT messages of SIZE bytes, tag "bench", one synchronous send at a time.
 //       {"mode":"produce","count":N,"seconds":S,"msgs_per_s":R,"rss_kb":K}
+//   sendasync ENDPOINT TOPIC COUNT SIZE INFLIGHT
+//       COUNT messages of SIZE bytes, tag "bench", through Producer.sendAsync with at most
+//       INFLIGHT sends outstanding (a semaphore taken before each send, given back when its
+//       future completes). WARMUP (environment, default 1000) sends the same way first, outside
+//       the window (JIT, connections); cpu_us_per_msg is the process's CPU time over the window.
+//       {"mode":"sendasync","count":N,"failed":F,"seconds":S,"msgs_per_s":R,"cpu_us_per_msg":C,
+//        "inflight":I,"rss_kb":K}
 //   consume ENDPOINT GROUP TOPIC COUNT INVISIBLE_S BATCH [sync|async]
 //       receive(BATCH, INVISIBLE_S) in a loop and ack every message, until COUNT messages are
 //       acked or 120 s have passed since the first receive call (where timing starts).
@@ -91,6 +98,13 @@ public final class Bench {
                     if (args.length != 5) usage();
                     watchdog(600);
                     rc = produce(args[1], args[2], posInt(args[3], "COUNT"), posInt(args[4], "SIZE"));
+                    break;
+                }
+                case "sendasync": {
+                    if (args.length != 6) usage();
+                    watchdog(600);
+                    rc = sendAsync(args[1], args[2], posInt(args[3], "COUNT"), posInt(args[4], "SIZE"),
+                        posInt(args[5], "INFLIGHT"));
                     break;
                 }
                 case "consume": {
@@ -177,6 +191,47 @@ public final class Bench {
         if (failed > 0) System.err.println("bench: " + failed + " sends failed");
         closeQuietly(producer);
         return ok == count ? 0 : 3;
+    }
+
+    static int sendAsync(String endpoint, String topic, int count, int size, int inflight) throws Exception {
+        ClientServiceProvider p = ClientServiceProvider.loadService();
+        Producer producer = p.newProducerBuilder()
+            .setClientConfiguration(config(endpoint))
+            .setTopics(topic)
+            .build();
+        byte[] body = new byte[size];
+        for (int i = 0; i < size; i++) body[i] = (byte) ('a' + i % 26);
+        String warm = System.getenv("WARMUP");
+        asyncRound(p, producer, topic, body, warm == null ? 1000 : Integer.parseInt(warm), inflight);
+        long cpu0 = cpuNs(), t0 = System.nanoTime();
+        int failed = asyncRound(p, producer, topic, body, count, inflight);
+        double secs = (System.nanoTime() - t0) / 1e9;
+        long cpu = cpuNs() - cpu0;
+        int ok = count - failed;
+        emit(String.format(Locale.ROOT, "{\"mode\":\"sendasync\",\"count\":%d,\"failed\":%d,\"seconds\":%.3f,"
+            + "\"msgs_per_s\":%.1f,\"cpu_us_per_msg\":%.1f,\"inflight\":%d,\"rss_kb\":%d}",
+            ok, failed, secs, ok / secs, cpu / 1e3 / count, inflight, peakRssKb()));
+        closeQuietly(producer);
+        return failed == 0 ? 0 : 3;
+    }
+
+    // n sendAsync calls with at most inflight outstanding; returns how many failed.
+    static int asyncRound(ClientServiceProvider p, Producer producer, String topic, byte[] body, int n, int inflight)
+            throws InterruptedException {
+        java.util.concurrent.Semaphore slots = new java.util.concurrent.Semaphore(inflight);
+        java.util.concurrent.CountDownLatch done = new java.util.concurrent.CountDownLatch(n);
+        java.util.concurrent.atomic.AtomicInteger failed = new java.util.concurrent.atomic.AtomicInteger();
+        for (int i = 0; i < n; i++) {
+            slots.acquire();
+            Message m = p.newMessageBuilder().setTopic(topic).setTag("bench").setBody(body).build();
+            producer.sendAsync(m).whenComplete((receipt, e) -> {
+                if (e != null && failed.getAndIncrement() < 5) System.err.println("bench: send failed: " + e);
+                slots.release();
+                done.countDown();
+            });
+        }
+        done.await();
+        return failed.get();
     }
 
     static int consume(String endpoint, String group, String topic, int count, int invisibleS, int batch, boolean async) throws Exception {
@@ -453,6 +508,7 @@ public final class Bench {
     static void usage() {
         die(2, "usage:\n"
             + "  Bench produce ENDPOINT TOPIC COUNT SIZE\n"
+            + "  Bench sendasync ENDPOINT TOPIC COUNT SIZE INFLIGHT\n"
             + "  Bench consume ENDPOINT GROUP TOPIC COUNT INVISIBLE_S BATCH [sync|async]\n"
             + "  Bench push    ENDPOINT GROUP TOPIC COUNT\n"
             + "  Bench hold    ENDPOINT GROUP TOPIC COUNT INVISIBLE_S HOLD_S");

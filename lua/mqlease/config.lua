@@ -88,6 +88,8 @@ _M.producer = {
   endpoints = common.endpoints, namespace = common.namespace, credentials = common.credentials,
   request_timeout = common.request_timeout, start_timeout = common.start_timeout, tls = common.tls,
   topics = { kind = "strings", doc = "topics announced to the proxy at start (optional)" },
+  max_inflight = { kind = "integer", default = 128, min = 1, max = 65536,
+    doc = "sends in flight at once (SendMessage calls started and not yet answered); a send beyond it waits for a free slot" },
 }
 
 _M.run = {
@@ -435,11 +437,33 @@ function _M.send_problem(k, v)
   end
 end
 
+-- The message for bad send options opts, or nil. skip: a key to pass over
+-- (send_many's entries carry their body beside the options).
+function _M.send_options_problem(opts, skip)
+  for k, v in pairs(opts) do
+    if k ~= skip then
+      local problem = _M.send_problem(k, v)
+      if problem then return problem end
+    end
+  end
+  -- a message is FIFO or DELAY, not both (the official clients' MessageBuilder refuses it too)
+  local timed = opts.delay ~= nil and "delay" or opts.deliver_at ~= nil and "deliver_at" or nil
+  if opts.delay ~= nil and opts.deliver_at ~= nil then
+    return "options 'delay' and 'deliver_at' exclude each other"
+  elseif timed and opts.message_group ~= nil then
+    return ("options 'message_group' and '%s' exclude each other"):format(timed)
+  end
+end
+
+local function check_topic(topic, fn)
+  if type(topic) ~= "string" or not topic:match(NAME_PATTERN) then
+    error(("bad argument #1 to '%s' (topic: a topic name expected, got %s)"):format(fn, describe(topic)), 4)
+  end
+end
+
 -- Checks the arguments of producer:send; raises naming the bad one.
 function _M.check_send(topic, body, opts)
-  if type(topic) ~= "string" or not topic:match(NAME_PATTERN) then
-    error(("bad argument #1 to 'send' (topic: a topic name expected, got %s)"):format(describe(topic)), 3)
-  end
+  check_topic(topic, "send")
   if type(body) ~= "string" then
     error(("bad argument #2 to 'send' (body: string expected, got %s)"):format(type(body)), 3)
   end
@@ -447,18 +471,33 @@ function _M.check_send(topic, body, opts)
   if type(opts) ~= "table" then
     error(("bad argument #3 to 'send' (options table expected, got %s)"):format(type(opts)), 3)
   end
-  for k, v in pairs(opts) do
-    local problem = _M.send_problem(k, v)
-    if problem then error("mqlease.send: " .. problem, 3) end
-  end
-  -- a message is FIFO or DELAY, not both (the official clients' MessageBuilder refuses it too)
-  local timed = opts.delay ~= nil and "delay" or opts.deliver_at ~= nil and "deliver_at" or nil
-  if opts.delay ~= nil and opts.deliver_at ~= nil then
-    error("mqlease.send: options 'delay' and 'deliver_at' exclude each other", 3)
-  elseif timed and opts.message_group ~= nil then
-    error(("mqlease.send: options 'message_group' and '%s' exclude each other"):format(timed), 3)
-  end
+  local problem = _M.send_options_problem(opts)
+  if problem then error("mqlease.send: " .. problem, 3) end
   return opts
+end
+
+-- Checks the arguments of producer:send_many before anything is sent: a
+-- topic and an array of messages, each a body string or a table { body =,
+-- and send's options }. Raises naming the first bad message by its index.
+function _M.check_send_many(topic, list)
+  check_topic(topic, "send_many")
+  if type(list) ~= "table" then
+    error(("bad argument #2 to 'send_many' (array of messages expected, got %s)"):format(type(list)), 3)
+  end
+  for i = 1, #list do
+    local m = list[i]
+    if type(m) == "table" then
+      if type(m.body) ~= "string" then
+        error(("mqlease.send_many: message %d: field 'body' must be a string (got %s)"):format(i, describe(m.body)), 3)
+      end
+      local problem = _M.send_options_problem(m, "body")
+      if problem then error(("mqlease.send_many: message %d: %s"):format(i, problem), 3) end
+    elseif type(m) ~= "string" then
+      error(("mqlease.send_many: message %d must be a body string or a table {body=, ...} (got %s)")
+        :format(i, describe(m)), 3)
+    end
+  end
+  return list
 end
 
 return _M

@@ -1,17 +1,45 @@
--- mqlease.producer: sends messages to a RocketMQ 5 proxy (SendMessage), one
--- message per call, waiting for the proxy's answer in the caller's loop.
+-- mqlease.producer: sends messages to a RocketMQ 5 proxy (SendMessage).
+--
+-- Many sends may be in flight at once: each send is one SendMessage call the
+-- core starts without blocking (its own deadline, request_timeout), so
+-- several coroutines sending at once, or one send_many, keep up to
+-- max_inflight calls open together instead of one round trip per message.
+--
+-- A send in flight is a *slot*: { topic, started, ev }, kept in _flight by its
+-- op id until the router pumps its result event, which the producer takes
+-- (router.on_op) and stores in the slot; the waiter (send, send_many) then
+-- finds it there. So a result never waits in the router for a coroutine that
+-- is gone, and close() can fail every slot still open: no send is left
+-- without a result.
 
 local core = require "mqlease.core"
 local config = require "mqlease.config"
+local loop = require "mqlease.loop"
 local router_mod = require "mqlease.router"
 local metrics = require "mqlease.metrics"
 
-local setmetatable, rawget, type = setmetatable, rawget, type
+local setmetatable, rawget, type, pairs = setmetatable, rawget, type, pairs
 local floor = math.floor
+local now = core.now
 
 local _M = {}
 local methods = {}
 local mt = { __name = "mqlease.producer", __index = methods }
+
+local NO_OPTIONS = {}
+local CLOSED_MSG = "the producer was closed before the proxy answered (the message may or may not be stored)"
+
+-- Takes the result event of a send in flight; false for any other op.
+local function take_result(self, ev)
+  local slot = self._flight[ev.op]
+  if not slot then return false end
+  self._flight[ev.op] = nil
+  self._flying = self._flying - 1
+  slot.ev = ev
+  -- the official clients' rocketmq_send_cost_time (milliseconds)
+  metrics.sent(self, slot.topic, (now() - slot.started) * 1000, ev.ok)
+  return true
+end
 
 function _M.new(opts)
   local o = config.producer_options(opts)
@@ -20,7 +48,67 @@ function _M.new(opts)
   local client, start_op = core.producer(args)
   local router, err, code = router_mod.start(client, start_op, o.start_timeout, "mqlease.producer")
   if not router then return nil, err, code end
-  return setmetatable({ options = config.kept(o), _router = router, _closed = false, _routes = {} }, mt)
+  local self = setmetatable({ options = config.kept(o), _router = router, _closed = false, _routes = {},
+    _flight = {}, _flying = 0, _max = o.max_inflight }, mt)
+  router.on_op = function(ev) return take_result(self, ev) end
+  return self
+end
+
+local function closed_result()
+  return { ok = false, err = CLOSED_MSG, code = "CLOSED" }
+end
+
+-- Learns the route of topic once, as the official clients do, so that an
+-- unknown topic fails as TOPIC_NOT_FOUND (the proxy's send would blame the
+-- message type). Returns true, or nil, message, code.
+local function learn_route(self, topic)
+  if self._routes[topic] then return true end
+  local router = self._router
+  local ok, err, code = router:call(router.client:route(topic))
+  if not ok then return nil, err, code end
+  self._routes[topic] = true
+  return true
+end
+
+-- Waits until fewer than max_inflight sends are in flight; false when the
+-- producer closed meanwhile. Every send in flight ends (each call has a
+-- deadline), so the descriptor turns readable while we wait.
+local function await_slot(self)
+  local router = self._router
+  while self._flying >= self._max do
+    router:pump()
+    if self._flying < self._max then break end
+    if rawget(self, "_closed") then return false end
+    loop.wait(router.client:fd(), now() + 1)
+  end
+  return not rawget(self, "_closed")
+end
+
+-- Starts one SendMessage call (a free slot is there) and returns its slot.
+local function start_send(self, topic, body, opts)
+  local keys = opts.keys
+  if type(keys) == "string" then keys = { keys } end
+  local deliver_at = opts.deliver_at and floor(opts.deliver_at * 1000 + 0.5) or nil
+  local delay = opts.delay and floor(opts.delay * 1000 + 0.5) or nil
+  local slot = { topic = topic, started = now(), ev = nil }
+  local op = self._router.client:send(topic, body, opts.tag, keys, opts.properties,
+    opts.message_group, deliver_at, delay, opts.trace_context)
+  self._flight[op] = slot
+  self._flying = self._flying + 1
+  return slot
+end
+
+-- Waits for slot's result event.
+local function await_result(self, slot)
+  local router = self._router
+  while not slot.ev do
+    router:pump()
+    if slot.ev then break end
+    -- close() fails every open slot; this is only a guard
+    if router.client:closed() then return closed_result() end
+    loop.wait(router.client:fd(), now() + 1)
+  end
+  return slot.ev
 end
 
 -- Sends one message. opts: tag, keys (string or array), properties (string -> string),
@@ -28,29 +116,89 @@ end
 -- FIFO), delay (seconds from now) or deliver_at (epoch seconds) (a DELAY message: the
 -- topic's message.type must be DELAY); trace_context, a W3C traceparent (see
 -- mqlease.trace). Returns the message id and the queue offset,
--- or nil, message, code.
+-- or nil, message, code. Waits for a free slot first when max_inflight
+-- sends are in flight (from other coroutines).
 function methods:send(topic, body, opts)
   opts = config.check_send(topic, body, opts)
   if rawget(self, "_closed") then return nil, "the producer is closed", "CLOSED" end
-  local keys = opts.keys
-  if type(keys) == "string" then keys = { keys } end
-  local router = self._router
-  if not self._routes[topic] then
-    -- as the official clients do: learn the route once, so that an unknown
-    -- topic fails as TOPIC_NOT_FOUND (the proxy's send would blame the message type)
-    local ok, err, code = router:call(router.client:route(topic))
-    if not ok then return nil, err, code end
-    self._routes[topic] = true
-  end
-  local deliver_at = opts.deliver_at and floor(opts.deliver_at * 1000 + 0.5) or nil
-  local delay = opts.delay and floor(opts.delay * 1000 + 0.5) or nil
-  local started = core.now()
-  local ev = router:result(router.client:send(topic, body, opts.tag, keys, opts.properties,
-    opts.message_group, deliver_at, delay, opts.trace_context))
-  -- the official clients' rocketmq_send_cost_time (milliseconds)
-  metrics.sent(self, topic, (core.now() - started) * 1000, ev.ok)
+  local ok, err, code = learn_route(self, topic)
+  if not ok then return nil, err, code end
+  if not await_slot(self) then return nil, "the producer is closed", "CLOSED" end
+  local ev = await_result(self, start_send(self, topic, body, opts))
   if not ev.ok then return nil, ev.err, ev.code end
   return ev.message_id, ev.offset
+end
+
+-- The result table of send_many for one event.
+local function result_of(ev)
+  if ev.ok then return { ok = true, message_id = ev.message_id, offset = ev.offset } end
+  return { ok = false, err = ev.err, code = ev.code }
+end
+
+-- Every entry of list gets the same failure (the route, or a closed producer).
+local function fail_all(n, err, code)
+  local results = {}
+  for i = 1, n do results[i] = { ok = false, err = err, code = code } end
+  return results, n
+end
+
+-- Fails the slots still open once the client is closed (close() does it
+-- for the slots it knows; this covers a client closed under us).
+local function fail_open(slots, n)
+  for i = 1, n do
+    if not slots[i].ev then slots[i].ev = closed_result() end
+  end
+end
+
+-- Sends every message of list to topic with up to max_inflight in flight at
+-- once. list[i] is a body string or a table { body =, tag =, keys =, ... }
+-- (send's options). Returns results, failed: results[i] is
+-- { ok = true, message_id =, offset = } or { ok = false, err =, code = } for
+-- list[i], in order, and failed counts the failures. Raises on a bad
+-- argument before anything is sent.
+function methods:send_many(topic, list)
+  config.check_send_many(topic, list)
+  local n = #list
+  if rawget(self, "_closed") then return fail_all(n, "the producer is closed", "CLOSED") end
+  if n == 0 then return {}, 0 end
+  local ok, err, code = learn_route(self, topic)
+  if not ok then return fail_all(n, err, code) end
+  local router = self._router
+  local slots, started, done = {}, 0, 0
+  while done < n do
+    while started < n and self._flying < self._max and not rawget(self, "_closed") do
+      local m = list[started + 1]
+      if type(m) == "string" then slots[started + 1] = start_send(self, topic, m, NO_OPTIONS)
+      else slots[started + 1] = start_send(self, topic, m.body, m) end
+      started = started + 1
+    end
+    local flying = self._flying
+    router:pump()
+    if rawget(self, "_closed") then
+      -- the ones never started fail as the open ones do (close() failed those)
+      for i = started + 1, n do slots[i] = { ev = closed_result() } end
+      started = n
+      if router.client:closed() then fail_open(slots, n) end
+    end
+    while done < started and slots[done + 1].ev do done = done + 1 end
+    -- no answer came: wait for one rather than spin (when closing, the
+    -- coroutine in close() must get to run)
+    if done < n and self._flying >= flying then
+      loop.wait(router.client:fd(), now() + 1)
+    end
+  end
+  local results, failed = {}, 0
+  for i = 1, n do
+    local r = result_of(slots[i].ev)
+    if not r.ok then failed = failed + 1 end
+    results[i] = r
+  end
+  return results, failed
+end
+
+-- Sends in flight now (started, not yet answered).
+function methods:inflight()
+  return self._flying
 end
 
 -- The client id the proxy knows this producer by (as consumer:id()).
@@ -63,12 +211,19 @@ function methods:metrics()
   return self._router.client:metrics()
 end
 
+-- Ends the session. Sends still in flight may finish while the proxy is told;
+-- the core cancels the rest, and each of them reports CLOSED to its waiter.
 function methods:close()
   if rawget(self, "_closed") then return true end
   self._closed = true
   local router = self._router
   router:result(router.client:terminate())
   router:close()
+  for op, slot in pairs(self._flight) do
+    slot.ev = closed_result()
+    self._flight[op] = nil
+  end
+  self._flying = 0
   return true
 end
 

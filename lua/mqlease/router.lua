@@ -27,6 +27,7 @@ function _M.new(client)
     forgotten = {},                        -- op ids nobody will wait for
     leases = setmetatable({}, { __mode = "v" }), -- lease id -> lease object (weak)
     on_lock_lost = nil,                    -- fn(keepalive id), for Redis clients
+    on_op = nil,                           -- fn(event) -> true when it took the event (the producer's sends)
   }, mt)
 end
 
@@ -48,7 +49,10 @@ function methods:pump()
   if client:closed() then return end
   for _, ev in ipairs(client:events()) do
     if ev.kind == "op" then
-      if self.forgotten[ev.op] then self.forgotten[ev.op] = nil else self.results[ev.op] = ev end
+      local on_op = self.on_op
+      if on_op and on_op(ev) then
+        -- taken by its owner (a send in flight): nobody waits in result() for it
+      elseif self.forgotten[ev.op] then self.forgotten[ev.op] = nil else self.results[ev.op] = ev end
     elseif ev.kind == "lock_lost" then
       if self.on_lock_lost then self.on_lock_lost(ev.keepalive) end
     else

@@ -42,6 +42,7 @@ static const struct {
     {"malformed", SHARE, offsetof(dv_faults, malformed)},
     {"truncated_frame", SHARE, offsetof(dv_faults, truncated_frame)},
     {"delay_change_ms", MS, offsetof(dv_faults, delay_change_ms)},
+    {"delay_send_ms", MS, offsetof(dv_faults, delay_send_ms)},
     {"min_invisible_ms", MS, offsetof(dv_faults, min_invisible_ms)},
     {"control_timeout_ms", MS, offsetof(dv_faults, control_timeout_ms)},
     {"max_renewals", INT, offsetof(dv_faults, max_renewals)},

@@ -28,6 +28,7 @@ typedef struct dv_faults {
     double fail_change;        /* share of ChangeInvisibleDuration answered INTERNAL_SERVER_ERROR */
     double fail_ack;           /* share of ack entries answered INTERNAL_SERVER_ERROR */
     int64_t delay_change_ms;   /* every ChangeInvisibleDuration answers this much later */
+    int64_t delay_send_ms;     /* every SendMessage answers this much later (stored at once) */
     int max_renewals;          /* < 0: no cap; else changes per delivery before they fail */
     int paused;                /* hold every answer until unpaused */
     int drop_streams;          /* one-shot: cancel the receive streams in flight */

@@ -109,6 +109,12 @@ static void on_send(dv_server *s, dv_call *c) {
     resp.status = &st;
     dv_reply(c, &resp.base);
     if (req) protobuf_c_message_free_unpacked(&req->base, NULL);
+    /* sends that stay in flight while the client closes or its deadline passes */
+    if (s->faults.delay_send_ms > 0) {
+        c->answer_at = mql_add_ms(mql_wall_ms(), s->faults.delay_send_ms);
+        dv_wait_add(s, c);
+        return;
+    }
     dv_finish(c, GRPC_STATUS_OK);
 }
 
