@@ -13,10 +13,11 @@
 # resolve from Maven Central): that version runs in its own run dir on its own
 # ports, SECOND_SPECS run against it with their own run id *beside* the first
 # pass (in the background, their output held and printed after the first
-# pass), and the counts of both fold into the closing line. The specs mostly
-# wait on lease and redelivery clocks, so two passes share two cores without
-# either waiting on the other. MQLEASE_SECOND_SERIAL=1 runs it after the first
-# pass instead. A broker that cannot start fails the run.
+# pass), then BESIDE_SPECS (first version's spec files that mostly wait) in the
+# same background lane; the counts of all fold into the closing line. The specs
+# mostly wait on lease and redelivery clocks, so the two lanes share two cores
+# without either waiting on the other. MQLEASE_SECOND_SERIAL=1 runs the lane
+# after the first pass instead. A broker that cannot start fails the run.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 SUPPORT=spec/support
@@ -30,6 +31,14 @@ SECOND_SPECS=(spec/integration/conformance_spec.lua spec/integration/roundtrip_s
   spec/integration/nack_spec.lua spec/integration/lease_spec.lua spec/integration/wire_spec.lua
   spec/integration/fifo_spec.lua)
 SECOND_FILTER_OUT='mqlease%-devbroker'
+# Spec files of the first version that spend their time waiting on the broker's
+# clocks (retry delays, redelivery, FIFO handlers that sleep) and little CPU: a
+# full run gives them to the background lane too, after the second version's
+# pass, on the first version's broker, so they wait beside the rest.
+BESIDE_SPECS=(spec/integration/retry_policy_spec.lua spec/integration/fifo_spec.lua
+  spec/integration/nack_spec.lua spec/regress/9583-ack-after-change-in-a-batch_spec.lua
+  spec/regress/failed-nack-lets-the-lease-expire_spec.lua
+  spec/regress/issue10-devbroker-paused-receive_spec.lua)
 # The second broker's own run dir and ports, so it never meets the first one
 # (nor a shared one this run reused and must not stop).
 second_env() {
@@ -113,19 +122,40 @@ second_pass() {
   return $rc
 }
 
+# beside_pass: BESIDE_SPECS on the first version's broker, with a run id of their own.
+beside_pass() {
+  echo "specs: RocketMQ ${ROCKETMQ_VERSION:-5.2.0} specs beside the first pass (${BESIDE_SPECS[*]})"
+  MQLEASE_RUN_ID="${MQLEASE_RUN_ID}b" \
+  LD_PRELOAD="$ASAN_LIB" lua5.4 /usr/bin/busted --ignore-lua --lpath="$LPATH" --cpath='build/san/?.so' \
+    -o spec/support/summary.lua "${BESIDE_SPECS[@]}" 2>&1
+}
+
+# background_lane: the second version's pass, then the beside specs; status 1 if
+# either failed.
+background_lane() {
+  local rc=0
+  second_pass || rc=1
+  beside_pass || rc=1
+  return $rc
+}
+
 if ((second_runs && beside)); then
   second_started=1
   # its own process group, so the cleanup can stop every process of it
   set -m
-  second_pass >"$second_log" 2>&1 &
+  background_lane >"$second_log" 2>&1 &
   second_pid=$!
   set +m
-  echo "specs: RocketMQ $SECOND_VERSION pass started beside the first (output after it)"
+  echo "specs: background lane started: the RocketMQ $SECOND_VERSION pass, then the specs beside (output after the first pass)"
 fi
 echo "specs: servers ready in $(( $(date +%s) - t0 )) s (run id $MQLEASE_RUN_ID)"
 
 specs=("$@")
-[[ $# -eq 0 ]] && specs=(spec/integration spec/regress)
+if [[ $# -eq 0 ]]; then
+  # every spec file but the ones beside_pass runs
+  mapfile -t specs < <(find spec/integration spec/regress -name '*_spec.lua' | sort |
+    grep -vxF -f <(printf '%s\n' "${BESIDE_SPECS[@]}"))
+fi
 if ((second_only == 0)); then
 LD_PRELOAD="$ASAN_LIB" lua5.4 /usr/bin/busted --ignore-lua --lpath="$LPATH" --cpath='build/san/?.so' \
   -o spec/support/summary.lua "${specs[@]}" 2>&1 | tee "$log" || status=1
@@ -142,13 +172,17 @@ fi
 
 if ((second_runs)); then
   if ((beside)); then
-    echo "specs: waiting for the RocketMQ $SECOND_VERSION pass"
+    echo "specs: waiting for the background lane (RocketMQ $SECOND_VERSION pass, specs beside)"
     wait "$second_pid" || status=1
     second_pid=
     second_started=0
     cat "$second_log" | tee -a "$log"
   else
-    ((second_only)) || bash $SUPPORT/rocketmq.sh stop   # only what this run started: a reused broker stays
+    if ((second_only == 0 && $# == 0)); then
+      # serial: the beside specs run on the first version, then it stops
+      beside_pass 2>&1 | tee -a "$log" || status=1
+      bash $SUPPORT/rocketmq.sh stop   # only what this run started: a reused broker stays
+    fi
     second_started=1
     second_pass 2>&1 | tee -a "$log" || status=1
     second_started=0
