@@ -10,10 +10,11 @@ function _M.status_kb(field, pid)
   end
 end
 
--- utime + stime of this process in seconds (fields 14 and 15 of /proc/self/stat).
+-- utime + stime of this process (or of pid: the dev broker's) in seconds (fields 14
+-- and 15 of /proc/PID/stat).
 local TICKS = tonumber(io.popen("getconf CLK_TCK"):read("l")) or 100
-function _M.cpu_s()
-  local f = assert(io.open("/proc/self/stat"))
+function _M.cpu_s(pid)
+  local f = assert(io.open("/proc/" .. (pid or "self") .. "/stat"))
   local line = f:read("l")
   f:close()
   local fields = {}
