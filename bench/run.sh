@@ -20,7 +20,7 @@
 #    messages of BENCH_SIZE bytes.
 # 4. Workers ("workers", on its own dev broker): 1, 2, 4 and 8 processes (BENCH_WORKERS;
 #    QUICK: 1 2 4) each running mqlease.run with a no-op handler in one group over one
-#    pre-loaded backlog of BENCH_WORKERS_COUNT (40000; QUICK: 20000) 100-byte messages,
+#    pre-loaded backlog of BENCH_WORKERS_COUNT (40000; QUICK: 10000) 100-byte messages,
 #    started together (bench/workers.lua); msg/s of all of them, client and broker CPU.
 # Part 1 also runs that throughput case on RocketMQ against the Java PushConsumer and
 # SimpleConsumer (CPU seconds per 10,000 messages of each client process).
@@ -54,7 +54,7 @@ ROCKETMQ=0
 REDIS=0
 if [[ $QUICK == 1 ]]; then LEASES=${BENCH_LEASES:-1000 10000 100000}; WORKERS=${BENCH_WORKERS:-1 2 4}
 else LEASES=${BENCH_LEASES:-1000 10000 100000 1000000}; WORKERS=${BENCH_WORKERS:-1 2 4 8}; fi
-WORKERS_COUNT=${BENCH_WORKERS_COUNT:-$([[ $QUICK == 1 ]] && echo 20000 || echo 40000)}
+WORKERS_COUNT=${BENCH_WORKERS_COUNT:-$([[ $QUICK == 1 ]] && echo 10000 || echo 40000)}
 RUN_COUNT=${BENCH_RUN_COUNT:-20000}
 
 note() { echo "bench: $*" >&2; }
