@@ -113,22 +113,6 @@ static void no_more_renewals_start_than_the_cap_allows(void) {
     CHECK(mql_pace_may_start(&p, MQL_PACE_MAX_INFLIGHT + 5) == 0);
 }
 
-/* 256 calls in flight carry 100,000 leases; a million at a 120 s window
- * (25,000 renewals/s) need leases x latency / period of them out at once. */
-static void the_inflight_cap_grows_with_the_leases_and_their_latency(void) {
-    mql_pace p;
-    int i;
-    mql_pace_init(&p, 120000, 40000);
-    CHECK(mql_pace_inflight_cap(&p, 0) == MQL_PACE_MAX_INFLIGHT);
-    CHECK(mql_pace_inflight_cap(&p, 1000) == MQL_PACE_MAX_INFLIGHT);
-    for (i = 0; i < 128; i++) mql_pace_observe(&p, 20);   /* p99: the 32 ms bucket */
-    CHECK(p.p99_ms == 32);
-    CHECK(mql_pace_inflight_cap(&p, 100000) == MQL_PACE_MAX_INFLIGHT);   /* 160 needed */
-    CHECK(mql_pace_inflight_cap(&p, 1000000) == 1600);                   /* 2 x 1e6 x 32 / 40000 */
-    CHECK(mql_pace_inflight_cap(&p, 100000000) == MQL_PACE_INFLIGHT_CEILING);
-    CHECK(mql_pace_inflight_cap(&p, UINT64_MAX) == MQL_PACE_INFLIGHT_CEILING);
-}
-
 int main(void) {
     RUN(a_lone_lease_renews_at_the_preferred_time);
     RUN(a_burst_of_receives_spreads_over_the_safe_part_of_the_window);
@@ -139,6 +123,5 @@ int main(void) {
     RUN(a_later_renew_every_keeps_its_own_margin);
     RUN(jitter_makes_a_renewal_early_not_late);
     RUN(no_more_renewals_start_than_the_cap_allows);
-    RUN(the_inflight_cap_grows_with_the_leases_and_their_latency);
     return TEST_REPORT("renew_pace_test");
 }

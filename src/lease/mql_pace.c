@@ -44,18 +44,6 @@ int64_t mql_pace_next_at(const mql_pace *p, int64_t sent_ms, int64_t deadline_ms
     return at < latest ? at : latest;
 }
 
-int mql_pace_inflight_cap(const mql_pace *p, uint64_t leases) {
-    /* before enough samples the p99 is unknown: assume one 64 ms bucket, slow for loopback */
-    uint64_t p99 = p->p99_ms > 0 ? (uint64_t)p->p99_ms : 64;
-    uint64_t every = p->every_ms > 0 ? (uint64_t)p->every_ms : 1;
-    uint64_t need;
-    if (leases > UINT64_MAX / 2 / p99) return MQL_PACE_INFLIGHT_CEILING;
-    need = 2 * leases * p99 / every;
-    if (need < MQL_PACE_MAX_INFLIGHT) return MQL_PACE_MAX_INFLIGHT;
-    if (need > MQL_PACE_INFLIGHT_CEILING) return MQL_PACE_INFLIGHT_CEILING;
-    return (int)need;
-}
-
 int mql_pace_may_start(const mql_pace *p, int inflight) {
     return inflight < p->max_inflight ? p->max_inflight - inflight : 0;
 }

@@ -31,8 +31,7 @@
 
 #define MQL_PACE_BUCKETS 18         /* <= 1 ms, 2 ms, 4 ms, ... 2^16 ms, more */
 #define MQL_PACE_SPACING_US 200     /* first renewals: at most 5,000 slots per second */
-#define MQL_PACE_MAX_INFLIGHT 256   /* renewals in flight at once, at least (see below) */
-#define MQL_PACE_INFLIGHT_CEILING 4096  /* ... and at most, however many leases */
+#define MQL_PACE_MAX_INFLIGHT 256   /* renewals in flight at once */
 #define MQL_PACE_P99_FACTOR 4       /* margin >= K x p99 latency */
 
 typedef struct mql_pace {
@@ -57,13 +56,6 @@ int64_t mql_pace_first_at(mql_pace *p, int64_t acquired_ms, int64_t deadline_ms,
  * deadline); jitter_ms (< every/10) makes it a little early at random. */
 int64_t mql_pace_next_at(const mql_pace *p, int64_t sent_ms, int64_t deadline_ms,
                          int64_t jitter_ms);
-/* The in-flight cap for `leases` held leases: by Little's law, renewing
- * leases every `every` with a latency of p99 needs leases x p99 / every calls
- * out at once; twice that, within [MQL_PACE_MAX_INFLIGHT,
- * MQL_PACE_INFLIGHT_CEILING]. A fixed 256 carried 100,000 leases, but at a
- * million (25,000 renewals/s at invisible 120 s) a 20 ms latency allows only
- * 12,800/s through 256 calls, and leases expired waiting for a free one. */
-int mql_pace_inflight_cap(const mql_pace *p, uint64_t leases);
 /* How many renewals may start now, with inflight already out. */
 int mql_pace_may_start(const mql_pace *p, int inflight);
 /* One observed renewal latency (request to reply). */

@@ -11,7 +11,7 @@
  *
  * Pacing (mql_pace.h): first renewals are spread over the slack between the
  * preferred and the latest safe time, and at most pace.max_inflight renewals
- * are out at once (256, more when the leases need more: mql_pace_inflight_cap). A due renewal beyond that cap stays at the top of the
+ * are out at once. A due renewal beyond that cap stays at the top of the
  * heap, and the timers behind it wait for the next reply (which comes within
  * the request timeout): leases renew in timer order, and a renewal's latency
  * is the broker's, not our queue's.
@@ -236,7 +236,6 @@ out:
 int64_t mql_renew_timers(mql_client *c, int64_t now, int64_t wake) {
     mql_consumer_part *cs = &c->consumer;
     mql_lease *l;
-    cs->pace.max_inflight = mql_pace_inflight_cap(&cs->pace, cs->leases.count);
     while ((l = mql_lease_next(&cs->leases)) && l->timer_ms <= now) {
         if (wants_renewal(c, l, now) && mql_pace_may_start(&cs->pace, cs->renew_inflight) == 0)
             return now + RENEW_BLOCKED_WAKE_MS < wake ? now + RENEW_BLOCKED_WAKE_MS : wake;
