@@ -9,19 +9,25 @@
 #    for mqlease's renewal lateness at scale. BENCH_RUNS runs of everything (3), medians
 #    with min-max, each run on fresh topics.
 # 2. Lease scale on the dev broker (build/mqlease-devbroker, started here on a free port):
-#    1,000 / 10,000 / 100,000 leases held by one consumer (bench/lease.lua), and 10,000
-#    while the Lua VM spins 5 s; BENCH_RUNS runs of each (3), medians with min-max.
+#    1,000 / 10,000 / 100,000 / 1,000,000 leases held by one consumer (bench/lease.lua),
+#    and 10,000 while the Lua VM spins 5 s; BENCH_RUNS runs of each (3), medians with
+#    min-max; the dev broker's RSS and CPU per renewal beside the client's.
 #    Rate and CPU are measured in a window that opens at the first renewal (half a period
-#    later for rows whose renewals come in bursts) and lasts two
-#    renewal periods (40 s at invisible 60 s, 20 s at 30 s; QUICK: one for the small rows).
-#    BENCH_LEASES ("1000 10000 100000") picks the rows. Then mqlease.run with a no-op
-#    handler over BENCH_RUN_COUNT (20000) pre-loaded messages of BENCH_SIZE bytes.
+#    later for rows whose renewals come in bursts) and lasts two renewal periods (80 s at
+#    invisible 120 s, 40 s at 60 s, 20 s at 30 s; QUICK: one for the small rows).
+#    BENCH_LEASES ("1000 10000 100000 1000000"; QUICK: without 1000000) picks the rows.
+#    Then mqlease.run with a no-op handler over BENCH_RUN_COUNT (20000) pre-loaded
+#    messages of BENCH_SIZE bytes.
+# 5. Workers ("workers", on its own dev broker): 1, 2, 4 and 8 processes (BENCH_WORKERS;
+#    QUICK: 1 2 4) each running mqlease.run with a no-op handler in one group over one
+#    pre-loaded backlog of BENCH_WORKERS_COUNT (40000; QUICK: 10000) 100-byte messages,
+#    started together (bench/workers.lua); msg/s of all of them, client and broker CPU.
 # Part 1 also runs that throughput case on RocketMQ against the Java PushConsumer and
 # SimpleConsumer (CPU seconds per 10,000 messages of each client process).
 #
-# BENCH_PARTS picks what runs: "lease" (part 2), "replay" (part 3), "eo" (part 4), "send"
-# (sends in flight, below), "throughput" and "java" (part 1: the backlog throughput, and the
-# produce/consume/hold table); default all six.
+# BENCH_PARTS picks what runs: "lease" (part 2), "replay" (part 3), "eo" (part 4),
+# "workers" (part 5), "send" (sends in flight, below), "throughput" and "java" (part 1: the
+# backlog throughput, and the produce/consume/hold table); default all seven.
 # 3. The incident replay (bench/replay.lua) on its own dev broker: four scenarios (fixed
 #    window, 10x window, renewal + exactly-once, invisible = "auto" + exactly-once), three
 #    workers, one killed; BENCH_RUNS runs one after another. REPLAY_PRODUCE (20 s) of
@@ -32,9 +38,9 @@
 #    other in each of BENCH_RUNS runs: msg/s, client CPU and redis-server CPU per message.
 # send: mqlease one at a time, from coroutines and by send_many, and the Java client's
 #    sendAsync, on the real RocketMQ (bench/bench.lua send, Bench.java sendasync).
-# QUICK=1 is BENCH_PARTS="lease replay eo send" with one run per row, the four replay scenarios
-# side by side, 6 s of sending and at most 12 s more, and part send on the dev broker without
-# the JVM (under 4 minutes on 2 cores).
+# QUICK=1 is BENCH_PARTS="lease workers replay eo send" with one run per row, no 1,000,000
+# lease row and no 8 workers, the four replay scenarios side by side, 6 s of sending and at
+# most 12 s more, and part send on the dev broker without the JVM (under 4 minutes on 2 cores).
 # BENCH_RAW=DIR keeps the raw JSON lines (DIR/results, DIR/leases, DIR/replay, DIR/eo, DIR/send;
 # appended), so rows of several invocations can be tabled together: BENCH_EO=DIR/eo
 # BENCH_SEND=DIR/send BENCH_REPLAY=DIR/replay lua5.4
@@ -48,12 +54,14 @@ HOLD_S=${BENCH_HOLD_S:-25}
 HOLD_BIG=${BENCH_HOLD_BIG:-1000}
 OUT=${BENCH_OUT:-bench/results.md}
 QUICK=${QUICK:-0}
-if [[ $QUICK == 1 ]]; then RUNS=${BENCH_RUNS:-1}; PARTS=${BENCH_PARTS:-lease replay eo send}
-else RUNS=${BENCH_RUNS:-3}; PARTS=${BENCH_PARTS:-lease replay eo send throughput java}; fi
+if [[ $QUICK == 1 ]]; then RUNS=${BENCH_RUNS:-1}; PARTS=${BENCH_PARTS:-lease workers replay eo send}
+else RUNS=${BENCH_RUNS:-3}; PARTS=${BENCH_PARTS:-lease workers replay eo send throughput java}; fi
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 ROCKETMQ=0
 REDIS=0
-LEASES=${BENCH_LEASES:-1000 10000 100000}
+if [[ $QUICK == 1 ]]; then LEASES=${BENCH_LEASES:-1000 10000 100000}; WORKERS=${BENCH_WORKERS:-1 2 4}
+else LEASES=${BENCH_LEASES:-1000 10000 100000 1000000}; WORKERS=${BENCH_WORKERS:-1 2 4 8}; fi
+WORKERS_COUNT=${BENCH_WORKERS_COUNT:-$([[ $QUICK == 1 ]] && echo 10000 || echo 40000)}
 RUN_COUNT=${BENCH_RUN_COUNT:-20000}
 
 note() { echo "bench: $*" >&2; }
@@ -90,7 +98,7 @@ lease_row() { # n invisible hold spin run
   topic="lease_${n}_${spin}_${run}_$RANDOM"
   printf 'topic %s\n' "$topic" | timeout 5 bash -c "exec 3<>/dev/tcp/127.0.0.1/$DV_CONTROL; cat >&3; head -n1 <&3" >/dev/null
   lua5.4 bench/lease.lua load "$DV" "$topic" "$n" >/dev/null
-  echo "lease {\"row\":\"$n/$spin\",\"run\":$run,$(lua5.4 bench/lease.lua hold "$DV" "$topic" "$n" "$inv" "$hold" "$spin" | sed 's/^{//')" >>"$lease_results"
+  echo "lease {\"row\":\"$n/$spin\",\"run\":$run,$(BENCH_BROKER_PID=$DV_PID lua5.4 bench/lease.lua hold "$DV" "$topic" "$n" "$inv" "$hold" "$spin" | sed 's/^{//')" >>"$lease_results"
 }
 # start_devbroker [ARGS...]: a dev broker on free loopback ports; sets DV_PID, DV
 # (its gRPC address) and DV_CONTROL (its control port).
@@ -109,7 +117,7 @@ start_devbroker
 for run in $(seq "$RUNS"); do
   for n in $LEASES; do
     # hold: the window after the first renewal, two renewal periods (2 x invisible / 3)
-    if ((n >= 100000)); then inv=60; hold=40; else inv=30; hold=20; fi
+    if ((n >= 1000000)); then inv=120; hold=80; elif ((n >= 100000)); then inv=60; hold=40; else inv=30; hold=20; fi
     if [[ $QUICK == 1 ]] && ((n < 100000)); then hold=10; fi   # one renewal period
     note "lease scale: $n leases, invisible $inv s, hold $hold s (run $run/$RUNS)"
     lease_row "$n" "$inv" "$hold" 0 "$run"
@@ -126,6 +134,43 @@ kill "$DV_PID" 2>/dev/null; wait "$DV_PID" 2>/dev/null || true
 DV_PID=
 }
 if part lease; then part_lease; fi
+
+# ---- part 5: workers ------------------------------------------------------------------
+# workers_row W RUN: W processes of bench/workers.lua over one backlog, started together
+# once all have built their consumers; one "workers" line per process.
+workers_row() {
+  local w=$1 run=$2 topic go i pids=() bcpu0 bcpu1 dir
+  topic="workers_${w}_${run}_$RANDOM"
+  dir=$(mktemp -d)
+  go=$dir/go
+  printf 'topic %s\n' "$topic" | timeout 5 bash -c "exec 3<>/dev/tcp/127.0.0.1/$DV_CONTROL; cat >&3; head -n1 <&3" >/dev/null
+  lua5.4 bench/lease.lua load "$DV" "$topic" "$WORKERS_COUNT" 100 >/dev/null
+  for i in $(seq "$w"); do
+    lua5.4 bench/workers.lua "$DV" "${topic}_g" "$topic" "$go" 1 >"$dir/$i.json" &
+    pids+=($!)
+  done
+  sleep 1   # each builds its consumer meanwhile
+  bcpu0=$(awk '{print $14 + $15}' "/proc/$DV_PID/stat")
+  touch "$go"
+  for i in "${pids[@]}"; do wait "$i" || true; done
+  bcpu1=$(awk '{print $14 + $15}' "/proc/$DV_PID/stat")
+  for i in $(seq "$w"); do
+    echo "workers {\"workers\":$w,\"run\":$run,\"backlog\":$WORKERS_COUNT,\"broker_ticks\":$((bcpu1 - bcpu0)),$(sed 's/^{//' "$dir/$i.json")" >>"$lease_results"
+  done
+  rm -rf "$dir"
+}
+part_workers() {
+start_devbroker
+for run in $(seq "$RUNS"); do
+  for w in $WORKERS; do
+    note "workers: $w processes of mqlease.run over $WORKERS_COUNT messages (run $run/$RUNS)"
+    workers_row "$w" "$run"
+  done
+done
+kill "$DV_PID" 2>/dev/null; wait "$DV_PID" 2>/dev/null || true
+DV_PID=
+}
+if part workers; then part_workers; fi
 
 # ---- part 3: the incident replay ------------------------------------------------------
 part_replay() {

@@ -43,19 +43,22 @@ print("")
 
 local function lease_table()
   local by_row, order = {}, {}
-  local runs_dev = {}
+  local runs_dev, workers = {}, {}
   for line in io.lines(lease_file) do
     local what, json = line:match("^(%a+) (.*)$")
     local r = cjson.decode(json)
     r.rss_mb = r.rss_kb / 1024
+    if r.broker_rss_kb and r.broker_rss_kb >= 0 then r.broker_rss_mb = r.broker_rss_kb / 1024 end
     if what == "run" then
       runs_dev[#runs_dev + 1] = r
+    elseif what == "workers" then
+      workers[#workers + 1] = r
     else
       if not by_row[r.row] then by_row[r.row] = {}; order[#order + 1] = r.row end
       table.insert(by_row[r.row], r)
     end
   end
-  if #order == 0 then return end
+  if #order == 0 then return workers end
   local function thousands(n) return ("%d"):format(n):reverse():gsub("(%d%d%d)", "%1,"):reverse():gsub("^,", "") end
   print(("Lease scale: one consumer on the dev broker (loopback, same machine), 100-byte bodies, up to %d runs per row;"):format(#by_row[order[1]]))
   print("median (min–max); a value without a range is one run. Memory and CPU are the client process's only.")
@@ -78,9 +81,22 @@ local function lease_table()
       r1.spin_s > 0 and "-" or stat(runs, "cpu_us_per_renewal"), stat(runs, "rss_mb")))
   end
   print("")
+  print("The dev broker beside it (same machine, same cores): its CPU per renewal in the same window and")
+  print("its RSS once every lease is held (it keeps every message it stored, earlier rows' too):")
+  print("")
+  print("| leases | dev broker CPU µs per renewal | dev broker RSS |")
+  print("|---|---|---|")
+  for _, key in ipairs(order) do
+    local runs = by_row[key]
+    if runs[1].spin_s == 0 then
+      print(("| %s | %s | %s MB |"):format(thousands(runs[1].count), stat(runs, "broker_cpu_us_per_renewal"),
+        stat(runs, "broker_rss_mb")))
+    end
+  end
+  print("")
   print("Bytes per lease: growth of VmRSS from before the first receive to all leases held, minus the")
   print("bodies; the Lua part is the growth of the Lua heap. CPU: user+system time of the client process")
-  print("(/proc/self/stat) in the window over the renewals answered in it; the broker's CPU is not counted.")
+  print("(/proc/self/stat) in the window over the renewals answered in it; the broker's is in its own table.")
   print("The window opens at the first renewal (a renewal period after the receive; half a period later")
   print("when the leases renew in bursts, fewer than 5,000 x period of them): rate and CPU are the steady")
   print("state's; expired and uncertain count the whole run, receive to close.")
@@ -91,6 +107,66 @@ local function lease_table()
       runs_dev[1].count, stat(runs_dev, "msgs_per_s"), stat(runs_dev, "cpu_s_per_10k", "%.2f"), stat(runs_dev, "rss_mb")))
     print("")
   end
+  return workers, by_row, order
+end
+
+-- One row per (workers, run) from the workers' lines: all their messages over the time
+-- from the start to the last message any of them handled.
+local function workers_runs(lines)
+  local by, order = {}, {}
+  for _, r in ipairs(lines) do
+    local key = r.workers .. "/" .. r.run
+    local g = by[key]
+    if not g then
+      g = { workers = r.workers, backlog = r.backlog, acked = 0, start = r.start, last = r.last,
+        cpu_s = 0, broker_s = r.broker_ticks / 100 }
+      by[key] = g
+      order[#order + 1] = key
+    end
+    g.acked = g.acked + r.acked
+    g.start, g.last = math.min(g.start, r.start), math.max(g.last, r.last)
+    g.cpu_s = g.cpu_s + r.cpu_s
+  end
+  local rows, worder = {}, {}
+  for _, key in ipairs(order) do
+    local g = by[key]
+    g.msgs_per_s = g.acked / math.max(g.last - g.start, 1e-3)
+    g.cpu_us_per_msg = g.cpu_s * 1e6 / math.max(g.acked, 1)
+    g.broker_us_per_msg = g.broker_s * 1e6 / math.max(g.acked, 1)
+    if not rows[g.workers] then rows[g.workers] = {}; worder[#worder + 1] = g.workers end
+    table.insert(rows[g.workers], g)
+  end
+  table.sort(worder)
+  return rows, worder
+end
+
+-- "Cost as work grows": the lease rows and the workers rows in one table.
+local function cost_table(lines, by_row, order)
+  local wrows, worder = workers_runs(lines or {})
+  if #worder == 0 and not order then return end
+  local function thousands(n) return ("%d"):format(n):reverse():gsub("(%d%d%d)", "%1,"):reverse():gsub("^,", "") end
+  print(("Cost as work grows: the dev broker and the clients on the same %s cores, shared with other work;"):format(sh("nproc")))
+  print("median (min–max) of the runs. A lease row is one process holding that many leases (CPU per")
+  print("renewal); a workers row is that many processes of mqlease.run (no-op handler, concurrency 256)")
+  print("in one group draining one backlog of 100-byte messages (CPU per message, all workers summed).")
+  print("")
+  print("| work | client bytes per lease | client CPU µs per renewal / message | dev broker CPU µs per renewal / message | renewals/s or msg/s |")
+  print("|---|---|---|---|---|")
+  for _, key in ipairs(order or {}) do
+    local runs = by_row[key]
+    if runs[1].spin_s == 0 then
+      print(("| %s leases | %s | %s | %s | %s renewals/s |"):format(thousands(runs[1].count),
+        stat(runs, "bytes_per_lease"), stat(runs, "cpu_us_per_renewal"),
+        stat(runs, "broker_cpu_us_per_renewal"), stat(runs, "renewals_per_s")))
+    end
+  end
+  for _, w in ipairs(worder) do
+    local runs = wrows[w]
+    print(("| %d worker%s, %s messages | - | %s | %s | %s msg/s |"):format(w, w == 1 and "" or "s",
+      thousands(runs[1].backlog), stat(runs, "cpu_us_per_msg", "%.1f"), stat(runs, "broker_us_per_msg", "%.1f"),
+      stat(runs, "msgs_per_s")))
+  end
+  print("")
 end
 
 if nrows > 0 then
@@ -140,7 +216,7 @@ if LR.run or JR.push or JR.consume then
   print("the client process's user+system time from before the consumer is built to the last message.")
   print("")
 end
-if lease_file then lease_table() end
+if lease_file then cost_table(lease_table()) end
 -- the incident replay (bench/run.sh part replay) has its own table
 if os.getenv("BENCH_REPLAY") then assert(loadfile("bench/replay_table.lua"))(os.getenv("BENCH_REPLAY")) end
 -- exactly-once against plain (bench/run.sh part eo)

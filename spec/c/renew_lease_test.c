@@ -1,6 +1,9 @@
 /* renew_lease_test.c -- what a lease costs in the table, without a server: a
- * lease is one allocation with its message id, its topic is shared, and a
- * renewal's new handle replaces the old one without touching the rest. */
+ * lease is one allocation with its message id and its receipt handle, its
+ * topic is shared, and a renewal's new handle replaces the old one in place
+ * without touching the rest. */
+#include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "mql_lease.h"
@@ -21,17 +24,56 @@ static void leases_of_one_topic_share_one_copy_of_its_name(void) {
     mql_lease_table_free(&t);
 }
 
+/* the handle lies inside the lease's own allocation */
+static int handle_inline(const mql_lease *l, size_t id_len, size_t first_handle_len) {
+    const char *start = (const char *)l;
+    return l->handle > start && l->handle < start + mql_lease_alloc_size(id_len, first_handle_len);
+}
+
 static void a_new_handle_keeps_the_message_id(void) {
     mql_lease_table t;
     mql_lease *l;
-    char *handle = strdup("renewed handle");
+    char *handle = strdup("renewed");
     mql_lease_table_init(&t);
     l = mql_lease_add(&t, "0A0B0C0D0E0F10111213141516171819", "orders", "first", 0, 1000);
-    mql_lease_take_handle(l, handle);
-    CHECK(l->handle == handle);
+    mql_lease_take_handle(l, handle);   /* copied in place and freed (ASan sees a leak else) */
+    CHECK(strcmp(l->handle, "renewed") == 0);
     CHECK(strcmp(l->message_id, "0A0B0C0D0E0F10111213141516171819") == 0);
     mql_lease_set_handle(l, "third");
     CHECK(strcmp(l->handle, "third") == 0);
+    mql_lease_table_free(&t);
+}
+
+/* One allocation per lease, whatever its handle does: a million leases are a
+ * million records, not two million. The fixed part stays within 96 bytes. */
+static void a_lease_is_one_allocation_with_its_id_and_handle(void) {
+    const char *id = "0A0B0C0D0E0F10111213141516171819";
+    const char *first = "dv 0 0 917 1000001 123456789";
+    mql_lease_table t;
+    mql_lease *l;
+    char longer[128];
+    mql_lease_table_init(&t);
+    l = mql_lease_add(&t, id, "orders", first, 0, 1000);
+    CHECK(offsetof(mql_lease, message_id) <= 96);
+    CHECK(mql_lease_alloc_size(strlen(id), strlen(first)) ==
+          offsetof(mql_lease, message_id) + strlen(id) + 1 + strlen(first) + 1 + MQL_HANDLE_SLACK);
+    CHECK(handle_inline(l, strlen(id), strlen(first)));
+    CHECK(strcmp(l->handle, first) == 0);
+    /* a renewal's handle a counter's few digits longer is still copied in place */
+    mql_lease_set_handle(l, "dv 0 0 917 100000001 1234567890");
+    CHECK(handle_inline(l, strlen(id), strlen(first)));
+    CHECK(strcmp(l->handle, "dv 0 0 917 100000001 1234567890") == 0);
+    CHECK(strcmp(l->message_id, id) == 0);
+    /* one that outgrows the room gets its own allocation, and the next short one comes back */
+    memset(longer, 'h', sizeof(longer) - 1);
+    longer[sizeof(longer) - 1] = '\0';
+    mql_lease_take_handle(l, strdup(longer));
+    CHECK(!handle_inline(l, strlen(id), strlen(first)));
+    CHECK(strcmp(l->handle, longer) == 0);
+    mql_lease_set_handle(l, "short");
+    CHECK(handle_inline(l, strlen(id), strlen(first)));
+    CHECK(strcmp(l->handle, "short") == 0);
+    CHECK(strcmp(l->message_id, id) == 0);
     mql_lease_table_free(&t);
 }
 
@@ -49,6 +91,7 @@ static void a_missing_message_id_or_topic_is_empty(void) {
 int main(void) {
     RUN(leases_of_one_topic_share_one_copy_of_its_name);
     RUN(a_new_handle_keeps_the_message_id);
+    RUN(a_lease_is_one_allocation_with_its_id_and_handle);
     RUN(a_missing_message_id_or_topic_is_empty);
     return TEST_REPORT("renew_lease_test");
 }

@@ -26,8 +26,17 @@ void mql_lease_table_init(mql_lease_table *t) {
     t->next_id = 1;
 }
 
+/* Where the handle lives when it fits: right after the message id. */
+static char *handle_room(mql_lease *l) {
+    return l->message_id + strlen(l->message_id) + 1;
+}
+
+static int handle_inline(mql_lease *l) {
+    return l->handle == handle_room(l);
+}
+
 static void lease_free(mql_lease *l) {
-    free(l->handle);
+    if (!handle_inline(l)) free(l->handle);
     free(l);
 }
 
@@ -79,17 +88,27 @@ static const char *topic_intern(mql_lease_table *t, const char *topic) {
     return t->topics[t->ntopics++];
 }
 
+size_t mql_lease_alloc_size(size_t id_len, size_t handle_len) {
+    /* offsetof, not sizeof: the id starts in the struct's tail padding */
+    return offsetof(mql_lease, message_id) + id_len + 1 + handle_len + 1 + MQL_HANDLE_SLACK;
+}
+
 mql_lease *mql_lease_add(mql_lease_table *t, const char *message_id, const char *topic,
                          const char *handle, int64_t now_ms, int64_t invisible_ms) {
     size_t idlen = strlen(message_id ? message_id : "");
-    /* offsetof, not sizeof: the id starts in the struct's tail padding */
-    mql_lease *l = mql_xcalloc(1, offsetof(mql_lease, message_id) + idlen + 1);
+    size_t hlen = strlen(handle ? handle : "");
+    mql_lease *l;
     size_t b;
+    /* a handle longer than the room's counter can say is simply kept apart */
+    if (hlen + 1 + MQL_HANDLE_SLACK > UINT16_MAX) hlen = 0;
+    l = mql_xcalloc(1, mql_lease_alloc_size(idlen, hlen));
     if (t->count + 1 > 2 * t->nbuckets) table_grow(t);   /* chains of two on average */
     l->id = t->next_id++;
     memcpy(l->message_id, message_id ? message_id : "", idlen + 1);
     l->topic = topic_intern(t, topic ? topic : "");
-    l->handle = mql_strdup(handle ? handle : "");
+    l->handle_room = (uint16_t)(hlen + 1 + MQL_HANDLE_SLACK);
+    l->handle = handle_room(l);
+    mql_lease_set_handle(l, handle ? handle : "");
     l->state = MQL_LEASE_HELD;
     l->acquired_ms = now_ms;
     l->deadline_ms = now_ms + invisible_ms;
@@ -109,12 +128,24 @@ mql_lease *mql_lease_find(const mql_lease_table *t, uint64_t id) {
 }
 
 void mql_lease_set_handle(mql_lease *l, const char *handle) {
-    free(l->handle);
+    size_t len = strlen(handle);
+    if (len < l->handle_room) {
+        if (!handle_inline(l)) free(l->handle);
+        l->handle = handle_room(l);
+        memmove(l->handle, handle, len + 1);   /* handle may be l->handle itself */
+        return;
+    }
+    if (!handle_inline(l)) free(l->handle);
     l->handle = mql_strdup(handle);
 }
 
 void mql_lease_take_handle(mql_lease *l, char *handle) {
-    free(l->handle);
+    if (strlen(handle) < l->handle_room) {
+        mql_lease_set_handle(l, handle);
+        free(handle);
+        return;
+    }
+    if (!handle_inline(l)) free(l->handle);
     l->handle = handle;
 }
 

@@ -13,6 +13,14 @@
  * re-arming O(1) but needs a tick; with a few thousand leases the heap is
  * cheaper than the wake-ups a tick costs.
  *
+ * A lease is held by the million, so its record is one allocation: the
+ * fixed fields, then the message id and room for the receipt handle, which
+ * every renewal replaces. The room is the first handle's length plus
+ * MQL_HANDLE_SLACK, so a new handle a few digits longer (a counter or a
+ * duration in it grew) is still copied in place: no allocation per lease for
+ * the handle, and none per renewal. Only a handle that outgrows the room gets
+ * an allocation of its own (handle then points outside the record).
+ *
  * The table is not thread-safe: the client's mutex guards it.
  */
 #ifndef MQL_LEASE_H
@@ -40,11 +48,13 @@ typedef enum mql_lease_pending {
 } mql_lease_pending;
 
 #define MQL_HEAP_NONE UINT32_MAX
+#define MQL_HANDLE_SLACK 8   /* bytes of room past the first handle (see above) */
 
 typedef struct mql_lease {
     uint64_t id;               /* table key, never reused within a client */
     const char *topic;         /* interned in the table: one copy per topic */
-    char *handle;              /* the latest receipt handle; the only one ever sent */
+    char *handle;              /* the latest receipt handle; the only one ever sent: in
+                                  text (inline) or, once one outgrew it, allocated */
     int64_t acquired_ms;       /* monotonic: when the receive returned it */
     int64_t deadline_ms;       /* monotonic: when the broker will redeliver */
     int64_t timer_ms;          /* monotonic: next renewal or deadline check */
@@ -60,8 +70,14 @@ typedef struct mql_lease {
                                   (and a second deadline) we never saw */
     uint32_t window_ms;        /* the invisible duration its receive or in-flight renewal
                                   asked for (they differ with invisible = "auto") */
-    char message_id[];         /* broker id, stable across redeliveries (same allocation) */
+    uint16_t handle_room;      /* bytes for the handle after the id in text, NUL included */
+    char message_id[];         /* broker id, stable across redeliveries (same allocation),
+                                  then its NUL, then handle_room bytes for the handle */
 } mql_lease;
+
+/* Bytes of one lease's allocation for a message id and a first handle of
+ * these lengths (what mql_lease_add allocates). */
+size_t mql_lease_alloc_size(size_t id_len, size_t handle_len);
 
 typedef struct mql_lease_table {
     char **topics;             /* interned topic names (a consumer has one or a few) */
@@ -79,15 +95,16 @@ void mql_lease_table_init(mql_lease_table *t);
 void mql_lease_table_free(mql_lease_table *t);
 
 /* Adds a held lease and returns it; the table owns it and copies the strings.
- * A lease is one allocation with its message id, plus its handle; the topic
- * is shared by every lease of that topic. */
+ * A lease is one allocation with its message id and its handle; the topic is
+ * shared by every lease of that topic. */
 mql_lease *mql_lease_add(mql_lease_table *t, const char *message_id, const char *topic,
                          const char *handle, int64_t now_ms, int64_t invisible_ms);
 mql_lease *mql_lease_find(const mql_lease_table *t, uint64_t id);
 /* Unlinks and frees the lease (and disarms its timer). */
 void mql_lease_remove(mql_lease_table *t, mql_lease *l);
+/* Replaces the handle with a copy of handle: in place when it fits the room. */
 void mql_lease_set_handle(mql_lease *l, const char *handle);
-/* Same, taking ownership of a malloc'd handle (no copy). */
+/* Same, taking ownership of a malloc'd handle (freed once copied in place). */
 void mql_lease_take_handle(mql_lease *l, char *handle);
 
 /* Arms (or re-arms) the lease's timer at when_ms; disarm takes it off the heap. */
