@@ -82,10 +82,11 @@ local function kill_mid_run()
     end
     rmq("kill-proxy 1")
     for _, w in pairs(runs) do w.at_kill = read(w.logfile) end
-    -- the sessions move: handling goes on while proxy 1 is still dead
+    -- the sessions move: handling goes on while proxy 1 is still dead (it stays dead until
+    -- this wait ends; 120 s, as proxy 2's first calls are a cold JVM's on a shared box)
     for _, w in pairs(runs) do
       local done_at_kill = count(w.at_kill, "effect ")
-      wait_for(function() return count(read(w.logfile), "effect ") >= done_at_kill + 20 end, 60,
+      wait_for(function() return count(read(w.logfile), "effect ") >= done_at_kill + 20 end, 120,
         "20 handled through proxy 2 while proxy 1 is down")
     end
     rmq("restart-proxy 1")
