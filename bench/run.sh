@@ -33,7 +33,7 @@
 #    workers, one killed; BENCH_RUNS runs one after another. REPLAY_PRODUCE (20 s) of
 #    sending at REPLAY_RATE (380 msg/s), REPLAY_DRAIN (40 s) at most for the rest.
 # 4. Exactly-once ("eo"): mqlease.run with a no-op handler over BENCH_EO_COUNT (20000; QUICK
-#    10000) pre-loaded messages of BENCH_SIZE bytes on its own dev broker, plain and with
+#    5000) pre-loaded messages of BENCH_SIZE bytes on its own dev broker, plain and with
 #    mqlease.policy.exactly_once on the Redis of part 3 (started the same way), one after the
 #    other in each of BENCH_RUNS runs: msg/s, client CPU and redis-server CPU per message.
 # send: mqlease one at a time, from coroutines and by send_many, and the Java client's
@@ -69,10 +69,10 @@ results=$(mktemp)
 lease_results=$(mktemp)
 replay_results=$(mktemp)
 export BENCH_REPLAY=$replay_results   # bench/table.lua adds the replay table from it
-if [[ $QUICK == 1 ]]; then RUNS=${BENCH_RUNS:-1}; PARTS=${BENCH_PARTS:-lease replay eo}
-else RUNS=${BENCH_RUNS:-3}; PARTS=${BENCH_PARTS:-lease replay eo throughput java}; fi
-if [[ $QUICK == 1 ]]; then RUNS=${BENCH_RUNS:-1}; PARTS=${BENCH_PARTS:-lease replay send}
-else RUNS=${BENCH_RUNS:-3}; PARTS=${BENCH_PARTS:-lease replay send throughput java}; fi
+eo_results=$(mktemp)
+export BENCH_EO=$eo_results           # ... and the exactly-once table from this
+send_results=$(mktemp)
+export BENCH_SEND=$send_results       # and the sends-in-flight table from this one
 DV_PID=
 cleanup() {
   if [[ -n $DV_PID ]]; then kill "$DV_PID" 2>/dev/null || true; wait "$DV_PID" 2>/dev/null || true; fi
@@ -208,7 +208,7 @@ if part replay; then part_replay; fi
 # ---- part 4: exactly-once against plain over the same backlog size ---------------------
 part_eo() {
 local n=${BENCH_EO_COUNT:-20000} port=${MQLEASE_REDIS_PORT:-16379} redis_pid run policy topic
-[[ $QUICK == 1 ]] && n=${BENCH_EO_COUNT:-10000}
+[[ $QUICK == 1 ]] && n=${BENCH_EO_COUNT:-5000}
 REDIS=1
 bash spec/support/redis.sh start >/dev/null
 # its CPU is read from /proc; a reused Redis serving others counts their work too
@@ -233,11 +233,12 @@ DV_PID=
 if part eo; then part_eo; fi
 
 # ---- part send: sends in flight ------------------------------------------------------
-# One at a time (SEND_ONE, 2000), then SEND_COUNT (20000) in flight from SEND_INFLIGHT (128)
+# One at a time (SEND_ONE, 2000), then SEND_COUNT (20000; QUICK 10000) in flight from SEND_INFLIGHT (128)
 # coroutines and as one send_many, then the Java client's sendAsync with as many outstanding,
 # on the real RocketMQ, each run on a fresh topic. QUICK: once on the dev broker, no JVM.
 part_send() {
 local one=${SEND_ONE:-2000} n=${SEND_COUNT:-20000} k=${SEND_INFLIGHT:-128} e label run how topics=()
+[[ $QUICK == 1 ]] && n=${SEND_COUNT:-10000}
 if [[ $QUICK == 1 ]]; then
   start_devbroker
   e=$DV label="the dev broker"
