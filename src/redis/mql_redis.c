@@ -8,9 +8,8 @@
  * policy pays one round trip per scheduler turn instead of one per script.
  * Each command still gets its own event, matched by position; a connection
  * that breaks mid-batch fails the command it cut and all after it. The
- * keepalive thread renews the registered locks on a second
- * link, earliest deadline first, so no queue of commands and no slow command
- * can hold a renewal back past a lock's TTL. A broken connection is dropped
+ * keepalive thread (mql_redis_keepalive.c) renews the registered locks on a
+ * second link, so no queue of commands can hold a renewal back past a TTL. A broken connection is dropped
  * and re-made by the next command; a command is never sent twice, because a
  * reply lost after the server ran it (an INCR, say) must not run it again.
  * Every wait is on the monotonic clock.
@@ -29,66 +28,7 @@
 
 #include "mql.h"
 #include "mql_redis_link.h"
-
-/* Commands per round trip: bounds the thread's arrays and how long the last
- * command of a batch waits behind the first. */
-#define PIPELINE_MAX 128
-#define SHA_CACHE 4
-
-#define RENEW_SCRIPT                                                         \
-    "if redis.call('get', KEYS[1]) == ARGV[1] then "                        \
-    "return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end"
-
-typedef struct redis_cmd {
-    struct redis_cmd *next;
-    uint64_t op;
-    int argc;
-    char **argv;
-    size_t *lens;
-    char *script;            /* non-NULL: an EVALSHA whose argv[1] is the SHA1 */
-} redis_cmd;
-
-enum { KA_ACTIVE, KA_LOST, KA_SPENT };
-
-typedef struct keepalive {
-    struct keepalive *next;
-    uint64_t id;
-    char *key, *owner;
-    int64_t ttl_ms, every_ms;
-    int64_t next_at;         /* monotonic ms of the next renewal */
-    int64_t until;           /* stop renewing after this */
-    int64_t last_ok;         /* the key cannot outlive last_ok + ttl */
-    int state;               /* KA_*: only KA_ACTIVE ones are renewed */
-    int busy;                /* being renewed with the lock dropped */
-    int cancelled;           /* stopped while busy: freed when the renewal returns */
-} keepalive;
-
-struct mql_redis {
-    pthread_t cmd_thread, ka_thread;
-    int cmd_started, ka_started;
-    pthread_mutex_t mu;
-    pthread_cond_t cmd_cond, ka_cond;   /* both on CLOCK_MONOTONIC */
-    int stopping;
-    redis_cmd *head, *tail;
-    keepalive *alive;        /* stays listed until keepalive_stop */
-    /* When the keepalive thread sleeps until (INT64_MIN while it is awake, and
-     * will look at the list again anyway): a new lock due later than that
-     * needs no wake-up. Waking it for each of thousands of locks a second,
-     * each due lock_ttl/3 later, cost a context switch per message. */
-    int64_t ka_wake_at;
-    uint64_t next_op;
-    mql_events events;
-    mql_redis_link *cmd_link;   /* the command thread's own */
-    mql_redis_link *ka_link;    /* the keepalive thread's own */
-    char renew_sha[41];
-    uint64_t round_trips, commands;   /* the command link's, for mql_redis_stats */
-    /* The SHA1s of the last scripts evaluated: a policy sends the same two or
-     * three scripts for every message, and hashing each again (OpenSSL 3
-     * fetches the digest anew on every EVP_Digest) cost more than the Lua
-     * around it. Touched only by the host, which builds the commands. */
-    struct { char *script; char sha[41]; } sha_cache[SHA_CACHE];
-    int sha_next;
-};
+#include "mql_redis_private.h"
 
 /* ------------------------------------------------------------ helpers */
 
@@ -138,7 +78,7 @@ static void cond_init_monotonic(pthread_cond_t *cond) {
 }
 
 /* Waits on cond until when (mql_now_ms time), a signal, or forever (INT64_MAX). */
-static void wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t when) {
+void mql_redis_wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t when) {
     struct timespec ts;
     if (when == INT64_MAX) {
         pthread_cond_wait(cond, mu);
@@ -157,8 +97,8 @@ static int key_index_of(int argc, char **argv, const char *script) {
 }
 
 /* Runs argv; on NOSCRIPT re-runs it as EVAL with the script. NULL + res on failure. */
-static redisReply *run(mql_redis_link *link, int argc, char **argv, size_t *lens,
-                       const char *script, mql_result *res) {
+redisReply *mql_redis_run(mql_redis_link *link, int argc, char **argv, size_t *lens,
+                          const char *script, mql_result *res) {
     int key = key_index_of(argc, argv, script);
     redisReply *reply = mql_redis_link_run(link, argc, (const char **)argv, lens, key, res);
     if (reply && script && reply->type == REDIS_REPLY_ERROR &&
@@ -284,7 +224,7 @@ static void *cmd_thread_main(void *arg) {
     while (!r->stopping) {
         int n, i;
         if (!r->head) {
-            wait_until(&r->cmd_cond, &r->mu, INT64_MAX);
+            mql_redis_wait_until(&r->cmd_cond, &r->mu, INT64_MAX);
             continue;
         }
         n = take_batch(r, cmds);
@@ -292,121 +232,6 @@ static void *cmd_thread_main(void *arg) {
         exec_batch(r, cmds, n);
         for (i = 0; i < n; i++) cmd_free(cmds[i]);
         pthread_mutex_lock(&r->mu);
-    }
-    pthread_mutex_unlock(&r->mu);
-    return NULL;
-}
-
-/* ------------------------------------------------------------ keepalives */
-
-static void keepalive_free(keepalive *k) {
-    free(k->key);
-    free(k->owner);
-    free(k);
-}
-
-enum { RENEW_KEPT, RENEW_RETRY, RENEW_LOST };
-
-/* What a renewal's reply proves. The script answers 1 (renewed) or 0 (the key
- * is gone or another owner's): only that 0 proves the lock lost. An error
- * reply proves nothing about the key: BUSY (a script runs past
- * busy-reply-threshold), LOADING (a restart reads its dataset), MASTERDOWN,
- * CLUSTERDOWN or a READONLY after a failover all leave a key that may still be
- * ours and still counting down its TTL, so they are retried like a lost
- * connection while that TTL allows. */
-static int renewal_outcome(const redisReply *reply) {
-    if (reply->type != REDIS_REPLY_INTEGER) return RENEW_RETRY;
-    return reply->integer == 1 ? RENEW_KEPT : reply->integer == 0 ? RENEW_LOST : RENEW_RETRY;
-}
-
-/* One renewal over the keepalive link, with the mutex dropped. */
-static int renew_lock(mql_redis *r, const char *key, const char *owner, int64_t ttl_ms) {
-    char ttl[24];
-    char *argv[6];
-    size_t lens[6];
-    mql_result res;
-    redisReply *reply;
-    int outcome;
-    snprintf(ttl, sizeof(ttl), "%lld", (long long)ttl_ms);
-    argv[0] = "EVALSHA";
-    argv[1] = r->renew_sha;
-    argv[2] = "1";
-    argv[3] = (char *)key;
-    argv[4] = (char *)owner;
-    argv[5] = ttl;
-    for (int i = 0; i < 6; i++) lens[i] = strlen(argv[i]);
-    reply = run(r->ka_link, 6, argv, lens, RENEW_SCRIPT, &res);
-    if (!reply) return RENEW_RETRY;
-    outcome = renewal_outcome(reply);
-    freeReplyObject(reply);
-    return outcome;
-}
-
-static void post_lock_lost(mql_redis *r, uint64_t id) {
-    mql_event *ev = mql_event_new(MQL_EV_LOCK_LOST, 0);
-    ev->keepalive_id = id;
-    mql_events_push(&r->events, ev);
-}
-
-/* Applies a renewal's outcome (mutex held); started is when it was sent. */
-static void apply_renewal(mql_redis *r, keepalive *k, int outcome, int64_t started) {
-    int64_t now = mql_now_ms();
-    if (outcome == RENEW_KEPT) {
-        k->last_ok = started;    /* the new TTL counts from no later than the send */
-        k->next_at = started + k->every_ms;
-        return;
-    }
-    if (outcome == RENEW_RETRY && now - k->last_ok < k->ttl_ms) {
-        /* unreachable or refused: try again soon, while the key may still be ours */
-        k->next_at = now + (k->every_ms < 500 ? k->every_ms : 500);
-        return;
-    }
-    k->state = KA_LOST;
-    if (!k->cancelled) post_lock_lost(r, k->id);
-}
-
-/* The active, idle keepalive with the earliest deadline (mutex held). */
-static keepalive *earliest(const mql_redis *r) {
-    keepalive *k, *best = NULL;
-    for (k = r->alive; k; k = k->next)
-        if (k->state == KA_ACTIVE && !k->busy && (!best || k->next_at < best->next_at)) best = k;
-    return best;
-}
-
-static void unlink_keepalive(mql_redis *r, keepalive *k) {
-    keepalive **pp;
-    for (pp = &r->alive; *pp != k; pp = &(*pp)->next) {
-    }
-    *pp = k->next;
-}
-
-static void *ka_thread_main(void *arg) {
-    mql_redis *r = arg;
-    pthread_mutex_lock(&r->mu);
-    while (!r->stopping) {
-        keepalive *k = earliest(r);
-        int64_t now = mql_now_ms();
-        int outcome;
-        if (!k || k->next_at > now) {
-            r->ka_wake_at = k ? k->next_at : INT64_MAX;
-            wait_until(&r->ka_cond, &r->mu, r->ka_wake_at);
-            r->ka_wake_at = INT64_MIN;
-            continue;
-        }
-        if (now >= k->until) {   /* its budget is spent: let it expire */
-            k->state = KA_SPENT;
-            continue;
-        }
-        k->busy = 1;
-        pthread_mutex_unlock(&r->mu);
-        outcome = renew_lock(r, k->key, k->owner, k->ttl_ms);
-        pthread_mutex_lock(&r->mu);
-        k->busy = 0;
-        apply_renewal(r, k, outcome, now);
-        if (k->cancelled) {
-            unlink_keepalive(r, k);
-            keepalive_free(k);
-        }
     }
     pthread_mutex_unlock(&r->mu);
     return NULL;
@@ -433,7 +258,7 @@ mql_redis *mql_redis_new(const mql_redis_config *cfg, char *err, size_t errlen) 
     cond_init_monotonic(&r->cmd_cond);
     cond_init_monotonic(&r->ka_cond);
     r->cmd_started = start_thread(&r->cmd_thread, cmd_thread_main, r);
-    r->ka_started = r->cmd_started && start_thread(&r->ka_thread, ka_thread_main, r);
+    r->ka_started = r->cmd_started && start_thread(&r->ka_thread, mql_redis_ka_thread_main, r);
     if (!r->ka_started) {
         snprintf(err, errlen, "cannot start the redis threads");
         mql_redis_free(r);
@@ -459,7 +284,7 @@ void mql_redis_free(mql_redis *r) {
     }
     for (k = r->alive; k; k = knext) {
         knext = k->next;
-        keepalive_free(k);
+        mql_redis_keepalive_free(k);
     }
     mql_redis_link_free(r->cmd_link);
     mql_redis_link_free(r->ka_link);
@@ -572,48 +397,4 @@ void mql_redis_stats(mql_redis *r, uint64_t *round_trips, uint64_t *commands) {
     *round_trips = r->round_trips;
     *commands = r->commands;
     pthread_mutex_unlock(&r->mu);
-}
-
-uint64_t mql_redis_keepalive(mql_redis *r, const char *key, const char *owner, int64_t ttl_ms,
-                             int64_t every_ms, int64_t max_ms, int64_t since_ms) {
-    keepalive *k = mql_xcalloc(1, sizeof(*k));
-    int64_t now = mql_now_ms();
-    /* the key's TTL started when its acquire was sent, however late this call
-     * comes; a time from the future is no acquire of ours, so it counts as now */
-    int64_t since = since_ms > 0 && since_ms < now ? since_ms : now;
-    uint64_t id;
-    k->key = mql_strdup(key);
-    k->owner = mql_strdup(owner);
-    k->ttl_ms = ttl_ms;
-    k->every_ms = every_ms > 0 ? every_ms : ttl_ms / 3;
-    k->next_at = since + k->every_ms;   /* already due when registered late */
-    k->until = max_ms > 0 ? since + max_ms : INT64_MAX;
-    k->last_ok = since;
-    pthread_mutex_lock(&r->mu);
-    id = k->id = ++r->next_op;
-    k->next = r->alive;
-    r->alive = k;
-    if (k->next_at < r->ka_wake_at) pthread_cond_signal(&r->ka_cond);
-    pthread_mutex_unlock(&r->mu);
-    return id;
-}
-
-int mql_redis_keepalive_stop(mql_redis *r, uint64_t id) {
-    keepalive *k;
-    int lost = 0;
-    pthread_mutex_lock(&r->mu);
-    for (k = r->alive; k && k->id != id; k = k->next) {
-    }
-    if (k) {
-        /* lost: a renewal said so, or the TTL ran out since the last good one */
-        lost = k->state == KA_LOST || mql_now_ms() - k->last_ok >= k->ttl_ms;
-        if (k->busy) {
-            k->cancelled = 1;   /* the thread frees it when the renewal returns */
-        } else {
-            unlink_keepalive(r, k);
-            keepalive_free(k);
-        }
-    }
-    pthread_mutex_unlock(&r->mu);
-    return lost;
 }

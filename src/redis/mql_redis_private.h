@@ -1,0 +1,87 @@
+/* mql_redis_private.h -- what the command thread (mql_redis.c) and the
+ * keepalive thread (mql_redis_keepalive.c) share: the client struct, under one
+ * mutex, and the helpers both use. Not for use outside src/redis.
+ */
+#ifndef MQL_REDIS_PRIVATE_H
+#define MQL_REDIS_PRIVATE_H
+
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#include "mql.h"
+#include "mql_redis.h"
+#include "mql_redis_link.h"
+
+/* Commands per round trip: bounds the thread's arrays and how long the last
+ * command of a batch waits behind the first. */
+#define PIPELINE_MAX 128
+#define SHA_CACHE 4
+
+#define RENEW_SCRIPT                                                         \
+    "if redis.call('get', KEYS[1]) == ARGV[1] then "                        \
+    "return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end"
+
+typedef struct redis_cmd {
+    struct redis_cmd *next;
+    uint64_t op;
+    int argc;
+    char **argv;
+    size_t *lens;
+    char *script;            /* non-NULL: an EVALSHA whose argv[1] is the SHA1 */
+} redis_cmd;
+
+enum { KA_ACTIVE, KA_LOST, KA_SPENT };
+
+typedef struct keepalive {
+    struct keepalive *next;
+    uint64_t id;
+    char *key, *owner;
+    int64_t ttl_ms, every_ms;
+    int64_t next_at;         /* monotonic ms of the next renewal */
+    int64_t until;           /* stop renewing after this */
+    int64_t last_ok;         /* the key cannot outlive last_ok + ttl */
+    int state;               /* KA_*: only KA_ACTIVE ones are renewed */
+    int busy;                /* being renewed with the lock dropped */
+    int cancelled;           /* stopped while busy: freed when the renewal returns */
+} keepalive;
+
+struct mql_redis {
+    pthread_t cmd_thread, ka_thread;
+    int cmd_started, ka_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cmd_cond, ka_cond;   /* both on CLOCK_MONOTONIC */
+    int stopping;
+    redis_cmd *head, *tail;
+    keepalive *alive;        /* stays listed until keepalive_stop */
+    /* When the keepalive thread sleeps until (INT64_MIN while it is awake, and
+     * will look at the list again anyway): a new lock due later than that
+     * needs no wake-up. Waking it for each of thousands of locks a second,
+     * each due lock_ttl/3 later, cost a context switch per message. */
+    int64_t ka_wake_at;
+    uint64_t next_op;
+    mql_events events;
+    mql_redis_link *cmd_link;   /* the command thread's own */
+    mql_redis_link *ka_link;    /* the keepalive thread's own */
+    char renew_sha[41];
+    uint64_t round_trips, commands;   /* the command link's, for mql_redis_stats */
+    /* The SHA1s of the last scripts evaluated: a policy sends the same two or
+     * three scripts for every message, and hashing each again (OpenSSL 3
+     * fetches the digest anew on every EVP_Digest) cost more than the Lua
+     * around it. Touched only by the host, which builds the commands. */
+    struct { char *script; char sha[41]; } sha_cache[SHA_CACHE];
+    int sha_next;
+};
+
+/* Waits on cond (a CLOCK_MONOTONIC one) until woken or the monotonic ms when. */
+void mql_redis_wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t when);
+/* Runs one command on a link (EVALSHA when script is set); on NOSCRIPT runs it
+ * again as EVAL with the script. NULL with res set on failure. */
+redisReply *mql_redis_run(mql_redis_link *link, int argc, char **argv, size_t *lens,
+                          const char *script, mql_result *res);
+
+/* The keepalive thread (mql_redis_keepalive.c) and its records. */
+void *mql_redis_ka_thread_main(void *arg);
+void mql_redis_keepalive_free(keepalive *k);
+
+#endif
