@@ -8,7 +8,7 @@
  *
  * Entries are found by id through a chained hash table and ordered by their
  * next timer (a renewal, or the check that the deadline has passed) in a
- * binary min-heap, so the core's thread sleeps exactly until the next thing
+ * 4-ary min-heap, so the core's thread sleeps exactly until the next thing
  * to do: O(1) lookup, O(log n) re-arm, O(1) peek. A timer wheel would make
  * re-arming O(1) but needs a tick; with a few thousand leases the heap is
  * cheaper than the wake-ups a tick costs.
@@ -79,13 +79,20 @@ typedef struct mql_lease {
  * these lengths (what mql_lease_add allocates). */
 size_t mql_lease_alloc_size(size_t id_len, size_t handle_len);
 
+/* One timer in the heap: its time kept beside the lease, so ordering never
+ * reads the lease (see the heap in mql_lease.c). */
+typedef struct mql_heap_slot {
+    int64_t timer_ms;
+    mql_lease *lease;
+} mql_heap_slot;
+
 typedef struct mql_lease_table {
     char **topics;             /* interned topic names (a consumer has one or a few) */
     size_t ntopics;
     mql_lease **buckets;
     size_t nbuckets;           /* power of two */
     size_t count;
-    mql_lease **heap;
+    mql_heap_slot *heap;       /* HEAP_PAD slots into an aligned allocation */
     uint32_t heap_len;
     uint32_t heap_cap;
     uint64_t next_id;
