@@ -16,10 +16,10 @@
  * knows CPP but not LUA; anything unknown fails Telemetry and Heartbeat. */
 #define MQL_LANGUAGE "CPP"
 
-static void add_md(mql_call *c, const char *key, const char *value) {
-    if (c->nmd >= MQL_CALL_MAX_MD || !value) return;
+static void add_md(mql_call *c, const char *key, grpc_slice value) {
+    if (c->nmd >= MQL_CALL_MAX_MD) return;
     c->md[c->nmd].key = grpc_slice_from_static_string(key);
-    c->md[c->nmd].value = grpc_slice_from_copied_string(value);
+    c->md[c->nmd].value = grpc_slice_ref(value);
     c->nmd++;
 }
 
@@ -33,52 +33,121 @@ static void hex_upper(const unsigned char *in, size_t n, char *out) {
     out[2 * n] = '\0';
 }
 
-static void random_request_id(char *out, size_t len) {
-    unsigned char b[16];
-    char hex[33];
-    if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b)) memset(b, 0x5a, sizeof(b));
-    hex_upper(b, sizeof(b), hex);
-    snprintf(out, len, "%.8s-%.4s-%.4s-%.4s-%.12s", hex, hex + 8, hex + 12, hex + 16, hex + 20);
+static grpc_slice slice_of(const char *s) {
+    return s && *s ? grpc_slice_from_copied_string(s) : grpc_empty_slice();
+}
+
+static void headers_init(mql_header_cache *h, const mql_identity *id) {
+    h->client_id = slice_of(id->client_id);
+    h->language = grpc_slice_from_static_string(MQL_LANGUAGE);
+    h->protocol = grpc_slice_from_static_string("v2");
+    h->version = grpc_slice_from_static_string(MQL_VERSION);
+    h->namespace_ = slice_of(id->namespace_);
+    h->token = slice_of(id->security_token);
+    h->date = grpc_empty_slice();
+    h->authorization = grpc_empty_slice();
+    h->date_sec = -1;
+    if (getrandom(h->request_base, sizeof(h->request_base), 0) != (ssize_t)sizeof(h->request_base))
+        memset(h->request_base, 0x5a, sizeof(h->request_base));
+    h->request_seq = 0;
+    h->ready = 1;
+}
+
+void mql_identity_clear(mql_identity *id) {
+    mql_header_cache *h = &id->headers;
+    if (!h->ready) return;
+    grpc_slice_unref(h->client_id);
+    grpc_slice_unref(h->namespace_);
+    grpc_slice_unref(h->token);
+    grpc_slice_unref(h->date);
+    grpc_slice_unref(h->authorization);
+    memset(h, 0, sizeof(*h));
 }
 
 /* MQv2-HMAC-SHA1: the signature is HMAC-SHA1(secret, x-mq-date-time) in upper hex. */
-static void add_authorization(mql_call *c, const mql_identity *id, const char *date) {
+static grpc_slice authorization_of(const mql_identity *id, const char *date) {
     unsigned char mac[EVP_MAX_MD_SIZE];
     size_t mac_len = 0;
     char hex[2 * EVP_MAX_MD_SIZE + 1], value[512];
     if (!EVP_Q_mac(NULL, "HMAC", NULL, "SHA1", NULL, id->secret_key, strlen(id->secret_key),
                    (const unsigned char *)date, strlen(date), mac, sizeof(mac), &mac_len))
-        return;
+        return grpc_empty_slice();
     hex_upper(mac, mac_len, hex);
     snprintf(value, sizeof(value),
              "MQv2-HMAC-SHA1 Credential=%s, SignedHeaders=x-mq-date-time, Signature=%s",
              id->access_key, hex);
-    add_md(c, "authorization", value);
+    return grpc_slice_from_copied_string(value);
 }
 
-static void add_headers(mql_call *c, const mql_identity *id) {
-    char date[32], request_id[40];
+static int signs(const mql_identity *id) {
+    return id->access_key && *id->access_key && id->secret_key;
+}
+
+/* The date (and the signature over it) of this second. */
+static void headers_date(mql_header_cache *h, const mql_identity *id) {
+    char date[32];
     time_t now = time(NULL);
     struct tm tm;
+    if ((int64_t)now == h->date_sec) return;
     gmtime_r(&now, &tm);
     strftime(date, sizeof(date), "%Y%m%dT%H%M%SZ", &tm);
-    random_request_id(request_id, sizeof(request_id));
-    add_md(c, "x-mq-client-id", id->client_id);
-    add_md(c, "x-mq-language", MQL_LANGUAGE);
-    add_md(c, "x-mq-protocol", "v2");
-    add_md(c, "x-mq-client-version", MQL_VERSION);
-    add_md(c, "x-mq-date-time", date);
-    add_md(c, "x-mq-request-id", request_id);
-    if (id->namespace_ && *id->namespace_) add_md(c, "x-mq-namespace", id->namespace_);
-    if (id->access_key && *id->access_key && id->secret_key) {
-        add_authorization(c, id, date);
+    grpc_slice_unref(h->date);
+    grpc_slice_unref(h->authorization);
+    h->date = grpc_slice_from_copied_string(date);
+    h->authorization = signs(id) ? authorization_of(id, date) : grpc_empty_slice();
+    h->date_sec = (int64_t)now;
+}
+
+/* A UUID-shaped id unique per call: the random base plus the call's number. */
+static grpc_slice request_id(mql_header_cache *h) {
+    unsigned char b[16];
+    uint64_t seq = ++h->request_seq, carry = 0;
+    char hex[33], out[37];
+    int i;
+    memcpy(b, h->request_base, sizeof(b));
+    for (i = 15; i >= 0; i--) {
+        uint64_t sum = (uint64_t)b[i] + (seq & 0xff) + carry;
+        b[i] = (unsigned char)sum;
+        carry = sum >> 8;
+        seq >>= 8;
+    }
+    hex_upper(b, sizeof(b), hex);
+    memcpy(out, hex, 8);
+    out[8] = '-';
+    memcpy(out + 9, hex + 8, 4);
+    out[13] = '-';
+    memcpy(out + 14, hex + 12, 4);
+    out[18] = '-';
+    memcpy(out + 19, hex + 16, 4);
+    out[23] = '-';
+    memcpy(out + 24, hex + 20, 12);
+    out[36] = '\0';
+    return grpc_slice_from_copied_string(out);
+}
+
+static void add_headers(mql_call *c, mql_identity *id) {
+    mql_header_cache *h = &id->headers;
+    grpc_slice rid;
+    if (!h->ready) headers_init(h, id);
+    headers_date(h, id);
+    add_md(c, "x-mq-client-id", h->client_id);
+    add_md(c, "x-mq-language", h->language);
+    add_md(c, "x-mq-protocol", h->protocol);
+    add_md(c, "x-mq-client-version", h->version);
+    add_md(c, "x-mq-date-time", h->date);
+    rid = request_id(h);
+    add_md(c, "x-mq-request-id", rid);
+    grpc_slice_unref(rid);
+    if (id->namespace_ && *id->namespace_) add_md(c, "x-mq-namespace", h->namespace_);
+    if (signs(id) && GRPC_SLICE_LENGTH(h->authorization) > 0) {
+        add_md(c, "authorization", h->authorization);
         if (id->security_token && *id->security_token)
-            add_md(c, "x-mq-session-token", id->security_token);
+            add_md(c, "x-mq-session-token", h->token);
     }
 }
 
 mql_call *mql_call_new(grpc_channel *ch, grpc_completion_queue *cq, const char *method,
-                       int64_t timeout_ms, const mql_identity *id) {
+                       int64_t timeout_ms, mql_identity *id) {
     mql_call *c = mql_xcalloc(1, sizeof(*c));
     gpr_timespec deadline =
         timeout_ms < 0 ? gpr_inf_future(GPR_CLOCK_MONOTONIC)

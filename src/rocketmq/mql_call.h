@@ -18,13 +18,32 @@
 #include <stdint.h>
 
 /* Who the calls are from: the headers every RocketMQ request carries. */
+/* The header values every call of a client sends, made once and shared by
+ * reference (each call refs the slices it sends): before, each call copied
+ * seven strings, formatted the date and drew its request id from getrandom,
+ * a system call per renewal. The date and the signature over it change once
+ * a second; a request id is a random base drawn once plus a counter.
+ * Guarded by the client's mutex, like the calls that use it. */
+typedef struct mql_header_cache {
+    int ready;
+    grpc_slice client_id, language, protocol, version, namespace_, token;
+    int64_t date_sec;                  /* the second date and authorization are for */
+    grpc_slice date, authorization;    /* authorization: empty without credentials */
+    unsigned char request_base[16];
+    uint64_t request_seq;
+} mql_header_cache;
+
 typedef struct mql_identity {
     const char *client_id;
     const char *namespace_;      /* may be NULL or empty */
     const char *access_key;      /* NULL: no authorization header */
     const char *secret_key;
     const char *security_token;  /* may be NULL */
+    mql_header_cache headers;    /* made on the first call; mql_identity_clear frees it */
 } mql_identity;
+
+/* Frees the header cache (the strings above belong to the caller). */
+void mql_identity_clear(mql_identity *id);
 
 typedef struct mql_call mql_call;
 typedef void (*mql_call_done_fn)(mql_call *c);
@@ -73,7 +92,7 @@ struct mql_call {
 
 /* timeout_ms < 0: no deadline (Telemetry lives as long as the client). */
 mql_call *mql_call_new(grpc_channel *ch, grpc_completion_queue *cq, const char *method,
-                       int64_t timeout_ms, const mql_identity *id);
+                       int64_t timeout_ms, mql_identity *id);
 /* Starts the call; 0 on success, -1 if grpc refused (then no hook will run). */
 int mql_call_start_unary(mql_call *c, const ProtobufCMessage *req);
 int mql_call_start_server_stream(mql_call *c, const ProtobufCMessage *req);

@@ -207,6 +207,7 @@ static void client_free_fields(mql_client *c) {
     mql_consumer_part *cs = &c->consumer;
     mql_producer_part *pr = &c->producer;
     size_t i;
+    mql_identity_clear(&c->id);
     free(c->endpoint_list);
     free(c->endpoint);
     free(c->host);
