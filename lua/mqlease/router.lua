@@ -13,8 +13,10 @@
 
 local core = require "mqlease.core"
 local loop = require "mqlease.loop"
+local scheduler_adapter = require "mqlease.loop.scheduler"
 
-local setmetatable = setmetatable
+local setmetatable, pairs, ipairs = setmetatable, pairs, ipairs
+local coroutine = coroutine
 
 local _M = {}
 local methods = {}
@@ -28,6 +30,9 @@ function _M.new(client)
     leases = setmetatable({}, { __mode = "v" }), -- lease id -> lease object (weak)
     on_lock_lost = nil,                    -- fn(keepalive id), for Redis clients
     on_op = nil,                           -- fn(event) -> true when it took the event (the producer's sends)
+    waiters = {},                          -- op id -> coroutine parked for it in mqlease's scheduler
+    waiter_sched = {},                     -- op id -> that coroutine's scheduler
+    watched = nil,                         -- the scheduler that pumps this router when its fd is readable
   }, mt)
 end
 
@@ -52,7 +57,12 @@ function methods:pump()
       local on_op = self.on_op
       if on_op and on_op(ev) then
         -- taken by its owner (a send in flight): nobody waits in result() for it
-      elseif self.forgotten[ev.op] then self.forgotten[ev.op] = nil else self.results[ev.op] = ev end
+      elseif self.forgotten[ev.op] then self.forgotten[ev.op] = nil
+      else
+        self.results[ev.op] = ev
+        local co = self.waiters[ev.op]
+        if co then self.waiter_sched[ev.op]:wake(co) end
+      end
     elseif ev.kind == "lock_lost" then
       if self.on_lock_lost then self.on_lock_lost(ev.keepalive) end
     else
@@ -60,6 +70,34 @@ function methods:pump()
       if lease then lease:_set_state(ev.state, ev.renewals) end
     end
   end
+end
+
+-- Under mqlease's own scheduler the router's descriptor is watched once, by
+-- the scheduler, which pumps the router when it is readable; a coroutine
+-- waiting for an op parks, and the pump wakes exactly the one whose result
+-- came. Waiting on the descriptor itself woke every waiter of the client on
+-- every batch of events (a 256-task mqlease.run resumed 256 coroutines for
+-- each ack), and most went straight back to sleep.
+local function watch(self, sched)
+  local prior = self.watched
+  if prior == sched then return end
+  local fd = self.client:fd()
+  if prior then prior:unwatch(fd) end
+  self.watched = sched
+  sched:watch(fd, function()
+    if self.client:closed() then
+      sched:unwatch(fd)
+      if self.watched == sched then self.watched = nil end
+      return
+    end
+    self:pump()
+  end)
+end
+
+-- The scheduler of mqlease that runs the caller, when the caller's loop is it.
+local function own_scheduler()
+  if loop.adapter() ~= scheduler_adapter then return nil end
+  return scheduler_adapter.current()
 end
 
 -- The result (event) of op, waiting for it in the caller's loop; deadline
@@ -82,7 +120,17 @@ function methods:result(op, deadline)
     if deadline and core.now() >= deadline then return nil end
     -- closed by another coroutine meanwhile: no result will come
     if self.client:closed() then return { ok = false, err = "the client is closed", code = "CLOSED" } end
-    loop.wait(self.client:fd(), deadline or core.now() + 1)
+    local sched = own_scheduler()
+    if sched then
+      -- woken by the pump that stores the result; the deadline (a second at
+      -- most) only keeps a wake-up that never came from hanging the wait
+      watch(self, sched)
+      self.waiters[op], self.waiter_sched[op] = coroutine.running(), sched
+      sched:park(deadline or core.now() + 1)
+      self.waiters[op], self.waiter_sched[op] = nil, nil
+    else
+      loop.wait(self.client:fd(), deadline or core.now() + 1)
+    end
   end
 end
 
@@ -102,8 +150,14 @@ function methods:close()
   local client = self.client
   if client:closed() then return end
   -- every event loop must forget the descriptor before it is closed
+  if self.watched then
+    self.watched:unwatch(client:fd())
+    self.watched = nil
+  end
   loop.forget(client:fd())
   client:close()
+  -- a coroutine parked for an op of this client learns it is closed at once
+  for op, co in pairs(self.waiters) do self.waiter_sched[op]:wake(co) end
 end
 
 return _M

@@ -61,9 +61,15 @@ function methods:park(deadline)
   coroutine_yield(deadline and { deadline = deadline } or PARK)
 end
 
--- Calls cb() whenever fd is readable (the loop's own descriptors).
+-- Calls cb() whenever fd is readable (the loop's own descriptors, and the
+-- routers' of the clients its tasks wait on).
 function methods:watch(fd, cb)
   self.extra[fd] = cb
+end
+
+-- Stops watching fd (before it is closed: poll must never see a closed one).
+function methods:unwatch(fd)
+  self.extra[fd] = nil
 end
 
 local function finish(self, co)
