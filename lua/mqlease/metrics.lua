@@ -132,9 +132,9 @@ local function client_id(c)
   return got
 end
 
--- Adds one observation of ms milliseconds to family, under the labels
--- (an array of { name, value } pairs, in the official order).
-local function observe(c, family, labels, ms)
+-- The histogram of family under the labels (an array of { name, value }
+-- pairs, in the official order), made on first use.
+local function histogram(c, family, labels)
   local f = BY_NAME[family]
   local families = recorded[c]
   if not families then
@@ -155,17 +155,53 @@ local function observe(c, family, labels, ms)
     for i = 1, #f.buckets + 1 do h.counts[i] = 0 end
     series[key] = h
   end
+  return h
+end
+
+local function add(h, family, ms)
+  local buckets = BY_NAME[family].buckets
   local i = 1
-  while f.buckets[i] and ms > f.buckets[i] do i = i + 1 end
+  while buckets[i] and ms > buckets[i] do i = i + 1 end
   h.counts[i] = h.counts[i] + 1
   h.count = h.count + 1
   h.sum = h.sum + ms
+end
+
+-- Adds one observation of ms milliseconds to family, under the labels.
+local function observe(c, family, labels, ms)
+  add(histogram(c, family, labels), family, ms)
 end
 
 local function consumer_labels(c, topic, status)
   local labels = { { "topic", topic or c.topic or "" }, { "client_id", client_id(c) }, { "consumer_group", c.group or "" } }
   if status then labels[4] = { "invocation_status", status } end
   return labels
+end
+
+-- A consumer observes three families per message, under labels that differ
+-- only by topic and status: each histogram is found again by those two raw
+-- values, so the labels are built and escaped once per series, not three
+-- times per message.
+local by_raw = setmetatable({}, { __mode = "k" })   -- client object -> family -> raw key -> histogram
+local function observe_consumer(c, family, topic, status, ms)
+  topic = topic or c.topic or ""
+  local families = by_raw[c]
+  if not families then
+    families = {}
+    by_raw[c] = families
+  end
+  local series = families[family]
+  if not series then
+    series = {}
+    families[family] = series
+  end
+  local raw = status and (topic .. "\0" .. status) or topic
+  local h = series[raw]
+  if not h then
+    h = histogram(c, family, consumer_labels(c, topic, status))
+    series[raw] = h
+  end
+  add(h, family, ms)
 end
 
 -- Messages just received by c: delivery latency now (the broker's wall clock
@@ -178,7 +214,7 @@ function _M.received(c, msgs)
     local from = m.store_at or m.born_at
     if m.delivery_timestamp and (not from or m.delivery_timestamp > from) then from = m.delivery_timestamp end
     if from and wall >= from then
-      observe(c, "rocketmq_delivery_latency", consumer_labels(c, m.topic), (wall - from) * 1000)
+      observe_consumer(c, "rocketmq_delivery_latency", m.topic, nil, (wall - from) * 1000)
     end
   end
 end
@@ -191,11 +227,11 @@ function _M.timed(c, handler)
     local at = received_at[m]
     if at then
       received_at[m] = nil
-      observe(c, "rocketmq_await_time", consumer_labels(c, m.topic), (start - at) * 1000)
+      observe_consumer(c, "rocketmq_await_time", m.topic, nil, (start - at) * 1000)
     end
     local r = pack(pcall(handler, m, ...))
     local ms = (core.now() - start) * 1000
-    observe(c, "rocketmq_process_time", consumer_labels(c, m.topic, (r[1] and r[2]) and "success" or "failure"), ms)
+    observe_consumer(c, "rocketmq_process_time", m.topic, (r[1] and r[2]) and "success" or "failure", ms)
     if not r[1] then error(r[2], 0) end
     return unpack(r, 2, r.n)
   end
