@@ -51,8 +51,8 @@ end
 
 -- The one run both tests read (JVM time is the cost here, so both workers
 -- share it): a plain worker and an exactly-once worker, each on its own topic,
--- both given the two proxies. 200 messages each, sent in rounds while the
--- workers handle them; proxy 1 (the one both started on) is killed once 40 of
+-- both given the two proxies. 200 messages each, sent in rounds a little
+-- ahead of the workers; proxy 1 (the one both started on) is killed once 40 of
 -- each are handled, and what is left of the 200 (at least 20 each) is sent
 -- while it is down: those can only be received through proxy 2, and all of
 -- them must be handled before proxy 1 comes back. Then 30 more each.
@@ -91,18 +91,21 @@ local function kill_mid_run()
       end
       return true
     end
-    -- rounds of 10 each until both have handled 40, so the kill comes mid-run
+    -- rounds of 10 each, up to 40 ahead of what is handled, until both have
+    -- handled 40: the kill comes mid-run, with leases held and a backlog,
     -- however slowly the sends go
     local function both_at(n)
       for _, w in pairs(runs) do if handled(w) < n then return false end end
       return true
     end
+    local deadline = mqlease.now() + 120
     while not both_at(40) do
+      assert(mqlease.now() < deadline, "timed out waiting for 40 handled")
       local sent = false
       for _, w in pairs(runs) do
-        if #w.ids < 200 - 20 then send_all(producer, w.topic, w.ids, 10); sent = true end
+        if #w.ids < math.min(200 - 20, handled(w) + 40) then send_all(producer, w.topic, w.ids, 10); sent = true end
       end
-      if not sent then wait_for(function() return both_at(40) end, 60, "40 handled"); break end
+      if not sent then mqlease.sleep(0.1) end
     end
     rmq("kill-proxy 1")
     for _, w in pairs(runs) do w.at_kill, w.sent_at_kill = read(w.logfile), #w.ids end
