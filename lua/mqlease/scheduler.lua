@@ -28,6 +28,8 @@ _M.PARK = PARK
 function _M.new(on_error)
   local self = setmetatable({
     tasks = {},       -- co -> what it waits for: false (ready), PARK, or { fd =, deadline = }
+    ready = {},       -- the tasks made ready since the last round, in order
+    queued = {},      -- co -> true while it is in ready
     count = 0,
     on_error = on_error or function(_, err) io.stderr:write("mqlease: task failed: ", tostring(err), "\n") end,
     extra = {},       -- fd -> callback, for descriptors the loop itself watches (signals)
@@ -39,11 +41,22 @@ function methods:owns(co)
   return self.tasks[co] ~= nil
 end
 
+-- A round resumes the ready queue, not every task: with hundreds of tasks
+-- parked or waiting, a round costs what is ready, not what exists.
+local function make_ready(self, co)
+  self.tasks[co] = false
+  if not self.queued[co] then
+    self.queued[co] = true
+    local ready = self.ready
+    ready[#ready + 1] = co
+  end
+end
+
 -- Starts fn(...) as a task; it first runs on the next loop turn.
 function methods:spawn(fn, ...)
   local args = { n = select("#", ...), ... }
   local co = coroutine_create(function() return fn(unpack(args, 1, args.n)) end)
-  self.tasks[co] = false
+  make_ready(self, co)
   self.count = self.count + 1
   return co
 end
@@ -52,7 +65,7 @@ end
 -- deadline). Every wait in mqlease re-checks its condition in a loop, so an
 -- early wake-up only costs one more check.
 function methods:wake(co)
-  if self.tasks[co] then self.tasks[co] = false end
+  if self.tasks[co] then make_ready(self, co) end
 end
 
 -- The running task sleeps until wake(), or until deadline (core.now()
@@ -85,18 +98,23 @@ local function resume(self, co)
     self.on_error(co, what)
   elseif coroutine_status(co) == "dead" then
     finish(self, co)
+  elseif what then
+    self.tasks[co] = what
   else
-    self.tasks[co] = what or false
+    make_ready(self, co)
   end
 end
 
--- Resumes every task that is ready to run.
+-- Resumes every task that is ready to run; those it makes ready run in the
+-- next round.
 function methods:run_ready()
-  local ready = {}
-  for co, w in pairs(self.tasks) do
-    if w == false then ready[#ready + 1] = co end
+  local ready, queued, tasks = self.ready, self.queued, self.tasks
+  self.ready = {}
+  for i = 1, #ready do
+    local co = ready[i]
+    queued[co] = nil
+    if tasks[co] == false then resume(self, co) end
   end
-  for _, co in ipairs(ready) do resume(self, co) end
 end
 
 -- Waits at most max_wait seconds for a descriptor or a deadline, and marks
@@ -105,6 +123,7 @@ function methods:poll(max_wait)
   local tasks = self.tasks
   local fds, seen, timeout = {}, {}, max_wait
   local now = core.now()
+  if #self.ready > 0 then timeout = 0 end
   for _, w in pairs(tasks) do
     if w == false then
       timeout = 0
@@ -136,7 +155,7 @@ function methods:poll(max_wait)
   now = core.now()
   for co, w in pairs(tasks) do
     if w and w ~= PARK and ((w.fd and readable[w.fd]) or (w.deadline and w.deadline <= now)) then
-      tasks[co] = false
+      make_ready(self, co)
     end
   end
 end
