@@ -132,20 +132,26 @@ local function client_id(c)
   return got
 end
 
+-- t[a][b], the inner table made on first use.
+local function series_of(t, a, b)
+  local outer = t[a]
+  if not outer then
+    outer = {}
+    t[a] = outer
+  end
+  local inner = outer[b]
+  if not inner then
+    inner = {}
+    outer[b] = inner
+  end
+  return inner
+end
+
 -- The histogram of family under the labels (an array of { name, value }
 -- pairs, in the official order), made on first use.
 local function histogram(c, family, labels)
   local f = BY_NAME[family]
-  local families = recorded[c]
-  if not families then
-    families = {}
-    recorded[c] = families
-  end
-  local series = families[family]
-  if not series then
-    series = {}
-    families[family] = series
-  end
+  local series = series_of(recorded, c, family)
   local parts = {}
   for i, l in ipairs(labels) do parts[i] = format('%s="%s"', l[1], escape(l[2])) end
   local key = concat(parts, ",")
@@ -185,16 +191,7 @@ end
 local by_raw = setmetatable({}, { __mode = "k" })   -- client object -> family -> raw key -> histogram
 local function observe_consumer(c, family, topic, status, ms)
   topic = topic or c.topic or ""
-  local families = by_raw[c]
-  if not families then
-    families = {}
-    by_raw[c] = families
-  end
-  local series = families[family]
-  if not series then
-    series = {}
-    families[family] = series
-  end
+  local series = series_of(by_raw, c, family)
   local raw = status and (topic .. "\0" .. status) or topic
   local h = series[raw]
   if not h then

@@ -25,6 +25,15 @@ static int value_of(const mql_call *c, const char *key, char *out, size_t outlen
     return 0;
 }
 
+static void channel_free(grpc_channel *ch, grpc_channel_credentials *cr, grpc_completion_queue *cq) {
+    grpc_channel_destroy(ch);
+    grpc_channel_credentials_release(cr);
+    grpc_completion_queue_shutdown(cq);
+    while (grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL).type !=
+           GRPC_QUEUE_SHUTDOWN) {}
+    grpc_completion_queue_destroy(cq);
+}
+
 static int uuid_shaped(const char *s) {
     int i;
     if (strlen(s) != 36) return 0;
@@ -86,12 +95,7 @@ static void every_call_gets_its_own_id_and_a_signature_over_its_date(void) {
     CHECK(fixed);
     CHECK(signed_ok);
     mql_identity_clear(&id);
-    grpc_channel_destroy(ch);
-    grpc_channel_credentials_release(cr);
-    grpc_completion_queue_shutdown(cq);
-    while (grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL).type !=
-           GRPC_QUEUE_SHUTDOWN) {}
-    grpc_completion_queue_destroy(cq);
+    channel_free(ch, cr, cq);
 }
 
 /* Without credentials no authorization header; without a namespace none either. */
@@ -111,12 +115,7 @@ static void no_credentials_no_authorization(void) {
     grpc_call_cancel(c->call, NULL);
     mql_call_free(c);
     mql_identity_clear(&id);
-    grpc_channel_destroy(ch);
-    grpc_channel_credentials_release(cr);
-    grpc_completion_queue_shutdown(cq);
-    while (grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL).type !=
-           GRPC_QUEUE_SHUTDOWN) {}
-    grpc_completion_queue_destroy(cq);
+    channel_free(ch, cr, cq);
 }
 
 int main(void) {
