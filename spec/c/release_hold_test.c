@@ -161,6 +161,7 @@ static void an_ack_while_reconnecting_waits_for_the_settings_to_come_back(void) 
     /* now the ack goes out, once, with the lease's handle, and is answered */
     CHECK(strcmp(newest_method(&c), MQL_M_ACK) == 0);
     CHECK(c.consumer.deferred == NULL);
+    CHECK(c.metrics.releases_held == 1);
     finish_ack(&c, APACHE__ROCKETMQ__V2__CODE__OK);
     CHECK(op_result(&c, op, NULL, 0) == 1);
     CHECK(mql_lease_find(&c.consumer.leases, id) == NULL);
@@ -186,6 +187,7 @@ static void a_nack_and_a_dead_letter_while_reconnecting_are_held_too(void) {
         return;
     }
     settings_come_back(&c, stream);
+    CHECK(c.metrics.releases_held == 2);
     /* both went out: two calls besides the stream */
     CHECK(c.calls && c.calls->next && c.calls->next->next == stream);
     CHECK(c.consumer.deferred == NULL);
@@ -225,6 +227,28 @@ static void a_held_ack_goes_out_before_its_deadline_and_fails_as_before(void) {
     teardown(&c);
 }
 
+/* Settings that do not come back within a request timeout (a proxy down for
+ * a restart, not a failover): the release goes out then, as it did before the
+ * hold, so a drain's nack waits no longer than behind a renewal in flight. */
+static void a_held_ack_waits_one_request_timeout_at_most(void) {
+    mql_client c;
+    mql_lease *l = setup(&c, 20000);
+    uint64_t id = l->id;
+    int64_t now;
+    mql_client_ack(&c, &id, 1);
+    CHECK(c.calls == NULL);
+    now = mql_now_ms();
+    CHECK(l->timer_ms <= now + c.request_timeout_ms);
+    /* a request timeout has passed; still reconnecting */
+    if (c.consumer.deferred) c.consumer.deferred->held_at -= c.request_timeout_ms;
+    mql_lease_arm(&c.consumer.leases, l, now);
+    mql_renew_timers(&c, now, now + 1000);
+    CHECK(strcmp(newest_method(&c), MQL_M_ACK) == 0);
+    CHECK(c.consumer.deferred == NULL);
+    CHECK(l->timer_ms == l->deadline_ms);   /* the deadline check again */
+    teardown(&c);
+}
+
 /* One whose deadline is already that near is not held at all. */
 static void an_ack_with_too_little_time_left_is_not_held(void) {
     mql_client c;
@@ -233,6 +257,7 @@ static void an_ack_with_too_little_time_left_is_not_held(void) {
     mql_client_ack(&c, &id, 1);
     CHECK(strcmp(newest_method(&c), MQL_M_ACK) == 0);
     CHECK(c.consumer.deferred == NULL);
+    CHECK(c.metrics.releases_held == 0);
     teardown(&c);
 }
 
@@ -274,6 +299,7 @@ static void an_ack_on_a_ready_session_goes_out_at_once(void) {
     c.reconnecting = 0;
     mql_client_ack(&c, &id, 1);
     CHECK(strcmp(newest_method(&c), MQL_M_ACK) == 0);
+    CHECK(c.metrics.releases_held == 0);
     teardown(&c);
 }
 
@@ -281,6 +307,7 @@ int main(void) {
     RUN(an_ack_while_reconnecting_waits_for_the_settings_to_come_back);
     RUN(a_nack_and_a_dead_letter_while_reconnecting_are_held_too);
     RUN(a_held_ack_goes_out_before_its_deadline_and_fails_as_before);
+    RUN(a_held_ack_waits_one_request_timeout_at_most);
     RUN(an_ack_with_too_little_time_left_is_not_held);
     RUN(a_close_while_reconnecting_fails_held_releases_closed);
     RUN(nack_all_while_reconnecting_goes_out_at_once);
