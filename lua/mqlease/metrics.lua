@@ -41,6 +41,8 @@ local COUNTERS = {
   { "mqlease_messages_sent_total", "Messages sent by result.", { { 'result="ok"', "sent_ok" }, { 'result="fail"', "sent_fail" } } },
   { "mqlease_session_reconnects_total", "Times the session connected again: the next endpoint at start, Telemetry re-opened.",
     { { nil, "reconnects" } } },
+  { "mqlease_releases_held_total", "Acks, nacks and dead letters held while the session moved to another proxy, sent once it had our settings (or after one request timeout, or when their lease could wait no longer).",
+    { { nil, "releases_held" } } },
   { "mqlease_events_dropped_total", "Core events Lua could not take (out of memory): skipped, their leases nacked, their waiters told INTERNAL.",
     { { nil, "events_dropped" } } },
 }

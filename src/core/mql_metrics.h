@@ -59,6 +59,7 @@ typedef struct mql_metrics {
     mql_reason_table given_back;    /* past a receive's batch or byte budget: nacked at once */
     uint64_t dead_letter_fail;
     uint64_t reconnects;        /* next endpoint at start, Telemetry re-opened */
+    uint64_t releases_held;     /* releases held until a reconnected proxy had our settings */
     uint64_t events_dropped;    /* events the host could not take (mql_client_event_dropped) */
     int session_state;          /* mql_client_state, set when copied out */
     int64_t invisible_ms;       /* what the next receive asks for, set when copied out */

@@ -362,6 +362,7 @@ static int l_metrics(lua_State *L) {
     lmql_set_int(L, "sent_ok", (lua_Integer)m.sent_ok);
     lmql_set_int(L, "sent_fail", (lua_Integer)m.sent_fail);
     lmql_set_int(L, "reconnects", (lua_Integer)m.reconnects);
+    lmql_set_int(L, "releases_held", (lua_Integer)m.releases_held);
     lmql_set_int(L, "events_dropped", (lua_Integer)m.events_dropped);
     lmql_set_str(L, "session_state", m.session_state == MQL_CLIENT_READY ? "ready"
                                 : m.session_state == MQL_CLIENT_STARTING ? "starting"

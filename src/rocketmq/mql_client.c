@@ -344,6 +344,8 @@ static void client_stop(mql_client *c) {
     }
     c->stopping = 1;
     for (call = c->calls; call; call = call->next) mql_call_cancel(call);
+    /* releases held for a reconnect fail CLOSED now: nothing will send them */
+    mql_release_run_deferred(c);
     pthread_mutex_unlock(&c->mu);
     if (c->thread_started) pthread_join(c->thread, NULL);
     pthread_mutex_lock(&c->mu);

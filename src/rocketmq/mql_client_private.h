@@ -61,7 +61,10 @@ struct mql_release {
     size_t n;
     mql_result *entries;        /* one result per lease, filled as they settle */
     int *settled;
-    mql_release *next;          /* on c->deferred while renewals are in flight */
+    int held;                   /* waited for the session's reconnect (counted once) */
+    int64_t held_at;            /* since when (it waits one request timeout at most) */
+    int no_hold;                /* never waits for a reconnect (nack_all: close, the watcher) */
+    mql_release *next;          /* on c->deferred while renewals are in flight or held */
 };
 
 /* What only a consumer has: its subscription, its leases and how they renew
@@ -87,7 +90,8 @@ typedef struct mql_consumer_part {
     mql_pace pace;              /* renewal pacing (mql_renew.c) */
     mql_anchor anchor;          /* the broker's clock against ours (mql_receive.c) */
     int renew_inflight;         /* renewals in flight */
-    mql_release *deferred;      /* releases waiting for a renewal's reply */
+    mql_release *deferred;      /* releases waiting for a renewal's reply, or held
+                                   while the session reconnects (mql_release.c) */
     int nacked_all;             /* nack_all ran (close, shutdown): late messages go back */
     int64_t nacked_all_delay_ms;
     int fifo;                   /* from the server's Settings (mql_session.c) */
@@ -188,6 +192,12 @@ int64_t mql_session_timers(mql_client *c, int64_t now, int64_t wake);
  * new channel and pays for its connection (TCP, HTTP/2, TLS) first. */
 #define MQL_RECONNECT_NEEDS_MS 1000
 
+/* What a call on the session's new channel needs before a lease's deadline:
+ * K x the observed p99 plus MQL_RECONNECT_NEEDS_MS, at most the request
+ * timeout. A retried renewal after UNAVAILABLE and a release held for the
+ * reconnect (mql_release.c) go out no later than that. */
+int64_t mql_renew_new_channel_needs_ms(const mql_client *c);
+
 /* A lease was held held_ms (receive to ack or nack): with invisible = "auto"
  * it moves the invisible duration of later receives and renewals. */
 void mql_renew_observe_held(mql_client *c, int64_t held_ms);
@@ -213,7 +223,9 @@ void mql_lease_resume(mql_client *c, mql_lease *l);
 /* A lease that ended on its own fails every deferred release that waits for it. */
 void mql_release_fail_lease(mql_client *c, uint64_t lease_id, const char *code,
                             const char *msg);
-/* Sends the deferred releases whose renewals have come back. */
+/* Sends the deferred releases whose renewals have come back and, once the
+ * session has our settings again, those held for its reconnect (or any whose
+ * lease can wait no longer); fails held ones CLOSED once stopping. */
 void mql_release_run_deferred(mql_client *c);
 void mql_release_free(mql_release *rel);
 /* The budget's own nack (on_budget = "nack"): no host op waits for it; the

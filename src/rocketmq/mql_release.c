@@ -8,7 +8,9 @@
  * always uses the lease's newest receipt handle, so it never races a renewal:
  * while any of its leases is being renewed, the release waits on the
  * consumer's deferred list and goes out when the renewal's reply has come
- * back. From the moment the host asks, nothing renews the lease: the release
+ * back. While the session moves to another proxy, a release is held on the
+ * same list until that proxy has our settings (release_held says why). From
+ * the moment the host asks, nothing renews the lease: the release
  * decides its fate, and a release that fails leaves it to expire at its
  * deadline (release_settle_lease says why). A lease that ends on its own
  * meanwhile (lost, expired) fails the releases that wait for it.
@@ -338,8 +340,73 @@ static void on_budget_nack_done(mql_client *c, mql_call *call) {
     mql_reply_free(resp);
 }
 
-/* Sends the release if none of its leases is being renewed; else keeps it
- * deferred. Returns 1 if it was sent (or finished). */
+/* Whether rel waits for the session's reconnect, and if so arms each of its
+ * leases' timers at the latest moment it may go out.
+ *
+ * While the session moves to another proxy (c->reconnecting: the new channel
+ * is open, our settings are on their way or not yet sent), that proxy has no
+ * Telemetry channel for our client id. RocketMQ 5.2.0's proxy then fails
+ * an AckMessage or ChangeInvisibleDuration with INTERNAL_SERVER_ERROR: its
+ * ReceiptHandleGroupKey.getChannelId dereferences the channel that
+ * GrpcChannelManager.getChannel(clientId) did not find (NullPointerException).
+ * A failed ack lets its lease expire on purpose (it may have landed), so the
+ * message would run again; a failed nack or dead letter would come back late.
+ * So a release waits for the settings to come back (on_telemetry_message
+ * runs the deferred list), about a second after the old proxy died.
+ *
+ * It waits at most one request timeout, as long as a renewal in flight may
+ * keep it waiting (what a drain's deadline counts on), and never past what
+ * its leases allow: the earliest deadline minus what a call on the new
+ * channel needs. Then it goes out as it always did: it may well work, and if
+ * not, its lease expires as any failed release's does. A proxy that is down
+ * for longer (a restart) costs what it cost before, no more. Never held:
+ * nack_all's (close and the signal watcher must not wait for a proxy that may
+ * not come back), and anything once stopping. A session still STARTING holds
+ * no lease, so only a READY one reconnects. */
+static int release_held(mql_client *c, mql_release *rel) {
+    int64_t now = mql_now_ms(), need, send_by;
+    size_t i;
+    if (!c->reconnecting || c->stopping || rel->no_hold) return 0;
+    need = mql_renew_new_channel_needs_ms(c);
+    send_by = (rel->held ? rel->held_at : now) + c->request_timeout_ms;
+    for (i = 0; i < rel->n; i++) {
+        mql_lease *l;
+        if (rel->settled[i]) continue;
+        l = mql_lease_find(&c->consumer.leases, rel->ids[i]);
+        if (l && l->deadline_ms - need < send_by) send_by = l->deadline_ms - need;
+    }
+    if (now >= send_by) return 0;
+    for (i = 0; i < rel->n; i++) {
+        mql_lease *l;
+        if (rel->settled[i]) continue;
+        l = mql_lease_find(&c->consumer.leases, rel->ids[i]);
+        if (l) mql_lease_arm(&c->consumer.leases, l, send_by);
+    }
+    if (!rel->held) {
+        c->metrics.releases_held++;
+        rel->held = 1;
+        rel->held_at = now;
+    }
+    return 1;
+}
+
+/* A held release when the client closes: it fails CLOSED at once (its
+ * leases expire at their deadlines) rather than wait for a proxy nobody will
+ * talk to again. */
+static void release_fail_closed(mql_client *c, mql_release *rel) {
+    mql_result r;
+    size_t i;
+    mql_result_fail(&r, "CLOSED", "the consumer closed while its session was reconnecting");
+    for (i = 0; i < rel->n; i++)
+        if (!rel->settled[i])
+            release_settle_lease(c, rel, i, mql_lease_find(&c->consumer.leases, rel->ids[i]), &r);
+    release_post(c, rel);
+    mql_release_free(rel);
+}
+
+/* Sends the release if none of its leases is being renewed and it is not held
+ * for the session's reconnect (release_held); else keeps it deferred.
+ * Returns 1 if it was sent (or finished). */
 static int release_try(mql_client *c, mql_release *rel) {
     size_t i;
     for (i = 0; i < rel->n; i++) {
@@ -348,6 +415,11 @@ static int release_try(mql_client *c, mql_release *rel) {
         l = mql_lease_find(&c->consumer.leases, rel->ids[i]);
         if (l && l->state == MQL_LEASE_RENEWING) return 0;
     }
+    if (rel->held && c->stopping && !release_done(rel)) {
+        release_fail_closed(c, rel);
+        return 1;
+    }
+    if (!release_done(rel) && release_held(c, rel)) return 0;
     if (release_done(rel)) {
         release_post(c, rel);
         mql_release_free(rel);
@@ -375,9 +447,11 @@ void mql_release_run_deferred(mql_client *c) {
 typedef struct release_kind {
     int is_ack, dead_letter, silent;
     const char *reason;
+    int no_hold;
 } release_kind;
 
-static const release_kind ACK = {1, 0, 0, NULL}, NACK = {0, 0, 0, NULL};
+static const release_kind ACK = {1, 0, 0, NULL, 0}, NACK = {0, 0, 0, NULL, 0},
+                          NACK_ALL = {0, 0, 0, NULL, 1};
 
 static uint64_t release_start(mql_client *c, const uint64_t *ids, size_t n, release_kind k,
                               int64_t delay_ms) {
@@ -390,6 +464,7 @@ static uint64_t release_start(mql_client *c, const uint64_t *ids, size_t n, rele
     rel->is_ack = k.is_ack;
     rel->dead_letter = k.dead_letter;
     rel->silent = k.silent;
+    rel->no_hold = k.no_hold;
     snprintf(rel->reason, sizeof(rel->reason), "%s", k.reason ? k.reason : "");
     rel->delay_ms = delay_ms;
     rel->n = n;
@@ -441,7 +516,7 @@ uint64_t mql_client_nack(mql_client *c, uint64_t lease_id, int64_t delay_ms) {
 }
 
 uint64_t mql_client_dead_letter(mql_client *c, uint64_t lease_id, const char *reason) {
-    release_kind k = {0, 1, 0, reason && *reason ? reason : "handler"};
+    release_kind k = {0, 1, 0, reason && *reason ? reason : "handler", 0};
     uint64_t op;
     pthread_mutex_lock(&c->mu);
     op = release_start(c, &lease_id, 1, k, 0);
@@ -451,7 +526,7 @@ uint64_t mql_client_dead_letter(mql_client *c, uint64_t lease_id, const char *re
 
 void mql_release_unseen(mql_client *c, mql_lease *l, int dead_letter, int64_t delay_ms,
                         const char *reason) {
-    release_kind k = {0, dead_letter, 1, reason};
+    release_kind k = {0, dead_letter, 1, reason, 0};
     release_start(c, &l->id, 1, k, delay_ms);
 }
 
@@ -501,7 +576,7 @@ uint64_t mql_client_nack_all(mql_client *c, int64_t delay_ms) {
     /* from now on a message a receive still brings is given back at once */
     cs->nacked_all = 1;
     cs->nacked_all_delay_ms = delay_ms;
-    op = release_start(c, acc.ids, acc.n, NACK, delay_ms);
+    op = release_start(c, acc.ids, acc.n, NACK_ALL, delay_ms);
     free(acc.ids);
     pthread_mutex_unlock(&c->mu);
     return op;

@@ -1,8 +1,10 @@
 /* mql_renew.c -- where a lease lives: its timers, its budget, its renewals.
  *
- * Each lease in the table has one timer in the heap: its next renewal, or the
- * check that its deadline has passed. A renewal is ChangeInvisibleDuration with
- * the newest receipt handle; only a successful reply replaces the handle (the
+ * Each lease in the table has one timer in the heap: its next renewal, the
+ * check that its deadline has passed, or (a release held while the session
+ * reconnects, mql_release.c) the latest moment its release may go out. A
+ * renewal is ChangeInvisibleDuration with the newest receipt handle; only a
+ * successful reply replaces the handle (the
  * proxy would still accept the old one, but an ack with it does nothing and a
  * change arms a second deadline). Failures retry with backoff while the
  * deadline allows; a rejected handle ends the lease at once (no retry storm).
@@ -92,7 +94,15 @@ static void lease_timer(mql_client *c, mql_lease *l, int64_t now) {
         mql_lease_end(c, l, MQL_LEASE_LOST);
         return;
     }
-    if (l->state != MQL_LEASE_HELD || l->pending != MQL_PENDING_NONE || !cs->renew) {
+    if (l->pending != MQL_PENDING_NONE) {
+        /* Its release is on the wire (the deadline check stays armed), or
+         * held while the session reconnects, whose timer this is: the lease
+         * can wait no longer, and the release goes out now (mql_release.c). */
+        mql_lease_arm(&cs->leases, l, l->deadline_ms);
+        if (c->reconnecting) mql_release_run_deferred(c);
+        return;
+    }
+    if (l->state != MQL_LEASE_HELD || !cs->renew) {
         mql_lease_arm(&cs->leases, l, l->deadline_ms);
         return;
     }
@@ -158,11 +168,13 @@ static void renew_start(mql_client *c, mql_lease *l, int64_t now) {
  * reached the new proxy after the deadline (issue 20 item 4). A call never
  * takes longer than its request timeout, connection included: that stays the
  * ceiling. */
+int64_t mql_renew_new_channel_needs_ms(const mql_client *c) {
+    int64_t need = MQL_PACE_P99_FACTOR * c->consumer.pace.p99_ms + MQL_RECONNECT_NEEDS_MS;
+    return need < c->request_timeout_ms ? need : c->request_timeout_ms;
+}
+
 static int64_t retry_needs_ms(const mql_client *c, const char *code) {
-    if (strcmp(code, "UNAVAILABLE") == 0) {
-        int64_t need = MQL_PACE_P99_FACTOR * c->consumer.pace.p99_ms + MQL_RECONNECT_NEEDS_MS;
-        return need < c->request_timeout_ms ? need : c->request_timeout_ms;
-    }
+    if (strcmp(code, "UNAVAILABLE") == 0) return mql_renew_new_channel_needs_ms(c);
     return c->request_timeout_ms;
 }
 

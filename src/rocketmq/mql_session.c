@@ -20,7 +20,8 @@
  * again, then Telemetry and a heartbeat at once. In cluster mode every proxy
  * reaches the same brokers through namesrv, and a receipt handle names its
  * broker, so renewals and acks of messages received through the dead proxy
- * simply go out on the new channel; what the broker refuses is lost as any
+ * simply go out on the new channel once it has our settings (releases are
+ * held until then: mql_release.c); what the broker refuses is lost as any
  * renewal failure is. The session stays READY meanwhile (a host's calls fail
  * UNAVAILABLE, never NOT_READY), and says `reconnecting` in its metrics until
  * the new proxy has our settings. Calls in flight on the old channel keep it
@@ -452,6 +453,10 @@ static void on_telemetry_message(mql_client *c, mql_call *call, grpc_byte_buffer
         c->settings_due_at = 0;
         c->heartbeat_at = mql_now_ms();
         mql_backoff_reset(&c->reconnect);
+        /* and it has a Telemetry channel for our client id, which acks and
+         * changes need on 5.2.0 (ReceiptHandleGroupKey): the releases held
+         * meanwhile go out now (mql_release.c) */
+        mql_release_run_deferred(c);
     }
 }
 
