@@ -71,4 +71,44 @@ static void fixture_client_finish(mql_client *c, mql_call *extra) {
     grpc_shutdown();
 }
 
+/* Calls a test ended by hand (fixture_finish_call): out of the client's
+ * list, kept until fixture_teardown cancels and frees them. */
+#define FIXTURE_MAX_DONE 8
+static mql_call *fixture_done_calls[FIXTURE_MAX_DONE];
+static size_t fixture_ndone;
+
+/* Ends the newest call as the hub would: with a transport status, or (OK)
+ * with reply, packed, as its body. */
+static inline void fixture_finish_call(mql_client *c, grpc_status_code status,
+                                       const ProtobufCMessage *reply) {
+    mql_call *call = c->calls;
+    if (!call || fixture_ndone == FIXTURE_MAX_DONE) return;
+    mql_client_unlink(c, call);
+    call->status = status;
+    if (reply) {
+        size_t len = protobuf_c_message_get_packed_size(reply);
+        uint8_t *buf = malloc(len ? len : 1);
+        grpc_slice s;
+        protobuf_c_message_pack(reply, buf);
+        s = grpc_slice_from_copied_buffer((const char *)buf, len);
+        call->recv_buf = grpc_raw_byte_buffer_create(&s, 1);
+        grpc_slice_unref(s);
+        free(buf);
+    }
+    call->ops->on_done(c, call);
+    /* grpc's pending receive would overwrite it when the call is cancelled */
+    if (call->recv_buf) grpc_byte_buffer_destroy(call->recv_buf);
+    call->recv_buf = NULL;
+    fixture_done_calls[fixture_ndone++] = call;
+}
+
+/* Ends a case: the calls it ended by hand, then the client. */
+static inline void fixture_teardown(mql_client *c) {
+    size_t i;
+    for (i = 0; i < fixture_ndone; i++) mql_call_cancel(fixture_done_calls[i]);
+    fixture_client_finish(c, NULL);
+    for (i = 0; i < fixture_ndone; i++) mql_call_free(fixture_done_calls[i]);
+    fixture_ndone = 0;
+}
+
 #endif /* CLIENT_FIXTURE_H */

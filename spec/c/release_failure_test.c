@@ -15,9 +15,6 @@
 /* Calls the test ended by hand: grpc still has their batches (the channel
  * points nowhere), so they are cancelled and freed only once the fixture has
  * drained the queue (teardown). */
-#define MAX_DONE 8
-static mql_call *done_calls[MAX_DONE];
-static size_t ndone;
 
 /* Each case: a ready client (client_fixture.h) holding one lease of M1,
  * received a second ago, with remaining_ms left; returns the lease. */
@@ -32,39 +29,6 @@ static mql_lease *setup(mql_client *c, int64_t remaining_ms) {
     return l;
 }
 
-/* Ends a case: the calls it ended by hand, then the client. */
-static void teardown(mql_client *c) {
-    size_t i;
-    for (i = 0; i < ndone; i++) mql_call_cancel(done_calls[i]);
-    fixture_client_finish(c, NULL);
-    for (i = 0; i < ndone; i++) mql_call_free(done_calls[i]);
-    ndone = 0;
-}
-
-/* Ends the newest call as the hub would: with a transport status, or (OK)
- * with reply, packed, as its body. */
-static void finish_call(mql_client *c, grpc_status_code status, const ProtobufCMessage *reply) {
-    mql_call *call = c->calls;
-    if (!call || ndone == MAX_DONE) return;
-    mql_client_unlink(c, call);
-    call->status = status;
-    if (reply) {
-        size_t len = protobuf_c_message_get_packed_size(reply);
-        uint8_t *buf = malloc(len ? len : 1);
-        grpc_slice s;
-        protobuf_c_message_pack(reply, buf);
-        s = grpc_slice_from_copied_buffer((const char *)buf, len);
-        call->recv_buf = grpc_raw_byte_buffer_create(&s, 1);
-        grpc_slice_unref(s);
-        free(buf);
-    }
-    call->ops->on_done(c, call);
-    /* grpc's pending receive would overwrite it when the call is cancelled */
-    if (call->recv_buf) grpc_byte_buffer_destroy(call->recv_buf);
-    call->recv_buf = NULL;
-    done_calls[ndone++] = call;
-}
-
 /* A ChangeInvisibleDuration reply: code, and handle if it minted one. */
 static void finish_change(mql_client *c, Apache__Rocketmq__V2__Code code, const char *handle) {
     Apache__Rocketmq__V2__ChangeInvisibleDurationResponse resp =
@@ -74,7 +38,7 @@ static void finish_change(mql_client *c, Apache__Rocketmq__V2__Code code, const 
     st.message = code == APACHE__ROCKETMQ__V2__CODE__OK ? "ok" : "failed";
     resp.status = &st;
     resp.receipt_handle = (char *)handle;
-    finish_call(c, GRPC_STATUS_OK, &resp.base);
+    fixture_finish_call(c, GRPC_STATUS_OK, &resp.base);
 }
 
 /* The result of op among the events (taken and freed): 1 ok, 0 failed, -1 none. */
@@ -121,7 +85,7 @@ static void a_nack_the_broker_refuses_lets_the_lease_expire(void) {
     CHECK(strcmp(code, "INTERNAL_SERVER_ERROR") == 0);
     CHECK(c.metrics.nacks_fail == 1);
     check_left_to_expire(&c, l, deadline);
-    teardown(&c);
+    fixture_teardown(&c);
 }
 
 static void a_dead_letter_that_fails_lets_the_lease_expire(void) {
@@ -133,12 +97,12 @@ static void a_dead_letter_that_fails_lets_the_lease_expire(void) {
     op = mql_client_dead_letter(&c, l->id, "handler");
     CHECK(c.calls != NULL && strcmp(c.calls->method, MQL_M_DLQ) == 0);
     /* the dev broker (and a proxy without the method) answers so */
-    finish_call(&c, GRPC_STATUS_UNIMPLEMENTED, NULL);
+    fixture_finish_call(&c, GRPC_STATUS_UNIMPLEMENTED, NULL);
     CHECK(op_result(&c, op, code, sizeof(code)) == 0);
     CHECK(strcmp(code, "UNIMPLEMENTED") == 0);
     CHECK(c.metrics.dead_letter_fail == 1);
     check_left_to_expire(&c, l, deadline);
-    teardown(&c);
+    fixture_teardown(&c);
 }
 
 static void an_ack_that_fails_lets_the_lease_expire(void) {
@@ -148,11 +112,11 @@ static void an_ack_that_fails_lets_the_lease_expire(void) {
     uint64_t op;
     op = mql_client_ack(&c, &l->id, 1);
     CHECK(c.calls != NULL && strcmp(c.calls->method, MQL_M_ACK) == 0);
-    finish_call(&c, GRPC_STATUS_DEADLINE_EXCEEDED, NULL);   /* it may have reached the broker */
+    fixture_finish_call(&c, GRPC_STATUS_DEADLINE_EXCEEDED, NULL);   /* it may have reached the broker */
     CHECK(op_result(&c, op, NULL, 0) == 0);
     CHECK(c.metrics.acks_fail == 1);
     check_left_to_expire(&c, l, deadline);
-    teardown(&c);
+    fixture_teardown(&c);
 }
 
 /* The nack waits behind a renewal on the wire, goes out with the handle the
@@ -175,7 +139,7 @@ static void a_deferred_nack_that_fails_lets_the_renewed_lease_expire(void) {
     finish_change(&c, APACHE__ROCKETMQ__V2__CODE__INTERNAL_SERVER_ERROR, NULL);
     CHECK(op_result(&c, op, NULL, 0) == 0);
     check_left_to_expire(&c, l, l->renew_sent_ms + l->window_ms);
-    teardown(&c);
+    fixture_teardown(&c);
 }
 
 /* The host may still try again before the deadline; a nack that works ends it. */
@@ -192,7 +156,7 @@ static void a_nack_retried_after_a_failure_still_ends_the_lease(void) {
     CHECK(op_result(&c, op, NULL, 0) == 1);
     CHECK(mql_lease_find(&c.consumer.leases, id) == NULL);
     CHECK(c.metrics.nacks_ok == 1 && c.metrics.nacks_fail == 1);
-    teardown(&c);
+    fixture_teardown(&c);
 }
 
 /* At its deadline the lease ends as one the host let go: lost to us, not
@@ -211,7 +175,7 @@ static void the_lease_ends_at_its_deadline_as_let_go(void) {
     CHECK(c.calls == NULL);
     CHECK(c.metrics.lost_expired == 1);
     CHECK(c.metrics.expire_while_alive == 0);
-    teardown(&c);
+    fixture_teardown(&c);
 }
 
 /* A rejected handle still ends the lease at once: the broker no longer knows it. */
@@ -223,7 +187,7 @@ static void a_rejected_handle_still_ends_the_lease_lost(void) {
     finish_change(&c, APACHE__ROCKETMQ__V2__CODE__INVALID_RECEIPT_HANDLE, NULL);
     CHECK(mql_lease_find(&c.consumer.leases, id) == NULL);
     CHECK(c.metrics.lost_rejected == 1);
-    teardown(&c);
+    fixture_teardown(&c);
 }
 
 int main(void) {

@@ -17,9 +17,6 @@
 #include "client_fixture.h"
 #include "mql_test.h"
 
-#define MAX_DONE 8
-static mql_call *done_calls[MAX_DONE];
-static size_t ndone;
 
 /* A ready client holding one lease of M1 with remaining_ms left, whose
  * session has lost its proxy (`reconnecting`); returns the lease. */
@@ -39,40 +36,9 @@ static mql_lease *setup(mql_client *c, int64_t remaining_ms) {
     return l;
 }
 
-static void teardown(mql_client *c) {
-    size_t i;
-    for (i = 0; i < ndone; i++) mql_call_cancel(done_calls[i]);
-    fixture_client_finish(c, NULL);
-    for (i = 0; i < ndone; i++) mql_call_free(done_calls[i]);
-    ndone = 0;
-}
-
 /* The newest call of the client, or NULL. */
 static const char *newest_method(const mql_client *c) {
     return c->calls ? c->calls->method : "";
-}
-
-/* Ends the newest call as the hub would: with a transport status, or (OK)
- * with reply, packed, as its body. */
-static void finish_call(mql_client *c, grpc_status_code status, const ProtobufCMessage *reply) {
-    mql_call *call = c->calls;
-    if (!call || ndone == MAX_DONE) return;
-    mql_client_unlink(c, call);
-    call->status = status;
-    if (reply) {
-        size_t len = protobuf_c_message_get_packed_size(reply);
-        uint8_t *buf = malloc(len ? len : 1);
-        grpc_slice s;
-        protobuf_c_message_pack(reply, buf);
-        s = grpc_slice_from_copied_buffer((const char *)buf, len);
-        call->recv_buf = grpc_raw_byte_buffer_create(&s, 1);
-        grpc_slice_unref(s);
-        free(buf);
-    }
-    call->ops->on_done(c, call);
-    if (call->recv_buf) grpc_byte_buffer_destroy(call->recv_buf);
-    call->recv_buf = NULL;
-    done_calls[ndone++] = call;
 }
 
 /* An AckMessage reply whose one entry has code (5.2.0 puts the proxy's
@@ -91,7 +57,7 @@ static void finish_ack(mql_client *c, Apache__Rocketmq__V2__Code code) {
     resp.status = &st;
     resp.n_entries = 1;
     resp.entries = es;
-    finish_call(c, GRPC_STATUS_OK, &resp.base);
+    fixture_finish_call(c, GRPC_STATUS_OK, &resp.base);
 }
 
 /* The session's reconnect as its timers run it: a new Telemetry stream, our
@@ -153,7 +119,7 @@ static void an_ack_while_reconnecting_waits_for_the_settings_to_come_back(void) 
     mql_renew_timers(&c, mql_now_ms(), mql_now_ms() + 1000);
     CHECK(strcmp(newest_method(&c), MQL_M_TELEMETRY) == 0);
     if (!stream) {
-        teardown(&c);
+        fixture_teardown(&c);
         return;
     }
     settings_come_back(&c, stream);
@@ -166,7 +132,7 @@ static void an_ack_while_reconnecting_waits_for_the_settings_to_come_back(void) 
     CHECK(op_result(&c, op, NULL, 0) == 1);
     CHECK(mql_lease_find(&c.consumer.leases, id) == NULL);
     CHECK(c.metrics.acks_ok == 1 && c.metrics.acks_fail == 0);
-    teardown(&c);
+    fixture_teardown(&c);
 }
 
 /* Nacks and dead letters go through the same door. */
@@ -183,7 +149,7 @@ static void a_nack_and_a_dead_letter_while_reconnecting_are_held_too(void) {
     stream = reopen_telemetry(&c);
     if (!stream) {
         CHECK(stream != NULL);
-        teardown(&c);
+        fixture_teardown(&c);
         return;
     }
     settings_come_back(&c, stream);
@@ -191,7 +157,7 @@ static void a_nack_and_a_dead_letter_while_reconnecting_are_held_too(void) {
     /* both went out: two calls besides the stream */
     CHECK(c.calls && c.calls->next && c.calls->next->next == stream);
     CHECK(c.consumer.deferred == NULL);
-    teardown(&c);
+    fixture_teardown(&c);
 }
 
 /* A release held while its lease's deadline draws near goes out while a call
@@ -224,7 +190,7 @@ static void a_held_ack_goes_out_before_its_deadline_and_fails_as_before(void) {
     /* let expire at the deadline it has, never renewed */
     CHECK(mql_lease_find(&c.consumer.leases, id) == l);
     CHECK(l->state == MQL_LEASE_EXPIRING && l->let_go && l->timer_ms == deadline);
-    teardown(&c);
+    fixture_teardown(&c);
 }
 
 /* Settings that do not come back within a request timeout (a proxy down for
@@ -246,7 +212,7 @@ static void a_held_ack_waits_one_request_timeout_at_most(void) {
     CHECK(strcmp(newest_method(&c), MQL_M_ACK) == 0);
     CHECK(c.consumer.deferred == NULL);
     CHECK(l->timer_ms == l->deadline_ms);   /* the deadline check again */
-    teardown(&c);
+    fixture_teardown(&c);
 }
 
 /* One whose deadline is already that near is not held at all. */
@@ -258,7 +224,7 @@ static void an_ack_with_too_little_time_left_is_not_held(void) {
     CHECK(strcmp(newest_method(&c), MQL_M_ACK) == 0);
     CHECK(c.consumer.deferred == NULL);
     CHECK(c.metrics.releases_held == 0);
-    teardown(&c);
+    fixture_teardown(&c);
 }
 
 /* Close (client_stop) runs the deferred list once it is stopping: a held
@@ -277,7 +243,7 @@ static void a_close_while_reconnecting_fails_held_releases_closed(void) {
     CHECK(strcmp(code, "CLOSED") == 0);
     CHECK(c.calls == NULL);
     CHECK(c.consumer.deferred == NULL);
-    teardown(&c);
+    fixture_teardown(&c);
 }
 
 /* nack_all is what close and the signal watcher's emergency exit give back
@@ -288,7 +254,7 @@ static void nack_all_while_reconnecting_goes_out_at_once(void) {
     mql_client_nack_all(&c, 0);
     CHECK(strcmp(newest_method(&c), MQL_M_CHANGE) == 0);
     CHECK(c.consumer.deferred == NULL);
-    teardown(&c);
+    fixture_teardown(&c);
 }
 
 /* A session that is not reconnecting sends at once, as always. */
@@ -300,7 +266,7 @@ static void an_ack_on_a_ready_session_goes_out_at_once(void) {
     mql_client_ack(&c, &id, 1);
     CHECK(strcmp(newest_method(&c), MQL_M_ACK) == 0);
     CHECK(c.metrics.releases_held == 0);
-    teardown(&c);
+    fixture_teardown(&c);
 }
 
 int main(void) {
