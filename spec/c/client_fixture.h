@@ -8,6 +8,7 @@
 
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -71,6 +72,35 @@ static void fixture_client_finish(mql_client *c, mql_call *extra) {
     grpc_shutdown();
 }
 
+/* msg packed into a byte buffer, as a reply arrives (the caller destroys it). */
+static inline grpc_byte_buffer *fixture_pack(const ProtobufCMessage *msg) {
+    size_t len = protobuf_c_message_get_packed_size(msg);
+    uint8_t *buf = malloc(len ? len : 1);
+    grpc_slice s;
+    grpc_byte_buffer *bb;
+    protobuf_c_message_pack(msg, buf);
+    s = grpc_slice_from_copied_buffer((const char *)buf, len);
+    bb = grpc_raw_byte_buffer_create(&s, 1);
+    grpc_slice_unref(s);
+    free(buf);
+    return bb;
+}
+
+/* The result of op among the events (taken and freed): 1 ok, 0 failed, -1 none. */
+static inline int fixture_op_result(mql_client *c, uint64_t op, char *code, size_t codelen) {
+    mql_event *ev = mql_events_take(&c->events), *next;
+    int found = -1;
+    for (; ev; ev = next) {
+        next = ev->next;
+        if (ev->kind == MQL_EV_OP && ev->op == op) {
+            found = ev->result.ok ? 1 : 0;
+            if (code) snprintf(code, codelen, "%s", ev->result.code);
+        }
+        mql_event_free(ev);
+    }
+    return found;
+}
+
 /* Calls a test ended by hand (fixture_finish_call): out of the client's
  * list, kept until fixture_teardown cancels and frees them. */
 #define FIXTURE_MAX_DONE 8
@@ -85,16 +115,7 @@ static inline void fixture_finish_call(mql_client *c, grpc_status_code status,
     if (!call || fixture_ndone == FIXTURE_MAX_DONE) return;
     mql_client_unlink(c, call);
     call->status = status;
-    if (reply) {
-        size_t len = protobuf_c_message_get_packed_size(reply);
-        uint8_t *buf = malloc(len ? len : 1);
-        grpc_slice s;
-        protobuf_c_message_pack(reply, buf);
-        s = grpc_slice_from_copied_buffer((const char *)buf, len);
-        call->recv_buf = grpc_raw_byte_buffer_create(&s, 1);
-        grpc_slice_unref(s);
-        free(buf);
-    }
+    if (reply) call->recv_buf = fixture_pack(reply);
     call->ops->on_done(c, call);
     /* grpc's pending receive would overwrite it when the call is cancelled */
     if (call->recv_buf) grpc_byte_buffer_destroy(call->recv_buf);

@@ -41,21 +41,6 @@ static void finish_change(mql_client *c, Apache__Rocketmq__V2__Code code, const 
     fixture_finish_call(c, GRPC_STATUS_OK, &resp.base);
 }
 
-/* The result of op among the events (taken and freed): 1 ok, 0 failed, -1 none. */
-static int op_result(mql_client *c, uint64_t op, char *code, size_t codelen) {
-    mql_event *ev = mql_events_take(&c->events), *next;
-    int found = -1;
-    for (; ev; ev = next) {
-        next = ev->next;
-        if (ev->kind == MQL_EV_OP && ev->op == op) {
-            found = ev->result.ok ? 1 : 0;
-            if (code) snprintf(code, codelen, "%s", ev->result.code);
-        }
-        mql_event_free(ev);
-    }
-    return found;
-}
-
 /* The lease is let go at the deadline it has, and nothing renews it. */
 static void check_left_to_expire(mql_client *c, mql_lease *l, int64_t deadline) {
     int64_t now = mql_now_ms();
@@ -81,7 +66,7 @@ static void a_nack_the_broker_refuses_lets_the_lease_expire(void) {
     CHECK(c.calls != NULL && strcmp(c.calls->method, MQL_M_CHANGE) == 0);
     finish_change(&c, APACHE__ROCKETMQ__V2__CODE__INTERNAL_SERVER_ERROR, NULL);
     /* the host is told it failed, and the failure is counted */
-    CHECK(op_result(&c, op, code, sizeof(code)) == 0);
+    CHECK(fixture_op_result(&c, op, code, sizeof(code)) == 0);
     CHECK(strcmp(code, "INTERNAL_SERVER_ERROR") == 0);
     CHECK(c.metrics.nacks_fail == 1);
     check_left_to_expire(&c, l, deadline);
@@ -98,7 +83,7 @@ static void a_dead_letter_that_fails_lets_the_lease_expire(void) {
     CHECK(c.calls != NULL && strcmp(c.calls->method, MQL_M_DLQ) == 0);
     /* the dev broker (and a proxy without the method) answers so */
     fixture_finish_call(&c, GRPC_STATUS_UNIMPLEMENTED, NULL);
-    CHECK(op_result(&c, op, code, sizeof(code)) == 0);
+    CHECK(fixture_op_result(&c, op, code, sizeof(code)) == 0);
     CHECK(strcmp(code, "UNIMPLEMENTED") == 0);
     CHECK(c.metrics.dead_letter_fail == 1);
     check_left_to_expire(&c, l, deadline);
@@ -113,7 +98,7 @@ static void an_ack_that_fails_lets_the_lease_expire(void) {
     op = mql_client_ack(&c, &l->id, 1);
     CHECK(c.calls != NULL && strcmp(c.calls->method, MQL_M_ACK) == 0);
     fixture_finish_call(&c, GRPC_STATUS_DEADLINE_EXCEEDED, NULL);   /* it may have reached the broker */
-    CHECK(op_result(&c, op, NULL, 0) == 0);
+    CHECK(fixture_op_result(&c, op, NULL, 0) == 0);
     CHECK(c.metrics.acks_fail == 1);
     check_left_to_expire(&c, l, deadline);
     fixture_teardown(&c);
@@ -137,7 +122,7 @@ static void a_deferred_nack_that_fails_lets_the_renewed_lease_expire(void) {
     CHECK(c.calls != NULL && strcmp(c.calls->method, MQL_M_CHANGE) == 0);
     CHECK(l->pending == MQL_PENDING_NACK && l->renewals == 1);
     finish_change(&c, APACHE__ROCKETMQ__V2__CODE__INTERNAL_SERVER_ERROR, NULL);
-    CHECK(op_result(&c, op, NULL, 0) == 0);
+    CHECK(fixture_op_result(&c, op, NULL, 0) == 0);
     check_left_to_expire(&c, l, l->renew_sent_ms + l->window_ms);
     fixture_teardown(&c);
 }
@@ -153,7 +138,7 @@ static void a_nack_retried_after_a_failure_still_ends_the_lease(void) {
     op = mql_client_nack(&c, id, 0);
     CHECK(c.calls != NULL);
     finish_change(&c, APACHE__ROCKETMQ__V2__CODE__OK, "h2");
-    CHECK(op_result(&c, op, NULL, 0) == 1);
+    CHECK(fixture_op_result(&c, op, NULL, 0) == 1);
     CHECK(mql_lease_find(&c.consumer.leases, id) == NULL);
     CHECK(c.metrics.nacks_ok == 1 && c.metrics.nacks_fail == 1);
     fixture_teardown(&c);

@@ -73,33 +73,12 @@ static mql_call *reopen_telemetry(mql_client *c) {
 static void settings_come_back(mql_client *c, mql_call *stream) {
     Apache__Rocketmq__V2__TelemetryCommand cmd = APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__INIT;
     Apache__Rocketmq__V2__Settings s = APACHE__ROCKETMQ__V2__SETTINGS__INIT;
-    uint8_t buf[256];
-    size_t len;
-    grpc_slice slice;
     grpc_byte_buffer *bb;
     cmd.command_case = APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND_SETTINGS;
     cmd.settings = &s;
-    len = protobuf_c_message_pack(&cmd.base, buf);
-    slice = grpc_slice_from_copied_buffer((const char *)buf, len);
-    bb = grpc_raw_byte_buffer_create(&slice, 1);
-    grpc_slice_unref(slice);
+    bb = fixture_pack(&cmd.base);
     stream->ops->on_message(c, stream, bb);
     grpc_byte_buffer_destroy(bb);
-}
-
-/* The result of op among the events (taken and freed): 1 ok, 0 failed, -1 none. */
-static int op_result(mql_client *c, uint64_t op, char *code, size_t codelen) {
-    mql_event *ev = mql_events_take(&c->events), *next;
-    int found = -1;
-    for (; ev; ev = next) {
-        next = ev->next;
-        if (ev->kind == MQL_EV_OP && ev->op == op) {
-            found = ev->result.ok ? 1 : 0;
-            if (code) snprintf(code, codelen, "%s", ev->result.code);
-        }
-        mql_event_free(ev);
-    }
-    return found;
 }
 
 static void an_ack_while_reconnecting_waits_for_the_settings_to_come_back(void) {
@@ -110,7 +89,7 @@ static void an_ack_while_reconnecting_waits_for_the_settings_to_come_back(void) 
     op = mql_client_ack(&c, &id, 1);
     /* nothing goes out: the new proxy would fail it (no channel for our id) */
     CHECK(c.calls == NULL);
-    CHECK(op_result(&c, op, NULL, 0) == -1);
+    CHECK(fixture_op_result(&c, op, NULL, 0) == -1);
     /* the session re-opens Telemetry; still no settings, still held */
     stream = reopen_telemetry(&c);
     CHECK(stream != NULL);
@@ -129,7 +108,7 @@ static void an_ack_while_reconnecting_waits_for_the_settings_to_come_back(void) 
     CHECK(c.consumer.deferred == NULL);
     CHECK(c.metrics.releases_held == 1);
     finish_ack(&c, APACHE__ROCKETMQ__V2__CODE__OK);
-    CHECK(op_result(&c, op, NULL, 0) == 1);
+    CHECK(fixture_op_result(&c, op, NULL, 0) == 1);
     CHECK(mql_lease_find(&c.consumer.leases, id) == NULL);
     CHECK(c.metrics.acks_ok == 1 && c.metrics.acks_fail == 0);
     fixture_teardown(&c);
@@ -184,7 +163,7 @@ static void a_held_ack_goes_out_before_its_deadline_and_fails_as_before(void) {
     CHECK(strcmp(newest_method(&c), MQL_M_ACK) == 0);
     CHECK(c.consumer.deferred == NULL);
     finish_ack(&c, APACHE__ROCKETMQ__V2__CODE__INTERNAL_SERVER_ERROR);
-    CHECK(op_result(&c, op, code, sizeof(code)) == 0);
+    CHECK(fixture_op_result(&c, op, code, sizeof(code)) == 0);
     CHECK(strcmp(code, "INTERNAL_SERVER_ERROR") == 0);
     CHECK(c.metrics.acks_fail == 1);
     /* let expire at the deadline it has, never renewed */
@@ -239,7 +218,7 @@ static void a_close_while_reconnecting_fails_held_releases_closed(void) {
     CHECK(c.calls == NULL);
     c.stopping = 1;
     mql_release_run_deferred(&c);
-    CHECK(op_result(&c, op, code, sizeof(code)) == 0);
+    CHECK(fixture_op_result(&c, op, code, sizeof(code)) == 0);
     CHECK(strcmp(code, "CLOSED") == 0);
     CHECK(c.calls == NULL);
     CHECK(c.consumer.deferred == NULL);
