@@ -12,7 +12,7 @@
 #   make proto        regenerate proto/gen from proto/*.proto
 #
 # src/ is grouped by concern, and each folder is compiled seeing only the headers it may use:
-#   src/core/      util, events, metrics, backoff            sees core
+#   src/core/      util, events, metrics, backoff, absl      sees core
 #   src/lease/     lease table, pacing, auto invisible,      sees core, lease (grpc byte buffers
 #                  body, inbound decoding, codec              only: spec/support/check-layers.sh)
 #   src/rocketmq/  the RocketMQ client: call, session,        sees core, lease, rocketmq
@@ -64,6 +64,7 @@ GEN_SRC      = proto/gen/apache/rocketmq/v2/definition.pb-c.c \
 LIB_SRC      = $(CORE_SRC) $(LEASE_SRC) $(ROCKETMQ_SRC) $(REDIS_SRC) $(GEN_SRC)
 MODULE_SRC   = $(LIB_SRC) $(BINDING_SRC)
 DEVBROKER_SRC = $(wildcard src/devbroker/*.c) src/lease/mql_codec.c src/core/mql_util.c \
+                src/core/mql_absl.c \
                 src/core/mql_events.c $(GEN_SRC)
 HEADERS      = $(wildcard src/*/*.h) $(GEN_SRC:.c=.h)
 

@@ -70,6 +70,10 @@ void mql_signals_block(sigset_t *old);
 void mql_signals_restore(const sigset_t *old);
 int mql_thread_start(pthread_t *t, void *(*fn)(void *), void *arg);   /* 0 or -1 */
 
+/* Abseil's debug-build mutex deadlock detection off, once a process; called before
+ * grpc_init (mql_absl.c says why). 1 if it is off, 0 if this abseil has no switch. */
+int mql_absl_quiet(void);
+
 char *mql_strdup(const char *s);
 void *mql_xmalloc(size_t n);     /* aborts on OOM: the core has no partial-failure path for it */
 void *mql_xcalloc(size_t n, size_t size);

@@ -176,6 +176,7 @@ dv_server *dv_server_new(const char *listen, int *port) {
     grpc_server_credentials *cr;
     grpc_arg arg;
     grpc_channel_args args;
+    mql_absl_quiet();
     grpc_init();
     /* the proxy accepts up to 130 MiB, so that a 4 MiB+ body reaches its own check */
     arg.type = GRPC_ARG_INTEGER;

@@ -318,6 +318,7 @@ mql_client *mql_client_new(const mql_config *cfg, uint64_t *start_op, char *err,
 
     /* grpc's own threads, and ours, inherit this mask: signals belong to the host. */
     mql_signals_block(&old);
+    mql_absl_quiet();
     grpc_init();
     c->cq = grpc_completion_queue_create_for_next(NULL);
     c->access = mql_session_channel_new(c, c->endpoint);
