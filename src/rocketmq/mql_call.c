@@ -17,7 +17,7 @@
 #define MQL_LANGUAGE "CPP"
 
 static void add_md(mql_call *c, const char *key, grpc_slice value) {
-    if (c->nmd >= MQL_CALL_MAX_MD) return;
+    if (c->nmd >= c->md_cap) return;
     c->md[c->nmd].key = grpc_slice_from_static_string(key);
     c->md[c->nmd].value = grpc_slice_ref(value);
     c->nmd++;
@@ -146,14 +146,24 @@ static void add_headers(mql_call *c, mql_identity *id) {
     }
 }
 
+/* How many headers add_headers may add for this identity. */
+static size_t headers_max(const mql_identity *id) {
+    size_t n = 6;   /* client id, language, protocol, version, date, request id */
+    if (id->namespace_ && *id->namespace_) n++;
+    if (signs(id)) n += 2;   /* authorization, session token */
+    return n;
+}
+
 mql_call *mql_call_new(grpc_channel *ch, grpc_completion_queue *cq, const char *method,
                        int64_t timeout_ms, mql_identity *id) {
-    mql_call *c = mql_xcalloc(1, sizeof(*c));
+    size_t md_cap = headers_max(id);
+    mql_call *c = mql_xcalloc(1, sizeof(*c) + md_cap * sizeof(grpc_metadata));
     gpr_timespec deadline =
         timeout_ms < 0 ? gpr_inf_future(GPR_CLOCK_MONOTONIC)
                        : gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
                                       gpr_time_from_millis(timeout_ms, GPR_TIMESPAN));
     c->method = method;
+    c->md_cap = md_cap;
     c->call = grpc_channel_create_call(ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
                                        grpc_slice_from_static_string(method), NULL, deadline,
                                        NULL);
