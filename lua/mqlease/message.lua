@@ -83,6 +83,26 @@ local function message_pairs(m)
   return next_field, m, nil
 end
 
+-- The lease object of m, made from the core's lease id in its lease slot the
+-- first time it is asked for (see the top of mqlease.lease).
+local function lease_of(m, consumer)
+  local v = rawget(m, LEASE)
+  if type(v) == "number" then
+    v = lease_mod.new(rawget(consumer, "_router"), consumer, v, m)
+    rawset(m, LEASE, v)
+  end
+  return v
+end
+
+-- The core's lease id of message m, without making its lease object (a
+-- stand-in message may carry its lease by name).
+function _M.lease_id(m)
+  local v = rawget(m, LEASE)
+  if v == nil then v = m.lease end
+  if type(v) == "table" then return rawget(v, "id") end
+  return v
+end
+
 -- The metatable of the messages of one shape, from consumer's weak cache.
 function _M.shape_mt(consumer, shape)
   local key = shape_part(shape.topic) .. shape_part(shape.tag) .. shape_part(shape.born_host)
@@ -96,17 +116,29 @@ function _M.shape_mt(consumer, shape)
     mt = { __name = "mqlease.message", __tostring = message_tostring, __pairs = message_pairs,
       __index = function(m, k)
         local i = SLOTS[k]
-        if i then return rawget(m, i) end
-        return shape[k]
-      end }
+        if i == nil then return shape[k] end
+        if i == LEASE then return lease_of(m, consumer) end
+        return rawget(m, i)
+      end,
+      -- a message nobody references any more: its lease is given back
+      __gc = function(m) lease_mod.collect(consumer, rawget(m, LEASE)) end }
     cache[key] = mt
   end
   return mt
 end
 
--- A message from the core's table m (its lease slot: the core's lease id).
+local newproxy = newproxy   -- Lua 5.1/LuaJIT: tables have no __gc, a proxy userdata does
+
+-- A message from the core's table m (its lease slot: the core's lease id),
+-- registered with router so that the core's lease events reach its lease.
 function _M.wrap(router, consumer, m, mt)
-  rawset(m, LEASE, lease_mod.new(router, consumer, rawget(m, LEASE)))
+  router.leases[rawget(m, LEASE)] = m
+  if newproxy then
+    -- in the slot after the lease (src/lua/lmql_push.c makes it on LuaJIT)
+    local proxy = newproxy(true)
+    getmetatable(proxy).__gc = function() lease_mod.collect(consumer, rawget(m, LEASE)) end
+    rawset(m, LEASE + 1, proxy)
+  end
   return setmetatable(m, mt)
 end
 

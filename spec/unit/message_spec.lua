@@ -26,9 +26,9 @@ end
 describe("mqlease.message", function()
   local consumer, router
   before_each(function()
-    consumer = { _shapes = setmetatable({}, { __mode = "v" }), options = { release_delay = 1 },
-      count = function() end }
     router = fake_router()
+    consumer = { _shapes = setmetatable({}, { __mode = "v" }), options = { release_delay = 1 },
+      count = function() end, _router = router }
   end)
 
   local SHAPE = { topic = "t", tag = "TagA", born_host = "10.0.0.1", store_host = "10.0.0.2",
@@ -110,5 +110,31 @@ describe("mqlease.message", function()
       assert.equal("x", seen.mine)
       assert.equal(6, n)   -- id, body, offset, born_at, lease, mine: body once
     end
+  end)
+
+  it("makes its lease when it is first asked for, and gives back a dropped message either way", function()
+    local nacks = {}
+    router.client.lease = function(_, id) return not nacks[id] and "held" or nil end
+    router.client.nack = function(_, id) nacks[id] = true; return id end
+    router.forget = function() end
+    local m = receive(consumer, router, { id = "01A1", body = "", offset = 1, born_at = 1, lease = 11 }, SHAPE)
+    assert.equal(11, rawget(m, message.SLOTS.lease))   -- the core's lease id, no object yet
+    assert.equal(m, router.leases[11])
+    assert.equal(11, message.lease_id(m))
+    local lease = m.lease
+    assert.equal(11, lease.id)
+    assert.equal(lease, m.lease)
+    assert.equal(lease, rawget(m, message.SLOTS.lease))
+    assert.equal("held", lease.state)
+    receive(consumer, router, { id = "01A2", body = "", offset = 2, born_at = 1, lease = 12 }, SHAPE)
+    m = nil
+    collectgarbage("collect")
+    collectgarbage("collect")
+    assert.is_true(nacks[12])           -- dropped without a lease object
+    assert.is_nil(nacks[11])            -- its lease keeps the message alive
+    lease = nil
+    collectgarbage("collect")
+    collectgarbage("collect")
+    assert.is_true(nacks[11])
   end)
 end)
