@@ -16,14 +16,14 @@
 -- a message keeps its core lease id in its lease slot, the consumer's router
 -- maps that id to the message (weakly), and the lease object is made the
 -- first time m.lease is read (mqlease.run hands it to every handler) or a
--- lease event for it comes; then it replaces the id in the slot. It starts
+-- lease event for it comes; then it is kept under its name beside the slot. It starts
 -- with its id and its message (which it keeps alive: a message collected while
 -- its lease is in use would be nacked) -- _renewals, _final and the rest
 -- appear once known -- and finds its router and consumer in the metatable all
 -- leases of one consumer share. A dropped message is nacked by the message's
 -- finalizer (collect below), lease object or not.
 
-local setmetatable, getmetatable, rawget, type = setmetatable, getmetatable, rawget, type
+local setmetatable, getmetatable, rawget = setmetatable, getmetatable, rawget
 local floor = math.floor
 
 local _M = {}
@@ -60,15 +60,11 @@ _M.router = router_of
 -- A lease whose message nobody references any more can never be acked: a
 -- handler dropped it. Without this its core lease would be renewed until
 -- max_lease (an hour by default). It is nacked instead (visible again after
--- release_delay) and counted as leases_dropped. slot is what the message's
--- lease slot holds: the core's lease id, or the lease object made from it.
-function _M.collect(consumer, slot)
-  local id = slot
-  if type(slot) == "table" then
-    -- let expire on purpose: the handler chose the deadline, not release_delay
-    if rawget(slot, "_final") or rawget(slot, "_let_go") then return end
-    id = rawget(slot, "id")
-  end
+-- release_delay) and counted as leases_dropped. id is the core's lease id,
+-- lease the lease object if one was made.
+function _M.collect(consumer, id, lease)
+  -- let expire on purpose: the handler chose the deadline, not release_delay
+  if lease and (rawget(lease, "_final") or rawget(lease, "_let_go")) then return end
   local router = rawget(consumer, "_router")
   if not router then return end
   local client = router.client
