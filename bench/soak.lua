@@ -82,7 +82,7 @@ local ok, err = pcall(function()
   local t = mqlease.now() - t0
   print(("soak: %d handled in %.1f s (%.0f msg/s); acked %d, nacked %d, failed %d; RSS peak %.1f MiB, now %.1f MiB")
     :format(handled, t, handled / t, summary.acked, summary.nacked, summary.failed, kb("VmHWM") / 1024, kb("VmRSS") / 1024))
-  print(("soak: at the last ack the core held %d leases; after close: core leases %d, Lua lease objects %d, " ..
+  print(("soak: at the last ack the core held %d leases; after close: core leases %d, Lua messages still mapped to a lease %d, " ..
     "pending op results %d, open fds %d (at start %d)")
     :format(final.inflight, after.inflight or 0, leases, results, fds(), fds0))
   assert(final.inflight == 0 and leases == 0 and results == 0, "something was left behind")

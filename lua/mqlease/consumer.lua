@@ -126,7 +126,7 @@ function consumer_methods:ack(msgs)
     error("bad argument #1 to 'ack' (an array of 1 to 256 messages expected)", 2)
   end
   local ids = {}
-  for i, m in ipairs(msgs) do ids[i] = rawget(m.lease, "id") end
+  for i, m in ipairs(msgs) do ids[i] = message.lease_id(m) end
   local router = self._router
   local ev = router:result(router.client:ack(ids))
   local results, first_err, first_code = {}, nil, nil
@@ -143,7 +143,8 @@ end
 -- Leases the core still holds for this consumer (live lease objects only).
 function consumer_methods:held()
   local out = {}
-  for _, lease in pairs(self._router.leases) do
+  for _, m in pairs(self._router.leases) do
+    local lease = m.lease
     if not rawget(lease, "_final") and lease:alive() then out[#out + 1] = lease end
   end
   return out

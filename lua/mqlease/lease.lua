@@ -12,9 +12,16 @@
 --   lost                            the deadline passed or the broker refused
 --                                   the handle: someone else may have it (final)
 --
--- A lease is held by the thousand, so every slot counts: it starts with its id
--- alone (_renewals, _final and the rest appear once known) and finds its
--- router and consumer in the metatable all leases of one consumer share.
+-- A lease is held by the million, so it costs nothing until it is asked for:
+-- a message keeps its core lease id in its lease slot, the consumer's router
+-- maps that id to the message (weakly), and the lease object is made the
+-- first time m.lease is read (mqlease.run hands it to every handler) or a
+-- lease event for it comes; then it is kept under its name beside the slot. It starts
+-- with its id and its message (which it keeps alive: a message collected while
+-- its lease is in use would be nacked) -- _renewals, _final and the rest
+-- appear once known -- and finds its router and consumer in the metatable all
+-- leases of one consumer share. A dropped message is nacked by the message's
+-- finalizer (collect below), lease object or not.
 
 local setmetatable, getmetatable, rawget = setmetatable, getmetatable, rawget
 local floor = math.floor
@@ -53,37 +60,29 @@ _M.router = router_of
 -- A lease whose message nobody references any more can never be acked: a
 -- handler dropped it. Without this its core lease would be renewed until
 -- max_lease (an hour by default). It is nacked instead (visible again after
--- release_delay) and counted as leases_dropped.
-local function collect(lease)
+-- release_delay) and counted as leases_dropped. id is the core's lease id,
+-- lease the lease object if one was made.
+function _M.collect(consumer, id, lease)
   -- let expire on purpose: the handler chose the deadline, not release_delay
-  if rawget(lease, "_final") or rawget(lease, "_let_go") then return end
-  local router = router_of(lease)
+  if lease and (rawget(lease, "_final") or rawget(lease, "_let_go")) then return end
+  local router = rawget(consumer, "_router")
+  if not router then return end
   local client = router.client
-  if client:closed() or not client:lease(rawget(lease, "id")) then return end
-  local consumer = getmetatable(lease).consumer
-  router:forget(client:nack(rawget(lease, "id"), floor(consumer.options.release_delay * 1000)))
+  if client:closed() or not client:lease(id) then return end
+  router:forget(client:nack(id, floor(consumer.options.release_delay * 1000)))
   consumer:count("leases_dropped")
 end
 
-local newproxy = newproxy   -- Lua 5.1/LuaJIT: tables have no __gc, a proxy userdata does
-
--- The lease object of the core's lease id, registered with router so that
--- the core's lease events reach it.
-function _M.new(router, consumer, id)
+-- The lease object of message m, whose core lease id is id (the message
+-- module calls it the first time m.lease is read).
+function _M.new(router, consumer, id, m)
   local mt = router.lease_mt
   if not mt then
     mt = { __name = "mqlease.lease", __index = index, __tostring = tostring_lease,
-      __gc = collect, router = router, consumer = consumer }
+      router = router, consumer = consumer }
     router.lease_mt = mt
   end
-  local lease = setmetatable({ id = id }, mt)
-  if newproxy then
-    local proxy = newproxy(true)
-    getmetatable(proxy).__gc = function() collect(lease) end
-    lease._proxy = proxy
-  end
-  router.leases[id] = lease
-  return lease
+  return setmetatable({ id = id, _message = m }, mt)
 end
 
 -- state, remaining seconds, renewals, uncertain: from the core while it holds
@@ -161,7 +160,7 @@ function _M.released(lease, ev, final)
   return nil, err, code
 end
 
--- The core stopped renewing on purpose: when the lease is collected it must
+-- The core stopped renewing on purpose: when the message is collected it must
 -- not be nacked (the handler chose the deadline).
 function _M.let_go(lease)
   lease._let_go = true

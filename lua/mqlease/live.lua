@@ -23,6 +23,7 @@
 -- allows no script at all.
 
 local lease_mod = require "mqlease.lease"
+local message = require "mqlease.message"
 
 local rawget, ipairs, pairs, pcall, tostring, type, error, setmetatable, assert =
   rawget, ipairs, pairs, pcall, tostring, type, error, setmetatable, assert
@@ -42,9 +43,10 @@ function _M.track(consumer, fn)
   trackers[consumer] = fn
 end
 
+-- A message's lease id, without making the lease objects of a million
+-- messages (see mqlease.lease); or a lease's own.
 local function id_of(x)
-  local lease = x.lease or x
-  return rawget(lease, "id")
+  return message.lease_id(x) or rawget(x, "id")
 end
 
 -- The at most cap keys of set (its values when values) with the smallest
@@ -150,7 +152,8 @@ local function leases_of(c, cap)
   if not router or not router.leases then return out, 0, "this consumer tracks no leases" end
   local total = 0
   for _ in pairs(router.leases) do total = total + 1 end
-  for _, lease in ipairs(smallest(router.leases, cap, true)) do
+  for _, m in ipairs(smallest(router.leases, cap, true)) do
+    local lease = m.lease
     if not rawget(lease, "_final") then
       local e = entry(c, lease)
       if e then out[#out + 1] = e end

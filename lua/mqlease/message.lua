@@ -3,18 +3,29 @@
 -- let_expire. Each waits for the broker's answer in the caller's loop and
 -- returns true, or nil, message, code.
 --
--- A message's table holds only its own fields (id, body, offset, times,
--- lease, and keys/properties when it has some); the fields most messages of a
--- consumer share (topic, tag, hosts, type, queue, delivery attempt) come from
--- a shape the core hands beside it (src/lua/lmql_push.c). Each shape becomes
--- the __index of one metatable, shared by every message of that shape; a weak
--- cache in the consumer finds it again, and lets it go with its last message.
--- So pairs(m) shows only the message's own fields: m:totable() gives them all.
+-- A message is held by the million, so its table is small. The fields every
+-- message has (id, body, offset, born_at, store_at, lease) sit in its array
+-- part, by slot (SLOTS below, in the order src/lua/lmql_push.c sets them): 16
+-- bytes a slot where a hash node costs 24 and the hash part rounds up to a
+-- power of two. The fields most messages of a consumer share (topic, tag,
+-- hosts, type, queue, delivery attempt) come from a shape the core hands
+-- beside it. Each shape gets one metatable, shared by every message of that
+-- shape, whose __index finds a slot by its name, else the shape's field (a
+-- weak cache in the consumer finds the metatable again, and lets it go with
+-- its last message). The fields few messages have (keys, properties,
+-- message_group, trace_context, delivery_timestamp) and whatever a user sets
+-- on a message live in its hash part under their names and are read raw; so
+-- does the lease object once made (the lease slot keeps the core's lease id,
+-- see mqlease.lease). A read through __index calls a function (about 40 ns on
+-- Lua 5.4, where a raw read is about 10): code of ours that reads a field
+-- more than once a message reads it into a local.
+-- pairs(m) lists the own fields by name where __pairs is honoured (Lua 5.4):
+-- m:totable() gives them all.
 
 local lease_mod = require "mqlease.lease"
 
-local setmetatable, rawget, type, error, tostring, pairs, ipairs =
-  setmetatable, rawget, type, error, tostring, pairs, ipairs
+local setmetatable, rawget, rawset, type, error, tostring, pairs, ipairs, next =
+  setmetatable, rawget, rawset, type, error, tostring, pairs, ipairs, next
 local floor = math.floor
 
 local _M = {}
@@ -43,6 +54,61 @@ local function shape_part(v)
   return #v .. ":" .. v
 end
 
+-- The slots of a message's own fields, by name (see the top of this file).
+local NAMES = { "id", "body", "offset", "born_at", "store_at", "lease" }
+local SLOTS = {}
+for i, k in ipairs(NAMES) do SLOTS[k] = i end
+_M.SLOTS = SLOTS
+local LEASE = SLOTS.lease
+local NSLOTS = #NAMES
+
+-- pairs(m) as when every own field had its name: the slots by name, then the
+-- hash part (keys, properties, a user's fields) without the slots' numbers.
+local function next_field(m, k)
+  local i = k == nil and 0 or (type(k) == "string" and rawget(SLOTS, k))
+  if i then
+    while i < NSLOTS do
+      i = i + 1
+      local name = NAMES[i]
+      local v = m[name]
+      if v ~= nil then return name, v end
+    end
+    k = nil
+  end
+  repeat
+    k = next(m, k)
+  until k == nil or not ((type(k) == "number" and k >= 1 and k <= NSLOTS and k % 1 == 0)
+    or (type(k) == "string" and SLOTS[k]))
+  if k == nil then return nil end
+  return k, rawget(m, k)
+end
+
+local function message_pairs(m)
+  return next_field, m, nil
+end
+
+-- The lease object of m, made from the core's lease id in its lease slot the
+-- first time it is asked for (see the top of mqlease.lease). It goes into the
+-- hash part under its name, so every later m.lease (mqlease.run and the
+-- methods below read it a few times a message) is a plain read, not a call
+-- of __index; the slot keeps the id.
+local function lease_of(m, consumer)
+  local lease = lease_mod.new(rawget(consumer, "_router"), consumer, rawget(m, LEASE), m)
+  rawset(m, "lease", lease)
+  return lease
+end
+
+-- The core's lease id of message m, without making its lease object (a
+-- stand-in message may carry its lease by name).
+function _M.lease_id(m)
+  local id = rawget(m, LEASE)
+  if id == nil then
+    local lease = m.lease
+    id = lease and rawget(lease, "id")
+  end
+  return id
+end
+
 -- The metatable of the messages of one shape, from consumer's weak cache.
 function _M.shape_mt(consumer, shape)
   local key = shape_part(shape.topic) .. shape_part(shape.tag) .. shape_part(shape.born_host)
@@ -52,16 +118,35 @@ function _M.shape_mt(consumer, shape)
   local mt = cache[key]
   if not mt then
     shape.consumer, shape.keys, shape.properties = consumer, NO_KEYS, NO_PROPERTIES
-    mt = { __name = "mqlease.message", __index = setmetatable(shape, message_mt),
-      __tostring = message_tostring }
+    setmetatable(shape, message_mt)
+    mt = { __name = "mqlease.message", __tostring = message_tostring, __pairs = message_pairs,
+      __index = function(m, k)
+        local i = SLOTS[k]
+        if i == nil then return shape[k] end
+        if i == LEASE then return lease_of(m, consumer) end
+        -- not rawget: a function call costs more than the plain read (a slot left
+        -- nil, store_at's, comes back here once as a number and finds nothing)
+        return m[i]
+      end,
+      -- a message nobody references any more: its lease is given back
+      __gc = function(m) lease_mod.collect(consumer, rawget(m, LEASE), rawget(m, "lease")) end }
     cache[key] = mt
   end
   return mt
 end
 
--- A message from the core's table m (its lease field: the core's lease id).
+local newproxy = newproxy   -- Lua 5.1/LuaJIT: tables have no __gc, a proxy userdata does
+
+-- A message from the core's table m (its lease slot: the core's lease id),
+-- registered with router so that the core's lease events reach its lease.
 function _M.wrap(router, consumer, m, mt)
-  m.lease = lease_mod.new(router, consumer, m.lease)
+  router.leases[rawget(m, LEASE)] = m
+  if newproxy then
+    -- in the slot after the lease (src/lua/lmql_push.c makes it on LuaJIT)
+    local proxy = newproxy(true)
+    getmetatable(proxy).__gc = function() lease_mod.collect(consumer, rawget(m, LEASE), rawget(m, "lease")) end
+    rawset(m, LEASE + 1, proxy)
+  end
   return setmetatable(m, mt)
 end
 

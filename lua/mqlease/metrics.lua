@@ -210,8 +210,9 @@ function _M.received(c, msgs)
   local now, wall = core.now(), core.wall()
   for _, m in ipairs(msgs) do
     received_at[m] = now
-    local from = m.store_at or m.born_at
-    if m.delivery_timestamp and (not from or m.delivery_timestamp > from) then from = m.delivery_timestamp end
+    -- each field read once: a message's fields are read through its __index
+    local from, delivery = m.store_at or m.born_at, m.delivery_timestamp
+    if delivery and (not from or delivery > from) then from = delivery end
     if from and wall >= from then
       observe_consumer(c, "rocketmq_delivery_latency", m.topic, nil, (wall - from) * 1000)
     end
@@ -222,15 +223,15 @@ end
 -- process_time (success: it returned a true value) when it ends or raises.
 function _M.timed(c, handler)
   return function(m, ...)
-    local start = core.now()
+    local start, topic = core.now(), m.topic
     local at = received_at[m]
     if at then
       received_at[m] = nil
-      observe_consumer(c, "rocketmq_await_time", m.topic, nil, (start - at) * 1000)
+      observe_consumer(c, "rocketmq_await_time", topic, nil, (start - at) * 1000)
     end
     local r = pack(pcall(handler, m, ...))
     local ms = (core.now() - start) * 1000
-    observe_consumer(c, "rocketmq_process_time", m.topic, (r[1] and r[2]) and "success" or "failure", ms)
+    observe_consumer(c, "rocketmq_process_time", topic, (r[1] and r[2]) and "success" or "failure", ms)
     if not r[1] then error(r[2], 0) end
     return unpack(r, 2, r.n)
   end

@@ -27,7 +27,7 @@ function _M.new(client)
     client = client,
     results = {},                          -- op id -> event, until its waiter takes it
     forgotten = {},                        -- op ids nobody will wait for
-    leases = setmetatable({}, { __mode = "v" }), -- lease id -> lease object (weak)
+    leases = setmetatable({}, { __mode = "v" }), -- lease id -> its message (weak)
     on_lock_lost = nil,                    -- fn(keepalive id), for Redis clients
     on_op = nil,                           -- fn(event) -> true when it took the event (the producer's sends)
     waiters = {},                          -- op id -> coroutine parked for it in mqlease's scheduler
@@ -48,7 +48,7 @@ function _M.start(client, start_op, timeout, what)
   return nil, ev.err, ev.code
 end
 
--- Moves every event out of the core; lease events update their lease objects.
+-- Moves every event out of the core; lease events update their messages' leases.
 function methods:pump()
   local client = self.client
   if client:closed() then return end
@@ -66,8 +66,9 @@ function methods:pump()
     elseif ev.kind == "lock_lost" then
       if self.on_lock_lost then self.on_lock_lost(ev.keepalive) end
     else
-      local lease = self.leases[ev.lease_id]
-      if lease then lease:_set_state(ev.state, ev.renewals) end
+      -- the message of that lease (its lease object is made if it was not yet)
+      local m = self.leases[ev.lease_id]
+      if m then m.lease:_set_state(ev.state, ev.renewals) end
     end
   end
 end

@@ -123,7 +123,7 @@ static void a_deferred_nack_that_fails_lets_the_renewed_lease_expire(void) {
     CHECK(l->pending == MQL_PENDING_NACK && l->renewals == 1);
     finish_change(&c, APACHE__ROCKETMQ__V2__CODE__INTERNAL_SERVER_ERROR, NULL);
     CHECK(fixture_op_result(&c, op, NULL, 0) == 0);
-    check_left_to_expire(&c, l, l->renew_sent_ms + l->window_ms);
+    check_left_to_expire(&c, l, mql_lease_renew_sent_ms(l) + l->window_ms);
     fixture_teardown(&c);
 }
 

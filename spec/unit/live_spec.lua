@@ -19,7 +19,8 @@ local function fake_client(leases)
 end
 
 -- A consumer with n leases (ids 1..n, age n - id + 1 s), as mqlease.lease
--- objects are shaped: their router (and its client) in the shared metatable.
+-- objects are shaped: their router (and its client) in the shared metatable;
+-- stand-in messages carry them by name.
 local function fake_consumer(n, opts)
   opts = opts or {}
   local core_leases = {}
@@ -32,9 +33,9 @@ local function fake_consumer(n, opts)
   for id = 1, n do
     core_leases[id] = { "renewing", 10 + id / 1000, id % 3, n - id + 1, id == 2 }
     local lease = setmetatable({ id = id }, lease_mt)
-    router.leases[id] = lease
     msgs[id] = { id = (opts.ids and opts.ids[id]) or ("MSG" .. id), topic = opts.msg_topic, lease = lease,
       delivery_attempt = 1 }
+    router.leases[id] = msgs[id]   -- the router maps a lease id to its message
   end
   c.msgs, c.core_leases = msgs, core_leases
   return c

@@ -81,14 +81,22 @@ static void table_grow(mql_lease_table *t) {
     free(old);
 }
 
-static const char *topic_intern(mql_lease_table *t, const char *topic) {
+/* The index of topic among the interned ones, added if new. A consumer
+ * subscribes to one topic; past UINT16_MAX names (never, for a consumer) the
+ * process stops rather than hand a lease another topic's name. */
+static uint16_t topic_intern(mql_lease_table *t, const char *topic) {
     size_t i;
     for (i = 0; i < t->ntopics; i++)
-        if (strcmp(t->topics[i], topic) == 0) return t->topics[i];
+        if (strcmp(t->topics[i], topic) == 0) return (uint16_t)i;
+    if (t->ntopics > UINT16_MAX) abort();
     t->topics = realloc(t->topics, (t->ntopics + 1) * sizeof(*t->topics));
     if (!t->topics) abort();
     t->topics[t->ntopics] = mql_strdup(topic);
-    return t->topics[t->ntopics++];
+    return (uint16_t)t->ntopics++;
+}
+
+const char *mql_lease_topic(const mql_lease_table *t, const mql_lease *l) {
+    return t->topics[l->topic];
 }
 
 size_t mql_lease_alloc_size(size_t id_len, size_t handle_len) {

@@ -50,30 +50,45 @@ typedef enum mql_lease_pending {
 #define MQL_HEAP_NONE UINT32_MAX
 #define MQL_HANDLE_SLACK 8   /* bytes of room past the first handle (see above) */
 
+/* The fixed fields are ordered and sized so that no byte is padding: a
+ * million leases pay for every one (times a lease needs past its receive are
+ * kept as 32-bit offsets from acquired_ms, and the topic as an index). */
 typedef struct mql_lease {
     uint64_t id;               /* table key, never reused within a client */
-    const char *topic;         /* interned in the table: one copy per topic */
     char *handle;              /* the latest receipt handle; the only one ever sent: in
                                   text (inline) or, once one outgrew it, allocated */
     int64_t acquired_ms;       /* monotonic: when the receive returned it */
     int64_t deadline_ms;       /* monotonic: when the broker will redeliver */
     int64_t timer_ms;          /* monotonic: next renewal or deadline check */
-    int64_t renew_sent_ms;     /* when the in-flight renewal left */
     struct mql_lease *hnext;   /* hash chain */
     uint32_t heap_index;       /* MQL_HEAP_NONE when no timer is armed */
     int32_t renewals;          /* successful renewals */
-    int32_t attempts;          /* failed tries of the current renewal */
+    uint32_t renew_sent;       /* when the in-flight renewal left, in ms after acquired_ms
+                                  (mql_lease_renew_sent_ms; a lease lives at most max_lease,
+                                  7 days, far below 2^32 ms) */
+    uint32_t window_ms;        /* the invisible duration its receive or in-flight renewal
+                                  asked for (they differ with invisible = "auto") */
+    uint16_t attempts;         /* failed tries of the current renewal (saturates) */
+    uint16_t topic;            /* its topic's index in the table's interned topics
+                                  (mql_lease_topic) */
     uint8_t state;             /* an mql_lease_state */
     uint8_t pending;           /* an mql_lease_pending: a release is under way (or waits) */
     uint8_t let_go;            /* the host chose to let it expire: not "expired while alive" */
     uint8_t uncertain;         /* a renewal got no reply: the broker may hold a newer handle
                                   (and a second deadline) we never saw */
-    uint32_t window_ms;        /* the invisible duration its receive or in-flight renewal
-                                  asked for (they differ with invisible = "auto") */
     uint16_t handle_room;      /* bytes for the handle after the id in text, NUL included */
     char message_id[];         /* broker id, stable across redeliveries (same allocation),
                                   then its NUL, then handle_room bytes for the handle */
 } mql_lease;
+
+/* When the lease's in-flight renewal left (monotonic ms), and setting it. */
+static inline int64_t mql_lease_renew_sent_ms(const mql_lease *l) {
+    return l->acquired_ms + (int64_t)l->renew_sent;
+}
+static inline void mql_lease_set_renew_sent(mql_lease *l, int64_t now_ms) {
+    int64_t d = now_ms - l->acquired_ms;
+    l->renew_sent = d <= 0 ? 0 : d >= (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)d;
+}
 
 /* Bytes of one lease's allocation for a message id and a first handle of
  * these lengths (what mql_lease_add allocates). */
@@ -87,7 +102,8 @@ typedef struct mql_heap_slot {
 } mql_heap_slot;
 
 typedef struct mql_lease_table {
-    char **topics;             /* interned topic names (a consumer has one or a few) */
+    char **topics;             /* interned topic names (a consumer has one or a few; a
+                                  lease keeps its topic's index, at most UINT16_MAX) */
     size_t ntopics;
     mql_lease **buckets;
     size_t nbuckets;           /* power of two */
@@ -107,6 +123,8 @@ void mql_lease_table_free(mql_lease_table *t);
 mql_lease *mql_lease_add(mql_lease_table *t, const char *message_id, const char *topic,
                          const char *handle, int64_t now_ms, int64_t invisible_ms);
 mql_lease *mql_lease_find(const mql_lease_table *t, uint64_t id);
+/* The lease's topic name (interned in t). */
+const char *mql_lease_topic(const mql_lease_table *t, const mql_lease *l);
 /* Unlinks and frees the lease (and disarms its timer). */
 void mql_lease_remove(mql_lease_table *t, mql_lease *l);
 /* Replaces the handle with a copy of handle: in place when it fits the room. */

@@ -47,28 +47,50 @@ static const char *message_type_name(int t) {
     }
 }
 
-/* A message is held by the thousand, so its table keeps only what differs
+/* A message is held by the million, so its table keeps only what differs
  * from message to message; the rest -- topic, tag, hosts, type, queue and
  * delivery attempt, equal for most messages of a consumer -- goes into a
  * shape that the Lua side turns into the __index of a shared metatable
- * (lua/mqlease/consumer.lua). A message's table then has 6 fields and 8 slots
- * instead of 16: 192 bytes less per held lease in Lua 5.4.
+ * (lua/mqlease/message.lua).
+ *
+ * The fields every message has sit in the table's array part, by slot, and
+ * that __index finds them by name (message.lua's SLOTS must follow this
+ * order): an array slot is a 16-byte TValue where a hash node is 24 bytes and
+ * the node part rounds up to a power of two, so 6 fields cost 96 bytes
+ * instead of 8 nodes' 192 (Lua 5.4's lobject.h: TValue, Node). The fields few
+ * messages have stay in the hash part under their names, as before.
  *
  * Field names follow the Java client's MessageView getters in snake_case;
  * times are epoch seconds (like os.time(), with milliseconds as fractions).
- * "lease" holds the core's lease id until the Lua side puts the lease object
- * in that same slot; keys and properties are set only when not empty. */
+ * The lease slot holds the core's lease id: the Lua side makes the lease
+ * object from it when it is first asked for. LuaJIT has one more slot: the
+ * proxy whose __gc stands for the table's (tables have no __gc there). */
+enum {
+    MSG_ID = 1, MSG_BODY, MSG_OFFSET, MSG_BORN_AT, MSG_STORE_AT, MSG_LEASE,
+    MSG_SLOTS = MSG_LEASE + (LUA_VERSION_NUM < 502)
+};
+
 static void push_message(lua_State *L, const mql_message *m) {
     size_t i;
-    int n = 5 + (m->store_ms != 0) + (m->delivery_ms != 0) + (m->trace_context != NULL)
-          + (m->message_group != NULL) + (m->nkeys > 0) + (m->nprops > 0);
-    lua_createtable(L, 0, n);
-    lmql_set_str(L, "id", m->id);
+    int n = (m->delivery_ms != 0) + (m->trace_context != NULL) + (m->message_group != NULL)
+          + (m->nkeys > 0) + (m->nprops > 0);
+    lua_createtable(L, MSG_SLOTS, n);
+    if (m->id) {
+        lua_pushstring(L, m->id);
+        lua_rawseti(L, -2, MSG_ID);
+    }
     lua_pushlstring(L, (const char *)m->body, m->body_len);
-    lua_setfield(L, -2, "body");
-    lmql_set_int(L, "offset", (lua_Integer)m->queue_offset);
-    lmql_set_num(L, "born_at", (lua_Number)m->born_ms / 1000.0);
-    if (m->store_ms) lmql_set_num(L, "store_at", (lua_Number)m->store_ms / 1000.0);
+    lua_rawseti(L, -2, MSG_BODY);
+    lua_pushinteger(L, (lua_Integer)m->queue_offset);
+    lua_rawseti(L, -2, MSG_OFFSET);
+    lua_pushnumber(L, (lua_Number)m->born_ms / 1000.0);
+    lua_rawseti(L, -2, MSG_BORN_AT);
+    if (m->store_ms) {
+        lua_pushnumber(L, (lua_Number)m->store_ms / 1000.0);
+        lua_rawseti(L, -2, MSG_STORE_AT);
+    }
+    lua_pushinteger(L, (lua_Integer)m->lease_id);
+    lua_rawseti(L, -2, MSG_LEASE);
     if (m->delivery_ms) lmql_set_num(L, "delivery_timestamp", (lua_Number)m->delivery_ms / 1000.0);
     lmql_set_str(L, "trace_context", m->trace_context);
     lmql_set_str(L, "message_group", m->message_group);
@@ -88,7 +110,6 @@ static void push_message(lua_State *L, const mql_message *m) {
         }
         lua_setfield(L, -2, "properties");
     }
-    lmql_set_int(L, "lease", (lua_Integer)m->lease_id);
 }
 
 static int same_str(const char *a, const char *b) {

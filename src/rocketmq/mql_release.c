@@ -158,7 +158,7 @@ static void ack_send(mql_client *c, mql_release *rel) {
         store[n].message_id = l->message_id;
         store[n].receipt_handle = l->handle;   /* the newest: renewals are done by now */
         entries[n] = &store[n];
-        topic_name = l->topic;
+        topic_name = mql_lease_topic(&cs->leases, l);
         n++;
     }
     mql_set_resource(&group, c->namespace_, cs->group);
@@ -308,7 +308,7 @@ static int dead_letter_start(mql_client *c, const mql_release *rel, mql_lease *l
     mql_pb_resource group, topic;
     (void)rel;
     mql_set_resource(&group, c->namespace_, c->consumer.group);
-    mql_set_resource(&topic, c->namespace_, l->topic);
+    mql_set_resource(&topic, c->namespace_, mql_lease_topic(&c->consumer.leases, l));
     req.group = &group;
     req.topic = &topic;
     req.receipt_handle = l->handle;

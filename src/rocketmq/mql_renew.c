@@ -130,7 +130,7 @@ int mql_renew_change_start(mql_client *c, mql_lease *l, int64_t duration_ms,
     mql_pb_resource group, topic;
     Google__Protobuf__Duration d;
     mql_set_resource(&group, c->namespace_, c->consumer.group);
-    mql_set_resource(&topic, c->namespace_, l->topic);
+    mql_set_resource(&topic, c->namespace_, mql_lease_topic(&c->consumer.leases, l));
     mql_set_duration(&d, duration_ms);
     req.group = &group;
     req.topic = &topic;
@@ -144,7 +144,7 @@ int mql_renew_change_start(mql_client *c, mql_lease *l, int64_t duration_ms,
 
 static void renew_start(mql_client *c, mql_lease *l, int64_t now) {
     mql_consumer_part *cs = &c->consumer;
-    l->renew_sent_ms = now;
+    mql_lease_set_renew_sent(l, now);
     l->window_ms = (uint32_t)cs->invisible_ms;
     mql_hist_observe(&c->metrics.renew_lateness, (double)(now - l->timer_ms) / 1000.0);
     /* a renewal names its lease by the call's op */
@@ -193,13 +193,13 @@ static void on_renew_done(mql_client *c, mql_call *call) {
          * accept it, but an ack with it does nothing and a change arms a
          * second deadline. */
         mql_lease_take_handle(l, mql_handle_after_change(resp->receipt_handle));
-        l->deadline_ms = l->renew_sent_ms + l->window_ms;
+        l->deadline_ms = mql_lease_renew_sent_ms(l) + l->window_ms;
         l->renewals++;
         l->attempts = 0;
         c->metrics.renew_success++;
-        mql_hist_observe(&c->metrics.renew_latency, (double)(now - l->renew_sent_ms) / 1000.0);
-        mql_pace_observe(&cs->pace, now - l->renew_sent_ms);
-        mql_lease_arm(&cs->leases, l, mql_pace_next_at(&cs->pace, l->renew_sent_ms, l->deadline_ms,
+        mql_hist_observe(&c->metrics.renew_latency, (double)(now - mql_lease_renew_sent_ms(l)) / 1000.0);
+        mql_pace_observe(&cs->pace, now - mql_lease_renew_sent_ms(l));
+        mql_lease_arm(&cs->leases, l, mql_pace_next_at(&cs->pace, mql_lease_renew_sent_ms(l), l->deadline_ms,
                                                       renew_jitter(c)));
     } else if (strcmp(r.code, "INVALID_RECEIPT_HANDLE") == 0) {
         /* final: the broker no longer knows this delivery; no retry storm */
@@ -214,7 +214,7 @@ static void on_renew_done(mql_client *c, mql_call *call) {
          * the message may come back once more. Count it apart. */
         int uncertain = strcmp(r.code, "TIMEOUT") == 0 || strcmp(r.code, "CANCELLED") == 0;
         int64_t backoff = RENEW_BACKOFF_MIN_MS << (l->attempts < 5 ? l->attempts : 5);
-        mql_pace_observe(&cs->pace, now - l->renew_sent_ms);   /* a timeout is slowness too */
+        mql_pace_observe(&cs->pace, now - mql_lease_renew_sent_ms(l));   /* a timeout is slowness too */
         /* The change may have been applied: then the broker minted a handle we
          * never saw, and armed a deadline that our handle cannot cancel. No
          * handle we hold can undo that, so we keep renewing with the one we
@@ -229,7 +229,7 @@ static void on_renew_done(mql_client *c, mql_call *call) {
         }
         mql_metrics_error(&c->metrics, "renew", r.code);
         if (backoff > RENEW_BACKOFF_MAX_MS) backoff = RENEW_BACKOFF_MAX_MS;
-        l->attempts++;
+        if (l->attempts < UINT16_MAX) l->attempts++;
         if (now + backoff + retry_needs_ms(c, r.code) < l->deadline_ms)
             mql_lease_arm(&cs->leases, l, now + backoff);
         else
