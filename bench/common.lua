@@ -38,6 +38,13 @@ function _M.percentile(h, p)
   return lower * 1000
 end
 
+-- What histogram h1 (a later copy of h0) counted since h0: the window's own distribution.
+function _M.hist_since(h1, h0)
+  local counts = {}
+  for i, c in ipairs(h1.counts) do counts[i] = c - (h0.counts[i] or 0) end
+  return { count = h1.count - h0.count, counts = counts, bounds = h1.bounds }
+end
+
 -- One JSON line of t's fields in the given order (default t._order): strings
 -- quoted, integers as they are, other numbers with 3 decimals.
 function _M.json(t, order)
