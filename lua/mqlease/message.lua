@@ -109,6 +109,12 @@ function _M.lease_id(m)
   return id
 end
 
+-- A message nobody references any more: its lease is given back (the
+-- finalizer of its table on Lua 5.4, of its proxy on LuaJIT).
+local function give_back(consumer, m)
+  lease_mod.collect(consumer, rawget(m, LEASE), rawget(m, "lease"))
+end
+
 -- The metatable of the messages of one shape, from consumer's weak cache.
 function _M.shape_mt(consumer, shape)
   local key = shape_part(shape.topic) .. shape_part(shape.tag) .. shape_part(shape.born_host)
@@ -128,8 +134,7 @@ function _M.shape_mt(consumer, shape)
         -- nil, store_at's, comes back here once as a number and finds nothing)
         return m[i]
       end,
-      -- a message nobody references any more: its lease is given back
-      __gc = function(m) lease_mod.collect(consumer, rawget(m, LEASE), rawget(m, "lease")) end }
+      __gc = function(m) give_back(consumer, m) end }
     cache[key] = mt
   end
   return mt
@@ -144,7 +149,7 @@ function _M.wrap(router, consumer, m, mt)
   if newproxy then
     -- in the slot after the lease (src/lua/lmql_push.c makes it on LuaJIT)
     local proxy = newproxy(true)
-    getmetatable(proxy).__gc = function() lease_mod.collect(consumer, rawget(m, LEASE), rawget(m, "lease")) end
+    getmetatable(proxy).__gc = function() give_back(consumer, m) end
     rawset(m, LEASE + 1, proxy)
   end
   return setmetatable(m, mt)
