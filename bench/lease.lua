@@ -3,8 +3,8 @@
 -- One row of the lease-scale table of `make bench`. `load` pre-loads COUNT messages of 100
 -- bytes into the broker (the dev broker) from its own process, so the holder's memory
 -- figures start clean; `hold` receives and holds them, as a user holds them (Lua message objects
--- alive), while the core renews them: from the receive until the first renewal (and half a
--- period more when renewals come in bursts, see below), then for a window of HOLD_S seconds
+-- alive), while the core renews them: from the receive for one renewal period (see
+-- below), then for a window of HOLD_S seconds
 -- in which rate and CPU are measured (steady state: two renewal periods are
 -- 2 x INVISIBLE_S / 3); prints one JSON line.
 -- SPIN_S > 0 spins the Lua VM in a busy loop for that long at the start of the window (a
@@ -108,17 +108,15 @@ collectgarbage("collect")
 local rss1, lua1 = status_kb("VmRSS"), collectgarbage("count")
 local broker_rss_kb = broker and status_kb("VmRSS", broker) or -1
 
--- The window starts at the first renewal: before it nothing is renewed (the first
--- renewals fall due a renewal period after the receive, then take paced slots),
--- so a window started at the receive would average the steady rate with idle time.
--- First renewals take paced slots of 5,000/s (src/lease/mql_pace.h), so COUNT leases spread over
--- COUNT / 5,000 s: 100,000 fill the 20 s period evenly, 1,000 renew in one burst a period.
--- A window opened at a burst would count one burst too many; it opens half a period later.
+-- The window starts once every lease renews once a period. A lease's first renewal comes
+-- between 0.9 and 1.9 periods after its receive, at its own phase of the period
+-- (src/lease/mql_pace.h); from 0.9 period after the last receive on, each lease renews at
+-- each of its phases. Before that, leases still waiting for their first renewal would
+-- make the rate look low. Waiting a whole period after the fill covers it.
 local function renewed(mt) return mt.renew_success + mt.renew_fail + mt.renew_uncertain end
-local w0 = mqlease.now()
-while renewed(c:metrics()) == 0 and mqlease.now() - w0 < invisible do mqlease.sleep(0.05) end
 local period = invisible / 3
-if count / 5000 < period then mqlease.sleep(period / 2) end
+local w0 = mqlease.now()
+mqlease.sleep(period)
 local wait_s = mqlease.now() - w0
 
 local m0, cpu0, bcpu0, h0 = c:metrics(), cpu_s(), broker_cpu_s(), mqlease.now()

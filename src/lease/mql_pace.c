@@ -12,7 +12,6 @@ void mql_pace_init(mql_pace *p, int64_t invisible_ms, int64_t every_ms) {
     p->invisible_ms = invisible_ms;
     p->every_ms = every_ms > 0 ? every_ms : invisible_ms / 3;
     p->max_inflight = MQL_PACE_MAX_INFLIGHT;
-    p->spacing_us = MQL_PACE_SPACING_US;
 }
 
 int64_t mql_pace_margin_ms(const mql_pace *p) {
@@ -25,23 +24,38 @@ int64_t mql_pace_margin_ms(const mql_pace *p) {
     return margin > 0 ? margin : 0;
 }
 
-int64_t mql_pace_first_at(mql_pace *p, int64_t acquired_ms, int64_t deadline_ms,
-                          int64_t jitter_ms) {
-    int64_t latest = deadline_ms - mql_pace_margin_ms(p);
-    int64_t preferred = acquired_ms + p->every_ms - jitter_ms;
-    int64_t slot_us;
-    if (preferred > latest) preferred = latest;
-    slot_us = preferred * 1000 > p->cursor_us ? preferred * 1000 : p->cursor_us;
-    if (slot_us > latest * 1000) return latest;   /* no slot left in time: overloaded */
-    p->cursor_us = slot_us + p->spacing_us;
-    return (slot_us + 999) / 1000;
+int64_t mql_pace_phase_ms(const mql_pace *p, uint64_t key) {
+    /* 2^64 / golden ratio: the fractions k x phi mod 1 of consecutive k stay
+     * evenly spread for any run of them (three-distance theorem). The top 32
+     * bits times a period under 2^31 ms fit in 64 bits. */
+    uint64_t x = key * UINT64_C(0x9E3779B97F4A7C15) + p->salt;
+    int64_t every = p->every_ms > 0 ? p->every_ms : 1;
+    return (int64_t)(((x >> 32) * (uint64_t)every) >> 32);
+}
+
+/* The first time at or after from that falls on phase (mod every). */
+static int64_t at_phase(int64_t from, int64_t every, int64_t phase) {
+    int64_t into = (from - phase) % every;
+    if (into < 0) into += every;
+    return into == 0 ? from : from + (every - into);
+}
+
+static int64_t not_after(int64_t at, int64_t latest) {
+    return at < latest ? at : latest;
+}
+
+int64_t mql_pace_first_at(const mql_pace *p, int64_t acquired_ms, int64_t deadline_ms,
+                          uint64_t key) {
+    int64_t every = p->every_ms > 0 ? p->every_ms : 1;
+    int64_t at = at_phase(acquired_ms + every - every / 10, every, mql_pace_phase_ms(p, key));
+    return not_after(at, deadline_ms - mql_pace_margin_ms(p));
 }
 
 int64_t mql_pace_next_at(const mql_pace *p, int64_t sent_ms, int64_t deadline_ms,
-                         int64_t jitter_ms) {
-    int64_t at = sent_ms + p->every_ms - jitter_ms;
-    int64_t latest = deadline_ms - mql_pace_margin_ms(p);
-    return at < latest ? at : latest;
+                         uint64_t key) {
+    int64_t every = p->every_ms > 0 ? p->every_ms : 1;
+    int64_t at = at_phase(sent_ms + every / 2, every, mql_pace_phase_ms(p, key));
+    return not_after(at, deadline_ms - mql_pace_margin_ms(p));
 }
 
 int mql_pace_may_start(const mql_pace *p, int inflight) {

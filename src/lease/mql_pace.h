@@ -3,15 +3,20 @@
  * The renewal thread asks three questions; the answers are pure functions of
  * a small state, so the rules can be tested without a broker or a thread:
  *
- *   first renewal   A receive hands over up to 32 leases at once and a busy
- *                   consumer receives thousands per second, so first renewals
- *                   that simply fell due `every` after their receive would
- *                   come as one burst, and every later period would repeat it
- *                   (a lease renews `every` after its last success). Instead
- *                   each first renewal takes the next free slot of a cursor
- *                   that hands out at most one slot per `spacing` (5,000/s),
- *                   never before the preferred time and never after the latest
- *                   safe time. Slots taken once keep their phase afterwards.
+ *   phase          Every lease renews at its own phase of the period: a
+ *                   fixed point in [0, every) taken from its id times the
+ *                   golden ratio (plus a per-client salt), so consecutive
+ *                   ids land evenly over the period however they arrive. Its
+ *                   first renewal is the first time at its phase that is at
+ *                   least 0.9 x every after the receive, each later one the
+ *                   first at its phase at least every/2 after the last was
+ *                   sent: on time that is exactly one period, and a late
+ *                   renewal returns to its phase instead of pushing it back.
+ *                   So a consumer holding N leases asks for N/every renewals a
+ *                   second at every moment, not in waves that follow the
+ *                   receives (a burst of receives used to make a burst of
+ *                   renewals in every later period, and a random early jitter
+ *                   made the average period a twentieth short).
  *   latest safe     remaining <= margin, margin = max(invisible/3, K x the
  *                   observed p99 renewal latency): a slow broker makes us
  *                   renew earlier, never later. A user's own later
@@ -30,7 +35,6 @@
 #include <stdint.h>
 
 #define MQL_PACE_BUCKETS 18         /* <= 1 ms, 2 ms, 4 ms, ... 2^16 ms, more */
-#define MQL_PACE_SPACING_US 200     /* first renewals: at most 5,000 slots per second */
 #define MQL_PACE_MAX_INFLIGHT 256   /* renewals in flight at once */
 #define MQL_PACE_P99_FACTOR 4       /* margin >= K x p99 latency */
 
@@ -38,8 +42,7 @@ typedef struct mql_pace {
     int64_t invisible_ms;           /* what each renewal extends the deadline to */
     int64_t every_ms;               /* preferred period after a success */
     int max_inflight;
-    int64_t spacing_us;
-    int64_t cursor_us;              /* next free first-renewal slot (monotonic µs) */
+    uint64_t salt;                  /* mixed into every phase: clients do not share phases */
     uint32_t counts[MQL_PACE_BUCKETS];
     uint32_t samples;               /* since the last decay */
     int64_t p99_ms;                 /* 0 until enough samples */
@@ -48,14 +51,17 @@ typedef struct mql_pace {
 void mql_pace_init(mql_pace *p, int64_t invisible_ms, int64_t every_ms);
 /* The margin a renewal keeps before the deadline at the latest. */
 int64_t mql_pace_margin_ms(const mql_pace *p);
-/* First renewal of a lease acquired at acquired_ms, preferably every - jitter_ms
- * later (jitter_ms < every/10, as for every renewal); takes a slot. */
-int64_t mql_pace_first_at(mql_pace *p, int64_t acquired_ms, int64_t deadline_ms,
-                          int64_t jitter_ms);
+/* Where in [0, every) the renewals of lease `key` fall (see "phase" above). */
+int64_t mql_pace_phase_ms(const mql_pace *p, uint64_t key);
+/* First renewal of lease `key` acquired at acquired_ms: at its phase, at least
+ * 0.9 x every after acquired_ms, never after the latest safe time. */
+int64_t mql_pace_first_at(const mql_pace *p, int64_t acquired_ms, int64_t deadline_ms,
+                          uint64_t key);
 /* Next renewal after one sent at sent_ms succeeded (deadline_ms is the new
- * deadline); jitter_ms (< every/10) makes it a little early at random. */
+ * deadline): at its phase, at least every/2 after sent_ms, never after the
+ * latest safe time. */
 int64_t mql_pace_next_at(const mql_pace *p, int64_t sent_ms, int64_t deadline_ms,
-                         int64_t jitter_ms);
+                         uint64_t key);
 /* How many renewals may start now, with inflight already out. */
 int mql_pace_may_start(const mql_pace *p, int inflight);
 /* One observed renewal latency (request to reply). */

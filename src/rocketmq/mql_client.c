@@ -302,6 +302,7 @@ mql_client *mql_client_new(const mql_config *cfg, uint64_t *start_op, char *err,
     if (getrandom(&salt, sizeof(salt), 0) < 0) salt = (uint32_t)getpid();
     if (getrandom(&c->rand_state, sizeof(c->rand_state), 0) < 0 || !c->rand_state)
         c->rand_state = 0x2545F4914F6CDD1DULL;
+    c->consumer.pace.salt = mql_client_random(c);
     base36((uint64_t)mql_wall_ms(), stamp);
     snprintf(c->client_id, sizeof(c->client_id), "%s@%d@%u@%s", c->hostname, (int)getpid(),
              salt % 100000, stamp);

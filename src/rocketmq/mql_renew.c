@@ -11,8 +11,8 @@
  * The budget (max_renewals, max_lease) ends renewing with one decision:
  * let it expire, or nack it.
  *
- * Pacing (mql_pace.h): first renewals are spread over the slack between the
- * preferred and the latest safe time, and at most pace.max_inflight renewals
+ * Pacing (mql_pace.h): each lease renews at its own phase of the period, so
+ * the renewals of many leases come evenly, and at most pace.max_inflight renewals
  * are out at once. A due renewal beyond that cap stays at the top of the
  * heap, and the timers behind it wait for the next reply (which comes within
  * the request timeout): leases renew in timer order, and a renewal's latency
@@ -33,14 +33,8 @@ static void on_renew_done(mql_client *c, mql_call *call);
 
 static const mql_call_ops renew_ops = {.on_done = on_renew_done};
 
-/* Up to a tenth of the period early, at random: phases drift apart over time. */
-static int64_t renew_jitter(mql_client *c) {
-    int64_t jitter = c->consumer.renew_every_ms / 10;
-    return jitter > 0 ? (int64_t)(mql_client_random(c) % (uint64_t)jitter) : 0;
-}
-
 int64_t mql_renew_next_at(mql_client *c, const mql_lease *l) {
-    return mql_pace_first_at(&c->consumer.pace, l->acquired_ms, l->deadline_ms, renew_jitter(c));
+    return mql_pace_first_at(&c->consumer.pace, l->acquired_ms, l->deadline_ms, l->id);
 }
 
 void mql_renew_observe_held(mql_client *c, int64_t held_ms) {
@@ -199,8 +193,8 @@ static void on_renew_done(mql_client *c, mql_call *call) {
         c->metrics.renew_success++;
         mql_hist_observe(&c->metrics.renew_latency, (double)(now - mql_lease_renew_sent_ms(l)) / 1000.0);
         mql_pace_observe(&cs->pace, now - mql_lease_renew_sent_ms(l));
-        mql_lease_arm(&cs->leases, l, mql_pace_next_at(&cs->pace, mql_lease_renew_sent_ms(l), l->deadline_ms,
-                                                      renew_jitter(c)));
+        mql_lease_arm(&cs->leases, l, mql_pace_next_at(&cs->pace, mql_lease_renew_sent_ms(l),
+                                                      l->deadline_ms, l->id));
     } else if (strcmp(r.code, "INVALID_RECEIPT_HANDLE") == 0) {
         /* final: the broker no longer knows this delivery; no retry storm */
         c->metrics.renew_fail++;
