@@ -65,7 +65,7 @@ _M.consumer = {
     doc = "with invisible = \"auto\": {min=, max=, margin=, start=}, the value is clamp(p99 of the handler times x margin, min, max), start until 100 releases" },
   renew = { kind = "boolean", default = true, doc = "renew leases in the C core until acked, nacked or out of budget" },
   renew_every = { kind = "number", min = 1, max = MAX_INVISIBLE,
-    doc = "seconds between renewals (default invisible/3, minus up to 10% jitter); must be < invisible" },
+    doc = "seconds between renewals (default invisible/3; each lease at its own phase of the period); must be < invisible" },
   max_renewals = { kind = "integer", min = 0, max = 1e9, doc = "renewals allowed per lease (nil = unlimited)" },
   max_lease = { kind = "number", default = 3600, min = MIN_INVISIBLE, max = 7 * 86400,
     doc = "seconds a lease may be held in total, renewals included; must be >= invisible" },

@@ -167,9 +167,10 @@ end)
 
 describe("chaos: the proxy frozen (SIGSTOP) during a drain", function()
   -- storm_worker.lua's consumer: request_timeout at its default, invisible 10 s.
-  -- Grace ends just after the first renewal (invisible/3 minus up to 10 %
-  -- jitter: 3.0-3.33 s after the receive) went out to the frozen proxy: the
-  -- worst case, each nack first waits for that renewal's timeout.
+  -- Grace ends 3.3 s after the receives, when the first renewals (each lease's
+  -- at its own phase, 3.0-6.3 s after the receive) have begun to go out to the
+  -- frozen proxy: a nack behind a renewal in flight first waits for its timeout,
+  -- the worst case the bound below allows for.
   local REQUEST_TIMEOUT, INVISIBLE, GRACE, N = 3, 10, 3.3, 8
   -- lua/mqlease/run.lua: what a drain may take once grace is over
   -- (drain_extension); the watcher _exits the process (128 + signal, no
