@@ -91,8 +91,9 @@ cleanup() {
 trap cleanup EXIT
 
 # ---- part 2 (first: it needs no JVM) -------------------------------------------------
-# row: lease count, invisible s, hold s, spin s. The hold is measured from the first
-# renewal (first renewals are paced over the slack of the window, see src/lease/mql_pace.h).
+# row: lease count, invisible s, hold s, spin s. The hold is measured from a renewal period
+# after the fill (two when the fill took longer than a period), when every lease renews once
+# a period at its own phase (src/lease/mql_pace.h; bench/lease.lua says why).
 lease_row() { # n invisible hold spin run
   local n=$1 inv=$2 hold=$3 spin=$4 run=$5 topic
   topic="lease_${n}_${spin}_${run}_$RANDOM"
@@ -116,7 +117,7 @@ part_lease() {
 start_devbroker
 for run in $(seq "$RUNS"); do
   for n in $LEASES; do
-    # hold: the window after the first renewal, two renewal periods (2 x invisible / 3)
+    # hold: the window, two renewal periods (2 x invisible / 3)
     if ((n >= 1000000)); then inv=120; hold=80; elif ((n >= 100000)); then inv=60; hold=40; else inv=30; hold=20; fi
     if [[ $QUICK == 1 ]] && ((n < 100000)); then hold=10; fi   # one renewal period
     note "lease scale: $n leases, invisible $inv s, hold $hold s (run $run/$RUNS)"
