@@ -118,6 +118,20 @@ static void a_later_renew_every_keeps_its_own_margin(void) {
     CHECK(mql_pace_first_at(&p, 0, 30000, 0) >= 22500);
 }
 
+static void renewals_go_out_together_at_most_a_sixty_fourth_of_the_period_early(void) {
+    mql_pace p;
+    mql_pace_init(&p, 1200, 0);   /* every 400 ms */
+    CHECK(mql_pace_slack_ms(&p) == 6);
+    mql_pace_init(&p, 120000, 0);   /* every 40 s: capped */
+    CHECK(mql_pace_slack_ms(&p) == MQL_PACE_SLACK_MAX_MS);
+    /* an early send does not move the phase: the next renewal is a period
+     * after the time it was due */
+    {
+        int64_t due = mql_pace_first_at(&p, 0, 120000, 3);
+        CHECK(mql_pace_next_at(&p, due - mql_pace_slack_ms(&p), due + 120000, 3) == due + 40000);
+    }
+}
+
 static void no_more_renewals_start_than_the_cap_allows(void) {
     mql_pace p;
     mql_pace_init(&p, INVISIBLE, 0);
@@ -135,6 +149,7 @@ int main(void) {
     RUN(a_very_slow_broker_still_leaves_a_tenth_of_the_window);
     RUN(the_p99_follows_the_broker_when_it_recovers);
     RUN(a_later_renew_every_keeps_its_own_margin);
+    RUN(renewals_go_out_together_at_most_a_sixty_fourth_of_the_period_early);
     RUN(no_more_renewals_start_than_the_cap_allows);
     return TEST_REPORT("renew_pace_test");
 }

@@ -58,6 +58,11 @@ int64_t mql_pace_next_at(const mql_pace *p, int64_t sent_ms, int64_t deadline_ms
     return not_after(at, deadline_ms - mql_pace_margin_ms(p));
 }
 
+int64_t mql_pace_slack_ms(const mql_pace *p) {
+    int64_t slack = p->every_ms / 64;
+    return slack < MQL_PACE_SLACK_MAX_MS ? slack : MQL_PACE_SLACK_MAX_MS;
+}
+
 int mql_pace_may_start(const mql_pace *p, int inflight) {
     return inflight < p->max_inflight ? p->max_inflight - inflight : 0;
 }

@@ -37,6 +37,7 @@
 #define MQL_PACE_BUCKETS 18         /* <= 1 ms, 2 ms, 4 ms, ... 2^16 ms, more */
 #define MQL_PACE_MAX_INFLIGHT 256   /* renewals in flight at once */
 #define MQL_PACE_P99_FACTOR 4       /* margin >= K x p99 latency */
+#define MQL_PACE_SLACK_MAX_MS 50    /* renewals up to this much early go out together */
 
 typedef struct mql_pace {
     int64_t invisible_ms;           /* what each renewal extends the deadline to */
@@ -62,6 +63,11 @@ int64_t mql_pace_first_at(const mql_pace *p, int64_t acquired_ms, int64_t deadli
  * latest safe time. */
 int64_t mql_pace_next_at(const mql_pace *p, int64_t sent_ms, int64_t deadline_ms,
                          uint64_t key);
+/* A renewal due within this many ms goes out with one that is due now: a
+ * little early is always safe, and a few leases then cost one wake-up of the
+ * thread for several renewals instead of one each (every/64, at most
+ * MQL_PACE_SLACK_MAX_MS). The next renewal snaps back to the lease's phase. */
+int64_t mql_pace_slack_ms(const mql_pace *p);
 /* How many renewals may start now, with inflight already out. */
 int mql_pace_may_start(const mql_pace *p, int inflight);
 /* One observed renewal latency (request to reply). */

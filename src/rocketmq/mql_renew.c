@@ -140,7 +140,9 @@ static void renew_start(mql_client *c, mql_lease *l, int64_t now) {
     mql_consumer_part *cs = &c->consumer;
     mql_lease_set_renew_sent(l, now);
     l->window_ms = (uint32_t)cs->invisible_ms;
-    mql_hist_observe(&c->metrics.renew_lateness, (double)(now - l->timer_ms) / 1000.0);
+    /* one sent early (within the pace's slack) was not late */
+    mql_hist_observe(&c->metrics.renew_lateness,
+                     now > l->timer_ms ? (double)(now - l->timer_ms) / 1000.0 : 0.0);
     /* a renewal names its lease by the call's op */
     if (mql_renew_change_start(c, l, l->window_ms, &renew_ops, l->id, NULL) < 0) {
         mql_lease_arm(&cs->leases, l, now + RENEW_BACKOFF_MIN_MS);
@@ -241,8 +243,12 @@ out:
 
 int64_t mql_renew_timers(mql_client *c, int64_t now, int64_t wake) {
     mql_consumer_part *cs = &c->consumer;
+    int64_t early = now + mql_pace_slack_ms(&cs->pace);
     mql_lease *l;
-    while ((l = mql_lease_next(&cs->leases)) && l->timer_ms <= now) {
+    /* due timers, and renewals due within the slack (only those: a deadline
+     * check must not come early) */
+    while ((l = mql_lease_next(&cs->leases)) &&
+           (l->timer_ms <= now || (l->timer_ms <= early && wants_renewal(c, l, now)))) {
         if (wants_renewal(c, l, now) && mql_pace_may_start(&cs->pace, cs->renew_inflight) == 0)
             return now + RENEW_BLOCKED_WAKE_MS < wake ? now + RENEW_BLOCKED_WAKE_MS : wake;
         lease_timer(c, l, now);
