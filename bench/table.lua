@@ -63,14 +63,14 @@ local function lease_table()
   print(("Lease scale: one consumer on the dev broker (loopback, same machine), 100-byte bodies, up to %d runs per row;"):format(#by_row[order[1]]))
   print("median (min–max); a value without a range is one run. Memory and CPU are the client process's only.")
   print("")
-  print("| leases (invisible, window from the first renewal) | expired while alive | uncertain | renewals/s | renewal lateness p99 (ms): whole run / window | renewal latency p99 (ms) | client bytes per lease; Lua's part | client CPU µs per renewal | peak RSS |")
+  print("| leases (invisible, window) | expired while alive | uncertain | renewals/s | renewal lateness p99 (ms): whole run / window | renewal latency p99 (ms) | client bytes per lease; Lua's part | client CPU µs per renewal | peak RSS |")
   print("|---|---|---|---|---|---|---|---|---|")
   for _, key in ipairs(order) do
     local runs = by_row[key]
     local r1 = runs[1]
     local label = ("%s (%d s, %d s)"):format(thousands(r1.count), r1.invisible_s, math.floor(r1.hold_s + 0.5))
     if r1.spin_s > 0 then label = ("%s, Lua VM spinning %d s (%d s, %d s)"):format(thousands(r1.count), r1.spin_s, r1.invisible_s, math.floor(r1.hold_s + 0.5)) end
-    if r1.wait_s then   -- rows measured from the first renewal: say how many periods
+    if r1.wait_s then   -- rows with a steady-state window: say how many periods
       local periods = math.floor(r1.hold_s / (r1.invisible_s / 3) + 0.5)
       label = label:gsub(" s%)$", (" s = %d period%s)"):format(periods, periods == 1 and "" or "s"))
     end
@@ -97,9 +97,9 @@ local function lease_table()
   print("Bytes per lease: growth of VmRSS from before the first receive to all leases held, minus the")
   print("bodies; the Lua part is the growth of the Lua heap. CPU: user+system time of the client process")
   print("(/proc/self/stat) in the window over the renewals answered in it; the broker's is in its own table.")
-  print("The window opens at the first renewal (a renewal period after the receive; half a period later")
-  print("when the leases renew in bursts, fewer than 5,000 x period of them): rate and CPU are the steady")
-  print("state's; expired and uncertain count the whole run, receive to close.")
+  print("The window opens a renewal period after the fill, when every lease renews once a period at its")
+  print("own phase (two periods when the fill took longer than one: its backlog drains first): rate and")
+  print("CPU are the steady state's; expired and uncertain count the whole run, receive to close.")
   print("Percentiles are interpolated in the core's histogram buckets (1, 2.5, 5, 10, 25, 50 ms, ...).")
   print("")
   if #runs_dev > 0 then
