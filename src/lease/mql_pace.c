@@ -24,38 +24,38 @@ int64_t mql_pace_margin_ms(const mql_pace *p) {
     return margin > 0 ? margin : 0;
 }
 
+/* The period, never 0 (the phase arithmetic divides by it). */
+static int64_t period_ms(const mql_pace *p) {
+    return p->every_ms > 0 ? p->every_ms : 1;
+}
+
 int64_t mql_pace_phase_ms(const mql_pace *p, uint64_t key) {
     /* 2^64 / golden ratio: the fractions k x phi mod 1 of consecutive k stay
      * evenly spread for any run of them (three-distance theorem). The top 32
      * bits times a period under 2^31 ms fit in 64 bits. */
     uint64_t x = key * UINT64_C(0x9E3779B97F4A7C15) + p->salt;
-    int64_t every = p->every_ms > 0 ? p->every_ms : 1;
-    return (int64_t)(((x >> 32) * (uint64_t)every) >> 32);
+    return (int64_t)(((x >> 32) * (uint64_t)period_ms(p)) >> 32);
 }
 
-/* The first time at or after from that falls on phase (mod every). */
-static int64_t at_phase(int64_t from, int64_t every, int64_t phase) {
-    int64_t into = (from - phase) % every;
+/* The first time at or after from that falls on lease key's phase, but never
+ * after the latest safe time before deadline_ms. */
+static int64_t at_phase(const mql_pace *p, int64_t from, int64_t deadline_ms, uint64_t key) {
+    int64_t every = period_ms(p), latest = deadline_ms - mql_pace_margin_ms(p);
+    int64_t into = (from - mql_pace_phase_ms(p, key)) % every;
+    int64_t at;
     if (into < 0) into += every;
-    return into == 0 ? from : from + (every - into);
-}
-
-static int64_t not_after(int64_t at, int64_t latest) {
+    at = into == 0 ? from : from + (every - into);
     return at < latest ? at : latest;
 }
 
 int64_t mql_pace_first_at(const mql_pace *p, int64_t acquired_ms, int64_t deadline_ms,
                           uint64_t key) {
-    int64_t every = p->every_ms > 0 ? p->every_ms : 1;
-    int64_t at = at_phase(acquired_ms + every - every / 10, every, mql_pace_phase_ms(p, key));
-    return not_after(at, deadline_ms - mql_pace_margin_ms(p));
+    return at_phase(p, acquired_ms + period_ms(p) - period_ms(p) / 10, deadline_ms, key);
 }
 
 int64_t mql_pace_next_at(const mql_pace *p, int64_t sent_ms, int64_t deadline_ms,
                          uint64_t key) {
-    int64_t every = p->every_ms > 0 ? p->every_ms : 1;
-    int64_t at = at_phase(sent_ms + every / 2, every, mql_pace_phase_ms(p, key));
-    return not_after(at, deadline_ms - mql_pace_margin_ms(p));
+    return at_phase(p, sent_ms + period_ms(p) / 2, deadline_ms, key);
 }
 
 int64_t mql_pace_slack_ms(const mql_pace *p) {
