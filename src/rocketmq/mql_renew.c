@@ -245,11 +245,12 @@ int64_t mql_renew_timers(mql_client *c, int64_t now, int64_t wake) {
     mql_consumer_part *cs = &c->consumer;
     int64_t early = now + mql_pace_slack_ms(&cs->pace);
     mql_lease *l;
-    /* due timers, and renewals due within the slack (only those: a deadline
-     * check must not come early) */
-    while ((l = mql_lease_next(&cs->leases)) &&
-           (l->timer_ms <= now || (l->timer_ms <= early && wants_renewal(c, l, now)))) {
-        if (wants_renewal(c, l, now) && mql_pace_may_start(&cs->pace, cs->renew_inflight) == 0)
+    while ((l = mql_lease_next(&cs->leases))) {
+        int renewal = wants_renewal(c, l, now);
+        /* due timers, and renewals due within the slack (only those: a
+         * deadline check must not come early) */
+        if (l->timer_ms > (renewal ? early : now)) break;
+        if (renewal && mql_pace_may_start(&cs->pace, cs->renew_inflight) == 0)
             return now + RENEW_BLOCKED_WAKE_MS < wake ? now + RENEW_BLOCKED_WAKE_MS : wake;
         lease_timer(c, l, now);
     }
