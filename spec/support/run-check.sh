@@ -17,7 +17,15 @@ if [[ ${1:-} == --luajit ]]; then
     -o spec/support/summary.lua spec/unit 2>&1 | tee -a "$log" || status=1
 else
   for t in "$@"; do
-    "$t" 2>&1 | tee -a "$log" || status=1
+    out=$("$t" 2>&1)
+    rc=$?
+    printf '%s\n' "$out" | tee -a "$log"
+    [[ $rc == 0 ]] && continue
+    status=1
+    # a program that died (a sanitizer's report, a crash) printed no count of
+    # its own: count it as a failure, or the closing line would say "0 failed"
+    grep -Eq '[0-9]+ passed, [0-9]+ failed' <<<"$out" ||
+      echo "$(basename "$t"): 0 passed, 1 failed (exited with status $rc)" | tee -a "$log"
   done
   ASAN_LIB=$(gcc -print-file-name=libasan.so)
   LD_PRELOAD="$ASAN_LIB" lua5.4 /usr/bin/busted --ignore-lua --lpath="$LPATH" \
