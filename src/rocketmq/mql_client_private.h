@@ -178,6 +178,10 @@ void mql_reply_free(void *reply);
  * one is not host:port. Runs before the thread, without c->mu. */
 int mql_session_endpoints_init(mql_client *c, char *err, size_t errlen);
 void mql_session_begin(mql_client *c);
+/* The arguments of every channel a client opens (at most
+ * MQL_CHANNEL_ARGS_MAX), and their number. */
+#define MQL_CHANNEL_ARGS_MAX 6
+size_t mql_session_channel_args(const mql_client *c, grpc_arg args[MQL_CHANNEL_ARGS_MAX]);
 /* A channel to target with the client's channel arguments and credentials
  * (plaintext, or TLS as configured). */
 grpc_channel *mql_session_channel_new(const mql_client *c, const char *target);
