@@ -591,17 +591,37 @@ describe("chaos: a kill storm under mqlease.run and the exactly-once policy", fu
       end
       return true
     end
+    local waited_from = mqlease.now()
     local finished = pcall(wait_for, done, 90, "every task's effect")
+    -- A task still without its effect is either lost or late: the proxy's
+    -- POP revive brings a message back on its own schedule, which lags under
+    -- churn. Waiting longer tells the two apart: a late one is reported with
+    -- its delay, a lost one fails below.
+    local late_after
+    if not finished then
+      finished = pcall(wait_for, done, 150, "every task's effect, late")
+      if finished then late_after = mqlease.now() - waited_from end
+    end
     mqlease.sleep(2)   -- a late duplicate would show by now
     for _, pid in pairs(workers) do signal(pid, "TERM") end
     for _, pid in pairs(workers) do
       pcall(wait_for, function() return not alive(pid) end, 15, "a worker's exit")
     end
     local text = read(logfile)
-    local lost, doubled = 0, 0
+    local lost, doubled, history = 0, 0, {}
     for _, id in ipairs(ids) do
       local n = tonumber(r:call("GET", prefix .. "biz:" .. id))
-      if not n then lost = lost + 1 elseif n > 1 then doubled = doubled + 1 end
+      if not n then
+        lost = lost + 1
+        for line in text:gmatch("[^\n]*" .. id .. "[^\n]*") do history[#history + 1] = line end
+      elseif n > 1 then doubled = doubled + 1 end
+    end
+    if late_after then
+      print(("\n  chaos storm: the last effect came %.0f s after the storm (over 90 s)"):format(late_after))
+    end
+    if lost > 0 then
+      print("\n  chaos storm: what the workers logged of the tasks without an effect:\n    " ..
+        (#history > 0 and table.concat(history, "\n    ") or "(nothing: never received)"))
     end
     print(("\n  chaos storm: 300 tasks, %d SIGKILL + %d SIGTERM, %d handler runs, %d effects during the storm, " ..
       "%d stale-fence refusals, handoff=%d duplicate_skipped=%d expire_while_alive=%d (drained workers only); " ..
