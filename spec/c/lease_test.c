@@ -58,9 +58,10 @@ static int heap_consistent(const mql_lease_table *t) {
     uint32_t i;
     for (i = 0; i < t->heap_len; i++) {
         const mql_heap_slot *s = &t->heap[i], *p = &t->heap[(i - 1) / 4];
-        if (s->lease->heap_index != i || s->timer_ms != s->lease->timer_ms) return 0;
-        if (i > 0 && (s->timer_ms < p->timer_ms ||
-                      (s->timer_ms == p->timer_ms && s->lease->id < p->lease->id)))
+        if (s->lease->heap_index != i || s->key != mql_heap_key(s->lease->timer_ms, s->lease->id))
+            return 0;
+        if (i > 0 && (s->lease->timer_ms < p->lease->timer_ms ||
+                      (s->lease->timer_ms == p->lease->timer_ms && s->lease->id < p->lease->id)))
             return 0;
     }
     return 1;

@@ -94,12 +94,22 @@ static inline void mql_lease_set_renew_sent(mql_lease *l, int64_t now_ms) {
  * these lengths (what mql_lease_add allocates). */
 size_t mql_lease_alloc_size(size_t id_len, size_t handle_len);
 
-/* One timer in the heap: its time kept beside the lease, so ordering never
+/* One timer in the heap: its order kept beside the lease, so ordering never
  * reads the lease (see the heap in mql_lease.c). */
 typedef struct mql_heap_slot {
-    int64_t timer_ms;
+    int64_t key;               /* mql_heap_key of the lease's timer and id */
     mql_lease *lease;
 } mql_heap_slot;
+
+/* A timer's order in one integer: its time, then, among timers of the same
+ * millisecond, the low MQL_HEAP_TIE_BITS bits of its lease's id (ids count
+ * up, so ties go first come first). Times are monotonic milliseconds, far
+ * below 2^43 (278 years). */
+#define MQL_HEAP_TIE_BITS 20
+static inline int64_t mql_heap_key(int64_t when_ms, uint64_t id) {
+    return when_ms * ((int64_t)1 << MQL_HEAP_TIE_BITS) +
+           (int64_t)(id & (((uint64_t)1 << MQL_HEAP_TIE_BITS) - 1));
+}
 
 typedef struct mql_lease_table {
     char **topics;             /* interned topic names (a consumer has one or a few; a
