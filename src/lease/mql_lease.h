@@ -103,8 +103,9 @@ typedef struct mql_heap_slot {
 
 /* A timer's order in one integer: its time, then, among timers of the same
  * millisecond, the low MQL_HEAP_TIE_BITS bits of its lease's id (ids count
- * up, so ties go first come first). Times are monotonic milliseconds, far
- * below 2^43 (278 years). */
+ * up, so ties of leases received within 2^20 of each other go first come
+ * first; which of two others goes first matters to nobody). Times are
+ * monotonic milliseconds, far below 2^43 (278 years). */
 #define MQL_HEAP_TIE_BITS 20
 static inline int64_t mql_heap_key(int64_t when_ms, uint64_t id) {
     return when_ms * ((int64_t)1 << MQL_HEAP_TIE_BITS) +
