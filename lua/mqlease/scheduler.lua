@@ -28,6 +28,7 @@ _M.PARK = PARK
 function _M.new(on_error)
   local self = setmetatable({
     tasks = {},       -- co -> what it waits for: false (ready), PARK, or { fd =, deadline = }
+    waits = {},       -- co -> { fd =, deadline = }: the tasks poll looks at (not the parked)
     ready = {},       -- the tasks made ready since the last round, in order
     queued = {},      -- co -> true while it is in ready
     count = 0,
@@ -45,6 +46,7 @@ end
 -- parked or waiting, a round costs what is ready, not what exists.
 local function make_ready(self, co)
   self.tasks[co] = false
+  self.waits[co] = nil
   if not self.queued[co] then
     self.queued[co] = true
     local ready = self.ready
@@ -87,6 +89,7 @@ end
 
 local function finish(self, co)
   self.tasks[co] = nil
+  self.waits[co] = nil
   self.count = self.count - 1
   if coroutine_close then coroutine_close(co) end
 end
@@ -100,6 +103,7 @@ local function resume(self, co)
     finish(self, co)
   elseif what then
     self.tasks[co] = what
+    if what ~= PARK then self.waits[co] = what end
   else
     make_ready(self, co)
   end
@@ -118,26 +122,24 @@ function methods:run_ready()
 end
 
 -- Waits at most max_wait seconds for a descriptor or a deadline, and marks
--- the tasks it frees as ready.
+-- the tasks it frees as ready. It looks only at the tasks that wait for one:
+-- a parked task waits for wake(), and a ready one is in the ready queue (with
+-- hundreds of tasks mostly parked, a scan of them all was most of a turn).
 function methods:poll(max_wait)
-  local tasks = self.tasks
+  local waits = self.waits
   local fds, seen, timeout = {}, {}, max_wait
   local now = core.now()
   if #self.ready > 0 then timeout = 0 end
-  for _, w in pairs(tasks) do
-    if w == false then
-      timeout = 0
-    elseif w ~= PARK then
-      local fd = w.fd
-      if fd and not seen[fd] then
-        seen[fd] = true
-        fds[#fds + 1] = fd
-      end
-      if w.deadline then
-        local left = w.deadline - now
-        if left < 0 then left = 0 end
-        if not timeout or left < timeout then timeout = left end
-      end
+  for _, w in pairs(waits) do
+    local fd = w.fd
+    if fd and not seen[fd] then
+      seen[fd] = true
+      fds[#fds + 1] = fd
+    end
+    if w.deadline then
+      local left = w.deadline - now
+      if left < 0 then left = 0 end
+      if not timeout or left < timeout then timeout = left end
     end
   end
   for fd in pairs(self.extra) do
@@ -153,8 +155,8 @@ function methods:poll(max_wait)
     if cb then cb() end
   end
   now = core.now()
-  for co, w in pairs(tasks) do
-    if w and w ~= PARK and ((w.fd and readable[w.fd]) or (w.deadline and w.deadline <= now)) then
+  for co, w in pairs(waits) do   -- make_ready clears waits[co]: allowed while traversing
+    if (w.fd and readable[w.fd]) or (w.deadline and w.deadline <= now) then
       make_ready(self, co)
     end
   end

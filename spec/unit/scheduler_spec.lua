@@ -1,0 +1,60 @@
+-- mqlease.scheduler without a server: parked tasks sleep until wake(), a
+-- deadline wait runs once due, and a turn's poll looks only at the tasks that
+-- wait for a descriptor or a deadline (hundreds of parked tasks cost it nothing).
+local scheduler = require "mqlease.scheduler"
+local core = require "mqlease.core"
+
+local function count(t)
+  local n = 0
+  for _ in pairs(t) do n = n + 1 end
+  return n
+end
+
+describe("mqlease.scheduler", function()
+  it("wakes a parked task only through wake(), and runs a deadline wait once due", function()
+    local s = scheduler.new(function(_, err) error(err) end)
+    local log, sleepers = {}, {}
+    for i = 1, 300 do
+      sleepers[i] = s:spawn(function()
+        s:park()
+        log[#log + 1] = "woken " .. i
+      end)
+    end
+    local started = core.now()
+    s:spawn(function()
+      s:park(core.now() + 0.05)
+      log[#log + 1] = "deadline"
+      s:wake(sleepers[7])
+    end)
+    s:run_ready()   -- every task runs up to its wait
+    assert.equal(0, #log)
+    assert.equal(1, count(s.waits))   -- the deadline wait; the 300 parked ones are not there
+    while #log < 2 do s:poll(1); s:run_ready() end
+    assert.same({ "deadline", "woken 7" }, log)
+    assert.is_true(core.now() - started >= 0.05)
+    assert.equal(0, count(s.waits))
+    assert.equal(299, s.count)
+    -- a wake-up of a task that is not waiting changes nothing
+    s:wake(sleepers[7])
+    s:run_ready()
+    assert.equal(2, #log)
+  end)
+
+  it("gives up a task's deadline when another task wakes it first", function()
+    local s = scheduler.new(function(_, err) error(err) end)
+    local woke_at
+    local sleeper = s:spawn(function()
+      s:park(core.now() + 30)
+      woke_at = core.now()
+    end)
+    s:spawn(function() s:wake(sleeper) end)
+    s:run_ready()
+    assert.equal(0, count(s.waits))   -- woken in the same round: nothing left to poll for
+    local started = core.now()
+    s:poll(1)   -- the ready queue is not empty: poll does not sleep
+    s:run_ready()
+    assert.is_truthy(woke_at)
+    assert.is_true(core.now() - started < 0.5)
+    assert.equal(0, s.count)
+  end)
+end)
