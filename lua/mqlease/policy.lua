@@ -71,9 +71,14 @@ _M.scripts = { acquire = ACQUIRE, unlock = UNLOCK, finish = FINISH }
 -- The keys of one message: { done =, lock =, fence = } (README "Key layout").
 -- They share the hash tag {<id>}, so a Redis Cluster keeps them in one slot
 -- and the lock script, which touches all three, can run there.
+local function key_strings(id, prefix)
+  local base = prefix .. "{" .. id .. "}:"
+  return base .. "lock", base .. "fence", base .. "done"
+end
+
 function _M.keys(id, prefix)
-  local base = (prefix or "mqlease:") .. "{" .. id .. "}:"
-  return { done = base .. "done", lock = base .. "lock", fence = base .. "fence" }
+  local lock, fence, done = key_strings(id, prefix or "mqlease:")
+  return { done = done, lock = lock, fence = fence }
 end
 
 local defaults = {
@@ -114,8 +119,9 @@ local function check_options(opts)
   return o
 end
 
-local function token()
-  return ("%08x%08x"):format(random(0, 0x7fffffff), random(0, 0x7fffffff))
+-- A lock owner: the consumer's id and a random token, in one string.
+local function owner_of(m)
+  return ("%s/%08x%08x"):format(m.consumer:id(), random(0, 0x7fffffff), random(0, 0x7fffffff))
 end
 
 -- The handler's effect happens once per message id, even when a lease runs
@@ -125,8 +131,11 @@ end
 function _M.exactly_once(opts)
   local o = check_options(opts)
   local r = type(o.redis) == "table" and o.redis.call and o.redis or nil
-  local ttl_ms = floor(o.lock_ttl * 1000)
-  local done_ttl = floor(o.done_ttl)
+  -- the scripts' number arguments, as the strings they are sent as
+  local ttl_ms = tostring(floor(o.lock_ttl * 1000))
+  local done_ttl = tostring(floor(o.done_ttl))
+  local done_ttl_ms = tostring(floor(o.done_ttl) * 1000)
+  local prefix = o.prefix
 
   local function client()
     if not r then r = redis_mod.new(o.redis) end
@@ -163,14 +172,11 @@ function _M.exactly_once(opts)
 
   return function(m, lease, handler)
     local rc = client()
-    local id = m.id
-    local keys = _M.keys(id, o.prefix)
-    local done_key, lock_key, fence_key = keys.done, keys.lock, keys.fence
-
-    local owner = m.consumer:id() .. "/" .. token()
+    local lock_key, fence_key, done_key = key_strings(m.id, prefix)
+    local owner = owner_of(m)
     -- the lock's TTL runs from the acquire, not from when this coroutine resumes
     local acquired_at = core.now()
-    local got, err = rc:eval(ACQUIRE, { lock_key, fence_key, done_key }, { owner, ttl_ms, done_ttl * 1000 })
+    local got, err = rc:eval(ACQUIRE, { lock_key, fence_key, done_key }, { owner, ttl_ms, done_ttl_ms })
     if got == nil then return unreachable(m, lease, handler, err) end
     if got[1] == 2 then
       -- done before (a redelivery, or its owner just finished): a known duplicate

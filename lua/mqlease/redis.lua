@@ -123,19 +123,18 @@ local function finish(ev)
 end
 
 -- The turn's batch goes to the core in one step (so to Redis in one round
--- trip); each waiter learns its op id, or why there is none.
+-- trip); each waiter learns its op id (batch.first + its index - 1), or why
+-- there is none (batch.err). The batch's list part is the commands themselves,
+-- so a command costs no table of its own beyond the one it is.
 local function flush(self, batch, sched)
   if self._batch == batch then self._batch = nil end
-  local entries = {}
-  for i, e in ipairs(batch) do entries[i] = e.cmd end
   local client = self._session.client
   local ok, first
   if client:closed() then ok, first = false, "the redis client is closed"
-  else ok, first = pcall(client.pipeline, client, entries) end
-  for i, e in ipairs(batch) do
-    if ok then e.op = first + i - 1 else e.err = tostring(first) end
-    sched:wake(e.co)
-  end
+  else ok, first = pcall(client.pipeline, client, batch) end
+  if ok then batch.first = first else batch.err = tostring(first) end
+  local waiters = batch.waiters
+  for i = 1, #waiters do sched:wake(waiters[i]) end
 end
 
 -- Sends cmd ({"command", ...} or {"eval", script, numkeys, ...}) and returns
@@ -152,15 +151,16 @@ local function submit(self, cmd)
     -- a batch belongs to the scheduler that will flush it: one left behind by
     -- a scheduler that stopped before its flush ran must not swallow this call
     if not batch or batch.sched ~= sched then
-      batch = { sched = sched }
+      batch = { sched = sched, waiters = {} }
       self._batch = batch
       sched:spawn(flush, self, batch, sched)
     end
-    local e = { cmd = cmd, co = coroutine_running() }
-    batch[#batch + 1] = e
-    while e.op == nil and e.err == nil do sched:park() end
-    if e.err then return nil, e.err, "CLOSED" end
-    op = e.op
+    local i = #batch + 1
+    batch[i] = cmd
+    batch.waiters[i] = coroutine_running()
+    while batch.first == nil and batch.err == nil do sched:park() end
+    if batch.err then return nil, batch.err, "CLOSED" end
+    op = batch.first + i - 1
   end
   return finish(s:result(op))
 end
@@ -188,11 +188,21 @@ function methods:eval(script, keys, args)
   if type(script) ~= "string" then
     error(("bad argument #1 to 'eval' (string expected, got %s)"):format(type(script)), 2)
   end
-  local cmd = { "eval", script, #(keys or {}) }
-  for _, k in ipairs(keys or {}) do cmd[#cmd + 1] = tostring(k) end
-  for _, a in ipairs(args or {}) do cmd[#cmd + 1] = tostring(a) end
+  local nk, na = keys and #keys or 0, args and #args or 0
   -- checked here, not in the batch: a bad call must not fail its neighbours
-  if #cmd - 3 > MAX_ARGS then error(("bad argument #3 to 'eval' (at most %d keys and arguments)"):format(MAX_ARGS), 2) end
+  if nk + na > MAX_ARGS then error(("bad argument #3 to 'eval' (at most %d keys and arguments)"):format(MAX_ARGS), 2) end
+  -- nine slots from the start (the nils size the table; Lua 5.4 has no
+  -- table.new): the policy's scripts take six keys and arguments at most, and
+  -- a table grown one entry at a time is reallocated three times on the way
+  local cmd = { "eval", script, nk, nil, nil, nil, nil, nil, nil }
+  for i = 1, nk do
+    local k = keys[i]
+    cmd[3 + i] = type(k) == "string" and k or tostring(k)
+  end
+  for i = 1, na do
+    local a = args[i]
+    cmd[3 + nk + i] = type(a) == "string" and a or tostring(a)
+  end
   return submit(self, cmd)
 end
 
