@@ -2,8 +2,8 @@
 --
 -- Each task is a coroutine. When it must wait it yields what it waits for
 -- (see mqlease/loop/scheduler.lua): a table { fd =, deadline = }, a descriptor
--- and/or a deadline; or the token PARK, to sleep until another task calls
--- wake() (park() does either). One loop turn polls every descriptor that
+-- and/or a deadline; a deadline alone (a number); or the token PARK, to sleep
+-- until another task calls wake() (park() does the last two). One loop turn polls every descriptor that
 -- tasks wait on, with the nearest deadline as timeout, then resumes every task
 -- whose descriptor is readable or whose deadline passed -- all waiters of one
 -- descriptor together, since the first to run may drain results meant for
@@ -27,8 +27,10 @@ _M.PARK = PARK
 
 function _M.new(on_error)
   local self = setmetatable({
-    tasks = {},       -- co -> what it waits for: false (ready), PARK, or { fd =, deadline = }
-    waits = {},       -- co -> { fd =, deadline = }: the tasks poll looks at (not the parked)
+    tasks = {},       -- co -> what it waits for: false (ready), PARK, a deadline, or { fd =, deadline = }
+    fd_waits = {},    -- co -> { fd = } of the tasks waiting for a descriptor
+    deadlines = {},   -- co -> deadline of the tasks waiting for one
+    next_deadline = nil,   -- at most the earliest of deadlines (see expire)
     ready = {},       -- the tasks made ready since the last round, in order
     queued = {},      -- co -> true while it is in ready
     count = 0,
@@ -46,7 +48,7 @@ end
 -- parked or waiting, a round costs what is ready, not what exists.
 local function make_ready(self, co)
   self.tasks[co] = false
-  self.waits[co] = nil
+  self.fd_waits[co], self.deadlines[co] = nil, nil
   if not self.queued[co] then
     self.queued[co] = true
     local ready = self.ready
@@ -73,7 +75,7 @@ end
 -- The running task sleeps until wake(), or until deadline (core.now()
 -- seconds) when one is given.
 function methods:park(deadline)
-  coroutine_yield(deadline and { deadline = deadline } or PARK)
+  coroutine_yield(deadline or PARK)
 end
 
 -- Calls cb() whenever fd is readable (the loop's own descriptors, and the
@@ -89,9 +91,38 @@ end
 
 local function finish(self, co)
   self.tasks[co] = nil
-  self.waits[co] = nil
+  self.fd_waits[co], self.deadlines[co] = nil, nil
   self.count = self.count - 1
   if coroutine_close then coroutine_close(co) end
+end
+
+-- Files a waiting task under what it waits for. next_deadline only ever
+-- moves earlier here; a task that leaves before its deadline leaves it
+-- early, which costs one early scan of deadlines, not a missed wake-up.
+local function wait_for(self, co, what)
+  local deadline = what
+  if type(what) == "table" then
+    if what.fd then self.fd_waits[co] = what end
+    deadline = what.deadline
+  end
+  if deadline then
+    self.deadlines[co] = deadline
+    local nd = self.next_deadline
+    if not nd or deadline < nd then self.next_deadline = deadline end
+  end
+end
+
+-- Makes ready the tasks whose deadline passed, and finds the next one. Most
+-- waits end long before their deadline (a result waited for with a second's
+-- bound comes in a millisecond), so this runs about once per such bound, not
+-- once per turn.
+local function expire(self, now)
+  local nd
+  for co, deadline in pairs(self.deadlines) do   -- make_ready clears the entry: allowed
+    if deadline <= now then make_ready(self, co)
+    elseif not nd or deadline < nd then nd = deadline end
+  end
+  self.next_deadline = nd
 end
 
 local function resume(self, co)
@@ -103,7 +134,7 @@ local function resume(self, co)
     finish(self, co)
   elseif what then
     self.tasks[co] = what
-    if what ~= PARK then self.waits[co] = what end
+    if what ~= PARK then wait_for(self, co, what) end
   else
     make_ready(self, co)
   end
@@ -122,24 +153,26 @@ function methods:run_ready()
 end
 
 -- Waits at most max_wait seconds for a descriptor or a deadline, and marks
--- the tasks it frees as ready. It looks only at the tasks that wait for one:
--- a parked task waits for wake(), and a ready one is in the ready queue (with
--- hundreds of tasks mostly parked, a scan of them all was most of a turn).
+-- the tasks it frees as ready. It looks only at the tasks that wait for a
+-- descriptor, and at deadlines when the earliest may have passed: a parked
+-- task waits for wake(), and a ready one is in the ready queue (with hundreds
+-- of tasks mostly waiting for results, a scan of them all was most of a turn).
 function methods:poll(max_wait)
-  local waits = self.waits
+  local fd_waits = self.fd_waits
   local fds, seen, timeout = {}, {}, max_wait
   local now = core.now()
   if #self.ready > 0 then timeout = 0 end
-  for _, w in pairs(waits) do
+  local nd = self.next_deadline
+  if nd then
+    local left = nd - now
+    if left < 0 then left = 0 end
+    if not timeout or left < timeout then timeout = left end
+  end
+  for _, w in pairs(fd_waits) do
     local fd = w.fd
-    if fd and not seen[fd] then
+    if not seen[fd] then
       seen[fd] = true
       fds[#fds + 1] = fd
-    end
-    if w.deadline then
-      local left = w.deadline - now
-      if left < 0 then left = 0 end
-      if not timeout or left < timeout then timeout = left end
     end
   end
   for fd in pairs(self.extra) do
@@ -154,12 +187,12 @@ function methods:poll(max_wait)
     local cb = self.extra[fd]
     if cb then cb() end
   end
-  now = core.now()
-  for co, w in pairs(waits) do   -- make_ready clears waits[co]: allowed while traversing
-    if (w.fd and readable[w.fd]) or (w.deadline and w.deadline <= now) then
-      make_ready(self, co)
-    end
+  for co, w in pairs(fd_waits) do   -- make_ready clears the entry: allowed while traversing
+    if readable[w.fd] then make_ready(self, co) end
   end
+  now = core.now()
+  nd = self.next_deadline
+  if nd and nd <= now then expire(self, now) end
 end
 
 -- Runs until every task has finished, or until stop() returns true; stop is

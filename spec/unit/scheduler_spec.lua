@@ -1,6 +1,7 @@
 -- mqlease.scheduler without a server: parked tasks sleep until wake(), a
 -- deadline wait runs once due, and a turn's poll looks only at the tasks that
--- wait for a descriptor or a deadline (hundreds of parked tasks cost it nothing).
+-- wait for a descriptor, and at deadlines only when the earliest may have
+-- passed (hundreds of parked tasks cost it nothing).
 local scheduler = require "mqlease.scheduler"
 local core = require "mqlease.core"
 
@@ -28,11 +29,15 @@ describe("mqlease.scheduler", function()
     end)
     s:run_ready()   -- every task runs up to its wait
     assert.equal(0, #log)
-    assert.equal(1, count(s.waits))   -- the deadline wait; the 300 parked ones are not there
+    -- the deadline wait is filed; the 300 parked ones are not
+    assert.equal(1, count(s.deadlines))
+    assert.equal(0, count(s.fd_waits))
     while #log < 2 do s:poll(1); s:run_ready() end
     assert.same({ "deadline", "woken 7" }, log)
-    assert.is_true(core.now() - started >= 0.05)
-    assert.equal(0, count(s.waits))
+    -- poll slept until the deadline: not past it by its 1 s bound
+    assert.is_true(core.now() - started >= 0.05 and core.now() - started < 0.5)
+    assert.equal(0, count(s.deadlines))
+    assert.is_nil(s.next_deadline)
     assert.equal(299, s.count)
     -- a wake-up of a task that is not waiting changes nothing
     s:wake(sleepers[7])
@@ -49,12 +54,20 @@ describe("mqlease.scheduler", function()
     end)
     s:spawn(function() s:wake(sleeper) end)
     s:run_ready()
-    assert.equal(0, count(s.waits))   -- woken in the same round: nothing left to poll for
+    assert.equal(0, count(s.deadlines))   -- woken in the same round: nothing left to poll for
     local started = core.now()
     s:poll(1)   -- the ready queue is not empty: poll does not sleep
     s:run_ready()
     assert.is_truthy(woke_at)
     assert.is_true(core.now() - started < 0.5)
     assert.equal(0, s.count)
+    -- its deadline may still be the next one the scheduler knows of: that
+    -- costs an early look at the deadlines, which finds none
+    s:spawn(function() s:park(core.now() + 0.02) end)
+    s:run_ready()
+    local t0 = core.now()
+    while s.count > 0 do s:poll(1); s:run_ready() end
+    assert.is_true(core.now() - t0 < 0.5)
+    assert.is_nil(s.next_deadline)
   end)
 end)
