@@ -125,16 +125,27 @@ end
 -- The turn's batch goes to the core in one step (so to Redis in one round
 -- trip); each waiter learns its op id (batch.first + its index - 1), or why
 -- there is none (batch.err). The batch's list part is the commands themselves,
--- so a command costs no table of its own beyond the one it is.
+-- so a command costs no table of its own beyond the one it is. A waiter is
+-- left asleep until its reply comes (the router wakes it then), not woken
+-- to learn its op id and then put to sleep again for the reply.
 local function flush(self, batch, sched)
   if self._batch == batch then self._batch = nil end
-  local client = self._session.client
+  local session = self._session
+  local client = session.client
   local ok, first
   if client:closed() then ok, first = false, "the redis client is closed"
   else ok, first = pcall(client.pipeline, client, batch) end
-  if ok then batch.first = first else batch.err = tostring(first) end
   local waiters = batch.waiters
-  for i = 1, #waiters do sched:wake(waiters[i]) end
+  if not ok then
+    batch.err = tostring(first)
+    for i = 1, #waiters do sched:wake(waiters[i]) end
+    return
+  end
+  batch.first = first
+  for i = 1, #waiters do
+    local co = waiters[i]
+    if not session:expect(first + i - 1, co, sched) then sched:wake(co) end
+  end
 end
 
 -- Sends cmd ({"command", ...} or {"eval", script, numkeys, ...}) and returns
@@ -158,7 +169,10 @@ local function submit(self, cmd)
     local i = #batch + 1
     batch[i] = cmd
     batch.waiters[i] = coroutine_running()
-    while batch.first == nil and batch.err == nil do sched:park() end
+    -- woken by the reply (or the flush's failure, or the router's close); the
+    -- deadline only keeps a wake-up that never came from hanging the wait:
+    -- result() below waits again, as for any op
+    repeat sched:park(core.now() + 1) until batch.first ~= nil or batch.err ~= nil
     if batch.err then return nil, batch.err, "CLOSED" end
     op = batch.first + i - 1
   end

@@ -110,12 +110,14 @@ function methods:result(op, deadline)
     local ev = results[op]
     if ev then
       results[op] = nil
+      self.waiters[op], self.waiter_sched[op] = nil, nil   -- set by expect()
       return ev
     end
     self:pump()
     ev = results[op]
     if ev then
       results[op] = nil
+      self.waiters[op], self.waiter_sched[op] = nil, nil
       return ev
     end
     if deadline and core.now() >= deadline then return nil end
@@ -133,6 +135,19 @@ function methods:result(op, deadline)
       loop.wait(self.client:fd(), deadline or core.now() + 1)
     end
   end
+end
+
+-- Wakes co, a task of sched parked elsewhere, when op's result comes, as
+-- result() wakes its own waiters; co then takes the result with result(op),
+-- which forgets the registration. For a task that learns op while parked (a
+-- Redis command waiting for its batch to be sent): it sleeps once, until the
+-- reply, instead of once for op and once more for the reply. false (nothing
+-- registered) when sched is not the loop that runs the caller.
+function methods:expect(op, co, sched)
+  if own_scheduler() ~= sched then return false end
+  watch(self, sched)
+  self.waiters[op], self.waiter_sched[op] = co, sched
+  return true
 end
 
 -- Nobody will wait for op (started from a finalizer): drop its event.

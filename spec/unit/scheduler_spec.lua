@@ -71,3 +71,67 @@ describe("mqlease.scheduler", function()
     assert.is_nil(s.next_deadline)
   end)
 end)
+
+describe("mqlease.router under mqlease.scheduler", function()
+  local router_mod = require "mqlease.router"
+  local adapter = require "mqlease.loop.scheduler"
+
+  -- a core client that holds events until the spec hands them over
+  local function fake_client()
+    local queue = {}
+    return {
+      queue = queue,
+      fd = function() return 99 end,
+      closed = function() return false end,
+      events = function()
+        local out = { table.unpack(queue) }
+        for i = #queue, 1, -1 do queue[i] = nil end
+        return out
+      end,
+    }
+  end
+
+  it("wakes a task registered with expect() once, when its result comes, and forgets it", function()
+    local s = scheduler.new(function(_, err) error(err) end)
+    local client = fake_client()
+    local r = router_mod.new(client)
+    local previous = adapter.set_scheduler(s)
+    local resumes = 0
+    -- parked as a Redis command is, from joining its batch to its reply; counts its wake-ups
+    local waiter = s:spawn(function()
+      while true do
+        resumes = resumes + 1
+        s:park(core.now() + 5)
+      end
+    end)
+    s:run_ready()
+    -- the "flush", a task of the same scheduler, registers the waiter for op 41
+    local registered
+    s:spawn(function() registered = r:expect(41, waiter, s) end)
+    s:run_ready()
+    assert.is_true(registered)
+    assert.equal(waiter, r.waiters[41])
+    assert.equal(1, resumes)
+    -- another op's result wakes nobody
+    client.queue[1] = { kind = "op", op = 40, ok = true }
+    r:pump()
+    s:run_ready()
+    assert.equal(1, resumes)
+    -- its own result wakes it, and result() hands the event over and forgets the registration
+    client.queue[1] = { kind = "op", op = 41, ok = true, reply = "PONG" }
+    r:pump()
+    assert.is_false(s.tasks[waiter])   -- ready
+    assert.equal("PONG", r:result(41).reply)
+    assert.is_nil(r.waiters[41])
+    assert.is_nil(r.waiter_sched[41])
+    adapter.set_scheduler(previous)
+  end)
+
+  it("registers nothing for a scheduler that is not the caller's", function()
+    local s = scheduler.new(function(_, err) error(err) end)
+    local r = router_mod.new(fake_client())
+    local co = coroutine.create(function() end)
+    assert.is_false(r:expect(7, co, s))   -- called from the main thread, not a task of s
+    assert.is_nil(r.waiters[7])
+  end)
+end)
