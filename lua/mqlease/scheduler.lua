@@ -3,11 +3,11 @@
 -- Each task is a coroutine. When it must wait it yields what it waits for
 -- (see mqlease/loop/scheduler.lua): a table { fd =, deadline = }, a descriptor
 -- and/or a deadline; a deadline alone (a number); or the token PARK, to sleep
--- until another task calls wake() (park() does the last two). One loop turn polls every descriptor that
--- tasks wait on, with the nearest deadline as timeout, then resumes every task
--- whose descriptor is readable or whose deadline passed -- all waiters of one
--- descriptor together, since the first to run may drain results meant for
--- the others.
+-- until another task calls wake() (park() does the last two). One loop turn
+-- polls every descriptor that tasks wait on, with the nearest deadline as
+-- timeout, then resumes every task whose descriptor is readable or whose
+-- deadline passed -- all waiters of one descriptor together, since the first
+-- to run may drain results meant for the others.
 
 local core = require "mqlease.core"
 local run_adapter = require "mqlease.loop.scheduler"
