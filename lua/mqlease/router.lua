@@ -101,25 +101,27 @@ local function own_scheduler()
   return scheduler_adapter.current()
 end
 
+-- op's event when it came, taken from the router with the waiter that
+-- expect() may have registered for it; else nil.
+local function take(self, op)
+  local ev = self.results[op]
+  if ev then
+    self.results[op] = nil
+    self.waiters[op], self.waiter_sched[op] = nil, nil
+  end
+  return ev
+end
+
 -- The result (event) of op, waiting for it in the caller's loop; deadline
 -- (core.now() seconds) only bounds waiting for the session start, whose op
 -- cannot time out in the core on its own (then nil when it passes).
 function methods:result(op, deadline)
-  local results = self.results
   while true do
-    local ev = results[op]
-    if ev then
-      results[op] = nil
-      self.waiters[op], self.waiter_sched[op] = nil, nil   -- set by expect()
-      return ev
-    end
+    local ev = take(self, op)
+    if ev then return ev end
     self:pump()
-    ev = results[op]
-    if ev then
-      results[op] = nil
-      self.waiters[op], self.waiter_sched[op] = nil, nil
-      return ev
-    end
+    ev = take(self, op)
+    if ev then return ev end
     if deadline and core.now() >= deadline then return nil end
     -- closed by another coroutine meanwhile: no result will come
     if self.client:closed() then return { ok = false, err = "the client is closed", code = "CLOSED" } end
