@@ -209,14 +209,8 @@ function methods:eval(script, keys, args)
   -- table.new): the policy's scripts take six keys and arguments at most, and
   -- a table grown one entry at a time is reallocated three times on the way
   local cmd = { "eval", script, nk, nil, nil, nil, nil, nil, nil }
-  for i = 1, nk do
-    local k = keys[i]
-    cmd[3 + i] = type(k) == "string" and k or tostring(k)
-  end
-  for i = 1, na do
-    local a = args[i]
-    cmd[3 + nk + i] = type(a) == "string" and a or tostring(a)
-  end
+  for i = 1, nk do cmd[3 + i] = tostring(keys[i]) end
+  for i = 1, na do cmd[3 + nk + i] = tostring(args[i]) end
   return submit(self, cmd)
 end
 

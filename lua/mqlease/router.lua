@@ -101,6 +101,12 @@ local function own_scheduler()
   return scheduler_adapter.current()
 end
 
+-- co, a task of sched, is woken by the pump that brings op's result.
+local function register(self, op, co, sched)
+  watch(self, sched)
+  self.waiters[op], self.waiter_sched[op] = co, sched
+end
+
 -- op's event when it came, taken from the router with the waiter that
 -- expect() may have registered for it; else nil.
 local function take(self, op)
@@ -129,8 +135,7 @@ function methods:result(op, deadline)
     if sched then
       -- woken by the pump that stores the result; the deadline (a second at
       -- most) only keeps a wake-up that never came from hanging the wait
-      watch(self, sched)
-      self.waiters[op], self.waiter_sched[op] = coroutine.running(), sched
+      register(self, op, coroutine.running(), sched)
       sched:park(deadline or core.now() + 1)
       self.waiters[op], self.waiter_sched[op] = nil, nil
     else
@@ -147,8 +152,7 @@ end
 -- registered) when sched is not the loop that runs the caller.
 function methods:expect(op, co, sched)
   if own_scheduler() ~= sched then return false end
-  watch(self, sched)
-  self.waiters[op], self.waiter_sched[op] = co, sched
+  register(self, op, co, sched)
   return true
 end
 
