@@ -112,16 +112,59 @@ function methods:_set_state(state, renewals)
   if FINAL[state] and not rawget(self, "_final") then self._final = state end
 end
 
+-- false once the Redis lock that guards the lease (the exactly-once policy's,
+-- see hold_lock) is known lost: from its keepalive's event, or asked of its
+-- client now, so every event loop sees it, not only one that pumps Redis.
+local function lock_kept(lease)
+  if rawget(lease, "_lock_lost") then return false end
+  local client = rawget(lease, "_lock_client")
+  if client and client:keepalive_lost(rawget(lease, "_lock_id")) then
+    lease._lock_lost = true
+    return false
+  end
+  return true
+end
+_M.lock_kept = lock_kept
+
 -- true while the broker still hides the message for us (and, under the
 -- exactly-once policy, while its Redis lock is still ours)
 function methods:alive()
-  if rawget(self, "_lock_lost") then return false end
+  if not lock_kept(self) then return false end
   return ALIVE[(self:_info())] == true
 end
 
 -- The Redis lock that guarded this lease could not be renewed.
 function methods:_lock_lost()
   self._lock_lost = true
+end
+
+-- true while the broker still hides the message for us, whatever became of
+-- a Redis lock: whether a release can still be made. A stand-in lease
+-- without a state (a test's) answers alive().
+function _M.held(lease)
+  local state = lease.state
+  if state == nil then return lease:alive() end
+  return ALIVE[state] == true
+end
+
+-- The policy keeps a Redis lock for the lease: keepalive id of client (a
+-- mqlease.redis). alive() answers false once it is lost; drop_lock stops it.
+function _M.hold_lock(lease, client, id)
+  lease._lock_client, lease._lock_id = client, id
+end
+
+-- Stops the lease's lock keepalive, if it has one (the lock then lapses at its
+-- TTL unless its owner deletes it). true if the lock had been lost meanwhile.
+-- Idempotent: the policy calls it when its handler ends, mqlease.run for
+-- every message still unsettled when it returns.
+function _M.drop_lock(lease)
+  local client = rawget(lease, "_lock_client")
+  if not client then return false end
+  local id = rawget(lease, "_lock_id")
+  lease._lock_client, lease._lock_id = nil, nil
+  local lost = client:keepalive_stop(id)
+  if lost then lease._lock_lost = true end
+  return lost
 end
 
 -- seconds until the broker would hand the message to someone else (0 when gone)

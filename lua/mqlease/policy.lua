@@ -21,9 +21,15 @@
 
 local redis_mod = require "mqlease.redis"
 local core = require "mqlease.core"
+local lease_mod = require "mqlease.lease"
+local wait = require "mqlease.loop"
 
 local pcall, tostring, type, error, pairs = pcall, tostring, type, error, pairs
-local floor, random = math.floor, math.random
+local floor, random, min = math.floor, math.random, math.min
+
+-- A done marker that could not be written is tried again after these
+-- seconds, doubled up to the most.
+local FINISH_BACKOFF, FINISH_MAX_BACKOFF = 0.1, 2
 
 local _M = {}
 
@@ -87,6 +93,18 @@ local defaults = {
   max_defer = 600,
 }
 
+-- The least each number may be, and why: a TTL is whole seconds on the wire
+-- (EX) or a lock that must outlive a round trip, and a delay or budget of 0
+-- would spin (defer again at once) or drop the lock at its first renewal.
+local LOWEST = {
+  done_ttl = { min = 1, says = "at least 1 second (the done marker's EX)" },
+  lock_ttl = { min = 1, says = "at least 1 second" },
+  defer_delay = { min = 0, above = 0, says = "more than 0 seconds" },
+  fail_delay = { min = 0, above = 0, says = "more than 0 seconds" },
+  max_hold = { min = 0, above = 0, says = "more than 0 seconds" },
+  max_defer = { min = 0, says = "0 or more seconds" },
+}
+
 local function check_options(opts)
   opts = opts or {}
   if type(opts) ~= "table" then error("mqlease.policy.exactly_once: options table expected", 3) end
@@ -104,12 +122,15 @@ local function check_options(opts)
   if o.fail ~= "closed" and o.fail ~= "open" then
     error("mqlease.policy.exactly_once: option 'fail' must be \"closed\" or \"open\"", 3)
   end
-  for _, k in ipairs({ "done_ttl", "lock_ttl", "defer_delay", "fail_delay", "max_hold", "max_defer" }) do
-    if type(o[k]) ~= "number" or o[k] < 0 then
+  for k, low in pairs(LOWEST) do
+    local v = o[k]
+    if type(v) ~= "number" or v ~= v or v == math.huge then
       error(("mqlease.policy.exactly_once: option '%s' must be a number of seconds"):format(k), 3)
     end
+    if v < low.min or (low.above and v <= low.above) then
+      error(("mqlease.policy.exactly_once: option '%s' must be %s (got %s)"):format(k, low.says, tostring(v)), 3)
+    end
   end
-  if o.lock_ttl < 1 then error("mqlease.policy.exactly_once: option 'lock_ttl' must be at least 1 second", 3) end
   if type(o.prefix) ~= "string" then error("mqlease.policy.exactly_once: option 'prefix' must be a string", 3) end
   -- a Redis address or options table: checked now, connected at the first message
   if not (type(o.redis) == "table" and o.redis.call) then
@@ -159,7 +180,11 @@ function _M.exactly_once(opts)
       m.consumer:count(what)
       return "defer", delay
     end
-    m.consumer:count("defer_budget_spent")
+    -- counted once per message, however often it is asked again
+    if not m._defer_spent then
+      m._defer_spent = true
+      m.consumer:count("defer_budget_spent")
+    end
     return "nack", delay
   end
 
@@ -168,6 +193,27 @@ function _M.exactly_once(opts)
     m.consumer:count("redis_unavailable")
     if o.fail == "open" then return _M.plain(m, lease, handler) end
     return defer(m, o.fail_delay, "fail_closed_held")
+  end
+
+  -- The done marker (and the unlock, see FINISH), made again while the
+  -- message's lease lives: without the marker the ack must not go, or a
+  -- redelivery would run the handler again with nothing to tell it was done.
+  -- The lock keepalive stays on meanwhile, so no other instance takes the
+  -- message over. -> true, or nil, message once the lease has ended.
+  local function finish(rc, m, lease, lock_key, done_key, owner)
+    local marked, err = rc:eval(FINISH, { lock_key, done_key }, { owner, done_ttl })
+    if marked ~= nil then return true end
+    local backoff = FINISH_BACKOFF
+    m.consumer:count("done_marker_failed")
+    while lease_mod.held(lease) do
+      wait.sleep(backoff)
+      if not lease_mod.held(lease) then break end
+      m.consumer:count("done_marker_retries")
+      marked, err = rc:eval(FINISH, { lock_key, done_key }, { owner, done_ttl })
+      if marked ~= nil then return true end
+      backoff = min(backoff * 2, FINISH_MAX_BACKOFF)
+    end
+    return nil, err
   end
 
   return function(m, lease, handler)
@@ -193,9 +239,12 @@ function _M.exactly_once(opts)
     lease.fence, lease.lock_owner = got[2], owner
     local keepalive = rc:keepalive(lock_key, owner, o.lock_ttl, o.lock_ttl / 3, o.max_hold,
       function() lease:_lock_lost() end, acquired_at)
+    -- alive() sees the lock; mqlease.run stops the keepalive of a handler it
+    -- leaves behind (one cut off by grace) when it returns
+    lease_mod.hold_lock(lease, rc, keepalive)
 
     local ok, res, herr = pcall(handler, m, lease)
-    if rc:keepalive_stop(keepalive) then
+    if rc:keepalive_lost(keepalive) then
       -- the lock lapsed or was taken while the handler ran (a slow or failed-over
       -- Redis): another instance may have run it too; its fence is the newer one
       lease:_lock_lost()
@@ -204,11 +253,15 @@ function _M.exactly_once(opts)
     if ok and res then
       -- the done marker before the ack: a redelivery from now on is acked
       -- without running; the unlock rides in the same script (see FINISH)
-      local marked = rc:eval(FINISH, { lock_key, done_key }, { owner, done_ttl })
+      local marked, ferr = finish(rc, m, lease, lock_key, done_key, owner)
+      lease_mod.drop_lock(lease)
       lease.lock_owner = nil   -- the live view shows the lock only while it is held
-      if not marked then m.consumer:count("done_marker_failed") end
-      return "ack"
+      if marked then return "ack" end
+      -- the lease ended first: no ack; the lock lapses at its TTL, and the
+      -- redelivery runs the handler again (the marker is all that could tell)
+      return "nack", nil, "done marker not recorded: " .. tostring(ferr)
     end
+    lease_mod.drop_lock(lease)
     lease.lock_owner = nil
     rc:eval(UNLOCK, { lock_key }, { owner })
     if not ok then return "nack", nil, tostring(res) end

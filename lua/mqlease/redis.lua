@@ -238,6 +238,16 @@ function methods:keepalive(key, owner, ttl, every, max, on_lost, since)
   return id
 end
 
+-- true once keepalive id is known lost (a renewal found the key gone or taken,
+-- its TTL ran out unrenewed, or its max was spent): reads the lock events
+-- that wait, without blocking, so it answers in any event loop.
+function methods:keepalive_lost(id)
+  if self._lost[id] then return true end
+  if self._session.client:closed() then return false end
+  self._session:pump()
+  return self._lost[id] == true
+end
+
 -- Stops a keepalive; returns true if it had been lost meanwhile (a renewal
 -- found the key gone or taken, or the TTL ran out since the last renewal).
 function methods:keepalive_stop(id)

@@ -1,7 +1,7 @@
 /* mql_redis_keepalive.c -- the keepalive thread of a Redis client: it renews
  * the registered locks on a link of its own (never behind the command queue),
  * earliest deadline first, and posts MQL_EV_LOCK_LOST when a renewal proves a
- * lock gone or its TTL runs out unrenewed. Its state lives in struct mql_redis
+ * lock gone, its TTL runs out unrenewed or its budget (max) is spent. Its state lives in struct mql_redis
  * (mql_redis_private.h) under the client's mutex.
  */
 #include <stdio.h>
@@ -106,8 +106,12 @@ void *mql_redis_ka_thread_main(void *arg) {
             r->ka_wake_at = INT64_MIN;
             continue;
         }
-        if (now >= k->until) {   /* its budget is spent: let it expire */
+        if (now >= k->until) {
+            /* Its budget (max_hold) is spent: no more renewals, so the lock
+             * lapses within its TTL while the handler may still run. Say so
+             * now, as for a lock proven lost: the holder must not count on it. */
             k->state = KA_SPENT;
+            if (!k->cancelled) post_lock_lost(r, k->id);
             continue;
         }
         k->busy = 1;
@@ -159,7 +163,7 @@ int mql_redis_keepalive_stop(mql_redis *r, uint64_t id) {
     }
     if (k) {
         /* lost: a renewal said so, or the TTL ran out since the last good one */
-        lost = k->state == KA_LOST || mql_now_ms() - k->last_ok >= k->ttl_ms;
+        lost = k->state == KA_LOST || k->state == KA_SPENT || mql_now_ms() - k->last_ok >= k->ttl_ms;
         if (k->busy) {
             k->cancelled = 1;   /* the thread frees it when the renewal returns */
         } else {

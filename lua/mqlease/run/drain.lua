@@ -1,0 +1,79 @@
+-- mqlease.run.drain: the end of a run, once a stop is asked for. It never
+-- multiplies or loses a message:
+--
+--   1. stop receiving (the receive in flight is cancelled);
+--   2. give back what never started, and what waits behind an unfinished
+--      message of its group (the broker keeps an ordered queue blocked while
+--      that one's lease lives, so nothing after it is delivered before it);
+--   3. wake what waits to be tried again: each gives itself back;
+--   4. mode "wait": let running handlers finish until grace;
+--   5. give back what still runs: its handler's later release fails, never
+--      doubles (the core no longer holds the lease), and its task settles it;
+--   6. wait for those nacks, and for the receiver's cancelled call, so no
+--      lease arrives after the consumer is closed.
+--
+-- Every nack of the drain goes out at once: one at a time, n slow nacks
+-- would outlast any deadline.
+
+local core = require "mqlease.core"
+local lease_mod = require "mqlease.lease"
+
+local pairs, ipairs = pairs, ipairs
+
+local _M = {}
+
+-- w: the run's wiring (see mqlease.run.worker): o, st, sched, life, seq,
+-- waiter, client, watcher, receiving(), give_back(m) (a queued message: back
+-- to the broker, settled), running() (messages whose handler runs),
+-- nrunning(), drain_extension, and done() when it is over.
+function _M.run(w)
+  local o, st, sched = w.o, w.st, w.sched
+  local me = coroutine.running()
+  local grace_deadline = core.now() + o.grace
+  -- the whole drain from here: the watcher's clock started at the signal,
+  -- ours may start later (or without a signal: run_for, stop)
+  if w.watcher then w.watcher:extend(o.grace + w.drain_extension) end
+  -- a closed client has no receive left to cancel (and raises if asked)
+  local client = w.client
+  if not (client.closed and client:closed()) then client:cancel_receives() end
+  w.wake_receiver()
+
+  local pending = 0
+  local function nack_running(m)
+    pending = pending + 1
+    sched:spawn(function()
+      if m:nack(o.release_delay) then st.drained = st.drained + 1 end
+      pending = pending - 1
+      if pending == 0 then sched:wake(me) end
+    end)
+  end
+  local function give_back(m)
+    pending = pending + 1
+    sched:spawn(function()
+      w.give_back(m)
+      pending = pending - 1
+      if pending == 0 then sched:wake(me) end
+    end)
+  end
+
+  for _, m in ipairs(w.seq:take_all()) do give_back(m) end
+  w.waiter:wake_all()
+  if o.mode == "wait" then
+    while w.nrunning() > 0 and core.now() < grace_deadline do
+      sched:park(grace_deadline)   -- a finishing handler wakes us
+    end
+  end
+  if w.watcher then w.watcher:extend(w.drain_extension) end
+  for m in pairs(w.running()) do
+    if lease_mod.held(m.lease) then nack_running(m) end
+  end
+  local nack_deadline = core.now() + w.drain_extension
+  while pending > 0 and core.now() < nack_deadline do sched:park(nack_deadline) end
+  local flush_deadline = core.now() + 2
+  while w.receiving() and core.now() < flush_deadline do
+    sched:park(flush_deadline)   -- the receiver wakes us when it ends
+  end
+  w.done()
+end
+
+return _M

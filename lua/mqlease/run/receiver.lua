@@ -1,0 +1,47 @@
+-- mqlease.run.receiver: the task that receives for mqlease.run, while the
+-- in-flight limits allow (messages and body bytes held), and hands each
+-- message to the run (w.admit). It parks while the run holds its limit (a
+-- settling message wakes it) and ends once the run stops or the consumer is
+-- closed.
+
+local metrics = require "mqlease.metrics"
+local wait = require "mqlease.loop"
+
+local min, ipairs, tostring = math.min, ipairs, tostring
+
+local _M = {}
+
+-- w: the run's wiring: consumer, client, o (options), st (inflight, bytes,
+-- received), sched, stopping(), stop(reason), admit(m), refuse(m) (a message
+-- that arrived after the stop), started(), ended().
+function _M.run(w)
+  local consumer, client, o, st, sched = w.consumer, w.client, w.o, w.st, w.sched
+  local batch = consumer.options.batch
+  while not w.stopping() do
+    if st.inflight >= o.max_inflight or st.bytes >= o.max_inflight_bytes then
+      sched:park()   -- a settling message wakes us
+    else
+      -- the byte budget holds per receive too: the core gives back what would pass it
+      local msgs, err, code = consumer:receive(min(batch, o.max_inflight - st.inflight),
+        { max_bytes = o.max_inflight_bytes - st.bytes })
+      if msgs then
+        metrics.received(consumer, msgs)
+        for _, m in ipairs(msgs) do
+          st.received = st.received + 1
+          if w.stopping() then w.refuse(m) else w.admit(m) end
+        end
+        w.started()
+      elseif code == "CLOSED" or (client.closed and client:closed()) then
+        -- closed under the run (its receive in flight fails CANCELLED) or
+        -- before it: nothing can come any more
+        w.stop("closed")
+      elseif not w.stopping() then
+        io.stderr:write(("mqlease: receive failed: %s (%s)\n"):format(tostring(err), tostring(code)))
+        wait.sleep(1)
+      end
+    end
+  end
+  w.ended()
+end
+
+return _M

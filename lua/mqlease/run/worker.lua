@@ -1,0 +1,231 @@
+-- mqlease.run.worker: mqlease.run put together from its parts, in one
+-- scheduler (the caller's event loop, or a simulated one in the fault model
+-- of spec/unit/run_model_spec.lua).
+--
+--   receiver   receives while the in-flight limits allow   (run/receiver.lua)
+--   sequencer  which message may start next; FIFO groups   (run/sequencer.lua)
+--   task       one per started message: policy, verb,      (run/task.lua)
+--              release; the one owner of its end
+--   waiter     keeps a message to be tried again           (run/waiter.lua)
+--   releaser   acks in batches; failed releases retried    (run/releaser.lua)
+--   drain      the stop                                    (run/drain.lua)
+--   life       the states every part moves a message       (run/life.lua)
+--              through, and the settle every end reaches
+--
+-- Every message ends exactly once: acked, dead-lettered, nacked, or -- if its
+-- lease ends first, or the process is killed -- left to the broker, which
+-- hands it out again.
+
+local core = require "mqlease.core"
+local metrics = require "mqlease.metrics"
+local live = require "mqlease.live"
+local retry = require "mqlease.retry"
+local policy_mod = require "mqlease.policy"
+local lease_mod = require "mqlease.lease"
+local life_mod = require "mqlease.run.life"
+local sequencer = require "mqlease.run.sequencer"
+local waiter_mod = require "mqlease.run.waiter"
+local releaser_mod = require "mqlease.run.releaser"
+local task = require "mqlease.run.task"
+local receiver = require "mqlease.run.receiver"
+local drain = require "mqlease.run.drain"
+
+local pcall, type, pairs, ipairs, error, tostring, rawget = pcall, type, pairs, ipairs, error, tostring, rawget
+
+local _M = {}
+
+local function log_error(m, err)
+  io.stderr:write(("mqlease: handler failed for %s (attempt %d): %s\n"):format(
+    task.printable(m.id), m.delivery_attempt or 0, tostring(err)))
+end
+
+-- The run's nack delay for an attempt: the run's own (a number or a
+-- function), else the group's retry policy as the proxy sent it.
+local function nack_delay_of(o, server_policy)
+  local d = o.nack_delay
+  if type(d) == "number" then return function() return d end end
+  return d or function(attempt) return retry.delay(server_policy, attempt) end
+end
+
+-- Runs handler over consumer's messages in sched until a stop; o: checked
+-- options (mqlease.config.run_options). probe, for the fault model: called
+-- with the run's life once it is made.
+function _M.run(consumer, handler, o, sched, probe)
+  local settings = consumer:metrics()
+  local server_policy, fifo = settings.retry_policy, settings.fifo == true
+  local client = consumer._router.client
+  local release_delay = consumer.options.release_delay
+  local st = {
+    stopping = false, done = false, reason = nil, inflight = 0, bytes = 0, nrunning = 0,
+    received = 0, acked = 0, nacked = 0, failed = 0, drained = 0, skipped = 0, dead_lettered = 0,
+    retried = 0, held = 0, given_back = 0,
+  }
+  local receiver_co, drainer_co
+  local seq = sequencer.new()
+  local waiter = waiter_mod.new(sched, function() return st.stopping end)
+  local start_handlers, stop
+
+  local ctx = {
+    consumer = consumer, st = st, release_delay = release_delay,
+    -- await and process time, as the official clients record them
+    handler = metrics.timed(consumer, handler),
+    policy = o.policy or policy_mod.plain,
+    on_error = o.on_error or log_error,
+    nack_delay = nack_delay_of(o, server_policy),
+    -- max_attempts: a message past its last attempt goes to the DLQ without
+    -- running, and a failure on its last attempt sends it there instead of
+    -- back to the queue. Unordered messages leave the server's limit to the
+    -- proxy (it forwards a message past it at receive time); ordered ones
+    -- are retried here, so here is where their limit is kept.
+    max_attempts = o.max_attempts,
+    ordered_max_attempts = o.max_attempts or retry.max_attempts(server_policy) or 17,
+    waiter = waiter,
+    releaser = releaser_mod.new(consumer, sched),
+  }
+
+  -- A message given back unrun: after the stop, or held behind an ordered
+  -- message that ended unreleased. It is queued; it settles here.
+  local function give_back(m)
+    ctx.life:move(m, "releasing")
+    ctx.life:settle(m, task.give_back(ctx, m))
+  end
+
+  local function wake_receiver()
+    if receiver_co then sched:wake(receiver_co) end
+  end
+
+  local function on_settled(m, outcome)
+    st.inflight = st.inflight - 1
+    st.bytes = st.bytes - #m.body
+    local back = seq:settled(m, outcome == "acked" or outcome == "dead_lettered")
+    if back and #back > 0 then
+      -- it may come back: what waited behind it must not run before it
+      for _, b in ipairs(back) do
+        st.given_back = st.given_back + 1
+        consumer:count("fifo_given_back")
+        sched:spawn(give_back, b)
+      end
+    end
+    wake_receiver()
+    if drainer_co then sched:wake(drainer_co) end
+  end
+  local life = life_mod.new(on_settled)
+  ctx.life = life
+  if probe then probe(life) end
+
+  local function message_task(m)
+    task.run(ctx, m)
+    st.nrunning = st.nrunning - 1
+    if drainer_co then sched:wake(drainer_co) end
+    start_handlers()
+  end
+
+  function start_handlers()
+    while not st.stopping and st.nrunning < o.concurrency do
+      local m = seq:next()
+      if not m then break end
+      st.nrunning = st.nrunning + 1
+      sched:spawn(message_task, m)
+    end
+  end
+
+  receiver_co = sched:spawn(receiver.run, {
+    consumer = consumer, client = client, o = o, st = st, sched = sched,
+    stopping = function() return st.stopping end,
+    stop = function(reason) stop(reason) end,
+    admit = function(m)
+      life:enter(m)
+      seq:admit(m)
+      st.inflight = st.inflight + 1
+      st.bytes = st.bytes + #m.body
+    end,
+    -- arrived after the stop: it never ran, give it straight back
+    refuse = function(m)
+      if m:nack(release_delay) then st.drained = st.drained + 1 end
+    end,
+    started = function() start_handlers() end,
+    ended = function()
+      receiver_co = nil
+      if drainer_co then sched:wake(drainer_co) end
+    end,
+  })
+
+  local watcher
+  -- What the rest of a live drain may take once grace is over: the nacks of
+  -- running handlers (one request timeout, two if a renewal is in flight
+  -- first), up to 2 s for the cancelled receive, and consumer:close() -- one
+  -- request timeout for its nack of what the drain could not give back (a
+  -- proxy that stops answering fails every nack), one for the goodbye.
+  -- A frozen proxy with a renewal in flight at grace takes all of it.
+  local drain_extension = 4 * consumer.options.request_timeout + 2.5
+
+  function stop(reason)
+    if st.stopping then return end
+    st.stopping = true
+    st.reason = reason
+    drainer_co = sched:spawn(drain.run, {
+      o = o, st = st, sched = sched, seq = seq, waiter = waiter, client = client,
+      watcher = watcher, drain_extension = drain_extension, wake_receiver = wake_receiver,
+      receiving = function() return receiver_co ~= nil end,
+      give_back = give_back,
+      nrunning = function() return st.nrunning end,
+      running = function()
+        local out = {}
+        for m, s in pairs(life.state) do
+          if s == "running" then out[m] = true end
+        end
+        return out
+      end,
+      done = function() st.done = true end,
+    })
+  end
+
+  if o.signals then
+    -- The C watcher enforces grace even if a handler never yields; a drain
+    -- that is alive past grace says so (drain_extension), and a second signal
+    -- ends the wait at once.
+    watcher = core.watch_signals({ "TERM", "INT" }, { client }, o.grace + 0.5, release_delay)
+    sched:watch(watcher:fd(), function()
+      local sig = watcher:signal()
+      if sig then stop("signal " .. sig) end
+    end)
+  end
+  local stop_at = o.run_for and core.now() + o.run_for
+  -- the official clients' cached messages and bytes: what this run holds
+  metrics.holding(consumer, function() return st.inflight, st.bytes end)
+  -- /leases and the live page: the oldest of what this run holds
+  live.track(consumer, function(cap)
+    local active = life:active()
+    return live.select(active, seq.queue, seq.qhead, seq.qtail, cap), st.inflight, active
+  end)
+
+  local ok, err = pcall(sched.loop, sched, function()
+    if not st.stopping then
+      if stop_at and core.now() >= stop_at then stop("run_for")
+      elseif o.stop and o.stop() then stop("stop") end
+    end
+    return st.done
+  end)
+  metrics.holding(consumer, nil)
+  live.track(consumer, nil)
+  -- no lock keepalive outlives the run: a handler cut off by grace keeps
+  -- its lock only until the lock's TTL (the policy unlocks it if the
+  -- handler ever ends)
+  for _, m in ipairs(life:unsettled()) do
+    local lease = rawget(m, "lease")
+    if type(lease) == "table" then lease_mod.drop_lock(lease) end
+  end
+  consumer:close()
+  if watcher then
+    watcher:done()
+    watcher:close()
+  end
+  if not ok then error(err, 0) end
+  return {
+    reason = st.reason, received = st.received, acked = st.acked, nacked = st.nacked,
+    failed = st.failed, drained = st.drained, skipped = st.skipped, dead_lettered = st.dead_lettered,
+    retried = st.retried, held = st.held, given_back = st.given_back, fifo = fifo,
+  }
+end
+
+return _M
