@@ -116,10 +116,10 @@ end
 -- see hold_lock) is known lost: from its keepalive's event, or asked of its
 -- client now, so every event loop sees it, not only one that pumps Redis.
 local function lock_kept(lease)
-  if rawget(lease, "_lock_lost") then return false end
+  if rawget(lease, "_lock_is_lost") then return false end
   local client = rawget(lease, "_lock_client")
   if client and client:keepalive_lost(rawget(lease, "_lock_id")) then
-    lease._lock_lost = true
+    lease._lock_is_lost = true
     return false
   end
   return true
@@ -135,7 +135,7 @@ end
 
 -- The Redis lock that guarded this lease could not be renewed.
 function methods:_lock_lost()
-  self._lock_lost = true
+  self._lock_is_lost = true
 end
 
 -- true while the broker still hides the message for us, whatever became of
@@ -151,6 +151,7 @@ end
 -- mqlease.redis). alive() answers false once it is lost; drop_lock stops it.
 function _M.hold_lock(lease, client, id)
   lease._lock_client, lease._lock_id = client, id
+  lease._lock_is_lost = nil   -- a new lock: a lost one of an earlier attempt is gone with it
 end
 
 -- Stops the lease's lock keepalive, if it has one (the lock then lapses at its
@@ -163,7 +164,7 @@ function _M.drop_lock(lease)
   local id = rawget(lease, "_lock_id")
   lease._lock_client, lease._lock_id = nil, nil
   local lost = client:keepalive_stop(id)
-  if lost then lease._lock_lost = true end
+  if lost then lease._lock_is_lost = true end
   return lost
 end
 

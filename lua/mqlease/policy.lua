@@ -24,7 +24,7 @@ local core = require "mqlease.core"
 local lease_mod = require "mqlease.lease"
 local wait = require "mqlease.loop"
 
-local pcall, tostring, type, error, pairs = pcall, tostring, type, error, pairs
+local pcall, tostring, type, error, pairs, rawget = pcall, tostring, type, error, pairs, rawget
 local floor, random, min = math.floor, math.random, math.min
 
 -- A done marker that could not be written is tried again after these
@@ -196,18 +196,25 @@ function _M.exactly_once(opts)
   end
 
   -- The done marker (and the unlock, see FINISH), made again while the
-  -- message's lease lives: without the marker the ack must not go, or a
-  -- redelivery would run the handler again with nothing to tell it was done.
-  -- The lock keepalive stays on meanwhile, so no other instance takes the
-  -- message over. -> true, or nil, message once the lease has ended.
+  -- message's lease lives or its lock is still ours: without the marker the
+  -- ack must not go, or a redelivery would run the handler again with nothing
+  -- to tell it was done. The lock keepalive stays on meanwhile, so no other
+  -- instance takes the message over (even once the broker has redelivered
+  -- it: the new owner finds the lock held and defers). -> true, or nil,
+  -- message once neither is left.
+  local function worth_trying(lease)
+    if lease_mod.held(lease) then return true end
+    -- the lock, while its keepalive runs (mqlease.run stops it when it returns)
+    return rawget(lease, "_lock_client") ~= nil and lease_mod.lock_kept(lease)
+  end
   local function finish(rc, m, lease, lock_key, done_key, owner)
     local marked, err = rc:eval(FINISH, { lock_key, done_key }, { owner, done_ttl })
     if marked ~= nil then return true end
     local backoff = FINISH_BACKOFF
     m.consumer:count("done_marker_failed")
-    while lease_mod.held(lease) do
+    while worth_trying(lease) do
       wait.sleep(backoff)
-      if not lease_mod.held(lease) then break end
+      if not worth_trying(lease) then break end
       m.consumer:count("done_marker_retries")
       marked, err = rc:eval(FINISH, { lock_key, done_key }, { owner, done_ttl })
       if marked ~= nil then return true end
@@ -234,6 +241,12 @@ function _M.exactly_once(opts)
       m.consumer:count("handoff")
       if o.on_locked == "ack" then return "ack" end   -- risky: lost if that owner fails
       return defer(m, o.defer_delay, "deferred_held")
+    end
+    if not lease_mod.held(lease) then
+      -- the broker's lease ended while the lock was taken: the message may be
+      -- someone else's now, so the handler does not start; nothing to release
+      rc:eval(UNLOCK, { lock_key }, { owner })
+      return "nack"
     end
     -- the live view shows both while the lock is held
     lease.fence, lease.lock_owner = got[2], owner

@@ -75,7 +75,7 @@ describe("mqlease.live", function()
     }, v.leases[1])
     assert.is_true(v.leases[2].uncertain)
     assert.is_nil(v.leases[1].lock_lost)
-    c.msgs[1].lease._lock_lost = true
+    c.msgs[1].lease._lock_is_lost = true
     local again = live.view(c)
     assert.is_true(cjson.decode(live.json(again)).leases[1].lock_lost)
     assert.matches(">lost: client-a/00ff</td>", live.html(again), 1, true)

@@ -9,8 +9,10 @@
 --   4. mode "wait": let running handlers finish until grace;
 --   5. give back what still runs: its handler's later release fails, never
 --      doubles (the core no longer holds the lease), and its task settles it;
---   6. wait for those nacks, and for the receiver's cancelled call, so no
---      lease arrives after the consumer is closed.
+--   6. wait for those nacks, for the messages that end by themselves (a
+--      waiting one giving itself back, a release under way), and for the
+--      receiver's cancelled call, so no lease arrives after the consumer is
+--      closed.
 --
 -- Every nack of the drain goes out at once: one at a time, n slow nacks
 -- would outlast any deadline.
@@ -25,7 +27,8 @@ local _M = {}
 -- w: the run's wiring (see mqlease.run.worker): o, st, sched, life, seq,
 -- waiter, client, watcher, receiving(), give_back(m) (a queued message: back
 -- to the broker, settled), running() (messages whose handler runs),
--- nrunning(), drain_extension, and done() when it is over.
+-- nrunning(), ending() (messages waiting or releasing), drain_extension,
+-- and done() when it is over.
 function _M.run(w)
   local o, st, sched = w.o, w.st, w.sched
   local me = coroutine.running()
@@ -67,8 +70,10 @@ function _M.run(w)
   for m in pairs(w.running()) do
     if lease_mod.held(m.lease) then nack_running(m) end
   end
+  -- the nacks, and the messages that end by themselves now: those that
+  -- waited and give themselves back, those whose release is under way
   local nack_deadline = core.now() + w.drain_extension
-  while pending > 0 and core.now() < nack_deadline do sched:park(nack_deadline) end
+  while (pending > 0 or w.ending() > 0) and core.now() < nack_deadline do sched:park(nack_deadline) end
   local flush_deadline = core.now() + 2
   while w.receiving() and core.now() < flush_deadline do
     sched:park(flush_deadline)   -- the receiver wakes us when it ends

@@ -117,7 +117,7 @@ function _M.run(ctx, m)
     while true do
       -- no handler starts on a lease that has ended: the broker may have
       -- handed the message to someone else already
-      if not m.lease:alive() then
+      if not lease_mod.held(m.lease) then
         life:move(m, "releasing")
         outcome = life_mod.ended_as(m)
         return

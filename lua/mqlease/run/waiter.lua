@@ -4,6 +4,7 @@
 -- the lease ends or a stop comes, so nothing waits on a message that is gone.
 
 local core = require "mqlease.core"
+local lease_mod = require "mqlease.lease"
 
 local setmetatable, pairs = setmetatable, pairs
 local min = math.min
@@ -31,7 +32,8 @@ function methods:hold(m, delay)
   local why
   while true do
     if self.stopping() then why = "stopping" break end
-    if not lease:alive() then why = "ended" break end
+    -- the broker's lease, not a Redis lock: none is held while it waits
+    if not lease_mod.held(lease) then why = "ended" break end
     local now = core.now()
     if now >= deadline then why = "again" break end
     sched:park(min(deadline, now + LOOK_EVERY))

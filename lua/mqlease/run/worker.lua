@@ -169,6 +169,7 @@ function _M.run(consumer, handler, o, sched, probe)
       receiving = function() return receiver_co ~= nil end,
       give_back = give_back,
       nrunning = function() return st.nrunning end,
+      ending = function() return life.count.waiting + life.count.releasing end,
       running = function()
         local out = {}
         for m, s in pairs(life.state) do
