@@ -91,7 +91,6 @@ build = {
       ["mqlease.run"] = "lua/mqlease/run.lua",
       ["mqlease.scheduler"] = "lua/mqlease/scheduler.lua",
       ["mqlease.trace"] = "lua/mqlease/trace.lua",
-      ["mqlease.wait"] = "lua/mqlease/wait.lua",
     },
     bin = { mqlease = "bin/mqlease", ["mqlease-devbroker"] = "build/rock/mqlease-devbroker" },
   },
