@@ -50,7 +50,7 @@ local common = {
     doc = "host:port of the RocketMQ proxy (its gRPC port); several joined by ';' are tried in order at start ([endpoints](connecting.md#several-endpoints))" },
   namespace = { kind = "string", doc = "resource namespace (RocketMQ 5 namespaces)" },
   credentials = { kind = "table", range_doc = "`{access_key, secret_key, security_token}`",
-    doc = "ACL signature (`MQv2-HMAC-SHA1`) on every call, for ACL-enabled proxies ([ACL](connecting.md#acl)); afterwards `c.options.credentials` holds only `access_key`: the secret key and the security token live only in the C core, out of reach of every message" },
+    doc = "ACL signature (`MQv2-HMAC-SHA1`) on every call, for ACL-enabled proxies ([ACL](connecting.md#acl)); afterwards the consumer's or producer's `options.credentials` holds only `access_key`: the secret key and the security token live only in the C core, out of reach of every message" },
   request_timeout = { kind = "number", default = 3, min = 0.1, max = 60, unit = "s",
     doc = "seconds allowed to each unary RPC (ack, renew, send, …): its deadline" },
   start_timeout = { kind = "number", default = 10, min = 0.1, max = 300, unit = "s",
