@@ -5,7 +5,8 @@
 #
 #   make              build/mqlease/core.so for Lua 5.4 and build/mqlease-devbroker
 #   make luajit       build/luajit/mqlease/core.so for LuaJIT 2.1 (OpenResty)
-#   make check        the server-free tier: C tests (spec/c), the layer and doc-link checks and
+#   make check        the server-free tier: C tests (spec/c), the layer, doc-link and option-table
+#                     checks (spec/support/gen-option-docs.lua --write regenerates the tables) and
 #                     the Lua unit specs (spec/unit) on a sanitizer build, in seconds; needs no LuaJIT
 #   make check-luajit the unit specs again on LuaJIT 2.1
 #   make install      PREFIX=/usr/local: the core, the Lua modules, the command, the dev broker
@@ -142,6 +143,7 @@ $(BUILD)/check/lmql_%: spec/c/lmql_%.c $(wildcard spec/c/*.h) $(CHECK_LIB) $(cal
 check: $(C_TESTS) sanitize
 	@bash spec/support/check-layers.sh
 	@$(LUA) spec/support/check-links.lua
+	@$(LUA) spec/support/gen-option-docs.lua --check
 	@bash spec/support/run-check.sh $(C_TESTS)
 
 check-luajit: luajit

@@ -94,7 +94,6 @@ build = {
       ["mqlease.run.worker"] = "lua/mqlease/run/worker.lua",
       ["mqlease.scheduler"] = "lua/mqlease/scheduler.lua",
       ["mqlease.trace"] = "lua/mqlease/trace.lua",
-      ["mqlease.wait"] = "lua/mqlease/wait.lua",
     },
     bin = { mqlease = "bin/mqlease", ["mqlease-devbroker"] = "build/rock/mqlease-devbroker" },
   },

@@ -1,4 +1,5 @@
--- examples/demo/demo.lua ENDPOINTS TOPIC REDIS -- what `make demo` runs (about 45 s).
+-- examples/demo/demo.lua [ENDPOINTS [TOPIC [REDIS]]] -- what `make demo` runs (about 45 s).
+-- (defaults: 127.0.0.1:8081 demo 127.0.0.1:6379; demo.sh starts the servers and passes its own)
 --
 -- 24 tasks with heavy-tailed durations (most under a second, four of 12-18 s,
 -- longer than the 10 s lease) go to two workers. Worker A is killed with
@@ -8,7 +9,7 @@
 -- The summary counts business runs per task: every one must be exactly 1.
 local mqlease = require "mqlease"
 
-local endpoints, topic, redis = arg[1], arg[2], arg[3]
+local endpoints, topic, redis = arg[1] or "127.0.0.1:8081", arg[2] or "demo", arg[3] or "127.0.0.1:6379"
 local here = arg[0]:match("^(.*)/[^/]*$") or "."   -- demo_worker.lua lives beside this file
 local group = "demo_" .. topic
 io.stdout:setvbuf("line")

@@ -1,11 +1,13 @@
--- examples/demo/demo_worker.lua NAME ENDPOINTS GROUP TOPIC REDIS -- one worker of `make demo`.
+-- examples/demo/demo_worker.lua [NAME [ENDPOINTS [GROUP [TOPIC [REDIS]]]]] -- one worker of `make demo`.
+-- (defaults: A 127.0.0.1:8081 demo_demo demo 127.0.0.1:6379, as demo.lua's defaults start it)
 --
 -- A production-shaped worker: mqlease.run with the exactly-once policy. The
 -- handler "works" for the seconds written in the task, then records its
 -- business effect (INCR runs:<message id> in Redis). Prints one line per event.
 local mqlease = require "mqlease"
 
-local name, endpoints, group, topic, redis = arg[1], arg[2], arg[3], arg[4], arg[5]
+local name, endpoints = arg[1] or "A", arg[2] or "127.0.0.1:8081"
+local group, topic, redis = arg[3] or "demo_demo", arg[4] or "demo", arg[5] or "127.0.0.1:6379"
 io.stdout:setvbuf("line")
 local consumer = assert(mqlease.consumer { endpoints = endpoints, group = group, topic = topic,
   invisible = 10, await = 2, batch = 4 })

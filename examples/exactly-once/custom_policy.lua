@@ -1,9 +1,10 @@
 -- examples/exactly-once/custom_policy.lua -- writing your own handling policy.
 --
---   lua5.4 custom_policy.lua ENDPOINTS GROUP TOPIC REDIS_ADDRESS
+--   lua5.4 custom_policy.lua [ENDPOINTS [GROUP [TOPIC [REDIS_ADDRESS]]]]
+--   (defaults: 127.0.0.1:8081 worker tasks 127.0.0.1:6379)
 --
 -- A policy is a plain function (see lua/mqlease/policy.lua):
---   policy(m, lease, handler) -> "ack" | "nack" | "skip" [, delay [, err [, after]]]
+--   policy(m, lease, handler) -> "ack" | "nack" | "defer" | "skip" [, delay [, err [, after]]]
 -- This one is "at most once per day per message id, best effort": it skips a
 -- message whose id it saw in the last 24 h (a SET NX marker, no lock), and
 -- sends poison messages (attempt 5 and later) to a Redis list instead of
@@ -11,7 +12,8 @@
 -- never by business fields.
 local mqlease = require "mqlease"
 
-local endpoints, group, topic, address = arg[1], arg[2], arg[3], arg[4] or "127.0.0.1:6379"
+local endpoints, group, topic = arg[1] or "127.0.0.1:8081", arg[2] or "worker", arg[3] or "tasks"
+local address = arg[4] or "127.0.0.1:6379"
 local redis = mqlease.redis(address)
 
 local function seen_today(m, lease, handler)

@@ -5,6 +5,12 @@
 -- ...; mqlease.redis) and never a blocking call such as os.execute or
 -- io.popen, which would stall every request of the worker.
 
+if not ngx then
+  io.stderr:write("examples/nginx/mqlease_app.lua is a module that nginx loads: "
+    .. "start nginx with examples/nginx/nginx.conf (docs/openresty.md)\n")
+  os.exit(1)
+end
+
 local mqlease = require "mqlease"
 local mqlease_ngx = require "mqlease.ngx"
 

@@ -9,7 +9,7 @@
 -- and every connection has a deadline.
 local mqlease = require "mqlease"
 local run = require "mqlease.run"
-local wait = require "mqlease.wait"
+local loop = require "mqlease.loop"
 local core = require "mqlease.core"
 local http = require "mqlease.cli.http"
 local fake_consumer = require "support.fake_consumer"
@@ -115,7 +115,7 @@ describe("the /metrics server beside mqlease.run", function()
     local serving, attacking, finished, checked = false, false, false, 0
     local summary = run(c, function()
       local t0 = core.now()
-      wait.sleep(0.02)
+      loop.sleep(0.02)
       local took = core.now() - t0
       if phase == "baseline" then baseline[#baseline + 1] = took
       elseif phase == "attack" then attacked[#attacked + 1] = took end
@@ -126,8 +126,8 @@ describe("the /metrics server beside mqlease.run", function()
         local now = core.now()
         if not serving then
           serving = true
-          local s = wait.set_scheduler(nil)
-          wait.set_scheduler(s)
+          local s = loop.set_scheduler(nil)
+          loop.set_scheduler(s)
           server:serve(s)
         end
         if not attacking and now >= attack_at then

@@ -1,6 +1,6 @@
 -- check-links.lua [FILE.md...] -- every relative link in the docs points at something.
 --
---   lua5.4 spec/support/check-links.lua        README.md, docs/*.md, bench/README.md
+--   lua5.4 spec/support/check-links.lua        README.md, CHANGELOG.md, docs/*.md, bench/*.md
 --
 -- For each [text](target) that is not a URL: the file must exist (relative to the
 -- linking file), and a #fragment must be the GitHub anchor of one of its headings
@@ -63,7 +63,7 @@ end
 
 local files = { ... }
 if #files == 0 then
-  files = { "README.md", "bench/README.md" }
+  files = { "README.md", "CHANGELOG.md", "bench/README.md", "bench/history.md" }
   local p = io.popen("ls docs/*.md 2>/dev/null")
   for f in p:lines() do files[#files + 1] = f end
   p:close()

@@ -51,12 +51,6 @@ describe("mqlease.loop picks an event-loop adapter", function()
     for k, v in pairs(saved) do package.loaded[k] = v end
   end)
 
-  it("is also required as mqlease.wait, its name before 0.2", function()
-    local loop = fresh()
-    assert.equal(loop, require "mqlease.wait")
-    assert.is_function(require("mqlease.wait").use)
-  end)
-
   it("blocks in poll(2) on the main thread and in a coroutine no loop owns", function()
     local wait = fresh()
     assert.equal("poll", wait.adapter().name)

@@ -39,20 +39,16 @@ _M.EXIT = {
 -- values with the same words; send = name: a producer:send option, likewise.
 -- Other kinds exist only on the command line and are checked here.
 local DEFS = {
-  endpoints = { kind = "string", lib = { "consumer", "endpoints" }, env = true, required = true, arg = "HOST:PORT",
-    help = "the RocketMQ 5 proxy's gRPC address (several joined by ';')" },
-  namespace = { kind = "string", lib = { "consumer", "namespace" }, env = true, arg = "NS", help = "resource namespace" },
-  group = { kind = "string", lib = { "consumer", "group" }, env = true, required = true, arg = "GROUP", help = "consumer group" },
-  topic = { kind = "string", lib = { "consumer", "topic" }, env = true, required = true, arg = "TOPIC", help = "topic" },
-  filter = { kind = "string", lib = { "consumer", "filter" }, env = true, arg = "EXPR", default = "*",
-    help = "tag expression, e.g. \"TagA || TagB\"" },
+  -- a library option's text is its doc in mqlease.config (help_text): no help here
+  endpoints = { kind = "string", lib = { "consumer", "endpoints" }, env = true, required = true, arg = "HOST:PORT" },
+  namespace = { kind = "string", lib = { "consumer", "namespace" }, env = true, arg = "NS" },
+  group = { kind = "string", lib = { "consumer", "group" }, env = true, required = true, arg = "GROUP" },
+  topic = { kind = "string", lib = { "consumer", "topic" }, env = true, required = true, arg = "TOPIC" },
+  filter = { kind = "string", lib = { "consumer", "filter" }, env = true, arg = "EXPR", default = "*" },
   invisible = { kind = "invisible", lib = { "consumer", "invisible" }, env = true, arg = "SECONDS|auto",
-    range = config.consumer.invisible,
-    help = "lease length: seconds each receive and renewal hides a message, or auto (from the handlers' p99)" },
-  concurrency = { kind = "number", lib = { "run", "concurrency" }, env = true, arg = "N", default = "16",
-    help = "handlers running at once" },
-  grace = { kind = "number", lib = { "run", "grace" }, env = true, arg = "SECONDS", range = config.run.grace,
-    help = "seconds running handlers get to finish after SIGTERM" },
+    range = config.consumer.invisible },
+  concurrency = { kind = "number", lib = { "run", "concurrency" }, env = true, arg = "N", default = "16" },
+  grace = { kind = "number", lib = { "run", "grace" }, env = true, arg = "SECONDS", range = config.run.grace },
   policy = { kind = "choice", env = true, arg = "NAME", values = { "plain", "exactly_once" },
     help = "plain (ack on success) or exactly_once (Redis lock + done marker; needs --redis); default: the handler file's, else plain" },
   redis = { kind = "hostport", env = true, arg = "HOST:PORT", help = "Redis for --policy exactly_once" },
@@ -65,7 +61,8 @@ local DEFS = {
   ["server-name"] = { kind = "string", env = true, arg = "NAME", help = "the name the proxy's certificate must carry (implies --tls)" },
   ["access-key"] = { kind = "string", env = true, arg = "KEY",
     help = "ACL access key; the secret key comes from MQLEASE_SECRET_KEY or --secret-key-file, never a flag" },
-  ["secret-key-file"] = { kind = "string", arg = "FILE", help = "file holding the ACL secret key (one line)" },
+  ["secret-key-file"] = { kind = "string", arg = "FILE",
+    help = "file holding the ACL secret key (one line); else MQLEASE_SECRET_KEY holds the key itself" },
   json = { kind = "flag", help = "newline-delimited JSON in and out (needs lua-cjson)" },
   tag = { kind = "string", send = "tag", env = true, arg = "TAG", help = "message tag" },
   key = { kind = "string", send = "keys", list = true, arg = "KEY", help = "message key (repeatable)" },
@@ -128,7 +125,23 @@ local COMMANDS = {
     passthrough = true, args_help = "scenario files and flags", help_module = "mqlease.cli.lab" },
 }
 
-_M.DEFS, _M.COMMANDS = DEFS, COMMANDS
+_M.DEFS, _M.COMMANDS, _M.CONNECT = DEFS, COMMANDS, CONNECT
+
+-- Markdown as plain text: a link alone in parentheses dropped, another link as
+-- its text, no backticks.
+local function plain(s)
+  s = s:gsub(" %(%[[^%]]*%]%([^%)]*%)%)", "")
+  return (s:gsub("%[([^%]]*)%]%([^%)]*%)", "%1"):gsub("`", ""))
+end
+
+-- The text of a flag: a library option's doc from mqlease.config (the text of
+-- docs/api.md), else its own help; markdown as written for the docs
+-- (spec/support/gen-option-docs.lua), plain for --help.
+function _M.help_text(key, markdown)
+  local d = DEFS[key]
+  local text = d.lib and config[d.lib[1]][d.lib[2]].doc or d.help
+  return markdown and text or plain(text)
+end
 
 local function find_command(name)
   for _, c in ipairs(COMMANDS) do
@@ -163,7 +176,7 @@ function _M.parser()
         local d = DEFS[key]
         local names = (d.short and (d.short .. " ") or "") .. "--" .. key
         local default = d.default or (d.range and d.range.default)
-        local text = d.help .. env_doc(key) .. (default and (" (default " .. default .. ")") or "")
+        local text = _M.help_text(key) .. env_doc(key) .. (default and (" (default " .. default .. ")") or "")
         -- target = the DEFS key as written ("message-group", not argparse's "message_group")
         if d.kind == "flag" then
           cmd:flag(names, text):target(key)

@@ -1,6 +1,5 @@
 -- mqlease.loop: the one way mqlease waits for its core, in whatever event
--- loop the caller runs. (`require "mqlease.wait"` is the same module, under
--- the name it had before 0.2.)
+-- loop the caller runs.
 --
 -- In mqlease, to *wait* is always one thing: suspend the caller until a
 -- descriptor is readable or a deadline passes (core.wait in C blocks in
