@@ -1,0 +1,157 @@
+-- mqlease.policy.exactly_once without a server: its options, its done marker
+-- made again while it matters, its deferral budget, and the lock as
+-- lease:alive() sees it. Redis is the fault model's (spec/support/model/redis.lua)
+-- in simulated time, made to fail where a test says.
+local policy = require "mqlease.policy"
+local lease_mod = require "mqlease.lease"
+local scheduler = require "mqlease.scheduler"
+local run = require "mqlease.run"
+local clock_mod = require "spec.support.model.clock"
+local redis_model = require "spec.support.model.redis"
+local broker_model = require "spec.support.model.broker"
+
+local NO_FAULTS = { eval_fail = 0, applied = 0, lock_break = 0, lock_break_within = 1, death = 0, death_within = 1,
+  ack_fail = 0, nack_fail = 0, dead_letter_fail = 0, receive_fail = 0 }
+
+-- Runs fn(clock, redis) as a task of a scheduler in simulated time.
+local function simulate(fn)
+  clock_mod.simulate(3600, function(clock)
+    local redis = redis_model.new({ rng = clock_mod.rng(1), clock = clock, faults = NO_FAULTS })
+    local sched = scheduler.new(function(_, err) error(err, 0) end)
+    sched:spawn(fn, clock, redis)
+    sched:loop()
+  end)
+end
+
+-- A message of the model's kind: a lease whose state the test sets.
+local function message(id)
+  local counts = {}
+  local l = { state = "held" }
+  function l.alive(self) return lease_mod.lock_kept(self) and (self.state == "held" or self.state == "expiring") end
+  function l._lock_lost(self) rawset(self, "_lock_is_lost", true) end
+  return { id = id, lease = l, counts = counts,
+    consumer = { id = function() return "c@1" end, count = function(_, n) counts[n] = (counts[n] or 0) + 1 end } }
+end
+
+describe("mqlease.policy.exactly_once options", function()
+  local redis = { call = true }
+  for _, case in ipairs({
+    { "done_ttl", 0, "at least 1 second" }, { "done_ttl", 0.5, "at least 1 second" },
+    { "lock_ttl", 0.5, "at least 1 second" }, { "defer_delay", 0, "more than 0 seconds" },
+    { "fail_delay", 0, "more than 0 seconds" }, { "max_hold", 0, "more than 0 seconds" },
+    { "max_defer", -1, "0 or more seconds" }, { "lock_ttl", "30", "a number of seconds" },
+    { "done_ttl", 0 / 0, "a number of seconds" },
+  }) do
+    it(("refuses %s = %s, naming it"):format(case[1], tostring(case[2])), function()
+      local ok, err = pcall(policy.exactly_once, { redis = redis, [case[1]] = case[2] })
+      assert.is_false(ok)
+      assert.matches("option '" .. case[1] .. "' must be " .. case[3], err, 1, true)
+    end)
+  end
+
+  it("takes max_defer = 0 (never defer: give back at once)", function()
+    assert.is_function(policy.exactly_once({ redis = redis, max_defer = 0 }))
+  end)
+end)
+
+describe("mqlease.policy.exactly_once done marker", function()
+  it("keeps the lock alive and writes the marker again while the lease lives; only then acks", function()
+    simulate(function(clock, redis)
+      local p = policy.exactly_once({ redis = redis, lock_ttl = 5 })
+      local m = message("a")
+      local real_eval, finishes, running_at_retry = redis.eval, 0, {}
+      redis.eval = function(self, script, keys, args)
+        if script == policy.scripts.finish then
+          finishes = finishes + 1
+          running_at_retry[#running_at_retry + 1] = #redis.running()
+          if finishes <= 3 then return nil, "no reply", "TIMEOUT" end
+        end
+        return real_eval(self, script, keys, args)
+      end
+      local action = p(m, m.lease, function() return true end)
+      assert.equal("ack", action)
+      assert.equal(4, finishes)
+      assert.same({ 1, 1, 1, 1 }, running_at_retry)   -- the keepalive ran through every retry
+      assert.same({}, redis.running())                 -- and stops once the marker is written
+      assert.is_true(redis.done_of("a"))
+      assert.equal(1, m.counts.done_marker_failed)
+      assert.equal(3, m.counts.done_marker_retries)
+    end)
+  end)
+
+  it("does not ack when neither the lease nor the lock is left to write the marker", function()
+    simulate(function(clock, redis)
+      local p = policy.exactly_once({ redis = redis, lock_ttl = 3 })
+      local m = message("b")
+      local real_eval = redis.eval
+      redis.eval = function(self, script, keys, args)
+        if script == policy.scripts.finish then return nil, "no reply", "TIMEOUT" end
+        return real_eval(self, script, keys, args)
+      end
+      local action, _, err = p(m, m.lease, function()
+        m.lease.state = "lost"
+        -- the lock goes too: a Redis that lost it
+        redis.keys[policy.keys("b").lock] = nil
+        return true
+      end)
+      assert.equal("nack", action)
+      assert.matches("done marker not recorded", err, 1, true)
+      assert.is_false(redis.done_of("b"))
+      assert.same({}, redis.running())
+    end)
+  end)
+
+  it("sees a lost lock in lease:alive() without a Redis call of its own", function()
+    local lost = false
+    local client = { keepalive_lost = function() return lost end, keepalive_stop = function() return lost end }
+    local router = { client = { closed = function() return false end,
+      lease = function() return "held", 10, 0, 0, false end } }
+    local l = lease_mod.new(router, {}, 1, {})
+    lease_mod.hold_lock(l, client, 7)
+    assert.is_true(l:alive())
+    lost = true
+    assert.is_false(l:alive())
+    assert.is_true(lease_mod.held(l))   -- the broker's lease is still ours
+    assert.is_true(lease_mod.drop_lock(l))
+  end)
+end)
+
+describe("mqlease.policy.exactly_once deferral budget", function()
+  it("counts defer_budget_spent once per message, however often it is asked", function()
+    simulate(function(clock, redis)
+      local p = policy.exactly_once({ redis = redis, max_defer = 2, defer_delay = 1 })
+      local m = message("c")
+      redis.keys[policy.keys("c").lock] = { value = "someone else", expires = math.huge }
+      local actions = {}
+      for _ = 1, 6 do
+        actions[#actions + 1] = (p(m, m.lease, function() error("must not run") end))
+        require("mqlease.loop").sleep(1)
+      end
+      assert.same({ "defer", "defer", "nack", "nack", "nack", "nack" }, actions)
+      assert.equal(1, m.counts.defer_budget_spent)
+    end)
+  end)
+
+  it("holds an ordered message no longer than max_defer: it is given back, the group starts afresh", function()
+    local summary, b
+    clock_mod.simulate(3600, function(clock)
+      local rng = clock_mod.rng(3)
+      local redis = redis_model.new({ rng = rng, clock = clock, faults = NO_FAULTS })
+      b = broker_model.new({ rng = rng, clock = clock, fifo = true, groups = { { "g", 3 } }, batch = 3,
+        invisible = 5, faults = NO_FAULTS, release_delay = 0.5 })
+      -- another owner holds g:1's lock for good
+      redis.keys[policy.keys("g:1").lock] = { value = "someone else", expires = math.huge }
+      summary = run(b.consumer, function() return true end, {
+        policy = policy.exactly_once({ redis = redis, max_defer = 4, defer_delay = 1 }),
+        stop = function() return clock.t - 1000 >= 30 end, grace = 1,
+      })
+    end)
+    assert.same({}, b.violations)
+    -- each delivery of g:1 is held about max_defer, then given back with
+    -- what waits behind it; nothing of the group runs before it
+    assert.is_true(summary.nacked >= 4, "nacked " .. summary.nacked)
+    assert.is_true(summary.given_back >= 8, "given back " .. summary.given_back)
+    assert.equal(0, summary.acked)
+    assert.is_true(b.counts.defer_budget_spent >= 4 and b.counts.defer_budget_spent <= b.msgs[1].deliveries)
+  end)
+end)
