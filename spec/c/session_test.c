@@ -77,7 +77,7 @@ static void client_finish(mql_client *c) {
         mql_call_free(call);
     }
     free(c->consumer.broker_name);
-    mql_identity_clear(&c->id);
+    mql_call_identity_clear(&c->id);
     grpc_shutdown();
 }
 

@@ -13,7 +13,6 @@
 #include "mql_client_private.h"
 #include "mql_body.h"
 
-#include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,38 +103,6 @@ int mql_client_unary(mql_client *c, mql_call *call, const ProtobufCMessage *req)
     return -1;
 }
 
-void mql_call_result(mql_call *call, const mql_pb_status *st, mql_result *r) {
-    const char *what = strrchr(call->method, '/');
-    what = what ? what + 1 : call->method;
-    if (call->status != GRPC_STATUS_OK) {
-        char *details = grpc_slice_to_c_string(call->details);
-        /* a 5.2.0 proxy denies an ACL check with no description at all */
-        const char *none = call->status == GRPC_STATUS_PERMISSION_DENIED
-            ? "denied by the proxy's ACL (unknown access key, wrong secret or missing permission)"
-            : "transport failure";
-        mql_result_fail(r, mql_grpc_code_name(call->status), "%s: %s", what,
-                        details && *details ? details : none);
-        gpr_free(details);
-        return;
-    }
-    mql_result_from_status(r, st, what);
-}
-
-void *mql_reply_take(mql_call *call, const ProtobufCMessageDescriptor *desc, mql_result *r) {
-    /* Every response of the v2 API carries its Status in a field named "status". */
-    const ProtobufCFieldDescriptor *f =
-        protobuf_c_message_descriptor_get_field_by_name(desc, "status");
-    ProtobufCMessage *reply = mql_unpack(desc, call->recv_buf);
-    const mql_pb_status *st = NULL;
-    if (reply && f) st = *(const mql_pb_status *const *)((const char *)reply + f->offset);
-    mql_call_result(call, st, r);
-    return reply;
-}
-
-void mql_reply_free(void *reply) {
-    if (reply) protobuf_c_message_free_unpacked(reply, NULL);
-}
-
 /* ------------------------------------------------------------ the ops */
 
 static void on_call_message(mql_call *call, grpc_byte_buffer *reply) {
@@ -207,7 +174,7 @@ static void client_free_fields(mql_client *c) {
     mql_consumer_part *cs = &c->consumer;
     mql_producer_part *pr = &c->producer;
     size_t i;
-    mql_identity_clear(&c->id);
+    mql_call_identity_clear(&c->id);
     free(c->endpoint_list);
     free(c->endpoint);
     free(c->host);

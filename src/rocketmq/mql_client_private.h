@@ -164,13 +164,6 @@ mql_call *mql_client_call(mql_client *c, grpc_channel *ch, const char *method,
 void mql_client_unlink(mql_client *c, mql_call *call);
 /* Starts a unary call; on a refused start the call is dropped and -1 returned. */
 int mql_client_unary(mql_client *c, mql_call *call, const ProtobufCMessage *req);
-/* The result of a finished call: the transport status first, then the in-band one. */
-void mql_call_result(mql_call *call, const mql_pb_status *st, mql_result *r);
-/* A finished unary call's reply, unpacked, with its result in r (the transport
- * status, then the reply's own status field). NULL if there is no reply;
- * free it with mql_reply_free. */
-void *mql_reply_take(mql_call *call, const ProtobufCMessageDescriptor *desc, mql_result *r);
-void mql_reply_free(void *reply);
 
 /* ------------------------------------------------------ mql_session.c */
 

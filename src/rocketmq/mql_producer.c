@@ -111,7 +111,7 @@ uint64_t mql_client_send(mql_client *c, const char *topic_name, const uint8_t *b
 static void on_send_done(mql_client *c, mql_call *call) {
     mql_event *ev = mql_event_new(MQL_EV_OP, call->op);
     Apache__Rocketmq__V2__SendMessageResponse *resp =
-        mql_reply_take(call, &apache__rocketmq__v2__send_message_response__descriptor, &ev->result);
+        mql_call_reply(call, &apache__rocketmq__v2__send_message_response__descriptor, &ev->result);
     if (ev->result.ok && resp->n_entries > 0) {
         const Apache__Rocketmq__V2__SendResultEntry *e = resp->entries[0];
         if (e->status) mql_result_from_status(&ev->result, e->status, "SendMessage");
@@ -125,6 +125,6 @@ static void on_send_done(mql_client *c, mql_call *call) {
         c->metrics.sent_fail++;
         mql_metrics_error(&c->metrics, "send", ev->result.code);
     }
-    mql_reply_free(resp);
+    mql_call_reply_free(resp);
     mql_events_push(&c->events, ev);
 }

@@ -214,7 +214,7 @@ static void on_ack_done(mql_client *c, mql_call *call) {
     mql_release *rel = call->ctx;
     mql_result top, r;
     Apache__Rocketmq__V2__AckMessageResponse *resp =
-        mql_reply_take(call, &apache__rocketmq__v2__ack_message_response__descriptor, &top);
+        mql_call_reply(call, &apache__rocketmq__v2__ack_message_response__descriptor, &top);
     unsigned char *used = mql_xcalloc(resp ? resp->n_entries : 0, 1);
     size_t i, sent = 0;
     for (i = 0; i < rel->n; i++) {
@@ -238,7 +238,7 @@ static void on_ack_done(mql_client *c, mql_call *call) {
         release_settle_lease(c, rel, i, l, &r);
     }
     free(used);
-    mql_reply_free(resp);
+    mql_call_reply_free(resp);
     call->ctx = NULL;
     release_post(c, rel);
     mql_release_free(rel);
@@ -287,11 +287,11 @@ static void send_each(mql_client *c, mql_release *rel, lease_call_fn start, cons
 static void part_done(mql_client *c, mql_call *call, const ProtobufCMessageDescriptor *desc) {
     lease_part *part = call->ctx;
     mql_result r;
-    void *resp = mql_reply_take(call, desc, &r);
+    void *resp = mql_call_reply(call, desc, &r);
     part_settle(c, part->rel, part->i, &r);
     free(part);
     call->ctx = NULL;
-    mql_reply_free(resp);
+    mql_call_reply_free(resp);
 }
 
 static int nack_start(mql_client *c, const mql_release *rel, mql_lease *l, void *ctx) {
@@ -332,12 +332,12 @@ int mql_release_budget_nack(mql_client *c, mql_lease *l) {
 
 static void on_budget_nack_done(mql_client *c, mql_call *call) {
     mql_result r;
-    void *resp = mql_reply_take(
+    void *resp = mql_call_reply(
         call, &apache__rocketmq__v2__change_invisible_duration_response__descriptor, &r);
     mql_lease *l = mql_lease_find(&c->consumer.leases, call->op);
     if (l && r.ok) mql_lease_end(c, l, MQL_LEASE_NACKED);
     else if (l) mql_lease_resume(c, l);
-    mql_reply_free(resp);
+    mql_call_reply_free(resp);
 }
 
 /* Whether rel waits for the session's reconnect, and if so arms each of its

@@ -177,7 +177,7 @@ static int64_t retry_needs_ms(const mql_client *c, const char *code) {
 static void on_renew_done(mql_client *c, mql_call *call) {
     mql_consumer_part *cs = &c->consumer;
     mql_result r;
-    Apache__Rocketmq__V2__ChangeInvisibleDurationResponse *resp = mql_reply_take(
+    Apache__Rocketmq__V2__ChangeInvisibleDurationResponse *resp = mql_call_reply(
         call, &apache__rocketmq__v2__change_invisible_duration_response__descriptor, &r);
     mql_lease *l = mql_lease_find(&cs->leases, call->op);
     int64_t now = mql_now_ms();
@@ -237,7 +237,7 @@ static void on_renew_done(mql_client *c, mql_call *call) {
         mql_lease_arm(&cs->leases, l, l->deadline_ms);
     }
 out:
-    mql_reply_free(resp);
+    mql_call_reply_free(resp);
     mql_release_run_deferred(c);
 }
 

@@ -308,11 +308,11 @@ static void on_route_done(mql_client *c, mql_call *call) {
     mql_consumer_part *cs = &c->consumer;
     mql_result r;
     Apache__Rocketmq__V2__QueryRouteResponse *resp =
-        mql_reply_take(call, &apache__rocketmq__v2__query_route_response__descriptor, &r);
+        mql_call_reply(call, &apache__rocketmq__v2__query_route_response__descriptor, &r);
     size_t i;
     if (call->op) {
         /* a host's question: does the topic exist? */
-        mql_reply_free(resp);
+        mql_call_reply_free(resp);
         if (!r.ok) mql_metrics_error(&c->metrics, "route", r.code);
         mql_post_op(c, call->op, &r);
         return;
@@ -336,7 +336,7 @@ static void on_route_done(mql_client *c, mql_call *call) {
             }
         }
     }
-    mql_reply_free(resp);
+    mql_call_reply_free(resp);
     if (!r.ok) {
         if (c->state == MQL_CLIENT_READY) {
             mql_metrics_error(&c->metrics, "reconnect", r.code);
@@ -508,9 +508,9 @@ static void heartbeat_start(mql_client *c) {
 
 static void on_heartbeat_done(mql_client *c, mql_call *call) {
     mql_result r;
-    void *resp = mql_reply_take(call, &apache__rocketmq__v2__heartbeat_response__descriptor, &r);
+    void *resp = mql_call_reply(call, &apache__rocketmq__v2__heartbeat_response__descriptor, &r);
     if (!r.ok && !c->stopping) mql_metrics_error(&c->metrics, "heartbeat", r.code);
-    mql_reply_free(resp);
+    mql_call_reply_free(resp);
 }
 
 /* -------------------------------------------------------------- terminate */
@@ -544,7 +544,7 @@ uint64_t mql_client_terminate(mql_client *c) {
 
 static void on_terminate_done(mql_client *c, mql_call *call) {
     mql_result r;
-    mql_reply_free(mql_reply_take(
+    mql_call_reply_free(mql_call_reply(
         call, &apache__rocketmq__v2__notify_client_termination_response__descriptor, &r));
     mql_post_op(c, call->op, &r);
 }
