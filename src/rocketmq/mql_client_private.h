@@ -8,8 +8,9 @@
  *                   terminate
  *   mql_receive.c   where a message enters: ReceiveMessage turns each message
  *                   into a lease in the table
- *   mql_renew.c     where its lease lives: timers, budget, ChangeInvisibleDuration
+ *   mql_renew.c     where its lease lives: timers, budget, renewal
  *   mql_release.c   where it leaves: ack, nack, let expire, nack-all at shutdown
+ *   mql_change.c    ChangeInvisibleDuration, which a renewal and a nack both send
  *   mql_producer.c  the producer's one job: SendMessage
  *
  * (hiredis shares its async internals between files through async_private.h
@@ -182,41 +183,27 @@ grpc_channel *mql_session_channel_new(const mql_client *c, const char *target);
  * earlier of wake and its next timer. */
 int64_t mql_session_timers(mql_client *c, int64_t now, int64_t wake);
 
-/* -------------------------------------------------------- mql_renew.c */
+/* ------------------------------------------------------- mql_change.c */
 
 /* What a renewal retried after UNAVAILABLE needs before the deadline on top of
  * K x p99: the session is moving to a live proxy, so the retry goes out on a
  * new channel and pays for its connection (TCP, HTTP/2, TLS) first. */
 #define MQL_RECONNECT_NEEDS_MS 1000
 
+/* ChangeInvisibleDuration with the lease's newest handle, ending in ops (a
+ * renewal's, a nack's); op and ctx are the call's. -1 if it did not start. */
+int mql_change_start(mql_client *c, mql_lease *l, int64_t duration_ms,
+                     const mql_call_ops *ops, uint64_t op, void *ctx);
 /* What a call on the session's new channel needs before a lease's deadline:
  * K x the observed p99 plus MQL_RECONNECT_NEEDS_MS, at most the request
  * timeout. A retried renewal after UNAVAILABLE and a release held for the
  * reconnect (mql_release.c) go out no later than that. */
-int64_t mql_renew_new_channel_needs_ms(const mql_client *c);
-
-/* A lease was held held_ms (receive to ack or nack): with invisible = "auto"
- * it moves the invisible duration of later receives and renewals. */
-void mql_renew_observe_held(mql_client *c, int64_t held_ms);
-
-/* When a lease just received renews first: paced, so leases received
- * together do not renew together (see mql_pace.h). */
-int64_t mql_renew_next_at(mql_client *c, const mql_lease *l);
-/* Runs every due lease timer; returns the earlier of wake and the next one. */
-int64_t mql_renew_timers(mql_client *c, int64_t now, int64_t wake);
-/* ChangeInvisibleDuration with the lease's newest handle, ending in ops (a
- * renewal's, a nack's); op and ctx are the call's. -1 if it did not start. */
-int mql_renew_change_start(mql_client *c, mql_lease *l, int64_t duration_ms,
-                           const mql_call_ops *ops, uint64_t op, void *ctx);
-/* The lease leaves the table in its final state; the host is told. */
-void mql_lease_end(mql_client *c, mql_lease *l, mql_lease_state final);
-/* After the budget's own nack failed: the lease renews on if it may (with
- * on_budget = "nack" it is EXPIRING, so it waits for its deadline). A release
- * the host asked for that fails is let expire instead (mql_release.c). */
-void mql_lease_resume(mql_client *c, mql_lease *l);
+int64_t mql_change_new_channel_needs_ms(const mql_client *c);
 
 /* ------------------------------------------------------ mql_release.c */
 
+/* The lease leaves the table in its final state; the host is told. */
+void mql_release_end(mql_client *c, mql_lease *l, mql_lease_state final);
 /* A lease that ended on its own fails every deferred release that waits for it. */
 void mql_release_fail_lease(mql_client *c, uint64_t lease_id, const char *code,
                             const char *msg);
@@ -225,12 +212,17 @@ void mql_release_fail_lease(mql_client *c, uint64_t lease_id, const char *code,
  * lease can wait no longer); fails held ones CLOSED once stopping. */
 void mql_release_run_deferred(mql_client *c);
 void mql_release_free(mql_release *rel);
-/* The budget's own nack (on_budget = "nack"): no host op waits for it; the
- * lease ends NACKED, or renews on if the nack failed. -1 if it did not start. */
-int mql_release_budget_nack(mql_client *c, mql_lease *l);
 /* A lease the host never sees (a corrupted message): dead-letter or nack it
  * from the core; if that fails it is left to expire, never renewed. */
 void mql_release_unseen(mql_client *c, mql_lease *l, int dead_letter, int64_t delay_ms,
                         const char *reason);
+
+/* -------------------------------------------------------- mql_renew.c */
+
+/* When a lease just received renews first: paced, so leases received
+ * together do not renew together (see mql_pace.h). */
+int64_t mql_renew_next_at(mql_client *c, const mql_lease *l);
+/* Runs every due lease timer; returns the earlier of wake and the next one. */
+int64_t mql_renew_timers(mql_client *c, int64_t now, int64_t wake);
 
 #endif /* MQL_CLIENT_PRIVATE_H */

@@ -15,6 +15,12 @@
  * deadline (release_settle_lease says why). A lease that ends on its own
  * meanwhile (lost, expired) fails the releases that wait for it.
  *
+ * Here too is how any lease leaves the table (mql_release_end): released,
+ * lost or given back by the budget. This file calls nothing of renewing:
+ * mql_renew.c stands on it (its timers fail the releases of a lost lease and
+ * run the deferred ones after a renewal's reply), and a nack's request is
+ * mql_change.c's, which a renewal sends too.
+ *
  * Every function here runs with c->mu held unless it says otherwise.
  */
 #include "mql_client_private.h"
@@ -27,12 +33,10 @@
 static void on_ack_done(mql_client *c, mql_call *call);
 static void on_nack_done(mql_client *c, mql_call *call);
 static void on_dead_letter_done(mql_client *c, mql_call *call);
-static void on_budget_nack_done(mql_client *c, mql_call *call);
 
 static const mql_call_ops ack_ops = {.on_done = on_ack_done};
 static const mql_call_ops nack_ops = {.on_done = on_nack_done};
 static const mql_call_ops dead_letter_ops = {.on_done = on_dead_letter_done};
-static const mql_call_ops budget_nack_ops = {.on_done = on_budget_nack_done};
 
 void mql_release_free(mql_release *rel) {
     free(rel->ids);
@@ -104,6 +108,24 @@ void mql_release_fail_lease(mql_client *c, uint64_t lease_id, const char *code,
     }
 }
 
+void mql_release_end(mql_client *c, mql_lease *l, mql_lease_state final) {
+    mql_post_lease(c, l, final);
+    mql_lease_remove(&c->consumer.leases, l);
+}
+
+/* A lease was held held_ms (receive to ack or nack): with invisible = "auto"
+ * it moves the invisible duration of later receives and renewals. */
+static void observe_held(mql_client *c, int64_t held_ms) {
+    mql_consumer_part *cs = &c->consumer;
+    if (!cs->invisible_auto || !mql_auto_observe(&cs->auto_, held_ms)) return;
+    /* Leases already out keep their deadlines and timers (each renewal says
+     * what it asked for); the pace's period and margin follow the new value. */
+    cs->invisible_ms = cs->auto_.value_ms;
+    if (!cs->renew_every_fixed) cs->renew_every_ms = cs->invisible_ms / 3;
+    cs->pace.invisible_ms = cs->invisible_ms;
+    cs->pace.every_ms = cs->renew_every_ms;
+}
+
 static void release_settle_lease(mql_client *c, mql_release *rel, size_t i, mql_lease *l,
                                  const mql_result *r) {
     settle(c, rel, i, r);
@@ -112,12 +134,12 @@ static void release_settle_lease(mql_client *c, mql_release *rel, size_t i, mql_
         if (!rel->silent) {
             int64_t held = mql_now_ms() - l->acquired_ms;
             mql_hist_observe(&c->metrics.handler, (double)held / 1000.0);
-            mql_renew_observe_held(c, held);
+            observe_held(c, held);
         }
-        mql_lease_end(c, l, rel->is_ack || rel->dead_letter ? MQL_LEASE_ACKED : MQL_LEASE_NACKED);
+        mql_release_end(c, l, rel->is_ack || rel->dead_letter ? MQL_LEASE_ACKED : MQL_LEASE_NACKED);
     } else if (strcmp(r->code, "INVALID_RECEIPT_HANDLE") == 0) {
         c->metrics.lost_rejected++;
-        mql_lease_end(c, l, MQL_LEASE_LOST);
+        mql_release_end(c, l, MQL_LEASE_LOST);
     } else {
         /* The release failed (the core makes its call once; a timeout may
          * even have been applied). The lease is not renewed again: the host got
@@ -295,7 +317,7 @@ static void part_done(mql_client *c, mql_call *call, const ProtobufCMessageDescr
 }
 
 static int nack_start(mql_client *c, const mql_release *rel, mql_lease *l, void *ctx) {
-    return mql_renew_change_start(c, l, rel->delay_ms, &nack_ops, 0, ctx);
+    return mql_change_start(c, l, rel->delay_ms, &nack_ops, 0, ctx);
 }
 
 static void on_nack_done(mql_client *c, mql_call *call) {
@@ -321,23 +343,6 @@ static int dead_letter_start(mql_client *c, const mql_release *rel, mql_lease *l
 static void on_dead_letter_done(mql_client *c, mql_call *call) {
     part_done(c, call,
               &apache__rocketmq__v2__forward_message_to_dead_letter_queue_response__descriptor);
-}
-
-/* The budget's own nack: no host op waits for it, so the call's op names
- * the lease. */
-int mql_release_budget_nack(mql_client *c, mql_lease *l) {
-    return mql_renew_change_start(c, l, c->consumer.release_delay_ms, &budget_nack_ops, l->id,
-                                  NULL);
-}
-
-static void on_budget_nack_done(mql_client *c, mql_call *call) {
-    mql_result r;
-    void *resp = mql_call_reply(
-        call, &apache__rocketmq__v2__change_invisible_duration_response__descriptor, &r);
-    mql_lease *l = mql_lease_find(&c->consumer.leases, call->op);
-    if (l && r.ok) mql_lease_end(c, l, MQL_LEASE_NACKED);
-    else if (l) mql_lease_resume(c, l);
-    mql_call_reply_free(resp);
 }
 
 /* Whether rel waits for the session's reconnect, and if so arms each of its
@@ -367,7 +372,7 @@ static int release_held(mql_client *c, mql_release *rel) {
     int64_t now = mql_now_ms(), need, send_by;
     size_t i;
     if (!c->reconnecting || c->stopping || rel->no_hold) return 0;
-    need = mql_renew_new_channel_needs_ms(c);
+    need = mql_change_new_channel_needs_ms(c);
     send_by = (rel->held ? rel->held_at : now) + c->request_timeout_ms;
     for (i = 0; i < rel->n; i++) {
         mql_lease *l;
