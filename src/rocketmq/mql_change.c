@@ -9,7 +9,7 @@
  *
  * Every function here runs with c->mu held.
  */
-#include "mql_client_private.h"
+#include "mql_change.h"
 
 int mql_change_start(mql_client *c, mql_lease *l, int64_t duration_ms,
                      const mql_call_ops *ops, uint64_t op, void *ctx) {
@@ -25,9 +25,9 @@ int mql_change_start(mql_client *c, mql_lease *l, int64_t duration_ms,
     req.receipt_handle = l->handle;
     req.message_id = l->message_id;
     req.invisible_duration = &d;
-    return mql_client_unary(c, mql_client_call(c, c->broker, MQL_M_CHANGE, c->request_timeout_ms,
-                                               ops, op, ctx),
-                            &req.base);
+    return mql_base_unary(c, mql_base_call(c, c->broker, MQL_M_CHANGE, c->request_timeout_ms,
+                                           ops, op, ctx),
+                          &req.base);
 }
 
 /* How long a retried renewal must have before the deadline. A proxy that

@@ -32,7 +32,9 @@
  *
  * Every function here runs with c->mu held unless it says otherwise.
  */
-#include "mql_client_private.h"
+#include "mql_renew.h"
+#include "mql_change.h"
+#include "mql_release.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -69,7 +71,8 @@ static int wants_renewal(const mql_client *c, const mql_lease *l, int64_t now) {
 /* The budget's own nack (on_budget = "nack"): no host op waits for it, so the
  * call's op names the lease. -1 if it did not start. */
 static int budget_nack(mql_client *c, mql_lease *l) {
-    return mql_change_start(c, l, c->consumer.release_delay_ms, &budget_nack_ops, l->id, NULL);
+    return mql_change_start(c, l, c->consumer.release_delay_ms, &budget_nack_ops, l->id,
+                            NULL);
 }
 
 /* After the budget's own nack failed: the lease renews on if it may (with
@@ -127,7 +130,7 @@ static void lease_timer(mql_client *c, mql_lease *l, int64_t now) {
     }
     if (budget_spent(c, l, now)) {
         l->state = MQL_LEASE_EXPIRING;
-        mql_post_lease(c, l, MQL_LEASE_EXPIRING);
+        mql_base_post_lease(c, l, MQL_LEASE_EXPIRING);
         if (cs->on_budget == MQL_BUDGET_NACK) {
             c->metrics.budget_nack++;
             l->pending = MQL_PENDING_NACK;
