@@ -19,14 +19,26 @@
  *                   the thread and its timers, and each operation the host
  *                   starts, which takes c->mu and hands over to its stage
  *
- * Who calls whom, always downwards: mql_client.c -> the stages -> mql_base.c
- * -> mql_call.c. Among the stages: receive -> renew -> release -> change;
- * session -> release (the releases held for a reconnect go out when the new
- * proxy has our settings). No stage calls mql_client.c, and this header does
- * not include mql_client.h (only the types the API shares,
- * mql_client_types.h); spec/support/check-layers.sh checks that no include
- * of this folder comes back to the file it started from. (hiredis shares its
- * async internals between files through async_private.h in the same way.)
+ * Who calls whom, always downwards (mql_shutdown.c, the signal watcher, uses
+ * only the public API, from above it):
+ *
+ *   mql_client.c   -> mql_session.c, mql_receive.c, mql_renew.c, mql_release.c,
+ *                     mql_producer.c (the host's operations, the thread's timers)
+ *   mql_session.c  -> mql_release.c (the releases held for a reconnect go out
+ *                     once the new proxy has our settings)
+ *   mql_receive.c  -> mql_renew.c (a new lease's first renewal), mql_release.c
+ *                     (what it may not take goes back at once)
+ *   mql_renew.c    -> mql_release.c (a lost lease ends, the releases deferred
+ *                     behind a renewal go out), mql_change.c (a renewal)
+ *   mql_release.c  -> mql_change.c (a nack)
+ *   mql_producer.c, mql_change.c -> no other stage
+ *   every stage    -> mql_base.c -> mql_call.c
+ *
+ * No stage calls mql_client.c: this header includes only the API's types
+ * (mql_client_types.h), not mql_client.h, and spec/support/check-layers.sh
+ * checks that no include of this folder comes back to the file it started
+ * from. (hiredis shares its async internals between files through
+ * async_private.h in the same way.)
  *
  * Every function declared here runs with c->mu held unless it says
  * otherwise; only mql_client.c takes it.
@@ -62,7 +74,7 @@
 /* What a call does when it ends, given by the stage that starts it (as
  * hiredis passes a redisCallbackFn with each command): on_message for each
  * reply of a stream (NULL for unary calls), on_done once with the status
- * known. The hub unlinks the call before on_done and frees it after. Each
+ * known. mql_base.c unlinks the call before on_done and frees it after. Each
  * stage keeps its ops in a static const struct of its own file. */
 typedef struct mql_call_ops {
     void (*on_message)(mql_client *c, mql_call *call, grpc_byte_buffer *reply);
