@@ -14,8 +14,8 @@
  * producer, session). No stage calls back up here (the map is at the top of
  * mql_base.h).
  *
- * Every static function here runs with c->mu held unless it says otherwise;
- * the functions of mql_client.h take it themselves.
+ * The thread holds c->mu while it runs timers and completions, never while
+ * it waits; each function of mql_client.h takes it itself where it needs it.
  */
 #include "mql_client.h"
 
