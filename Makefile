@@ -16,11 +16,18 @@
 #   src/core/      util, events, metrics, backoff, absl      sees core
 #   src/lease/     lease table, pacing, auto invisible,      sees core, lease (grpc byte buffers
 #                  body, inbound decoding, codec              only: spec/support/check-layers.sh)
-#   src/rocketmq/  the RocketMQ client: call, session,        sees core, lease, rocketmq
-#                  receive, renew, release, producer
+#   src/rocketmq/  the RocketMQ client, in layers (the map   sees core, lease, rocketmq
+#                  is at the top of mql_base.h): client
+#                  (the API, the thread) over the stages
+#                  session, receive, renew, release, change,
+#                  producer, over base (their floor), over
+#                  call; shutdown uses only the API. No
+#                  include cycle, and each function is
+#                  named by its file (check-layers.sh)
 #   src/redis/     the Redis client: link, cluster, scripts  sees core, redis
-#   src/lua/       the Lua binding: the only files that      sees everything, and lua.h
-#                  see lua.h
+#   src/lua/       the Lua binding (lmqlease.c, lmql_*.c,    sees everything, and lua.h
+#                  lmql_compat.h): the only files that see
+#                  lua.h
 #   src/devbroker/ the dev broker (a program of its own)      sees core, lease, devbroker
 
 LUA        ?= lua5.4

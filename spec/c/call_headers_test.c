@@ -95,7 +95,7 @@ static void every_call_gets_its_own_id_and_a_signature_over_its_date(void) {
     CHECK(unique);
     CHECK(fixed);
     CHECK(signed_ok);
-    mql_identity_clear(&id);
+    mql_call_identity_clear(&id);
     channel_free(ch, cr, cq);
 }
 
@@ -119,7 +119,7 @@ static void no_credentials_no_authorization(void) {
     CHECK(sizeof(mql_call) + c->md_cap * sizeof(grpc_metadata) <= 1016);
     grpc_call_cancel(c->call, NULL);
     mql_call_free(c);
-    mql_identity_clear(&id);
+    mql_call_identity_clear(&id);
     channel_free(ch, cr, cq);
 }
 

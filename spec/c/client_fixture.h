@@ -13,7 +13,12 @@
 #include <string.h>
 
 #include "mql_call.h"
-#include "mql_client_private.h"
+#include "mql_base.h"
+#include "mql_change.h"
+#include "mql_client.h"
+#include "mql_release.h"
+#include "mql_renew.h"
+#include "mql_session.h"
 
 /* A ready consumer whose channel points nowhere. */
 static void fixture_client_init(mql_client *c) {
@@ -60,7 +65,7 @@ static void fixture_client_finish(mql_client *c, mql_call *extra) {
     /* each call ends as the client thread would end it after a cancel: its
      * own ops run and free what they hold */
     while ((call = c->calls)) {
-        mql_client_unlink(c, call);
+        mql_base_unlink(c, call);
         call->status = GRPC_STATUS_CANCELLED;
         call->ops->on_done(c, call);
         mql_call_free(call);
@@ -113,7 +118,7 @@ static inline void fixture_finish_call(mql_client *c, grpc_status_code status,
                                        const ProtobufCMessage *reply) {
     mql_call *call = c->calls;
     if (!call || fixture_ndone == FIXTURE_MAX_DONE) return;
-    mql_client_unlink(c, call);
+    mql_base_unlink(c, call);
     call->status = status;
     if (reply) call->recv_buf = fixture_pack(reply);
     call->ops->on_done(c, call);

@@ -55,7 +55,7 @@ static mql_lease *lease_after_wait(mql_client *c, mql_call **receive, const char
     bb = frame_with_handle(handle);
     (*receive)->ops->on_message(c, *receive, bb);
     grpc_byte_buffer_destroy(bb);
-    mql_client_unlink(c, *receive);   /* the stream ends, as the hub ends it */
+    mql_base_unlink(c, *receive);   /* the stream ends, as the hub ends it */
     (*receive)->status = GRPC_STATUS_OK;
     (*receive)->ops->on_done(c, *receive);
     return mql_lease_next(&c->consumer.leases);
@@ -133,7 +133,7 @@ static int retried_after_unavailable(int64_t remaining_ms) {
     renewal = c.calls;
     CHECK(renewal != NULL && l->state == MQL_LEASE_RENEWING);
     if (!renewal) return -1;
-    mql_client_unlink(&c, renewal);
+    mql_base_unlink(&c, renewal);
     renewal->status = GRPC_STATUS_UNAVAILABLE;
     renewal->ops->on_done(&c, renewal);
     retried = l->timer_ms < l->deadline_ms;

@@ -74,7 +74,7 @@ static mql_event *stream(mql_client *c, mql_call *call, grpc_byte_buffer **frame
         call->ops->on_message(c, call, frames[i]);
         grpc_byte_buffer_destroy(frames[i]);
     }
-    mql_client_unlink(c, call);   /* as the hub does before on_done */
+    mql_base_unlink(c, call);   /* as the hub does before on_done */
     call->status = GRPC_STATUS_OK;
     call->ops->on_done(c, call);
     ev = mql_events_take(&c->events);

@@ -8,7 +8,8 @@
 #include <string.h>
 
 #include "mql_call.h"
-#include "mql_client_private.h"
+#include "mql_base.h"
+#include "mql_session.h"
 #include "mql_test.h"
 
 /* A QueryRoute reply "OK, one readable queue on 127.0.0.1:1" as a byte buffer. */
@@ -73,11 +74,11 @@ static void client_finish(mql_client *c) {
     while (ev.type != GRPC_QUEUE_SHUTDOWN);
     grpc_completion_queue_destroy(c->cq);
     while ((call = c->calls)) {
-        mql_client_unlink(c, call);
+        mql_base_unlink(c, call);
         mql_call_free(call);
     }
     free(c->consumer.broker_name);
-    mql_identity_clear(&c->id);
+    mql_call_identity_clear(&c->id);
     grpc_shutdown();
 }
 

@@ -2,8 +2,11 @@
  *
  * The core is plain C with no lua.h: it owns the network (grpc C core), the
  * lease table and the renewal timer, and talks to its host only through an
- * event queue and a file descriptor (see mql_events.h). lmqlease.c is the one
- * file that knows about Lua.
+ * event queue and a file descriptor (see mql_events.h). Only the binding in
+ * src/lua knows about Lua: its four files (lmqlease.c, lmql_push.c,
+ * lmql_redis.c, lmql_signals.c) see lua.h through lmqlease.h, which includes
+ * lmql_compat.h; spec/support/check-layers.sh keeps lua.h out of every other
+ * folder.
  *
  * Limits below may be overridden at build time with -DMQL_...=N.
  */

@@ -10,7 +10,7 @@
 #define LMQLEASE_H
 
 #include "mql_client.h"
-#include "mql_compat.h"
+#include "lmql_compat.h"
 
 #define CLIENT_MT "mqlease.core.client"
 #define WATCHER_MT "mqlease.core.signals"

@@ -1,6 +1,8 @@
-/* mql_call.c -- gRPC calls with RocketMQ headers on the grpc C core (see mql_call.h). */
+/* mql_call.c -- gRPC calls with RocketMQ headers on the grpc C core, and what
+ * a finished one answered (see mql_call.h). */
 #include "mql_call.h"
 
+#include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 #include <openssl/evp.h>
 #include <stdio.h>
@@ -53,7 +55,7 @@ static void headers_init(mql_header_cache *h, const mql_identity *id) {
     h->ready = 1;
 }
 
-void mql_identity_clear(mql_identity *id) {
+void mql_call_identity_clear(mql_identity *id) {
     mql_header_cache *h = &id->headers;
     if (!h->ready) return;
     grpc_slice_unref(h->client_id);
@@ -330,7 +332,7 @@ void mql_call_free(mql_call *c) {
     free(c);
 }
 
-const char *mql_grpc_code_name(grpc_status_code s) {
+const char *mql_call_code_name(grpc_status_code s) {
     switch (s) {
     case GRPC_STATUS_OK: return "OK";
     case GRPC_STATUS_CANCELLED: return "CANCELLED";
@@ -344,4 +346,36 @@ const char *mql_grpc_code_name(grpc_status_code s) {
     case GRPC_STATUS_INTERNAL: return "INTERNAL";
     default: return "GRPC_ERROR";
     }
+}
+
+void mql_call_result(mql_call *call, const mql_pb_status *st, mql_result *r) {
+    const char *what = strrchr(call->method, '/');
+    what = what ? what + 1 : call->method;
+    if (call->status != GRPC_STATUS_OK) {
+        char *details = grpc_slice_to_c_string(call->details);
+        /* a 5.2.0 proxy denies an ACL check with no description at all */
+        const char *none = call->status == GRPC_STATUS_PERMISSION_DENIED
+            ? "denied by the proxy's ACL (unknown access key, wrong secret or missing permission)"
+            : "transport failure";
+        mql_result_fail(r, mql_call_code_name(call->status), "%s: %s", what,
+                        details && *details ? details : none);
+        gpr_free(details);
+        return;
+    }
+    mql_result_from_status(r, st, what);
+}
+
+void *mql_call_reply(mql_call *call, const ProtobufCMessageDescriptor *desc, mql_result *r) {
+    /* Every response of the v2 API carries its Status in a field named "status". */
+    const ProtobufCFieldDescriptor *f =
+        protobuf_c_message_descriptor_get_field_by_name(desc, "status");
+    ProtobufCMessage *reply = mql_unpack(desc, call->recv_buf);
+    const mql_pb_status *st = NULL;
+    if (reply && f) st = *(const mql_pb_status *const *)((const char *)reply + f->offset);
+    mql_call_result(call, st, r);
+    return reply;
+}
+
+void mql_call_reply_free(void *reply) {
+    if (reply) protobuf_c_message_free_unpacked(reply, NULL);
 }

@@ -6,6 +6,8 @@
  * that points back into the call; mql_call_complete() advances it and calls
  * the owner's hooks: on_message for each streamed reply, on_done once, after
  * every batch has come back and the status is known. The owner then frees it.
+ * What the call answered is read here too (mql_call_result, mql_call_reply):
+ * the transport status first, then the status field of the RocketMQ reply.
  *
  * Batches of one call are only started under the owner's lock, which is the
  * serialisation grpc asks for.
@@ -16,6 +18,9 @@
 #include <grpc/grpc.h>
 #include <protobuf-c/protobuf-c.h>
 #include <stdint.h>
+
+#include "mql.h"
+#include "mql_codec.h"
 
 /* Who the calls are from: the headers every RocketMQ request carries. */
 /* The header values every call of a client sends, made once and shared by
@@ -39,11 +44,11 @@ typedef struct mql_identity {
     const char *access_key;      /* NULL: no authorization header */
     const char *secret_key;
     const char *security_token;  /* may be NULL */
-    mql_header_cache headers;    /* made on the first call; mql_identity_clear frees it */
+    mql_header_cache headers;    /* made on the first call; mql_call_identity_clear frees it */
 } mql_identity;
 
 /* Frees the header cache (the strings above belong to the caller). */
-void mql_identity_clear(mql_identity *id);
+void mql_call_identity_clear(mql_identity *id);
 
 typedef struct mql_call mql_call;
 typedef void (*mql_call_done_fn)(mql_call *c);
@@ -107,6 +112,14 @@ void mql_call_complete(mql_tag *tag, int success);
 void mql_call_free(mql_call *c);
 
 /* A stable code and text for a transport failure ("UNAVAILABLE", "TIMEOUT", ...). */
-const char *mql_grpc_code_name(grpc_status_code s);
+const char *mql_call_code_name(grpc_status_code s);
+
+/* The result of a finished call: the transport status first, then the in-band one. */
+void mql_call_result(mql_call *call, const mql_pb_status *st, mql_result *r);
+/* A finished unary call's reply, unpacked, with its result in r (the transport
+ * status, then the reply's own status field). NULL if there is no reply;
+ * free it with mql_call_reply_free. */
+void *mql_call_reply(mql_call *call, const ProtobufCMessageDescriptor *desc, mql_result *r);
+void mql_call_reply_free(void *reply);
 
 #endif /* MQL_CALL_H */

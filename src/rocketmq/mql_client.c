@@ -1,19 +1,32 @@
-/* mql_client.c -- one client's hub: its thread, its calls, its life.
+/* mql_client.c -- a client's public API (mql_client.h): its life, its thread,
+ * and the door to each stage.
  *
  * A client (consumer or producer) owns one completion queue and one thread
- * that waits on it. Each call carries the ops of the stage that started it
- * (mql_call_ops, in mql_client_private.h): the thread runs them when a reply
- * or the end of the call arrives, and runs the stages' timers. Nothing here
- * knows what a call is for. The host starts
- * operations from its own thread; each returns an op id at once and finishes
- * later as an MQL_EV_OP event.
+ * that waits on it. The thread starts the session, runs the stages' timers
+ * (mql_session_timers, mql_renew_timers) and hands each finished batch to its
+ * call, whose ops (given by the stage that started it, mql_base.c) say what
+ * it was for. The host starts operations from its own thread; each returns an
+ * op id at once and finishes later as an MQL_EV_OP event.
  *
- * Every function here runs with c->mu held unless it says otherwise.
+ * This file stands above every stage and is the only one that takes c->mu:
+ * each operation of the host takes it, refuses what a closed or unready client
+ * cannot do, and hands over to the stage that owns it (receive, release,
+ * producer, session). No stage calls back up here (the map is at the top of
+ * mql_base.h).
+ *
+ * The thread holds c->mu while it runs timers and completions, never while
+ * it waits; each function of mql_client.h takes it itself where it needs it.
  */
-#include "mql_client_private.h"
-#include "mql_body.h"
+#include "mql_client.h"
 
-#include <grpc/support/alloc.h>
+#include "mql_base.h"
+#include "mql_body.h"
+#include "mql_producer.h"
+#include "mql_receive.h"
+#include "mql_release.h"
+#include "mql_renew.h"
+#include "mql_session.h"
+
 #include <grpc/support/time.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,130 +36,21 @@
 
 #define MAX_IDLE_WAIT_MS 200
 
-/* ---------------------------------------------------------------- helpers */
-
-uint64_t mql_client_random(mql_client *c) {
-    /* xorshift64*: jitter only, no need for quality */
-    c->rand_state ^= c->rand_state >> 12;
-    c->rand_state ^= c->rand_state << 25;
-    c->rand_state ^= c->rand_state >> 27;
-    return c->rand_state * 2685821657736338717ULL;
-}
-
-void mql_post_op(mql_client *c, uint64_t op, const mql_result *r) {
-    mql_event *ev = mql_event_new(MQL_EV_OP, op);
-    ev->result = *r;
-    mql_events_push(&c->events, ev);
-}
-
-uint64_t mql_post_refusal(mql_client *c, const char *code, const char *msg) {
-    mql_result r;
-    uint64_t op = ++c->next_op;
-    mql_result_fail(&r, code, "%s", msg);
-    mql_post_op(c, op, &r);
-    return op;
-}
-
-void mql_post_lease(mql_client *c, const mql_lease *l, mql_lease_state state) {
-    mql_event *ev = mql_event_new(MQL_EV_LEASE, 0);
-    ev->lease_id = l->id;
-    ev->lease_state = state;
-    ev->lease_renewals = l->renewals;
-    mql_events_push(&c->events, ev);
-}
-
-int mql_client_refuses(mql_client *c, mql_client_type type, const char *what, uint64_t *op) {
+/* The guard of every operation the host starts: 1 (and *op set to a refusal)
+ * when the client is stopping or not ready, or is not of the given type. */
+static int refuses(mql_client *c, mql_client_type type, const char *what, uint64_t *op) {
     char msg[MQL_ERRLEN];
     if (c->stopping) {
         snprintf(msg, sizeof(msg), "%s: the client is closed", what);
-        *op = mql_post_refusal(c, "CLOSED", msg);
+        *op = mql_base_post_refusal(c, "CLOSED", msg);
     } else if (c->state != MQL_CLIENT_READY || (type && c->type != type)) {
         snprintf(msg, sizeof(msg), "%s: the %s is not ready", what,
                  c->type == MQL_CONSUMER ? "consumer" : "producer");
-        *op = mql_post_refusal(c, "NOT_READY", msg);
+        *op = mql_base_post_refusal(c, "NOT_READY", msg);
     } else {
         return 0;
     }
     return 1;
-}
-
-/* ------------------------------------------------------------ call plumbing */
-
-static void on_call_done(mql_call *call);
-static void on_call_message(mql_call *call, grpc_byte_buffer *reply);
-
-mql_call *mql_client_call(mql_client *c, grpc_channel *ch, const char *method,
-                          int64_t timeout_ms, const mql_call_ops *ops, uint64_t op, void *ctx) {
-    mql_call *call = mql_call_new(ch, c->cq, method, timeout_ms, &c->id);
-    call->owner = c;
-    call->ops = ops;
-    call->op = op;
-    call->ctx = ctx;
-    call->on_done = on_call_done;
-    call->on_message = on_call_message;
-    call->next = c->calls;
-    if (c->calls) c->calls->prev = call;
-    c->calls = call;
-    return call;
-}
-
-void mql_client_unlink(mql_client *c, mql_call *call) {
-    if (call->prev) call->prev->next = call->next;
-    else c->calls = call->next;
-    if (call->next) call->next->prev = call->prev;
-    call->prev = call->next = NULL;
-}
-
-int mql_client_unary(mql_client *c, mql_call *call, const ProtobufCMessage *req) {
-    if (!c->stopping && mql_call_start_unary(call, req) == 0) return 0;
-    mql_client_unlink(c, call);
-    mql_call_free(call);
-    return -1;
-}
-
-void mql_call_result(mql_call *call, const mql_pb_status *st, mql_result *r) {
-    const char *what = strrchr(call->method, '/');
-    what = what ? what + 1 : call->method;
-    if (call->status != GRPC_STATUS_OK) {
-        char *details = grpc_slice_to_c_string(call->details);
-        /* a 5.2.0 proxy denies an ACL check with no description at all */
-        const char *none = call->status == GRPC_STATUS_PERMISSION_DENIED
-            ? "denied by the proxy's ACL (unknown access key, wrong secret or missing permission)"
-            : "transport failure";
-        mql_result_fail(r, mql_grpc_code_name(call->status), "%s: %s", what,
-                        details && *details ? details : none);
-        gpr_free(details);
-        return;
-    }
-    mql_result_from_status(r, st, what);
-}
-
-void *mql_reply_take(mql_call *call, const ProtobufCMessageDescriptor *desc, mql_result *r) {
-    /* Every response of the v2 API carries its Status in a field named "status". */
-    const ProtobufCFieldDescriptor *f =
-        protobuf_c_message_descriptor_get_field_by_name(desc, "status");
-    ProtobufCMessage *reply = mql_unpack(desc, call->recv_buf);
-    const mql_pb_status *st = NULL;
-    if (reply && f) st = *(const mql_pb_status *const *)((const char *)reply + f->offset);
-    mql_call_result(call, st, r);
-    return reply;
-}
-
-void mql_reply_free(void *reply) {
-    if (reply) protobuf_c_message_free_unpacked(reply, NULL);
-}
-
-/* ------------------------------------------------------------ the ops */
-
-static void on_call_message(mql_call *call, grpc_byte_buffer *reply) {
-    if (call->ops->on_message) call->ops->on_message(call->owner, call, reply);
-}
-
-static void on_call_done(mql_call *call) {
-    mql_client *c = call->owner;
-    mql_client_unlink(c, call);
-    call->ops->on_done(c, call);
-    mql_call_free(call);
 }
 
 /* ------------------------------------------------------------ the thread */
@@ -207,7 +111,7 @@ static void client_free_fields(mql_client *c) {
     mql_consumer_part *cs = &c->consumer;
     mql_producer_part *pr = &c->producer;
     size_t i;
-    mql_identity_clear(&c->id);
+    mql_call_identity_clear(&c->id);
     free(c->endpoint_list);
     free(c->endpoint);
     free(c->host);
@@ -302,7 +206,7 @@ mql_client *mql_client_new(const mql_config *cfg, uint64_t *start_op, char *err,
     if (getrandom(&salt, sizeof(salt), 0) < 0) salt = (uint32_t)getpid();
     if (getrandom(&c->rand_state, sizeof(c->rand_state), 0) < 0 || !c->rand_state)
         c->rand_state = 0x2545F4914F6CDD1DULL;
-    c->consumer.pace.salt = mql_client_random(c);
+    c->consumer.pace.salt = mql_base_random(c);
     base36((uint64_t)mql_wall_ms(), stamp);
     snprintf(c->client_id, sizeof(c->client_id), "%s@%d@%u@%s", c->hostname, (int)getpid(),
              salt % 100000, stamp);
@@ -337,7 +241,6 @@ mql_client *mql_client_new(const mql_config *cfg, uint64_t *start_op, char *err,
 /* Everything that needs the thread or the network ends here, once. */
 static void client_stop(mql_client *c) {
     mql_call *call;
-    mql_release *rel, *next;
     grpc_event ev;
     pthread_mutex_lock(&c->mu);
     if (c->stopped) {
@@ -351,11 +254,7 @@ static void client_stop(mql_client *c) {
     pthread_mutex_unlock(&c->mu);
     if (c->thread_started) pthread_join(c->thread, NULL);
     pthread_mutex_lock(&c->mu);
-    for (rel = c->consumer.deferred; rel; rel = next) {
-        next = rel->next;
-        mql_release_free(rel);
-    }
-    c->consumer.deferred = NULL;
+    mql_release_drop_deferred(c);
     if (c->broker && c->broker != c->access) grpc_channel_destroy(c->broker);
     if (c->access) grpc_channel_destroy(c->access);
     c->broker = c->access = NULL;
@@ -441,3 +340,106 @@ void mql_client_metrics(mql_client *c, mql_metrics *out, size_t *inflight) {
     pthread_mutex_unlock(&c->mu);
 }
 
+/* ------------------------------------------------------ the host's operations */
+
+uint64_t mql_client_receive(mql_client *c, int batch, int64_t await_ms, size_t max_bytes) {
+    uint64_t op;
+    pthread_mutex_lock(&c->mu);
+    if (!refuses(c, MQL_CONSUMER, "receive", &op))
+        op = mql_receive_start(c, batch, await_ms, max_bytes);
+    pthread_mutex_unlock(&c->mu);
+    return op;
+}
+
+void mql_client_cancel_receives(mql_client *c) {
+    pthread_mutex_lock(&c->mu);
+    mql_receive_cancel_all(c);
+    pthread_mutex_unlock(&c->mu);
+}
+
+uint64_t mql_client_ack(mql_client *c, const uint64_t *lease_ids, size_t n) {
+    uint64_t op;
+    pthread_mutex_lock(&c->mu);
+    op = mql_release_ack(c, lease_ids, n);
+    pthread_mutex_unlock(&c->mu);
+    return op;
+}
+
+uint64_t mql_client_nack(mql_client *c, uint64_t lease_id, int64_t delay_ms) {
+    uint64_t op;
+    pthread_mutex_lock(&c->mu);
+    op = mql_release_nack(c, lease_id, delay_ms);
+    pthread_mutex_unlock(&c->mu);
+    return op;
+}
+
+uint64_t mql_client_dead_letter(mql_client *c, uint64_t lease_id, const char *reason) {
+    uint64_t op;
+    pthread_mutex_lock(&c->mu);
+    op = mql_release_dead_letter(c, lease_id, reason);
+    pthread_mutex_unlock(&c->mu);
+    return op;
+}
+
+int mql_client_let_expire(mql_client *c, uint64_t lease_id) {
+    int found;
+    pthread_mutex_lock(&c->mu);
+    found = mql_release_let_expire(c, lease_id);
+    pthread_mutex_unlock(&c->mu);
+    return found;
+}
+
+void mql_client_event_dropped(mql_client *c, const mql_event *ev) {
+    pthread_mutex_lock(&c->mu);
+    mql_release_undelivered(c, ev);
+    pthread_mutex_unlock(&c->mu);
+}
+
+uint64_t mql_client_nack_all(mql_client *c, int64_t delay_ms) {
+    uint64_t op;
+    pthread_mutex_lock(&c->mu);
+    op = mql_release_nack_all(c, delay_ms);
+    pthread_mutex_unlock(&c->mu);
+    return op;
+}
+
+int mql_client_wait_released(mql_client *c, int64_t timeout_ms) {
+    int64_t deadline = mql_now_ms() + timeout_ms;
+    size_t left;
+    for (;;) {
+        int stopped;
+        pthread_mutex_lock(&c->mu);
+        left = c->consumer.leases.count;
+        stopped = c->stopped;
+        pthread_mutex_unlock(&c->mu);
+        /* a stopped client answers nothing more: no reply will shrink the table */
+        if (left == 0 || stopped || mql_now_ms() >= deadline) return (int)left;
+        usleep(20000);
+    }
+}
+
+uint64_t mql_client_send(mql_client *c, const char *topic, const uint8_t *body, size_t len,
+                         const mql_send_opts *opts) {
+    uint64_t op;
+    pthread_mutex_lock(&c->mu);
+    if (!refuses(c, MQL_PRODUCER, "send", &op)) op = mql_producer_send(c, topic, body, len, opts);
+    pthread_mutex_unlock(&c->mu);
+    return op;
+}
+
+uint64_t mql_client_route(mql_client *c, const char *topic) {
+    uint64_t op;
+    pthread_mutex_lock(&c->mu);
+    if (c->stopping) op = mql_base_post_refusal(c, "CLOSED", "route: the client is closed");
+    else op = mql_session_route(c, topic);
+    pthread_mutex_unlock(&c->mu);
+    return op;
+}
+
+uint64_t mql_client_terminate(mql_client *c) {
+    uint64_t op;
+    pthread_mutex_lock(&c->mu);
+    if (!refuses(c, 0, "terminate", &op)) op = mql_session_terminate(c);
+    pthread_mutex_unlock(&c->mu);
+    return op;
+}

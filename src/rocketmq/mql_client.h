@@ -9,6 +9,11 @@
  *
  * Locking: client->mu guards everything below it; the thread holds it while it
  * handles a completion or a timer, never while it waits.
+ *
+ * Every function declared here is mql_client.c's, the top of the client: an
+ * operation takes c->mu and hands over to the stage that owns it (the map is
+ * at the top of mql_base.h). The types it shares with the stages are in
+ * mql_client_types.h.
  */
 #ifndef MQL_CLIENT_H
 #define MQL_CLIENT_H
@@ -17,66 +22,10 @@
 #include <stdint.h>
 
 #include "mql.h"
+#include "mql_client_types.h"
 #include "mql_events.h"
 #include "mql_lease.h"
 #include "mql_metrics.h"
-
-typedef enum mql_client_type {
-    MQL_CONSUMER = 1,
-    MQL_PRODUCER = 2
-} mql_client_type;
-
-typedef enum mql_budget_action {
-    MQL_BUDGET_EXPIRE = 1,  /* stop renewing; the message comes back at the deadline */
-    MQL_BUDGET_NACK         /* give it back at once */
-} mql_budget_action;
-
-/* Everything a client is made from. Validated by the host (lua/mqlease/config.lua);
- * the core copies the strings. Durations are milliseconds. */
-typedef struct mql_config {
-    mql_client_type type;
-    const char *endpoint;        /* "host:port" of the access point */
-    const char *namespace_;
-    const char *access_key, *secret_key, *security_token;
-    int64_t request_timeout_ms;  /* unary RPCs and the receive margin */
-    /* TLS to the proxy (tls = 0: plaintext). PEM text, not paths: the host
-     * reads the files, so a bad path fails where the option is checked. No CA:
-     * the system's roots. insecure: no check of the proxy's certificate. */
-    int tls, tls_insecure;
-    const char *tls_ca_pem, *tls_cert_pem, *tls_key_pem;
-    const char *tls_server_name; /* name the certificate must carry (default: the host) */
-    /* consumer */
-    const char *group;
-    const char *topic;
-    const char *filter;          /* tag expression, "*" for all */
-    int filter_sql;              /* 1: filter is SQL92 */
-    int64_t invisible_ms;        /* invisible duration of each receive and renewal (auto: the start) */
-    int invisible_auto;          /* 1: follow the handler times (mql_auto.h) */
-    int64_t auto_min_ms, auto_max_ms;
-    int auto_margin_pct;         /* 200: twice the p99 */
-    int renew;                   /* 0: leases are never renewed (expire at the deadline) */
-    int64_t renew_every_ms;      /* 0: invisible / 3 */
-    int max_renewals;            /* < 0: unlimited */
-    int64_t max_lease_ms;        /* total time a lease may be held; <= 0: unlimited */
-    mql_budget_action on_budget;
-    int64_t release_delay_ms;
-    int on_corrupt_dlq;          /* a corrupted message: 1 forward to the DLQ, 0 nack it */
-    int64_t corrupt_delay_ms;
-    int64_t max_body;            /* bytes of a body after inflation; <= 0: MQL_MAX_BODY_DEFAULT */
-    /* producer */
-    const char **topics;
-    size_t ntopics;
-} mql_config;
-
-typedef enum mql_client_state {
-    MQL_CLIENT_STARTING = 1,
-    MQL_CLIENT_READY,
-    MQL_CLIENT_FAILED,
-    MQL_CLIENT_CLOSING,
-    MQL_CLIENT_RECONNECTING     /* metrics only: READY, but its proxy was lost */
-} mql_client_state;
-
-typedef struct mql_client mql_client;
 
 /* Creates the client and starts its session; the start finishes as an event
  * whose op is *start_op. NULL only if the thread or descriptor cannot be made. */
@@ -116,19 +65,6 @@ uint64_t mql_client_nack(mql_client *c, uint64_t lease_id, int64_t delay_ms);
 uint64_t mql_client_dead_letter(mql_client *c, uint64_t lease_id, const char *reason);
 /* Stops renewing; the message comes back when its deadline passes. */
 int mql_client_let_expire(mql_client *c, uint64_t lease_id);
-/* What a send may carry besides its body; zero-initialise and set what applies.
- * A message_group makes it a FIFO message, a delivery_ms a DELAY one (the two
- * exclude each other, as in the official clients' MessageBuilder). */
-typedef struct mql_send_opts {
-    const char *tag;
-    const char **keys;
-    size_t nkeys;
-    const mql_kv *props;
-    size_t nprops;
-    const char *message_group;   /* NULL: none */
-    int64_t delivery_ms;         /* wall clock, ms since the epoch; 0: deliver at once */
-    const char *trace_context;   /* SystemProperties.trace_context (a W3C traceparent); NULL: none */
-} mql_send_opts;
 uint64_t mql_client_send(mql_client *c, const char *topic, const uint8_t *body, size_t len,
                          const mql_send_opts *opts);
 uint64_t mql_client_terminate(mql_client *c);
@@ -136,13 +72,6 @@ uint64_t mql_client_terminate(mql_client *c);
 uint64_t mql_client_route(mql_client *c, const char *topic);
 
 /* Snapshot of one lease; 0 if the id is not in the table (acked, nacked, lost). */
-typedef struct mql_lease_info {
-    mql_lease_state state;
-    int64_t remaining_ms;
-    int renewals;
-    int64_t held_ms;
-    int uncertain;            /* a renewal went unanswered: may come back once more */
-} mql_lease_info;
 int mql_client_lease_info(mql_client *c, uint64_t lease_id, mql_lease_info *out);
 
 void mql_client_metrics(mql_client *c, mql_metrics *out, size_t *inflight);

@@ -6,7 +6,7 @@
  *
  * Every function here runs with c->mu held unless it says otherwise.
  */
-#include "mql_client_private.h"
+#include "mql_producer.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -38,8 +38,8 @@ static void make_message_id(mql_client *c, char *out) {
     out[34] = '\0';
 }
 
-uint64_t mql_client_send(mql_client *c, const char *topic_name, const uint8_t *body, size_t len,
-                         const mql_send_opts *o) {
+uint64_t mql_producer_send(mql_client *c, const char *topic_name, const uint8_t *body, size_t len,
+                           const mql_send_opts *o) {
     Apache__Rocketmq__V2__SendMessageRequest req = APACHE__ROCKETMQ__V2__SEND_MESSAGE_REQUEST__INIT;
     Apache__Rocketmq__V2__Message msg = APACHE__ROCKETMQ__V2__MESSAGE__INIT;
     Apache__Rocketmq__V2__Message *msgs[1] = {&msg};
@@ -54,11 +54,6 @@ uint64_t mql_client_send(mql_client *c, const char *topic_name, const uint8_t *b
     uint64_t op;
     size_t i;
 
-    pthread_mutex_lock(&c->mu);
-    if (mql_client_refuses(c, MQL_PRODUCER, "send", &op)) {
-        pthread_mutex_unlock(&c->mu);
-        return op;
-    }
     op = ++c->next_op;
     make_message_id(c, id);
     mql_set_resource(&topic, c->namespace_, topic_name);
@@ -99,10 +94,9 @@ uint64_t mql_client_send(mql_client *c, const char *topic_name, const uint8_t *b
     msg.body.len = len;
     req.n_messages = 1;
     req.messages = msgs;
-    call = mql_client_call(c, c->broker, MQL_M_SEND, c->request_timeout_ms, &send_ops, op, NULL);
-    if (mql_client_unary(c, call, &req.base) < 0)
-        op = mql_post_refusal(c, "INTERNAL", "send: grpc refused to start the call");
-    pthread_mutex_unlock(&c->mu);
+    call = mql_base_call(c, c->broker, MQL_M_SEND, c->request_timeout_ms, &send_ops, op, NULL);
+    if (mql_base_unary(c, call, &req.base) < 0)
+        op = mql_base_post_refusal(c, "INTERNAL", "send: grpc refused to start the call");
     free(pstore);
     free(pptrs);
     return op;
@@ -111,7 +105,7 @@ uint64_t mql_client_send(mql_client *c, const char *topic_name, const uint8_t *b
 static void on_send_done(mql_client *c, mql_call *call) {
     mql_event *ev = mql_event_new(MQL_EV_OP, call->op);
     Apache__Rocketmq__V2__SendMessageResponse *resp =
-        mql_reply_take(call, &apache__rocketmq__v2__send_message_response__descriptor, &ev->result);
+        mql_call_reply(call, &apache__rocketmq__v2__send_message_response__descriptor, &ev->result);
     if (ev->result.ok && resp->n_entries > 0) {
         const Apache__Rocketmq__V2__SendResultEntry *e = resp->entries[0];
         if (e->status) mql_result_from_status(&ev->result, e->status, "SendMessage");
@@ -125,6 +119,6 @@ static void on_send_done(mql_client *c, mql_call *call) {
         c->metrics.sent_fail++;
         mql_metrics_error(&c->metrics, "send", ev->result.code);
     }
-    mql_reply_free(resp);
+    mql_call_reply_free(resp);
     mql_events_push(&c->events, ev);
 }

@@ -20,7 +20,9 @@
  *
  * Every function here runs with c->mu held unless it says otherwise.
  */
-#include "mql_client_private.h"
+#include "mql_receive.h"
+#include "mql_renew.h"
+#include "mql_release.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -169,7 +171,7 @@ static void on_receive_done(mql_client *c, mql_call *call) {
     mql_events_push(&c->events, ev);
 }
 
-uint64_t mql_client_receive(mql_client *c, int batch, int64_t await_ms, size_t max_bytes) {
+uint64_t mql_receive_start(mql_client *c, int batch, int64_t await_ms, size_t max_bytes) {
     mql_consumer_part *cs = &c->consumer;
     Apache__Rocketmq__V2__ReceiveMessageRequest req =
         APACHE__ROCKETMQ__V2__RECEIVE_MESSAGE_REQUEST__INIT;
@@ -182,11 +184,6 @@ uint64_t mql_client_receive(mql_client *c, int batch, int64_t await_ms, size_t m
     mql_call *call;
     uint64_t op;
 
-    pthread_mutex_lock(&c->mu);
-    if (mql_client_refuses(c, MQL_CONSUMER, "receive", &op)) {
-        pthread_mutex_unlock(&c->mu);
-        return op;
-    }
     op = ++c->next_op;
     mql_set_resource(&group, c->namespace_, cs->group);
     mql_set_resource(&topic, c->namespace_, cs->topic);
@@ -214,25 +211,22 @@ uint64_t mql_client_receive(mql_client *c, int batch, int64_t await_ms, size_t m
     rx->start_ms = mql_now_ms();
     rx->batch = batch > 0 ? (size_t)batch : 1;
     rx->max_bytes = max_bytes;
-    call = mql_client_call(c, c->broker, MQL_M_RECEIVE,
+    call = mql_base_call(c, c->broker, MQL_M_RECEIVE,
                     (await_ms > MIN_PROXY_POLL_MS ? await_ms : MIN_PROXY_POLL_MS) +
                         c->request_timeout_ms,
                     &receive_ops, op, rx);
     if (mql_call_start_server_stream(call, &req.base) < 0) {
         free(call->ctx);
-        mql_client_unlink(c, call);
+        mql_base_unlink(c, call);
         mql_call_free(call);
-        op = mql_post_refusal(c, "INTERNAL", "receive: grpc refused to start the call");
+        op = mql_base_post_refusal(c, "INTERNAL", "receive: grpc refused to start the call");
     }
-    pthread_mutex_unlock(&c->mu);
     return op;
 }
 
-void mql_client_cancel_receives(mql_client *c) {
+void mql_receive_cancel_all(mql_client *c) {
     mql_call *call;
-    pthread_mutex_lock(&c->mu);
     for (call = c->calls; call; call = call->next)
         if (call->ops == &receive_ops) mql_call_cancel(call);
-    pthread_mutex_unlock(&c->mu);
 }
 

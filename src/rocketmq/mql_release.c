@@ -15,26 +15,30 @@
  * deadline (release_settle_lease says why). A lease that ends on its own
  * meanwhile (lost, expired) fails the releases that wait for it.
  *
+ * Here too is how any lease leaves the table (mql_release_end): released,
+ * lost or given back by the budget. This file calls nothing of renewing:
+ * mql_renew.c stands on it (its timers fail the releases of a lost lease and
+ * run the deferred ones after a renewal's reply), and a nack's request is
+ * mql_change.c's, which a renewal sends too.
+ *
  * Every function here runs with c->mu held unless it says otherwise.
  */
-#include "mql_client_private.h"
+#include "mql_release.h"
+#include "mql_change.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 static void on_ack_done(mql_client *c, mql_call *call);
 static void on_nack_done(mql_client *c, mql_call *call);
 static void on_dead_letter_done(mql_client *c, mql_call *call);
-static void on_budget_nack_done(mql_client *c, mql_call *call);
 
 static const mql_call_ops ack_ops = {.on_done = on_ack_done};
 static const mql_call_ops nack_ops = {.on_done = on_nack_done};
 static const mql_call_ops dead_letter_ops = {.on_done = on_dead_letter_done};
-static const mql_call_ops budget_nack_ops = {.on_done = on_budget_nack_done};
 
-void mql_release_free(mql_release *rel) {
+static void release_free(mql_release *rel) {
     free(rel->ids);
     free(rel->entries);
     free(rel->settled);
@@ -97,11 +101,29 @@ void mql_release_fail_lease(mql_client *c, uint64_t lease_id, const char *code,
         if (release_done(rel)) {
             *pp = rel->next;
             release_post(c, rel);
-            mql_release_free(rel);
+            release_free(rel);
         } else {
             pp = &rel->next;
         }
     }
+}
+
+void mql_release_end(mql_client *c, mql_lease *l, mql_lease_state final) {
+    mql_base_post_lease(c, l, final);
+    mql_lease_remove(&c->consumer.leases, l);
+}
+
+/* A lease was held held_ms (receive to ack or nack): with invisible = "auto"
+ * it moves the invisible duration of later receives and renewals. */
+static void observe_held(mql_client *c, int64_t held_ms) {
+    mql_consumer_part *cs = &c->consumer;
+    if (!cs->invisible_auto || !mql_auto_observe(&cs->auto_, held_ms)) return;
+    /* Leases already out keep their deadlines and timers (each renewal says
+     * what it asked for); the pace's period and margin follow the new value. */
+    cs->invisible_ms = cs->auto_.value_ms;
+    if (!cs->renew_every_fixed) cs->renew_every_ms = cs->invisible_ms / 3;
+    cs->pace.invisible_ms = cs->invisible_ms;
+    cs->pace.every_ms = cs->renew_every_ms;
 }
 
 static void release_settle_lease(mql_client *c, mql_release *rel, size_t i, mql_lease *l,
@@ -112,12 +134,12 @@ static void release_settle_lease(mql_client *c, mql_release *rel, size_t i, mql_
         if (!rel->silent) {
             int64_t held = mql_now_ms() - l->acquired_ms;
             mql_hist_observe(&c->metrics.handler, (double)held / 1000.0);
-            mql_renew_observe_held(c, held);
+            observe_held(c, held);
         }
-        mql_lease_end(c, l, rel->is_ack || rel->dead_letter ? MQL_LEASE_ACKED : MQL_LEASE_NACKED);
+        mql_release_end(c, l, rel->is_ack || rel->dead_letter ? MQL_LEASE_ACKED : MQL_LEASE_NACKED);
     } else if (strcmp(r->code, "INVALID_RECEIPT_HANDLE") == 0) {
         c->metrics.lost_rejected++;
-        mql_lease_end(c, l, MQL_LEASE_LOST);
+        mql_release_end(c, l, MQL_LEASE_LOST);
     } else {
         /* The release failed (the core makes its call once; a timeout may
          * even have been applied). The lease is not renewed again: the host got
@@ -167,8 +189,8 @@ static void ack_send(mql_client *c, mql_release *rel) {
     req.topic = &topic;
     req.n_entries = n;
     req.entries = entries;
-    call = mql_client_call(c, c->broker, MQL_M_ACK, c->request_timeout_ms, &ack_ops, rel->op, rel);
-    if (mql_client_unary(c, call, &req.base) < 0) {
+    call = mql_base_call(c, c->broker, MQL_M_ACK, c->request_timeout_ms, &ack_ops, rel->op, rel);
+    if (mql_base_unary(c, call, &req.base) < 0) {
         mql_result_fail(&r, "INTERNAL", "ack: grpc refused to start the call");
         for (i = 0; i < rel->n; i++) {
             /* an entry settled already (BUSY: another release owns that lease) is
@@ -177,7 +199,7 @@ static void ack_send(mql_client *c, mql_release *rel) {
             release_settle_lease(c, rel, i, mql_lease_find(&cs->leases, rel->ids[i]), &r);
         }
         release_post(c, rel);
-        mql_release_free(rel);
+        release_free(rel);
     }
     free(store);
     free(entries);
@@ -214,7 +236,7 @@ static void on_ack_done(mql_client *c, mql_call *call) {
     mql_release *rel = call->ctx;
     mql_result top, r;
     Apache__Rocketmq__V2__AckMessageResponse *resp =
-        mql_reply_take(call, &apache__rocketmq__v2__ack_message_response__descriptor, &top);
+        mql_call_reply(call, &apache__rocketmq__v2__ack_message_response__descriptor, &top);
     unsigned char *used = mql_xcalloc(resp ? resp->n_entries : 0, 1);
     size_t i, sent = 0;
     for (i = 0; i < rel->n; i++) {
@@ -238,10 +260,10 @@ static void on_ack_done(mql_client *c, mql_call *call) {
         release_settle_lease(c, rel, i, l, &r);
     }
     free(used);
-    mql_reply_free(resp);
+    mql_call_reply_free(resp);
     call->ctx = NULL;
     release_post(c, rel);
-    mql_release_free(rel);
+    release_free(rel);
 }
 
 /* One lease of a nack or a dead letter: the proxy has no batch form of
@@ -257,7 +279,7 @@ static void part_settle(mql_client *c, mql_release *rel, size_t i, const mql_res
     release_settle_lease(c, rel, i, mql_lease_find(&c->consumer.leases, rel->ids[i]), r);
     if (release_done(rel)) {
         release_post(c, rel);
-        mql_release_free(rel);
+        release_free(rel);
     }
 }
 
@@ -287,15 +309,15 @@ static void send_each(mql_client *c, mql_release *rel, lease_call_fn start, cons
 static void part_done(mql_client *c, mql_call *call, const ProtobufCMessageDescriptor *desc) {
     lease_part *part = call->ctx;
     mql_result r;
-    void *resp = mql_reply_take(call, desc, &r);
+    void *resp = mql_call_reply(call, desc, &r);
     part_settle(c, part->rel, part->i, &r);
     free(part);
     call->ctx = NULL;
-    mql_reply_free(resp);
+    mql_call_reply_free(resp);
 }
 
 static int nack_start(mql_client *c, const mql_release *rel, mql_lease *l, void *ctx) {
-    return mql_renew_change_start(c, l, rel->delay_ms, &nack_ops, 0, ctx);
+    return mql_change_start(c, l, rel->delay_ms, &nack_ops, 0, ctx);
 }
 
 static void on_nack_done(mql_client *c, mql_call *call) {
@@ -313,31 +335,14 @@ static int dead_letter_start(mql_client *c, const mql_release *rel, mql_lease *l
     req.topic = &topic;
     req.receipt_handle = l->handle;
     req.message_id = l->message_id;
-    return mql_client_unary(c, mql_client_call(c, c->broker, MQL_M_DLQ, c->request_timeout_ms,
-                                               &dead_letter_ops, 0, ctx),
-                            &req.base);
+    return mql_base_unary(c, mql_base_call(c, c->broker, MQL_M_DLQ, c->request_timeout_ms,
+                                           &dead_letter_ops, 0, ctx),
+                          &req.base);
 }
 
 static void on_dead_letter_done(mql_client *c, mql_call *call) {
     part_done(c, call,
               &apache__rocketmq__v2__forward_message_to_dead_letter_queue_response__descriptor);
-}
-
-/* The budget's own nack: no host op waits for it, so the call's op names
- * the lease. */
-int mql_release_budget_nack(mql_client *c, mql_lease *l) {
-    return mql_renew_change_start(c, l, c->consumer.release_delay_ms, &budget_nack_ops, l->id,
-                                  NULL);
-}
-
-static void on_budget_nack_done(mql_client *c, mql_call *call) {
-    mql_result r;
-    void *resp = mql_reply_take(
-        call, &apache__rocketmq__v2__change_invisible_duration_response__descriptor, &r);
-    mql_lease *l = mql_lease_find(&c->consumer.leases, call->op);
-    if (l && r.ok) mql_lease_end(c, l, MQL_LEASE_NACKED);
-    else if (l) mql_lease_resume(c, l);
-    mql_reply_free(resp);
 }
 
 /* Whether rel waits for the session's reconnect, and if so arms each of its
@@ -367,7 +372,7 @@ static int release_held(mql_client *c, mql_release *rel) {
     int64_t now = mql_now_ms(), need, send_by;
     size_t i;
     if (!c->reconnecting || c->stopping || rel->no_hold) return 0;
-    need = mql_renew_new_channel_needs_ms(c);
+    need = mql_change_new_channel_needs_ms(c);
     send_by = (rel->held ? rel->held_at : now) + c->request_timeout_ms;
     for (i = 0; i < rel->n; i++) {
         mql_lease *l;
@@ -401,7 +406,7 @@ static void release_fail_closed(mql_client *c, mql_release *rel) {
         if (!rel->settled[i])
             release_settle_lease(c, rel, i, mql_lease_find(&c->consumer.leases, rel->ids[i]), &r);
     release_post(c, rel);
-    mql_release_free(rel);
+    release_free(rel);
 }
 
 /* Sends the release if none of its leases is being renewed and it is not held
@@ -422,7 +427,7 @@ static int release_try(mql_client *c, mql_release *rel) {
     if (!release_done(rel) && release_held(c, rel)) return 0;
     if (release_done(rel)) {
         release_post(c, rel);
-        mql_release_free(rel);
+        release_free(rel);
     } else if (rel->is_ack) {
         ack_send(c, rel);
     } else if (rel->dead_letter) {
@@ -499,29 +504,17 @@ static uint64_t release_start(mql_client *c, const uint64_t *ids, size_t n, rele
     return op;
 }
 
-uint64_t mql_client_ack(mql_client *c, const uint64_t *lease_ids, size_t n) {
-    uint64_t op;
-    pthread_mutex_lock(&c->mu);
-    op = release_start(c, lease_ids, n, ACK, 0);
-    pthread_mutex_unlock(&c->mu);
-    return op;
+uint64_t mql_release_ack(mql_client *c, const uint64_t *lease_ids, size_t n) {
+    return release_start(c, lease_ids, n, ACK, 0);
 }
 
-uint64_t mql_client_nack(mql_client *c, uint64_t lease_id, int64_t delay_ms) {
-    uint64_t op;
-    pthread_mutex_lock(&c->mu);
-    op = release_start(c, &lease_id, 1, NACK, delay_ms);
-    pthread_mutex_unlock(&c->mu);
-    return op;
+uint64_t mql_release_nack(mql_client *c, uint64_t lease_id, int64_t delay_ms) {
+    return release_start(c, &lease_id, 1, NACK, delay_ms);
 }
 
-uint64_t mql_client_dead_letter(mql_client *c, uint64_t lease_id, const char *reason) {
+uint64_t mql_release_dead_letter(mql_client *c, uint64_t lease_id, const char *reason) {
     release_kind k = {0, 1, 0, reason && *reason ? reason : "handler", 0};
-    uint64_t op;
-    pthread_mutex_lock(&c->mu);
-    op = release_start(c, &lease_id, 1, k, 0);
-    pthread_mutex_unlock(&c->mu);
-    return op;
+    return release_start(c, &lease_id, 1, k, 0);
 }
 
 void mql_release_unseen(mql_client *c, mql_lease *l, int dead_letter, int64_t delay_ms,
@@ -530,9 +523,8 @@ void mql_release_unseen(mql_client *c, mql_lease *l, int dead_letter, int64_t de
     release_start(c, &l->id, 1, k, delay_ms);
 }
 
-void mql_client_event_dropped(mql_client *c, const mql_event *ev) {
+void mql_release_undelivered(mql_client *c, const mql_event *ev) {
     size_t i;
-    pthread_mutex_lock(&c->mu);
     c->metrics.events_dropped++;
     for (i = 0; i < ev->nmsgs; i++) {
         mql_lease *l = mql_lease_find(&c->consumer.leases, ev->msgs[i].lease_id);
@@ -541,23 +533,16 @@ void mql_client_event_dropped(mql_client *c, const mql_event *ev) {
         if (l && l->pending == MQL_PENDING_NONE)
             mql_release_unseen(c, l, 0, c->consumer.corrupt_delay_ms, "undelivered");
     }
-    pthread_mutex_unlock(&c->mu);
 }
 
-int mql_client_let_expire(mql_client *c, uint64_t lease_id) {
+int mql_release_let_expire(mql_client *c, uint64_t lease_id) {
     mql_consumer_part *cs = &c->consumer;
-    mql_lease *l;
-    int found = 0;
-    pthread_mutex_lock(&c->mu);
-    l = mql_lease_find(&cs->leases, lease_id);
-    if (l && l->pending == MQL_PENDING_NONE) {
-        found = 1;
-        l->let_go = 1;
-        if (l->state == MQL_LEASE_HELD) l->state = MQL_LEASE_EXPIRING;
-        if (l->state != MQL_LEASE_RENEWING) mql_lease_arm(&cs->leases, l, l->deadline_ms);
-    }
-    pthread_mutex_unlock(&c->mu);
-    return found;
+    mql_lease *l = mql_lease_find(&cs->leases, lease_id);
+    if (!l || l->pending != MQL_PENDING_NONE) return 0;
+    l->let_go = 1;
+    if (l->state == MQL_LEASE_HELD) l->state = MQL_LEASE_EXPIRING;
+    if (l->state != MQL_LEASE_RENEWING) mql_lease_arm(&cs->leases, l, l->deadline_ms);
+    return 1;
 }
 
 static void collect_held(mql_lease *l, void *ud) {
@@ -565,11 +550,10 @@ static void collect_held(mql_lease *l, void *ud) {
     if (l->pending == MQL_PENDING_NONE) acc->ids[acc->n++] = l->id;
 }
 
-uint64_t mql_client_nack_all(mql_client *c, int64_t delay_ms) {
+uint64_t mql_release_nack_all(mql_client *c, int64_t delay_ms) {
     mql_consumer_part *cs = &c->consumer;
     struct { uint64_t *ids; size_t n; } acc;
     uint64_t op;
-    pthread_mutex_lock(&c->mu);
     acc.ids = mql_xcalloc(cs->leases.count, sizeof(uint64_t));
     acc.n = 0;
     mql_lease_each(&cs->leases, collect_held, &acc);
@@ -578,21 +562,14 @@ uint64_t mql_client_nack_all(mql_client *c, int64_t delay_ms) {
     cs->nacked_all_delay_ms = delay_ms;
     op = release_start(c, acc.ids, acc.n, NACK_ALL, delay_ms);
     free(acc.ids);
-    pthread_mutex_unlock(&c->mu);
     return op;
 }
 
-int mql_client_wait_released(mql_client *c, int64_t timeout_ms) {
-    int64_t deadline = mql_now_ms() + timeout_ms;
-    size_t left;
-    for (;;) {
-        int stopped;
-        pthread_mutex_lock(&c->mu);
-        left = c->consumer.leases.count;
-        stopped = c->stopped;
-        pthread_mutex_unlock(&c->mu);
-        /* a stopped client answers nothing more: no reply will shrink the table */
-        if (left == 0 || stopped || mql_now_ms() >= deadline) return (int)left;
-        usleep(20000);
+void mql_release_drop_deferred(mql_client *c) {
+    mql_release *rel, *next;
+    for (rel = c->consumer.deferred; rel; rel = next) {
+        next = rel->next;
+        release_free(rel);
     }
+    c->consumer.deferred = NULL;
 }

@@ -9,7 +9,8 @@
  * change arms a second deadline). Failures retry with backoff while the
  * deadline allows; a rejected handle ends the lease at once (no retry storm).
  * The budget (max_renewals, max_lease) ends renewing with one decision:
- * let it expire, or nack it.
+ * let it expire, or nack it (the budget's own nack lives here: no host op
+ * waits for it, and if it fails the lease renews on).
  *
  * Pacing (mql_pace.h): each lease renews at its own phase of the period, so
  * the renewals of many leases come evenly, and at most pace.max_inflight renewals
@@ -18,9 +19,22 @@
  * the request timeout): leases renew in timer order, and a renewal's latency
  * is the broker's, not our queue's.
  *
+ * Renew stands on release, never the other way round. A lease's timer is
+ * what decides, over its life, that it must leave: its deadline passed (the
+ * releases waiting for it fail, it ends LOST), its budget is spent (nack), a
+ * renewal's reply came (the releases deferred behind it go out). So this file
+ * calls down into mql_release.c (mql_release_end, mql_release_fail_lease,
+ * mql_release_run_deferred), and a release needs nothing of renewing: while a
+ * lease renews it waits on the lease's state, not on a call here. What both
+ * send, ChangeInvisibleDuration, is below both (mql_change.c). Kept as two
+ * files, not merged: the life of a message should show in `ls` (enter, live,
+ * leave), and the two share only that request and the lease's fields.
+ *
  * Every function here runs with c->mu held unless it says otherwise.
  */
-#include "mql_client_private.h"
+#include "mql_renew.h"
+#include "mql_change.h"
+#include "mql_release.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -30,27 +44,13 @@
 #define RENEW_BLOCKED_WAKE_MS 20   /* at the in-flight cap: look again this soon at the latest */
 
 static void on_renew_done(mql_client *c, mql_call *call);
+static void on_budget_nack_done(mql_client *c, mql_call *call);
 
 static const mql_call_ops renew_ops = {.on_done = on_renew_done};
+static const mql_call_ops budget_nack_ops = {.on_done = on_budget_nack_done};
 
 int64_t mql_renew_next_at(mql_client *c, const mql_lease *l) {
     return mql_pace_first_at(&c->consumer.pace, l->acquired_ms, l->deadline_ms, l->id);
-}
-
-void mql_renew_observe_held(mql_client *c, int64_t held_ms) {
-    mql_consumer_part *cs = &c->consumer;
-    if (!cs->invisible_auto || !mql_auto_observe(&cs->auto_, held_ms)) return;
-    /* Leases already out keep their deadlines and timers (each renewal says
-     * what it asked for); the pace's period and margin follow the new value. */
-    cs->invisible_ms = cs->auto_.value_ms;
-    if (!cs->renew_every_fixed) cs->renew_every_ms = cs->invisible_ms / 3;
-    cs->pace.invisible_ms = cs->invisible_ms;
-    cs->pace.every_ms = cs->renew_every_ms;
-}
-
-void mql_lease_end(mql_client *c, mql_lease *l, mql_lease_state final) {
-    mql_post_lease(c, l, final);
-    mql_lease_remove(&c->consumer.leases, l);
 }
 
 static void renew_start(mql_client *c, mql_lease *l, int64_t now);
@@ -66,6 +66,34 @@ static int budget_spent(const mql_client *c, const mql_lease *l, int64_t now) {
 static int wants_renewal(const mql_client *c, const mql_lease *l, int64_t now) {
     return now < l->deadline_ms && l->state == MQL_LEASE_HELD &&
            l->pending == MQL_PENDING_NONE && c->consumer.renew && !budget_spent(c, l, now);
+}
+
+/* The budget's own nack (on_budget = "nack"): no host op waits for it, so the
+ * call's op names the lease. -1 if it did not start. */
+static int budget_nack(mql_client *c, mql_lease *l) {
+    return mql_change_start(c, l, c->consumer.release_delay_ms, &budget_nack_ops, l->id,
+                            NULL);
+}
+
+/* After the budget's own nack failed: the lease renews on if it may (with
+ * on_budget = "nack" it is EXPIRING, so it waits for its deadline). A release
+ * the host asked for that fails is let expire instead (mql_release.c). */
+static void budget_nack_failed(mql_client *c, mql_lease *l) {
+    mql_consumer_part *cs = &c->consumer;
+    int64_t now = mql_now_ms();
+    l->pending = MQL_PENDING_NONE;
+    if (l->state == MQL_LEASE_EXPIRING || !cs->renew) mql_lease_arm(&cs->leases, l, l->deadline_ms);
+    else mql_lease_arm(&cs->leases, l, now);
+}
+
+static void on_budget_nack_done(mql_client *c, mql_call *call) {
+    mql_result r;
+    void *resp = mql_call_reply(
+        call, &apache__rocketmq__v2__change_invisible_duration_response__descriptor, &r);
+    mql_lease *l = mql_lease_find(&c->consumer.leases, call->op);
+    if (l && r.ok) mql_release_end(c, l, MQL_LEASE_NACKED);
+    else if (l) budget_nack_failed(c, l);
+    mql_call_reply_free(resp);
 }
 
 /* One timer of one lease is due: the deadline passed, or it is time to renew. */
@@ -85,7 +113,7 @@ static void lease_timer(mql_client *c, mql_lease *l, int64_t now) {
         if (l->state != MQL_LEASE_EXPIRING || !l->let_go) c->metrics.expire_while_alive++;
         c->metrics.lost_expired++;
         mql_release_fail_lease(c, l->id, "LEASE_LOST", "the lease expired before the release");
-        mql_lease_end(c, l, MQL_LEASE_LOST);
+        mql_release_end(c, l, MQL_LEASE_LOST);
         return;
     }
     if (l->pending != MQL_PENDING_NONE) {
@@ -102,11 +130,11 @@ static void lease_timer(mql_client *c, mql_lease *l, int64_t now) {
     }
     if (budget_spent(c, l, now)) {
         l->state = MQL_LEASE_EXPIRING;
-        mql_post_lease(c, l, MQL_LEASE_EXPIRING);
+        mql_base_post_lease(c, l, MQL_LEASE_EXPIRING);
         if (cs->on_budget == MQL_BUDGET_NACK) {
             c->metrics.budget_nack++;
             l->pending = MQL_PENDING_NACK;
-            if (mql_release_budget_nack(c, l) == 0) return;
+            if (budget_nack(c, l) == 0) return;
             l->pending = MQL_PENDING_NONE;
         } else {
             c->metrics.budget_expire++;
@@ -117,25 +145,6 @@ static void lease_timer(mql_client *c, mql_lease *l, int64_t now) {
     renew_start(c, l, now);
 }
 
-int mql_renew_change_start(mql_client *c, mql_lease *l, int64_t duration_ms,
-                           const mql_call_ops *ops, uint64_t op, void *ctx) {
-    Apache__Rocketmq__V2__ChangeInvisibleDurationRequest req =
-        APACHE__ROCKETMQ__V2__CHANGE_INVISIBLE_DURATION_REQUEST__INIT;
-    mql_pb_resource group, topic;
-    Google__Protobuf__Duration d;
-    mql_set_resource(&group, c->namespace_, c->consumer.group);
-    mql_set_resource(&topic, c->namespace_, mql_lease_topic(&c->consumer.leases, l));
-    mql_set_duration(&d, duration_ms);
-    req.group = &group;
-    req.topic = &topic;
-    req.receipt_handle = l->handle;
-    req.message_id = l->message_id;
-    req.invisible_duration = &d;
-    return mql_client_unary(c, mql_client_call(c, c->broker, MQL_M_CHANGE, c->request_timeout_ms,
-                                               ops, op, ctx),
-                            &req.base);
-}
-
 static void renew_start(mql_client *c, mql_lease *l, int64_t now) {
     mql_consumer_part *cs = &c->consumer;
     mql_lease_set_renew_sent(l, now);
@@ -144,7 +153,7 @@ static void renew_start(mql_client *c, mql_lease *l, int64_t now) {
     mql_hist_observe(&c->metrics.renew_lateness,
                      now > l->timer_ms ? (double)(now - l->timer_ms) / 1000.0 : 0.0);
     /* a renewal names its lease by the call's op */
-    if (mql_renew_change_start(c, l, l->window_ms, &renew_ops, l->id, NULL) < 0) {
+    if (mql_change_start(c, l, l->window_ms, &renew_ops, l->id, NULL) < 0) {
         mql_lease_arm(&cs->leases, l, now + RENEW_BACKOFF_MIN_MS);
         return;
     }
@@ -153,31 +162,15 @@ static void renew_start(mql_client *c, mql_lease *l, int64_t now) {
     /* no timer while renewing: the reply (or the call's own deadline) re-arms it */
 }
 
-/* How long a retried renewal must have before the deadline. A proxy that
- * went away (UNAVAILABLE) answered nothing, and the session is moving to a
- * live one: the retry goes there and takes what renewals take (K x the
- * observed p99) plus a new connection's setup (MQL_RECONNECT_NEEDS_MS), not
- * the worst case. Without that, a lease whose renewal fell due just as its
- * proxy died (a third of the window left) would be given up at once though
- * another proxy could renew it; without the connection's part, a retry on a
- * fast broker (p99 of a few ms) was still sent with milliseconds left and
- * reached the new proxy after the deadline (issue 20 item 4). A call never
- * takes longer than its request timeout, connection included: that stays the
- * ceiling. */
-int64_t mql_renew_new_channel_needs_ms(const mql_client *c) {
-    int64_t need = MQL_PACE_P99_FACTOR * c->consumer.pace.p99_ms + MQL_RECONNECT_NEEDS_MS;
-    return need < c->request_timeout_ms ? need : c->request_timeout_ms;
-}
-
 static int64_t retry_needs_ms(const mql_client *c, const char *code) {
-    if (strcmp(code, "UNAVAILABLE") == 0) return mql_renew_new_channel_needs_ms(c);
+    if (strcmp(code, "UNAVAILABLE") == 0) return mql_change_new_channel_needs_ms(c);
     return c->request_timeout_ms;
 }
 
 static void on_renew_done(mql_client *c, mql_call *call) {
     mql_consumer_part *cs = &c->consumer;
     mql_result r;
-    Apache__Rocketmq__V2__ChangeInvisibleDurationResponse *resp = mql_reply_take(
+    Apache__Rocketmq__V2__ChangeInvisibleDurationResponse *resp = mql_call_reply(
         call, &apache__rocketmq__v2__change_invisible_duration_response__descriptor, &r);
     mql_lease *l = mql_lease_find(&cs->leases, call->op);
     int64_t now = mql_now_ms();
@@ -203,7 +196,7 @@ static void on_renew_done(mql_client *c, mql_call *call) {
         c->metrics.lost_rejected++;
         if (l->pending == MQL_PENDING_NONE) c->metrics.expire_while_alive++;
         mql_release_fail_lease(c, l->id, "LEASE_LOST", "the broker rejected the receipt handle");
-        mql_lease_end(c, l, MQL_LEASE_LOST);
+        mql_release_end(c, l, MQL_LEASE_LOST);
         l = NULL;
     } else {
         /* A reply that never came may still have minted a handle we never saw;
@@ -237,7 +230,7 @@ static void on_renew_done(mql_client *c, mql_call *call) {
         mql_lease_arm(&cs->leases, l, l->deadline_ms);
     }
 out:
-    mql_reply_free(resp);
+    mql_call_reply_free(resp);
     mql_release_run_deferred(c);
 }
 
@@ -256,12 +249,4 @@ int64_t mql_renew_timers(mql_client *c, int64_t now, int64_t wake) {
     }
     if ((l = mql_lease_next(&cs->leases)) && l->timer_ms < wake) wake = l->timer_ms;
     return wake;
-}
-
-void mql_lease_resume(mql_client *c, mql_lease *l) {
-    mql_consumer_part *cs = &c->consumer;
-    int64_t now = mql_now_ms();
-    l->pending = MQL_PENDING_NONE;
-    if (l->state == MQL_LEASE_EXPIRING || !cs->renew) mql_lease_arm(&cs->leases, l, l->deadline_ms);
-    else mql_lease_arm(&cs->leases, l, now);
 }

@@ -29,7 +29,8 @@
  *
  * Every function here runs with c->mu held unless it says otherwise.
  */
-#include "mql_client_private.h"
+#include "mql_session.h"
+#include "mql_release.h"
 
 #include <grpc/grpc_security.h>
 #include <stdio.h>
@@ -149,7 +150,7 @@ static void channels_renew(mql_client *c) {
 static void reconnect_later(mql_client *c) {
     if (c->stopping || c->state != MQL_CLIENT_READY) return;
     c->reconnecting = 1;
-    c->telemetry_retry_at = mql_now_ms() + mql_backoff_next(&c->reconnect, mql_client_random(c));
+    c->telemetry_retry_at = mql_now_ms() + mql_backoff_next(&c->reconnect, mql_base_random(c));
 }
 
 /* A start that failed for want of a connection (nothing answered, or the call
@@ -178,7 +179,7 @@ static void fail_start(mql_client *c, const mql_result *r) {
     if (c->tls && strcmp(r->code, "UNAVAILABLE") == 0 &&
         (strstr(r->msg, "andshake") || strstr(r->msg, "erification")))
         snprintf(named.code, sizeof(named.code), "%s", "TLS_HANDSHAKE");
-    mql_post_op(c, c->start_op, &named);
+    mql_base_post_op(c, c->start_op, &named);
 }
 
 static void telemetry_open(mql_client *c);
@@ -193,9 +194,9 @@ static int route_start(mql_client *c, const char *topic_name, uint64_t op) {
     set_endpoints(&ep, c->host, c->port);
     req.topic = &topic;
     req.endpoints = &ep.ep;
-    return mql_client_unary(c, mql_client_call(c, c->access, MQL_M_QUERY_ROUTE,
-                                               c->request_timeout_ms, &route_ops, op, NULL),
-                            &req.base);
+    return mql_base_unary(c, mql_base_call(c, c->access, MQL_M_QUERY_ROUTE,
+                                           c->request_timeout_ms, &route_ops, op, NULL),
+                          &req.base);
 }
 
 static void session_route_start(mql_client *c) {
@@ -206,17 +207,10 @@ static void session_route_start(mql_client *c) {
     }
 }
 
-uint64_t mql_client_route(mql_client *c, const char *topic) {
-    uint64_t op;
-    pthread_mutex_lock(&c->mu);
-    if (c->stopping) {
-        op = mql_post_refusal(c, "CLOSED", "route: the client is closed");
-    } else {
-        op = ++c->next_op;
-        if (route_start(c, topic, op) < 0)
-            op = mql_post_refusal(c, "INTERNAL", "QueryRoute: grpc refused to start the call");
-    }
-    pthread_mutex_unlock(&c->mu);
+uint64_t mql_session_route(mql_client *c, const char *topic) {
+    uint64_t op = ++c->next_op;
+    if (route_start(c, topic, op) < 0)
+        op = mql_base_post_refusal(c, "INTERNAL", "QueryRoute: grpc refused to start the call");
     return op;
 }
 
@@ -308,13 +302,13 @@ static void on_route_done(mql_client *c, mql_call *call) {
     mql_consumer_part *cs = &c->consumer;
     mql_result r;
     Apache__Rocketmq__V2__QueryRouteResponse *resp =
-        mql_reply_take(call, &apache__rocketmq__v2__query_route_response__descriptor, &r);
+        mql_call_reply(call, &apache__rocketmq__v2__query_route_response__descriptor, &r);
     size_t i;
     if (call->op) {
         /* a host's question: does the topic exist? */
-        mql_reply_free(resp);
+        mql_call_reply_free(resp);
         if (!r.ok) mql_metrics_error(&c->metrics, "route", r.code);
-        mql_post_op(c, call->op, &r);
+        mql_base_post_op(c, call->op, &r);
         return;
     }
     if (r.ok) {
@@ -336,7 +330,7 @@ static void on_route_done(mql_client *c, mql_call *call) {
             }
         }
     }
-    mql_reply_free(resp);
+    mql_call_reply_free(resp);
     if (!r.ok) {
         if (c->state == MQL_CLIENT_READY) {
             mql_metrics_error(&c->metrics, "reconnect", r.code);
@@ -421,9 +415,9 @@ static void telemetry_open(mql_client *c) {
     c->telemetry_retry_at = 0;
     /* a stream has no deadline: one opened after close would keep the thread alive */
     if (c->stopping) return;
-    c->telemetry = mql_client_call(c, c->broker, MQL_M_TELEMETRY, -1, &telemetry_ops, 0, NULL);
+    c->telemetry = mql_base_call(c, c->broker, MQL_M_TELEMETRY, -1, &telemetry_ops, 0, NULL);
     if (mql_call_start_bidi(c->telemetry) < 0) {
-        mql_client_unlink(c, c->telemetry);
+        mql_base_unlink(c, c->telemetry);
         mql_call_free(c->telemetry);
         c->telemetry = NULL;
         mql_result_fail(&r, "INTERNAL", "Telemetry: grpc refused to start the stream");
@@ -461,7 +455,7 @@ static void on_telemetry_message(mql_client *c, mql_call *call, grpc_byte_buffer
         c->state = MQL_CLIENT_READY;
         c->heartbeat_at = mql_now_ms();
         mql_result_ok(&r);
-        mql_post_op(c, c->start_op, &r);
+        mql_base_post_op(c, c->start_op, &r);
         mql_backoff_reset(&c->reconnect);
     } else if (t.has_settings && c->reconnecting) {
         /* the proxy we reconnected to has our settings: heartbeat at once so
@@ -501,52 +495,45 @@ static void heartbeat_start(mql_client *c) {
     } else {
         req.client_type = APACHE__ROCKETMQ__V2__CLIENT_TYPE__PRODUCER;
     }
-    mql_client_unary(c, mql_client_call(c, c->broker, MQL_M_HEARTBEAT, c->request_timeout_ms,
-                                        &heartbeat_ops, 0, NULL),
-                     &req.base);
+    mql_base_unary(c, mql_base_call(c, c->broker, MQL_M_HEARTBEAT, c->request_timeout_ms,
+                                    &heartbeat_ops, 0, NULL),
+                   &req.base);
 }
 
 static void on_heartbeat_done(mql_client *c, mql_call *call) {
     mql_result r;
-    void *resp = mql_reply_take(call, &apache__rocketmq__v2__heartbeat_response__descriptor, &r);
+    void *resp = mql_call_reply(call, &apache__rocketmq__v2__heartbeat_response__descriptor, &r);
     if (!r.ok && !c->stopping) mql_metrics_error(&c->metrics, "heartbeat", r.code);
-    mql_reply_free(resp);
+    mql_call_reply_free(resp);
 }
 
 /* -------------------------------------------------------------- terminate */
 
-uint64_t mql_client_terminate(mql_client *c) {
+uint64_t mql_session_terminate(mql_client *c) {
     Apache__Rocketmq__V2__NotifyClientTerminationRequest req =
         APACHE__ROCKETMQ__V2__NOTIFY_CLIENT_TERMINATION_REQUEST__INIT;
     mql_pb_resource group;
     mql_call *call;
-    uint64_t op;
-    pthread_mutex_lock(&c->mu);
-    if (mql_client_refuses(c, 0, "terminate", &op)) {
-        pthread_mutex_unlock(&c->mu);
-        return op;
-    }
-    op = ++c->next_op;
+    uint64_t op = ++c->next_op;
     if (c->type == MQL_CONSUMER) {
         mql_set_resource(&group, c->namespace_, c->consumer.group);
         req.group = &group;
     }
-    call = mql_client_call(c, c->broker, MQL_M_TERMINATE, c->request_timeout_ms, &terminate_ops,
-                           op, NULL);
-    if (mql_client_unary(c, call, &req.base) < 0) {
-        op = mql_post_refusal(c, "INTERNAL", "terminate: grpc refused to start the call");
+    call = mql_base_call(c, c->broker, MQL_M_TERMINATE, c->request_timeout_ms, &terminate_ops,
+                         op, NULL);
+    if (mql_base_unary(c, call, &req.base) < 0) {
+        op = mql_base_post_refusal(c, "INTERNAL", "terminate: grpc refused to start the call");
     } else {
         c->heartbeat_at = 0;   /* a heartbeat now would register us again */
     }
-    pthread_mutex_unlock(&c->mu);
     return op;
 }
 
 static void on_terminate_done(mql_client *c, mql_call *call) {
     mql_result r;
-    mql_reply_free(mql_reply_take(
+    mql_call_reply_free(mql_call_reply(
         call, &apache__rocketmq__v2__notify_client_termination_response__descriptor, &r));
-    mql_post_op(c, call->op, &r);
+    mql_base_post_op(c, call->op, &r);
 }
 
 /* ------------------------------------------------------------ the timers */

@@ -1,7 +1,10 @@
-/* mql_compat.h -- the few Lua 5.4 API points lmqlease.c uses, for Lua 5.1 and LuaJIT 2.1
- * too (LuaJIT already has some of the 5.2 ones: only what is missing is defined). */
-#ifndef MQL_COMPAT_H
-#define MQL_COMPAT_H
+/* lmql_compat.h -- the few Lua 5.4 API points the binding uses (lmqlease.c,
+ * lmql_redis.c, lmql_signals.c), for Lua 5.1 and LuaJIT 2.1 too (LuaJIT
+ * already has some of the 5.2 ones: only what is missing is defined). The
+ * binding's, not the core's: hence lmql_, like its other files. Every file of
+ * src/lua sees lua.h through it (lmqlease.h includes it). */
+#ifndef LMQL_COMPAT_H
+#define LMQL_COMPAT_H
 
 #include <lauxlib.h>
 #include <lua.h>
@@ -18,4 +21,4 @@
 #define lua_setuservalue(L, i) lua_setfenv(L, i)
 #endif
 
-#endif /* MQL_COMPAT_H */
+#endif /* LMQL_COMPAT_H */

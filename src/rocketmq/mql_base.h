@@ -1,0 +1,185 @@
+/* mql_base.h -- the floor every stage of a client stands on, and nobody else.
+ *
+ * A client is split along the life of a message, one file per stage, each
+ * with a header of its own that declares only that file's functions:
+ *
+ *   mql_base.c      the floor: the client struct (here), its list of calls
+ *                   and the ops a finished call runs (mql_call_ops), the
+ *                   events it posts to the host
+ *   mql_session.c   before any message: route, Telemetry settings, heartbeat,
+ *                   endpoints, channels, terminate
+ *   mql_receive.c   where a message enters: ReceiveMessage turns each message
+ *                   into a lease in the table
+ *   mql_renew.c     where its lease lives: timers, budget, renewal
+ *   mql_release.c   where it leaves: ack, nack, dead letter, let expire,
+ *                   nack-all at shutdown; how any lease leaves the table
+ *   mql_change.c    ChangeInvisibleDuration, which a renewal and a nack both send
+ *   mql_producer.c  the producer's one job: SendMessage
+ *   mql_client.c    the public API (mql_client.h) above them all: new/free,
+ *                   the thread and its timers, and each operation the host
+ *                   starts, which takes c->mu and hands over to its stage
+ *
+ * Who calls whom, always downwards (mql_shutdown.c, the signal watcher, uses
+ * only the public API, from above it):
+ *
+ *   mql_client.c   -> mql_session.c, mql_receive.c, mql_renew.c, mql_release.c,
+ *                     mql_producer.c (the host's operations, the thread's timers)
+ *   mql_session.c  -> mql_release.c (the releases held for a reconnect go out
+ *                     once the new proxy has our settings)
+ *   mql_receive.c  -> mql_renew.c (a new lease's first renewal), mql_release.c
+ *                     (what it may not take goes back at once)
+ *   mql_renew.c    -> mql_release.c (a lost lease ends, the releases deferred
+ *                     behind a renewal go out), mql_change.c (a renewal)
+ *   mql_release.c  -> mql_change.c (a nack)
+ *   mql_producer.c, mql_change.c -> no other stage
+ *   every stage    -> mql_base.c -> mql_call.c
+ *
+ * No stage calls mql_client.c: this header includes only the API's types
+ * (mql_client_types.h), not mql_client.h, and spec/support/check-layers.sh
+ * checks that no include of this folder comes back to the file it started
+ * from. (hiredis shares its async internals between files through
+ * async_private.h in the same way.)
+ *
+ * Every function declared here runs with c->mu held unless it says
+ * otherwise; only mql_client.c takes it.
+ */
+#ifndef MQL_BASE_H
+#define MQL_BASE_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "mql.h"
+#include "mql_client_types.h"
+#include "mql_call.h"
+#include "mql_codec.h"
+#include "mql_backoff.h"
+#include "mql_events.h"
+#include "mql_lease.h"
+#include "mql_metrics.h"
+#include "mql_auto.h"
+#include "mql_pace.h"
+#include "mql_anchor.h"
+
+#define MQL_M_QUERY_ROUTE "/apache.rocketmq.v2.MessagingService/QueryRoute"
+#define MQL_M_HEARTBEAT "/apache.rocketmq.v2.MessagingService/Heartbeat"
+#define MQL_M_SEND "/apache.rocketmq.v2.MessagingService/SendMessage"
+#define MQL_M_RECEIVE "/apache.rocketmq.v2.MessagingService/ReceiveMessage"
+#define MQL_M_ACK "/apache.rocketmq.v2.MessagingService/AckMessage"
+#define MQL_M_TELEMETRY "/apache.rocketmq.v2.MessagingService/Telemetry"
+#define MQL_M_TERMINATE "/apache.rocketmq.v2.MessagingService/NotifyClientTermination"
+#define MQL_M_CHANGE "/apache.rocketmq.v2.MessagingService/ChangeInvisibleDuration"
+#define MQL_M_DLQ "/apache.rocketmq.v2.MessagingService/ForwardMessageToDeadLetterQueue"
+
+/* What a call does when it ends, given by the stage that starts it (as
+ * hiredis passes a redisCallbackFn with each command): on_message for each
+ * reply of a stream (NULL for unary calls), on_done once with the status
+ * known. mql_base.c unlinks the call before on_done and frees it after. Each
+ * stage keeps its ops in a static const struct of its own file. */
+typedef struct mql_call_ops {
+    void (*on_message)(mql_client *c, mql_call *call, grpc_byte_buffer *reply);
+    void (*on_done)(mql_client *c, mql_call *call);
+} mql_call_ops;
+
+/* A release the host asked for (mql_release.h): the consumer keeps those
+ * that wait, on its deferred list. */
+typedef struct mql_release mql_release;
+
+/* What only a consumer has: its subscription, its leases and how they renew
+ * and leave. A producer's part is the few fields it mints message ids and
+ * announces topics with. Both live in every client; the type says which one
+ * is in use. */
+typedef struct mql_consumer_part {
+    char *group, *topic, *filter;
+    int filter_sql;
+    char *broker_name;          /* the route's broker: receives name it */
+    int64_t invisible_ms;       /* what the next receive and renewal ask for */
+    int64_t renew_every_ms;     /* follows invisible_ms unless configured */
+    int renew_every_fixed;      /* renew_every was configured */
+    int invisible_auto;         /* invisible_ms follows the handler times */
+    mql_auto auto_;             /* (mql_auto.h) */
+    int renew, max_renewals;
+    int64_t max_lease_ms, release_delay_ms;
+    mql_budget_action on_budget;
+    int on_corrupt_dlq;
+    int64_t corrupt_delay_ms;
+    size_t max_body;
+    mql_lease_table leases;
+    mql_pace pace;              /* renewal pacing (mql_renew.c) */
+    mql_anchor anchor;          /* the broker's clock against ours (mql_receive.c) */
+    int renew_inflight;         /* renewals in flight */
+    mql_release *deferred;      /* releases waiting for a renewal's reply, or held
+                                   while the session reconnects (mql_release.c) */
+    int nacked_all;             /* nack_all ran (close, shutdown): late messages go back */
+    int64_t nacked_all_delay_ms;
+    int fifo;                   /* from the server's Settings (mql_session.c) */
+    mql_retry_policy retry;     /* from the server's Settings (mql_session.c) */
+} mql_consumer_part;
+
+typedef struct mql_producer_part {
+    char **topics;              /* announced in the Telemetry settings */
+    size_t ntopics;
+    uint8_t id_node[6];         /* message-id node bytes (random, in place of a MAC) */
+    uint32_t id_seq;
+} mql_producer_part;
+
+struct mql_client {
+    mql_client_type type;
+    char *endpoint_list;        /* as configured: "host:port;host:port" */
+    size_t nendpoints, endpoint_at;
+    char *endpoint, *host;      /* the one in use: endpoint_at's "host:port" */
+    int port;
+    char *namespace_, *access_key, *secret_key, *security_token;
+    int tls, tls_insecure;
+    char *tls_ca_pem, *tls_cert_pem, *tls_key_pem, *tls_server_name;   /* NULL: not given */
+    int64_t request_timeout_ms;
+    char client_id[192];
+    char hostname[128];
+    mql_identity id;
+    uint64_t rand_state;
+
+    pthread_mutex_t mu;
+    pthread_t thread;
+    int thread_started;
+    grpc_completion_queue *cq;
+    grpc_channel *access;       /* the configured endpoint: routes */
+    grpc_channel *broker;       /* the route's broker endpoint: everything else */
+    mql_events events;
+    mql_metrics metrics;
+    mql_client_state state;
+    uint64_t start_op;
+    uint64_t next_op;
+    mql_call *calls;            /* every live call, so close can cancel them */
+    mql_call *telemetry;
+    int64_t telemetry_retry_at; /* 0: not scheduled */
+    int reconnecting;           /* a started session lost its Telemetry stream */
+    int64_t settings_due_at;    /* 0: none; a reconnect's stream must bring our settings back by then */
+    int telemetry_given_up;     /* we cancelled the stream (counted as TIMEOUT): its end is not a new failure */
+    mql_backoff reconnect;      /* waits between reconnection attempts */
+    int64_t heartbeat_at;       /* 0: not scheduled */
+    int stopping;               /* set once by close: no call starts from then on */
+    int stopped;                /* the thread is joined and grpc is torn down */
+    int refs;                   /* the host's one, plus one per signal watcher */
+
+    mql_consumer_part consumer;
+    mql_producer_part producer;
+};
+
+/* ---------------------------------------------------------- mql_base.c */
+
+/* xorshift64* over c->rand_state: jitter only. */
+uint64_t mql_base_random(mql_client *c);
+/* Events for the host: an op's result, an op refused at once, a lease's new state. */
+void mql_base_post_op(mql_client *c, uint64_t op, const mql_result *r);
+uint64_t mql_base_post_refusal(mql_client *c, const char *code, const char *msg);
+void mql_base_post_lease(mql_client *c, const mql_lease *l, mql_lease_state state);
+
+/* A call linked into c->calls; ops say what it does when it ends: when it
+ * does, the call is unlinked, its ops' on_done runs and the call is freed. */
+mql_call *mql_base_call(mql_client *c, grpc_channel *ch, const char *method,
+                        int64_t timeout_ms, const mql_call_ops *ops, uint64_t op, void *ctx);
+void mql_base_unlink(mql_client *c, mql_call *call);
+/* Starts a unary call; on a refused start the call is dropped and -1 returned. */
+int mql_base_unary(mql_client *c, mql_call *call, const ProtobufCMessage *req);
+
+#endif /* MQL_BASE_H */

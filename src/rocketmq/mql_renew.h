@@ -1,0 +1,15 @@
+/* mql_renew.h -- where a lease lives (see mql_renew.c): its timers, its
+ * budget, its renewals. Runs with c->mu held.
+ */
+#ifndef MQL_RENEW_H
+#define MQL_RENEW_H
+
+#include "mql_base.h"
+
+/* When a lease just received renews first: paced, so leases received
+ * together do not renew together (see mql_pace.h). */
+int64_t mql_renew_next_at(mql_client *c, const mql_lease *l);
+/* Runs every due lease timer; returns the earlier of wake and the next one. */
+int64_t mql_renew_timers(mql_client *c, int64_t now, int64_t wake);
+
+#endif /* MQL_RENEW_H */

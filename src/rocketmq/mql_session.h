@@ -1,0 +1,31 @@
+/* mql_session.h -- what a client does before and around any message (see
+ * mql_session.c): endpoints, channels, route, Telemetry settings, heartbeat,
+ * reconnecting, terminate. Runs with c->mu held unless it says otherwise.
+ */
+#ifndef MQL_SESSION_H
+#define MQL_SESSION_H
+
+#include "mql_base.h"
+
+/* Checks every entry of c->endpoint_list and takes the first; -1 and err if
+ * one is not host:port. Runs before the thread, without c->mu. */
+int mql_session_endpoints_init(mql_client *c, char *err, size_t errlen);
+/* Starts the session: QueryRoute (a consumer) or Telemetry (a producer). */
+void mql_session_begin(mql_client *c);
+/* The arguments of every channel a client opens (at most
+ * MQL_CHANNEL_ARGS_MAX), and their number. */
+#define MQL_CHANNEL_ARGS_MAX 6
+size_t mql_session_channel_args(const mql_client *c, grpc_arg args[MQL_CHANNEL_ARGS_MAX]);
+/* A channel to target with the client's channel arguments and credentials
+ * (plaintext, or TLS as configured). */
+grpc_channel *mql_session_channel_new(const mql_client *c, const char *target);
+/* Runs the session's due timers (heartbeat, Telemetry re-open); returns the
+ * earlier of wake and its next timer. */
+int64_t mql_session_timers(mql_client *c, int64_t now, int64_t wake);
+
+/* The host's QueryRoute for a topic (mql_client_route): the op of its event. */
+uint64_t mql_session_route(mql_client *c, const char *topic);
+/* NotifyClientTermination (mql_client_terminate): the op of its event. */
+uint64_t mql_session_terminate(mql_client *c);
+
+#endif /* MQL_SESSION_H */
