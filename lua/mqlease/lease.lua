@@ -118,7 +118,9 @@ end
 local function lock_kept(lease)
   if rawget(lease, "_lock_is_lost") then return false end
   local client = rawget(lease, "_lock_client")
-  if client and client:keepalive_lost(rawget(lease, "_lock_id")) then
+  -- a client of the user's own may lack keepalive_lost: its keepalive's
+  -- on_lost callback is then all that tells
+  if client and client.keepalive_lost and client:keepalive_lost(rawget(lease, "_lock_id")) then
     lease._lock_is_lost = true
     return false
   end

@@ -257,7 +257,7 @@ function _M.exactly_once(opts)
     lease_mod.hold_lock(lease, rc, keepalive)
 
     local ok, res, herr = pcall(handler, m, lease)
-    if rc:keepalive_lost(keepalive) then
+    if lease_mod.lock_kept(lease) == false then
       -- the lock lapsed or was taken while the handler ran (a slow or failed-over
       -- Redis): another instance may have run it too; its fence is the newer one
       lease:_lock_lost()

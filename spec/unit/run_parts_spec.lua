@@ -247,3 +247,124 @@ describe("mqlease.run.releaser", function()
     assert.equal(1, c.acks)
   end)
 end)
+
+describe("mqlease.run.receiver", function()
+  local receiver = require "mqlease.run.receiver"
+  local function wiring(sched, batches)
+    local w = { admitted = {}, refused = {}, st = { inflight = 0, bytes = 0, received = 0 },
+      o = { max_inflight = 4, max_inflight_bytes = 1000 }, sched = sched, client = {}, asks = {} }
+    local stopping = false
+    w.consumer = { options = { batch = 8 } }
+    function w.consumer.receive(_, n)
+      w.asks[#w.asks + 1] = n
+      sched:park(now() + 0.1)
+      local batch = table.remove(batches, 1)
+      if batch == "closed" then return nil, "the consumer is closed", "CLOSED" end
+      return batch or {}
+    end
+    w.stopping = function() return stopping end
+    w.stop = function(reason) stopping = true; w.reason = reason end
+    w.admit = function(m) w.admitted[#w.admitted + 1] = m.id; w.st.inflight = w.st.inflight + 1 end
+    w.refuse = function(m) w.refused[#w.refused + 1] = m.id end
+    w.started = function() end
+    w.ended = function() w.ended_at = now() end
+    return w
+  end
+  local function msgs(...)
+    local out = {}
+    for i, id in ipairs({ ... }) do out[i] = { id = id, body = "x" } end
+    return out
+  end
+
+  it("asks only for what the in-flight limit leaves, parks at it, and ends once the consumer is closed", function()
+    local w
+    in_task(function(sched)
+      w = wiring(sched, { msgs("a", "b", "c"), msgs("d"), "closed" })
+      local co = sched:spawn(receiver.run, w)
+      sched:park(now() + 1)
+      assert.same({ "a", "b", "c", "d" }, w.admitted)
+      assert.same({ 4, 1 }, w.asks)     -- 4 allowed, then the 1 left
+      assert.is_nil(w.ended_at)         -- parked at the limit
+      w.st.inflight = 0
+      sched:wake(co)
+      sched:park(now() + 1)
+    end)
+    assert.equal("closed", w.reason)
+    assert.is_number(w.ended_at)
+  end)
+
+  it("gives straight back what arrives after a stop", function()
+    local w
+    in_task(function(sched)
+      w = wiring(sched, { msgs("a", "b") })
+      sched:spawn(receiver.run, w)
+      sched:park(now() + 0.05)   -- the receive is in flight
+      w.stop("stop")
+      sched:park(now() + 1)
+    end)
+    assert.same({}, w.admitted)
+    assert.same({ "a", "b" }, w.refused)
+  end)
+end)
+
+describe("mqlease.run.drain", function()
+  local drain = require "mqlease.run.drain"
+  local function wiring(sched, mode, grace)
+    local w = { o = { mode = mode, grace = grace, release_delay = 1 }, st = { drained = 0 }, sched = sched,
+      given = {}, nacked = {}, client = { cancel_receives = function() end }, drain_extension = 10,
+      wake_receiver = function() end, receiving = function() return false end,
+      running_set = {}, waiting = 0 }
+    w.seq = { take_all = function() return { { id = "q1" }, { id = "q2" } } end }
+    w.waiter = { wake_all = function() w.woken = true end }
+    w.give_back = function(m) w.given[#w.given + 1] = m.id end
+    w.nrunning = function() local n = 0 for _ in pairs(w.running_set) do n = n + 1 end return n end
+    w.running = function() return w.running_set end
+    w.ending = function() return w.waiting end
+    w.done = function() w.done_at = now() end
+    return w
+  end
+  local function running(w, id)
+    local m = { id = id, lease = lease() }
+    function m.nack() w.nacked[#w.nacked + 1] = id; m.lease.state = "nacked"; return true end
+    w.running_set[m] = true
+    return m
+  end
+
+  it("gives back what never started and wakes what waits at once, lets running handlers finish until grace, then gives them back", function()
+    local w, t0, finished_at
+    in_task(function(sched)
+      w = wiring(sched, "wait", 5)
+      local quick = running(w, "quick")
+      running(w, "slow")
+      t0 = now()
+      sched:spawn(drain.run, w)
+      sched:park(now() + 2)
+      assert.same({ "q1", "q2" }, w.given)
+      assert.is_true(w.woken)
+      assert.same({}, w.nacked)   -- within grace: nothing running is given back
+      w.running_set[quick] = nil  -- quick finishes
+      finished_at = now()
+      sched:park(now() + 10)
+    end)
+    assert.same({ "slow" }, w.nacked)
+    assert.equal(1, w.st.drained)
+    assert.near(5, w.done_at - t0, 0.01)
+    assert.is_number(finished_at)
+  end)
+
+  it("gives running handlers' messages back at once in mode nack, and waits for what ends by itself", function()
+    local w, t0
+    in_task(function(sched)
+      w = wiring(sched, "nack", 25)
+      running(w, "r1")
+      w.waiting = 1   -- a message that gives itself back, 3 s from now
+      sched:spawn(function() sched:park(now() + 3); w.waiting = 0 end)
+      t0 = now()
+      sched:spawn(drain.run, w)
+      sched:park(now() + 30)
+    end)
+    assert.same({ "r1" }, w.nacked)
+    assert.is_true(w.done_at - t0 >= 3, "the drain ended before the waiting message gave itself back")
+    assert.is_true(w.done_at - t0 < 25, "the drain waited for grace in mode nack")
+  end)
+end)

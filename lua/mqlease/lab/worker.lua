@@ -47,6 +47,7 @@ local function counting_redis(address, counter)
   function r.eval(_, ...) counter.n = counter.n + 1; return real:eval(...) end
   function r.keepalive(_, ...) return real:keepalive(...) end
   function r.keepalive_stop(_, ...) return real:keepalive_stop(...) end
+  function r.keepalive_lost(_, ...) return real:keepalive_lost(...) end
   function r.close() return real:close() end
   return r
 end
