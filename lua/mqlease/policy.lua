@@ -257,7 +257,10 @@ function _M.exactly_once(opts)
     lease_mod.hold_lock(lease, rc, keepalive)
 
     local ok, res, herr = pcall(handler, m, lease)
-    if lease_mod.lock_kept(lease) == false then
+    -- set by the keepalive's lost event, which every Redis call's reply brings
+    -- in (lease:alive() also asks the client itself, for handlers in any loop;
+    -- here that would cost a look at the event queue per message)
+    if rawget(lease, "_lock_is_lost") then
       -- the lock lapsed or was taken while the handler ran (a slow or failed-over
       -- Redis): another instance may have run it too; its fence is the newer one
       lease:_lock_lost()

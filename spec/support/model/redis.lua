@@ -46,6 +46,8 @@ function _M.new(cfg)
     end
     ka.lost = true
     r.lock_lost_of[id_of(ka.key)] = (r.lock_lost_of[id_of(ka.key)] or 0) + 1
+    -- the lost event, as the next reply's pump of the real client brings it
+    if ka.on_lost then ka.on_lost(ka.id) end
     if ours then
       if ka.breaks_at <= ka["until"] then r.keys[ka.key] = nil      -- broken: the key is gone
       else e.expires = ka["until"] + ka.ttl end                     -- spent: it lapses
@@ -101,7 +103,7 @@ function _M.new(cfg)
     local from = since or clock.t
     local breaks_at = math.huge
     if rng.chance(faults.lock_break) then breaks_at = clock.t + rng.range(0, faults.lock_break_within) end
-    r.kas[r.next_ka] = { key = key, owner = owner, ttl = ttl, every = every, ["until"] = from + (max or math.huge),
+    r.kas[r.next_ka] = { id = r.next_ka, key = key, owner = owner, ttl = ttl, every = every, ["until"] = from + (max or math.huge),
       breaks_at = breaks_at, active = true, lost = false, on_lost = on_lost }
     return r.next_ka
   end
