@@ -85,6 +85,7 @@ build = {
       ["mqlease.router"] = "lua/mqlease/router.lua",
       ["mqlease.run"] = "lua/mqlease/run.lua",
       ["mqlease.scheduler"] = "lua/mqlease/scheduler.lua",
+      ["mqlease.text"] = "lua/mqlease/text.lua",
       ["mqlease.trace"] = "lua/mqlease/trace.lua",
       ["mqlease.wait"] = "lua/mqlease/wait.lua",
     },
