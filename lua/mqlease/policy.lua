@@ -140,6 +140,12 @@ local function check_options(opts)
   return o
 end
 
+-- Whether the lock of keepalive id is lost by now, or nil when the client (one
+-- of the user's own) cannot tell without stopping it.
+local function lost_now(rc, id)
+  return rc.keepalive_lost ~= nil and rc:keepalive_lost(id)
+end
+
 -- A lock owner: the consumer's id and a random token, in one string.
 local function owner_of(m)
   return ("%s/%08x%08x"):format(m.consumer:id(), random(0, 0x7fffffff), random(0, 0x7fffffff))
@@ -257,10 +263,8 @@ function _M.exactly_once(opts)
     lease_mod.hold_lock(lease, rc, keepalive)
 
     local ok, res, herr = pcall(handler, m, lease)
-    -- set by the keepalive's lost event, which every Redis call's reply brings
-    -- in (lease:alive() also asks the client itself, for handlers in any loop;
-    -- here that would cost a look at the event queue per message)
-    if rawget(lease, "_lock_is_lost") then
+    -- asked of the client's keepalive now (it stays on until the marker is written)
+    if lost_now(rc, keepalive) then
       -- the lock lapsed or was taken while the handler ran (a slow or failed-over
       -- Redis): another instance may have run it too; its fence is the newer one
       lease:_lock_lost()

@@ -239,13 +239,14 @@ function methods:keepalive(key, owner, ttl, every, max, on_lost, since)
 end
 
 -- true once keepalive id is known lost (a renewal found the key gone or taken,
--- its TTL ran out unrenewed, or its max was spent): reads the lock events
--- that wait, without blocking, so it answers in any event loop.
+-- its TTL ran out unrenewed, or its max was spent), as keepalive_stop would
+-- say, without stopping it: the core's own record, asked at once, so it
+-- answers in any event loop, between Redis calls too.
 function methods:keepalive_lost(id)
   if self._lost[id] then return true end
-  if self._session.client:closed() then return false end
-  self._session:pump()
-  return self._lost[id] == true
+  local client = self._session.client
+  if client:closed() then return false end
+  return client:keepalive_lost(id)
 end
 
 -- Stops a keepalive; returns true if it had been lost meanwhile (a renewal

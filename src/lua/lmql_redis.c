@@ -206,6 +206,11 @@ static int l_redis_keepalive_stop(lua_State *L) {
     return 1;
 }
 
+static int l_redis_keepalive_lost(lua_State *L) {
+    lua_pushboolean(L, mql_redis_keepalive_lost(check_redis(L), (uint64_t)luaL_checkinteger(L, 2)));
+    return 1;
+}
+
 static int l_redis_fd(lua_State *L) {
     lua_pushinteger(L, mql_redis_fd(check_redis(L)));
     return 1;
@@ -236,7 +241,7 @@ static int l_redis_closed(lua_State *L) {
 static const luaL_Reg redis_methods[] = {
     {"command", l_redis_command}, {"eval", l_redis_eval}, {"pipeline", l_redis_pipeline},
     {"stats", l_redis_stats}, {"keepalive", l_redis_keepalive},
-    {"keepalive_stop", l_redis_keepalive_stop}, {"fd", l_redis_fd}, {"events", l_redis_events},
+    {"keepalive_stop", l_redis_keepalive_stop}, {"keepalive_lost", l_redis_keepalive_lost}, {"fd", l_redis_fd}, {"events", l_redis_events},
     {"close", l_redis_close}, {"closed", l_redis_closed}, {NULL, NULL}};
 
 

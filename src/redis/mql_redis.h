@@ -87,5 +87,9 @@ uint64_t mql_redis_keepalive(mql_redis *r, const char *key, const char *owner, i
 /* Stops a keepalive; returns 1 if the lock was lost: a renewal found it gone
  * or taken, or its TTL ran out since the last renewal that worked. */
 int mql_redis_keepalive_stop(mql_redis *r, uint64_t id);
+/* 1 if keepalive id is lost as keepalive_stop would say, without stopping it:
+ * a renewal proved it gone, its budget is spent, or its TTL ran out since the
+ * last good renewal (0 for an id it does not know). */
+int mql_redis_keepalive_lost(mql_redis *r, uint64_t id);
 
 #endif /* MQL_REDIS_H */

@@ -155,15 +155,37 @@ uint64_t mql_redis_keepalive(mql_redis *r, const char *key, const char *owner, i
     return id;
 }
 
+/* The keepalive of id (mutex held), or NULL. */
+static keepalive *find_keepalive(mql_redis *r, uint64_t id) {
+    keepalive *k;
+    for (k = r->alive; k && k->id != id; k = k->next) {
+    }
+    return k;
+}
+
+/* Lost: a renewal said so, its budget is spent, or the TTL ran out since the
+ * last good renewal (mutex held). */
+static int keepalive_is_lost(const keepalive *k) {
+    return k->state == KA_LOST || k->state == KA_SPENT || mql_now_ms() - k->last_ok >= k->ttl_ms;
+}
+
+int mql_redis_keepalive_lost(mql_redis *r, uint64_t id) {
+    keepalive *k;
+    int lost = 0;
+    pthread_mutex_lock(&r->mu);
+    k = find_keepalive(r, id);
+    if (k && !k->cancelled) lost = keepalive_is_lost(k);
+    pthread_mutex_unlock(&r->mu);
+    return lost;
+}
+
 int mql_redis_keepalive_stop(mql_redis *r, uint64_t id) {
     keepalive *k;
     int lost = 0;
     pthread_mutex_lock(&r->mu);
-    for (k = r->alive; k && k->id != id; k = k->next) {
-    }
+    k = find_keepalive(r, id);
     if (k) {
-        /* lost: a renewal said so, or the TTL ran out since the last good one */
-        lost = k->state == KA_LOST || k->state == KA_SPENT || mql_now_ms() - k->last_ok >= k->ttl_ms;
+        lost = keepalive_is_lost(k);
         if (k->busy) {
             k->cancelled = 1;   /* the thread frees it when the renewal returns */
         } else {
