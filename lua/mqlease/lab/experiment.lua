@@ -21,7 +21,7 @@ local launch = require "mqlease.launch"
 local cjson = require "cjson"
 
 local floor, max, random = math.floor, math.max, math.random
-local pairs, ipairs, tostring, tonumber, pcall, type, rawget = pairs, ipairs, tostring, tonumber, pcall, type, rawget
+local pairs, ipairs, tostring, pcall, type, rawget = pairs, ipairs, tostring, pcall, type, rawget
 local now, sleep = mqlease.now, mqlease.sleep
 
 local _M = {}
