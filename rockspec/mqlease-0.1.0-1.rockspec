@@ -95,6 +95,7 @@ build = {
       ["mqlease.run.waiter"] = "lua/mqlease/run/waiter.lua",
       ["mqlease.run.worker"] = "lua/mqlease/run/worker.lua",
       ["mqlease.scheduler"] = "lua/mqlease/scheduler.lua",
+      ["mqlease.text"] = "lua/mqlease/text.lua",
       ["mqlease.trace"] = "lua/mqlease/trace.lua",
     },
     bin = { mqlease = "bin/mqlease", ["mqlease-devbroker"] = "build/rock/mqlease-devbroker" },

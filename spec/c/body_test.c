@@ -96,8 +96,9 @@ static void refuses_a_truncated_or_damaged_stream(void) {
  * GZIPInputStream reads them all (the JDK's own "concatenated members").
  * Issue 20 item 8: only the first was inflated and the rest dropped without a
  * word, so a handler got part of the body as if it were all of it. Every
- * member is inflated now; bytes after a member that are no stream refuse the
- * whole body (never part of it), and the size limit counts all members. */
+ * member is inflated now, a member after a valid header that does not
+ * inflate refuses the whole body (never part of it), and the size limit
+ * counts all members. */
 static void inflates_every_member_of_a_multi_member_body(void) {
     uint8_t packed[256], *out = (uint8_t *)1;
     size_t a, b, n = 1;
@@ -111,15 +112,91 @@ static void inflates_every_member_of_a_multi_member_body(void) {
     out = (uint8_t *)1;
     CHECK(mql_body_decode(2, 0, NULL, packed, a + b, 8, &out, &n) == MQL_BODY_TOO_LARGE);
     CHECK(out == NULL && n == 0);
-    /* a member followed by bytes that are no member: refused, not "hello " */
-    memcpy(packed + a, "trailing", 8);
-    out = (uint8_t *)1;
-    CHECK(mql_body_decode(2, 0, NULL, packed, a + 8, 100, &out, &n) == MQL_BODY_INFLATE_FAILED);
-    CHECK(out == NULL && n == 0);
-    /* a second member cut short: refused as well */
+    /* a second member cut short: refused */
     b = deflate_with(15 + 16, (const uint8_t *)"world", 5, packed + a, sizeof(packed) - a);
     CHECK(mql_body_decode(2, 0, NULL, packed, a + b - 3, 100, &out, &n) == MQL_BODY_INFLATE_FAILED);
     CHECK(out == NULL && n == 0);
+}
+
+/* Inflates in[0..len) and says whether it gave exactly want. */
+static int inflates_to(const uint8_t *in, size_t len, const char *want) {
+    uint8_t *out = NULL;
+    size_t n = 0;
+    int same = mql_body_decode(2, 0, NULL, in, len, 1000, &out, &n) == MQL_BODY_OK &&
+               n == strlen(want) && memcmp(out, want, n) == 0;
+    free(out);
+    return same;
+}
+
+static int refused(const uint8_t *in, size_t len) {
+    uint8_t *out = (uint8_t *)1;
+    size_t n = 1;
+    return mql_body_decode(2, 0, NULL, in, len, 1000, &out, &n) == MQL_BODY_INFLATE_FAILED &&
+           out == NULL && n == 0;
+}
+
+/* Issue 33 item 5: bytes after a gzip member that are no member used to
+ * refuse the body (dead-lettered), where the Java client delivers it:
+ * GZIPInputStream.readTrailer ignores what does not read as a member header,
+ * and InflaterInputStream never reads past the end of a zlib stream. */
+static void ignores_bytes_after_the_last_member_that_are_no_member_header(void) {
+    static const uint8_t fhcrc_wrong[] = {0x1f, 0x8b, 8, 0x02, 0, 0, 0, 0, 0, 0xff, 0xde, 0xad};
+    uint8_t packed[256];
+    size_t a = deflate_with(15 + 16, (const uint8_t *)"hello ", 6, packed, sizeof(packed)), b;
+    memcpy(packed + a, "trailing", 8);                         /* short: never looked at */
+    CHECK(inflates_to(packed, a + 8, "hello "));
+    memset(packed + a, 'x', 40);                               /* long: looked at, no header */
+    CHECK(inflates_to(packed, a + 40, "hello "));
+    memcpy(packed + a, HELLO_ZLIB, sizeof(HELLO_ZLIB));        /* a zlib stream is no member */
+    CHECK(inflates_to(packed, a + sizeof(HELLO_ZLIB), "hello "));
+    memcpy(packed + a, fhcrc_wrong, sizeof(fhcrc_wrong));      /* a header whose CRC is wrong */
+    memset(packed + a + sizeof(fhcrc_wrong), 0, 20);
+    CHECK(inflates_to(packed, a + sizeof(fhcrc_wrong) + 20, "hello "));
+    /* after a zlib stream nothing is read, not even a gzip member */
+    memcpy(packed, HELLO_ZLIB, sizeof(HELLO_ZLIB));
+    memcpy(packed + sizeof(HELLO_ZLIB), "trailing bytes of any length at all", 35);
+    CHECK(inflates_to(packed, sizeof(HELLO_ZLIB) + 35, "hello"));
+    b = deflate_with(15 + 16, (const uint8_t *)"world", 5, packed + sizeof(HELLO_ZLIB), 200);
+    CHECK(inflates_to(packed, sizeof(HELLO_ZLIB) + b, "hello"));
+}
+
+/* A member header is what GZIPInputStream.readHeader takes, which does not
+ * look at the reserved flag bits (zlib's own gzip reader refuses them). */
+static void reads_a_member_whose_header_java_takes(void) {
+    uint8_t packed[256];
+    size_t a = deflate_with(15 + 16, (const uint8_t *)"hello ", 6, packed, sizeof(packed));
+    size_t b = deflate_with(15 + 16, (const uint8_t *)"world", 5, packed + a, sizeof(packed) - a);
+    packed[a + 3] |= 0xe0;
+    CHECK(inflates_to(packed, a + b, "hello world"));
+    packed[3] |= 0xe0;
+    CHECK(inflates_to(packed, a + b, "hello world"));
+}
+
+/* readTrailer looks for a next member only when more than 26 bytes are left
+ * in its 512-byte buffer or more wait beyond it: 15 bytes after a short
+ * member are never looked at, the same 15 bytes split by the buffer's edge
+ * are, and a valid header there with no whole member after it refuses the
+ * body. */
+static void looks_for_a_member_where_javas_buffer_makes_it_look(void) {
+    static const uint8_t tail[15] = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff, 0x03, 0x00, 1, 2, 3};
+    static uint8_t data[600], packed[1200];
+    uint32_t x = 12345;
+    uint8_t *out = NULL;
+    size_t i, n = 0, len, plen = 0;
+    for (i = 0; i < sizeof(data); i++) data[i] = (uint8_t)((x = x * 1103515245u + 12345u) >> 24);
+    plen = deflate_with(15 + 16, (const uint8_t *)"hello ", 6, packed, sizeof(packed));
+    memcpy(packed + plen, tail, sizeof(tail));
+    CHECK(inflates_to(packed, plen + sizeof(tail), "hello "));
+    /* a member whose trailer starts at 512: the buffer (bytes 10 to 522) holds
+     * the trailer and 2 bytes of the tail, 13 more wait beyond it */
+    for (len = 400; len < sizeof(data); len++)
+        if ((plen = deflate_with(15 + 16, data, len, packed, sizeof(packed))) == 520) break;
+    CHECK(plen == 520);
+    CHECK(mql_body_decode(2, 0, NULL, packed, plen, 1000, &out, &n) == MQL_BODY_OK);
+    CHECK(n == len && memcmp(out, data, len) == 0);
+    free(out);
+    memcpy(packed + plen, tail, sizeof(tail));
+    CHECK(refused(packed, plen + sizeof(tail)));
 }
 
 static void stops_a_bomb_at_the_limit(void) {
@@ -181,6 +258,9 @@ int main(void) {
     RUN(inflates_zlib_and_gzip_framing_alike);
     RUN(refuses_a_truncated_or_damaged_stream);
     RUN(inflates_every_member_of_a_multi_member_body);
+    RUN(ignores_bytes_after_the_last_member_that_are_no_member_header);
+    RUN(reads_a_member_whose_header_java_takes);
+    RUN(looks_for_a_member_where_javas_buffer_makes_it_look);
     RUN(stops_a_bomb_at_the_limit);
     RUN(handles_empty_bodies);
     RUN(checks_the_digest_on_the_wire_bytes_before_inflating);

@@ -24,6 +24,34 @@ static void leases_of_one_topic_share_one_copy_of_its_name(void) {
     mql_lease_table_free(&t);
 }
 
+/* A proxy chooses the topic names (a hostile one can send a new one with every
+ * message): past UINT16_MAX of them the table used to abort the process. Now
+ * each lease still names its own topic, and the names kept for sharing are
+ * bounded. */
+static void many_distinct_topics_keep_working_and_stay_bounded(void) {
+    enum { N = 70000 };
+    static mql_lease *ls[N];
+    mql_lease_table t;
+    char name[32];
+    int i, right = 0;
+    mql_lease_table_init(&t);
+    for (i = 0; i < N; i++) {
+        snprintf(name, sizeof(name), "topic-%d", i);
+        ls[i] = mql_lease_add(&t, "id", name, "h", 0, 1000);
+    }
+    for (i = 0; i < N; i++) {
+        snprintf(name, sizeof(name), "topic-%d", i);
+        if (strcmp(mql_lease_topic(&t, ls[i]), name) == 0) right++;
+    }
+    CHECK(right == N);
+    CHECK(t.ntopics <= MQL_TOPICS_MAX);
+    /* the first topics are still shared, and found again by name */
+    CHECK(mql_lease_add(&t, "id", "topic-0", "h", 0, 1000)->topic == ls[0]->topic);
+    for (i = 0; i < N; i += 2) mql_lease_remove(&t, ls[i]);
+    CHECK(strcmp(mql_lease_topic(&t, ls[N - 1]), "topic-69999") == 0);
+    mql_lease_table_free(&t);
+}
+
 /* the handle lies inside the lease's own allocation */
 static int handle_inline(const mql_lease *l, size_t id_len, size_t first_handle_len) {
     const char *start = (const char *)l;
@@ -108,6 +136,7 @@ static void the_renewal_send_time_is_kept_after_the_receive(void) {
 
 int main(void) {
     RUN(leases_of_one_topic_share_one_copy_of_its_name);
+    RUN(many_distinct_topics_keep_working_and_stay_bounded);
     RUN(a_new_handle_keeps_the_message_id);
     RUN(a_lease_is_one_allocation_with_its_id_and_handle);
     RUN(a_missing_message_id_or_topic_is_empty);

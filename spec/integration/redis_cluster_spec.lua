@@ -13,14 +13,28 @@ local function exists(path)
   return f ~= nil
 end
 
--- MOVED replies the masters sent so far (Redis 7 counts errors by prefix).
-local function moved_replies()
+-- The MOVED (or ASK) replies the masters sent so far (Redis 7 counts errors by prefix).
+local function redirect_replies(kind)
   local n = 0
   for _, node in ipairs(NODES) do
     local port = node:match(":(%d+)$")
-    n = n + (tonumber(env.sh("redis-cli -p " .. port .. " info errorstats"):match("errorstat_MOVED:count=(%d+)")) or 0)
+    local stats = env.sh("redis-cli -p " .. port .. " info errorstats")
+    n = n + (tonumber(stats:match("errorstat_" .. (kind or "MOVED") .. ":count=(%d+)")) or 0)
   end
   return n
+end
+local function moved_replies() return redirect_replies("MOVED") end
+
+-- redis-cli against one node, by port.
+local function node_cli(port, args)
+  return (env.sh(("redis-cli -p %s %s"):format(port, args)):gsub("%s+$", ""))
+end
+
+-- The port of the master that owns slot (CLUSTER SLOTS: {first, last, {host, port, id}, ...}).
+local function owner_port(r, slot)
+  for _, range in ipairs(assert(r:call("CLUSTER", "SLOTS"))) do
+    if slot >= range[1] and slot <= range[2] then return tostring(range[3][2]) end
+  end
 end
 
 local function cluster_client()
@@ -56,7 +70,41 @@ describe("mqlease.redis with Cluster", function()
     r:close()
   end)
 
-  it("follows MOVED and ASK while slots migrate under it", function()
+  -- One slot half migrated, by hand as redis-cli --cluster reshard does it: the key
+  -- already moved is answered ASK by the old owner, and only a command that follows the
+  -- ASK (ASKING first, on the importing node) finds it; once the slot is the new node's,
+  -- the old owner answers MOVED.
+  it("follows ASK to the importing node while a slot is half migrated, then MOVED", function()
+    local r = cluster_client()
+    local key, other = env.name("ask_key"), nil
+    assert.equal("OK", r:call("SET", key, "before"))
+    local slot = r:call("CLUSTER", "KEYSLOT", key)
+    local src = owner_port(r, slot)
+    for _, node in ipairs(NODES) do
+      local port = node:match(":(%d+)$")
+      if port ~= src then other = port break end
+    end
+    local src_id, dst_id = node_cli(src, "cluster myid"), node_cli(other, "cluster myid")
+    local asks = redirect_replies("ASK")
+    assert.equal("OK", node_cli(other, ("cluster setslot %d importing %s"):format(slot, src_id)))
+    assert.equal("OK", node_cli(src, ("cluster setslot %d migrating %s"):format(slot, dst_id)))
+    assert.equal("OK", node_cli(src, ("migrate 127.0.0.1 %s %s 0 5000"):format(other, key)))
+    assert.equal("before", r:call("GET", key))
+    assert.equal("OK", r:call("SET", key, "during"))
+    assert.equal(asks + 2, redirect_replies("ASK"), "the old owner did not answer ASK twice")
+    -- the slot is the importing node's: told to it first, as redis-cli --cluster does
+    local moved = moved_replies()
+    assert.equal("OK", node_cli(other, ("cluster setslot %d node %s"):format(slot, dst_id)))
+    for _, node in ipairs(NODES) do
+      local port = node:match(":(%d+)$")
+      if port ~= other then node_cli(port, ("cluster setslot %d node %s"):format(slot, dst_id)) end
+    end
+    assert.equal("during", r:call("GET", key))
+    assert.equal(moved + 1, moved_replies(), "the old owner did not answer MOVED")
+    r:close()
+  end)
+
+  it("follows MOVED while slots migrate under it, every increment counted", function()
     local r = cluster_client()
     local keys = {}
     for i = 1, 300 do
@@ -92,11 +140,18 @@ describe("mqlease.policy.exactly_once with Cluster", function()
   end
 
   it("keeps 300 messages at one effect each with 3 workers while slots migrate mid-run", function()
-    check("cluster slot migration", workload.run {
+    -- the workers are the only clients of the cluster here: every MOVED or ASK a master
+    -- sent went to one of them, on a command for a slot that had moved under it
+    local redirects = redirect_replies("MOVED") + redirect_replies("ASK")
+    local out = workload.run {
       name = "eo_cluster_migrate", messages = 300, fault_after = 60,
       worker_env = { EO_CLUSTER = table.concat(NODES, ",") },
       fault = function() env.sh(HA .. "reshard 2000") end,
-    })
+    }
+    check("cluster slot migration", out)
+    redirects = redirect_replies("MOVED") + redirect_replies("ASK") - redirects
+    io.stderr:write(("cluster slot migration: %d MOVED/ASK replies followed\n"):format(redirects))
+    assert.is_true(redirects >= 1, "no worker was redirected: the migration was not exercised")
   end)
 
   it("keeps 300 messages at one effect each with 3 workers while a master is killed mid-run", function()

@@ -130,7 +130,7 @@ describe("mqlease.redis", function()
     local policy = mqlease.policy.exactly_once { redis = r, prefix = prefix, lock_ttl = 4 }
     local seen = {}
     local rejected_before = rejected(probe, "evalsha")
-    local action, _, err, unlock = policy(m, lease, function(_, l)
+    local action, _, err = policy(m, lease, function(_, l)
       seen.owner, seen.fence = probe:call("GET", keys.lock), l.fence
       local t0 = mqlease.now()
       env.sh(cli .. "EVAL 'while true do end' 0 >/dev/null 2>&1 &")
@@ -159,8 +159,9 @@ describe("mqlease.redis", function()
     assert.equal(seen.owner, seen.owner_after)
     assert.equal(seen.fence, seen.fence_after)
     assert.is_true(seen.pttl_after > 0, "the lock has no TTL left")
-    assert.is_nil(unlock, "the unlock rides in the done marker's script, before the ack")
-    assert.equal(mqlease.null, probe:call("GET", keys.lock))
+    -- the unlock rides in the done marker's script, before the ack: both are done
+    assert.equal(mqlease.null, probe:call("GET", keys.lock), "the lock outlived the ack")
+    assert.equal(1, probe:call("EXISTS", keys.done), "no done marker")
     probe:close()
     r:close()
   end)

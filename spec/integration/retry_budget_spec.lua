@@ -78,9 +78,14 @@ describe("retry budgets on RocketMQ " .. VERSION, function()
     env.collect(c, 30, function(m) if m.id == id then first = m end end, function() return first ~= nil end, 1)
     assert.is_table(first)
     local effects = 0
-    local action, _, _, after = policy(first, first.lease, function() effects = effects + 1; return true end)
+    local action = policy(first, first.lease, function() effects = effects + 1; return true end)
     assert.equal("ack", action)
-    if after then after() end
+    -- what attempt 2 must find: the done marker, and no lock left to wait for
+    local r = mqlease.redis(redis)
+    local keys = mqlease.policy.keys(id)
+    assert.equal(1, r:call("EXISTS", keys.done), "attempt 1 wrote no done marker")
+    assert.equal(0, r:call("EXISTS", keys.lock), "attempt 1's lock outlived it")
+    r:close()
     assert(first:nack(0))
 
     -- attempt 2 reaches a run that allows one attempt: the done marker says it is done

@@ -436,6 +436,15 @@ describe("mqlease send and peek output", function()
     line = peek.format({ id = "01AC", delivery_attempt = 1, keys = {}, properties = {}, body = ("x"):rep(100) })
     assert.equal('01AC\tattempt=1\ttag=-\tkeys=-\tprops=-\tbody="' .. ("x"):rep(64) .. '"... (100 bytes)', line)
   end)
+
+  it("prints a peeked message's id with its control bytes escaped, as the producer chose it", function()
+    -- a producer may set any id (a message id is the sender's MessageId property): one with a
+    -- newline or an escape sequence must not forge a second line or recolour the terminal
+    local line = peek.format({ id = "01AD\n01AE\tattempt=9\27[2J", delivery_attempt = 1, keys = {},
+      properties = {}, body = "" })
+    assert.equal('01AD\\n01AE\\tattempt=9\\x1b[2J\tattempt=1\ttag=-\tkeys=-\tprops=-\tbody=""', line)
+    assert.is_nil(line:find("\n", 1, true))
+  end)
 end)
 
 describe("the /metrics listener", function()

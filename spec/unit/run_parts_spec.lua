@@ -136,7 +136,7 @@ describe("mqlease.run.task.decide", function()
   end)
 
   it("prints a producer's message id with its control bytes escaped", function()
-    assert.equal("a\\x0ab\\x1b[2J", task.printable("a\nb\27[2J"))
+    assert.equal("a\\nb\\x1b[2J", task.printable("a\nb\27[2J"))
   end)
 end)
 

@@ -70,46 +70,69 @@ int mql_digest_matches(int type, const char *checksum, const uint8_t *data, size
     }
 }
 
-/* Room for the next inflate call: double, never past limit (max + 1, so that
- * one byte more than max is seen and refused). */
-static size_t grow(size_t cap, size_t limit) {
-    size_t next = cap > limit / 2 ? limit : cap * 2;
-    return next > limit ? limit : next;
+/* ---- inflation ----
+ *
+ * Read as the official Java client reads a GZIP body (rocketmq-clients,
+ * Utilities.decompressBytes, by the first bytes): 1f 8b is gzip, read with
+ * java.util.zip.GZIPInputStream; anything else is taken as a zlib stream
+ * (Java's InflaterInputStream, chosen there by 0x78), which is what the 5.x
+ * proxy labels GZIP when a remoting producer compressed the body. What
+ * follows the end of a zlib stream is never read. A gzip body is read member
+ * by member as GZIPInputStream.readTrailer does: after a member's trailer it
+ * looks for another member header only when more than 26 bytes are left in
+ * its 512-byte input buffer or more wait beyond the buffer; when it looks and
+ * finds no valid header, the rest is ignored, and when it finds one, that
+ * member must inflate like the first. So a body is accepted or refused
+ * exactly where the Java client accepts or refuses it. */
+
+#define GZIP_FHCRC 0x02
+#define GZIP_FEXTRA 0x04
+#define GZIP_FNAME 0x08
+#define GZIP_FCOMMENT 0x10
+#define JAVA_GZIP_BUFFER 512   /* GZIPInputStream(InputStream)'s input buffer */
+#define JAVA_GZIP_LOOK 26      /* readTrailer: trailer 8 + least header 10 + trailer 8 */
+
+/* The output so far: all members go into one buffer, under one limit. */
+typedef struct inflated {
+    uint8_t *buf;
+    size_t used, cap;
+    size_t limit;   /* max + 1, so that one byte more than max is seen and refused */
+} inflated;
+
+/* Room for the next inflate call: double, never past the limit. */
+static int make_room(inflated *o) {
+    if (o->used < o->cap) return 1;
+    if (o->cap >= o->limit) return 0;
+    o->cap = o->cap > o->limit / 2 ? o->limit : o->cap * 2;
+    o->buf = realloc(o->buf, o->cap);
+    if (!o->buf) abort();
+    return 1;
 }
 
-static mql_body_status inflate_into(z_stream *zs, const uint8_t *in, size_t len, size_t limit,
-                                    uint8_t **buf, size_t *used) {
-    size_t cap = len < 512 ? 1024 : (len > limit / 4 ? limit : len * 4), fed = 0;
-    if (cap > limit) cap = limit;
-    *buf = mql_xmalloc(cap);
+/* Inflates one stream from in[0..len) (zs knows its framing) into o, up to
+ * its end; *consumed is how many input bytes it took. */
+static mql_body_status inflate_stream(z_stream *zs, const uint8_t *in, size_t len, inflated *o,
+                                      size_t *consumed) {
+    size_t fed = 0;
+    zs->avail_in = 0;
     for (;;) {
         uInt room;
         int rc;
-        if (*used == cap) {
-            if (cap >= limit) return MQL_BODY_TOO_LARGE;
-            cap = grow(cap, limit);
-            *buf = realloc(*buf, cap);
-            if (!*buf) abort();
-        }
+        if (!make_room(o)) return MQL_BODY_TOO_LARGE;
         if (zs->avail_in == 0 && fed < len) {
             uInt chunk = len - fed > UINT_MAX ? UINT_MAX : (uInt)(len - fed);
             zs->next_in = (Bytef *)(uintptr_t)(in + fed);
             zs->avail_in = chunk;
             fed += chunk;
         }
-        room = cap - *used > UINT_MAX ? UINT_MAX : (uInt)(cap - *used);
-        zs->next_out = *buf + *used;
+        room = o->cap - o->used > UINT_MAX ? UINT_MAX : (uInt)(o->cap - o->used);
+        zs->next_out = o->buf + o->used;
         zs->avail_out = room;
         rc = inflate(zs, Z_NO_FLUSH);
-        *used += room - zs->avail_out;
+        o->used += room - zs->avail_out;
         if (rc == Z_STREAM_END) {
-            if (*used >= limit) return MQL_BODY_TOO_LARGE;
-            if (zs->avail_in == 0 && fed == len) return MQL_BODY_OK;
-            /* More input after a member: the next member (RFC 1952 2.2; Java's
-             * GZIPInputStream reads them all). Bytes that are no stream fail
-             * below: the body is refused whole, never delivered in part. */
-            if (inflateReset(zs) != Z_OK) return MQL_BODY_INFLATE_FAILED;
-            continue;
+            *consumed = fed - zs->avail_in;
+            return o->used >= o->limit ? MQL_BODY_TOO_LARGE : MQL_BODY_OK;
         }
         if (rc == Z_OK) continue;
         if (rc == Z_BUF_ERROR && zs->avail_out == 0) continue;
@@ -117,24 +140,99 @@ static mql_body_status inflate_into(z_stream *zs, const uint8_t *in, size_t len,
     }
 }
 
+/* The length of the gzip member header at in[0..len) (RFC 1952 2.3), or 0
+ * when GZIPInputStream.readHeader would throw: magic, method 8 (deflate), the
+ * optional fields present in full, the header CRC right when flagged. Like
+ * readHeader it does not look at the reserved flag bits (zlib refuses them). */
+static size_t gzip_header(const uint8_t *in, size_t len) {
+    size_t n = 10;
+    const uint8_t *z;
+    uint8_t flg;
+    if (len < n || in[0] != 0x1f || in[1] != 0x8b || in[2] != 8) return 0;
+    flg = in[3];
+    if (flg & GZIP_FEXTRA) {
+        if (len < n + 2) return 0;
+        n += 2 + (size_t)(in[n] | in[n + 1] << 8);
+        if (n > len) return 0;
+    }
+    if (flg & GZIP_FNAME) {
+        if (!(z = memchr(in + n, 0, len - n))) return 0;
+        n = (size_t)(z - in) + 1;
+    }
+    if (flg & GZIP_FCOMMENT) {
+        if (!(z = memchr(in + n, 0, len - n))) return 0;
+        n = (size_t)(z - in) + 1;
+    }
+    if (flg & GZIP_FHCRC) {
+        if (len < n + 2 || (crc32_z(0L, in, n) & 0xffff) != (unsigned)(in[n] | in[n + 1] << 8)) return 0;
+        n += 2;
+    }
+    return n;
+}
+
+/* The member trailer at t (8 bytes): CRC32 and length mod 2^32 of its output. */
+static int gzip_trailer_matches(const uint8_t *t, const uint8_t *out, size_t n) {
+    uint32_t crc = (uint32_t)t[0] | (uint32_t)t[1] << 8 | (uint32_t)t[2] << 16 | (uint32_t)t[3] << 24;
+    uint32_t isize = (uint32_t)t[4] | (uint32_t)t[5] << 8 | (uint32_t)t[6] << 16 | (uint32_t)t[7] << 24;
+    return crc == (uint32_t)crc32_z(0L, out, n) && isize == (uint32_t)n;
+}
+
+/* Whether readTrailer looks for another member after the trailer at q: the
+ * bytes its buffer (filled 512 at a time, up to chunk_end) still holds, and
+ * whether more wait beyond it. */
+static int java_looks_further(size_t q, size_t chunk_end, size_t len) {
+    size_t read = chunk_end > q + 8 ? chunk_end : q + 8;
+    return len > read || chunk_end - q > JAVA_GZIP_LOOK;
+}
+
+static mql_body_status inflate_gzip(z_stream *zs, const uint8_t *in, size_t len, inflated *o) {
+    size_t pos = gzip_header(in, len), chunk_end = pos;
+    if (!pos || inflateInit2(zs, -15) != Z_OK) return MQL_BODY_INFLATE_FAILED;   /* raw deflate */
+    for (;;) {
+        size_t start = o->used, consumed = 0, q, next;
+        mql_body_status st = inflate_stream(zs, in + pos, len - pos, o, &consumed);
+        if (st != MQL_BODY_OK) return st;
+        q = pos + consumed;
+        if (len - q < 8 || !gzip_trailer_matches(in + q, o->buf + start, o->used - start))
+            return MQL_BODY_INFLATE_FAILED;   /* "Corrupt GZIP trailer", or cut short */
+        while (chunk_end < q) chunk_end = len - chunk_end > JAVA_GZIP_BUFFER ? chunk_end + JAVA_GZIP_BUFFER : len;
+        if (!java_looks_further(q, chunk_end, len)) return MQL_BODY_OK;
+        next = gzip_header(in + q + 8, len - q - 8);
+        if (!next) return MQL_BODY_OK;        /* no member header: the rest is ignored */
+        pos = q + 8 + next;
+        if (chunk_end < pos) chunk_end = pos;   /* the header was read past the buffer */
+        if (inflateReset(zs) != Z_OK) return MQL_BODY_INFLATE_FAILED;
+    }
+}
+
+static mql_body_status inflate_zlib(z_stream *zs, const uint8_t *in, size_t len, inflated *o) {
+    size_t consumed;
+    if (inflateInit2(zs, 15) != Z_OK) return MQL_BODY_INFLATE_FAILED;
+    return inflate_stream(zs, in, len, o, &consumed);   /* what follows it is never read */
+}
+
 mql_body_status mql_body_inflate(const uint8_t *in, size_t len, size_t max,
                                  uint8_t **out, size_t *out_len) {
     z_stream zs;
-    size_t used = 0, limit = max >= SIZE_MAX - 1 ? SIZE_MAX - 1 : max + 1;
-    uint8_t *buf = NULL;
+    inflated o;
     mql_body_status st;
     *out = NULL;
     *out_len = 0;
     memset(&zs, 0, sizeof(zs));
-    if (inflateInit2(&zs, 15 + 32) != Z_OK) return MQL_BODY_INFLATE_FAILED;  /* zlib or gzip header */
-    st = inflate_into(&zs, in, len, limit, &buf, &used);
+    o.limit = max >= SIZE_MAX - 1 ? SIZE_MAX - 1 : max + 1;
+    o.cap = len < 512 ? 1024 : (len > o.limit / 4 ? o.limit : len * 4);
+    if (o.cap > o.limit) o.cap = o.limit;
+    o.buf = mql_xmalloc(o.cap);
+    o.used = 0;
+    if (len >= 2 && in[0] == 0x1f && in[1] == 0x8b) st = inflate_gzip(&zs, in, len, &o);
+    else st = inflate_zlib(&zs, in, len, &o);
     inflateEnd(&zs);
     if (st != MQL_BODY_OK) {
-        free(buf);
+        free(o.buf);
         return st;
     }
-    *out = buf;
-    *out_len = used;
+    *out = o.buf;
+    *out_len = o.used;
     return MQL_BODY_OK;
 }
 

@@ -4,7 +4,8 @@
  * digest the proxy sends (body_digest: CRC32, MD5 or SHA1, hex text) is checked
  * against the body *as it came over the wire*, then a GZIP body is inflated.
  * The 5.x proxy says GZIP for whatever the remoting producer compressed, which
- * is a zlib stream; we take both framings (zlib's inflateInit2 with 15+32).
+ * is a zlib stream; we take both framings, told apart by the first bytes as
+ * the Java client does (Utilities.decompressBytes: 1f 8b is gzip).
  * Inflation stops at a caller-given limit so a small hostile body cannot
  * exhaust memory (a "decompression bomb").
  *
@@ -37,11 +38,13 @@ const char *mql_body_status_name(mql_body_status s);
 int mql_digest_matches(int type, const char *checksum, const uint8_t *data, size_t len);
 
 /* Inflates a zlib- or gzip-framed stream into a new buffer (*out, owned by the
- * caller, *out_len bytes; *out is non-NULL even for an empty result). Members
- * that follow one another are all inflated, one after the other, as Java's
- * GZIPInputStream does. MQL_BODY_TOO_LARGE past max bytes (all members
- * together), MQL_BODY_INFLATE_FAILED on a damaged or truncated stream or
- * bytes after a member that are no member; on failure *out is NULL. */
+ * caller, *out_len bytes; *out is non-NULL even for an empty result), as the
+ * Java client does: gzip members that follow one another are all inflated
+ * (GZIPInputStream), bytes after the last member that are no member header
+ * are ignored, and so is anything after a zlib stream (InflaterInputStream).
+ * MQL_BODY_TOO_LARGE past max bytes (all members together),
+ * MQL_BODY_INFLATE_FAILED on a damaged or truncated stream or a member after
+ * a valid header that does not inflate; on failure *out is NULL. */
 mql_body_status mql_body_inflate(const uint8_t *in, size_t len, size_t max,
                                  uint8_t **out, size_t *out_len);
 

@@ -54,6 +54,7 @@ void mql_lease_table_free(mql_lease_table *t) {
     }
     for (i = 0; i < t->ntopics; i++) free(t->topics[i]);
     free(t->topics);
+    free(t->topic_slots);
     free(t->buckets);
     if (t->heap) free(t->heap - HEAP_PAD);
     memset(t, 0, sizeof(*t));
@@ -81,22 +82,65 @@ static void table_grow(mql_lease_table *t) {
     free(old);
 }
 
-/* The index of topic among the interned ones, added if new. A consumer
- * subscribes to one topic; past UINT16_MAX names (never, for a consumer) the
- * process stops rather than hand a lease another topic's name. */
-static uint16_t topic_intern(mql_lease_table *t, const char *topic) {
+/* ---- interned topics ----
+ *
+ * Every lease names its topic in each renewal, ack and nack, so the name is
+ * looked up once per received message: a hash of the names (FNV-1a, linear
+ * probing) finds it without comparing against every other name. The names
+ * come from the proxy and are never freed before the table, so at most
+ * MQL_TOPICS_MAX are shared; a lease of any further topic keeps its own copy
+ * rather than another topic's name or none: the proxy resolves the receipt
+ * handle against the request's topic (AckMessageActivity and
+ * ChangeInvisibleDurationActivity in rocketmq-proxy), so a wrong name would
+ * fail the ack, and a copy costs only the leases of a proxy that misbehaves. */
+
+static uint64_t topic_hash(const char *s) {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
+    return h;
+}
+
+/* The slot that holds topic, or the empty slot where it would go. */
+static size_t topic_slot(const mql_lease_table *t, const char *topic) {
+    size_t mask = t->ntopic_slots - 1, i = (size_t)topic_hash(topic) & mask;
+    while (t->topic_slots[i] && strcmp(t->topics[t->topic_slots[i] - 1], topic) != 0)
+        i = (i + 1) & mask;
+    return i;
+}
+
+/* Doubles the slots (from 16), keeping them at most half full. */
+static void topics_grow(mql_lease_table *t) {
     size_t i;
+    t->ntopic_slots = t->ntopic_slots ? t->ntopic_slots * 2 : 16;
+    free(t->topic_slots);
+    t->topic_slots = mql_xcalloc(t->ntopic_slots, sizeof(*t->topic_slots));
     for (i = 0; i < t->ntopics; i++)
-        if (strcmp(t->topics[i], topic) == 0) return (uint16_t)i;
-    if (t->ntopics > UINT16_MAX) abort();
-    t->topics = realloc(t->topics, (t->ntopics + 1) * sizeof(*t->topics));
-    if (!t->topics) abort();
+        t->topic_slots[topic_slot(t, t->topics[i])] = (uint16_t)(i + 1);
+}
+
+/* The index of topic among the interned ones, added if new while there is
+ * room; MQL_TOPIC_OWN when there is none. */
+static uint16_t topic_intern(mql_lease_table *t, const char *topic) {
+    size_t slot;
+    if (t->ntopic_slots == 0) topics_grow(t);
+    slot = topic_slot(t, topic);
+    if (t->topic_slots[slot]) return (uint16_t)(t->topic_slots[slot] - 1);
+    if (t->ntopics == MQL_TOPICS_MAX) return MQL_TOPIC_OWN;
+    if (!t->topics) t->topics = mql_xcalloc(MQL_TOPICS_MAX, sizeof(*t->topics));
     t->topics[t->ntopics] = mql_strdup(topic);
-    return (uint16_t)t->ntopics++;
+    t->topic_slots[slot] = (uint16_t)(t->ntopics + 1);
+    t->ntopics++;
+    if (2 * t->ntopics > t->ntopic_slots) topics_grow(t);
+    return (uint16_t)(t->ntopics - 1);
+}
+
+/* Where a lease's own copy of its topic lies: after the handle's room. */
+static char *own_topic(const mql_lease *l) {
+    return (char *)l->message_id + strlen(l->message_id) + 1 + l->handle_room;
 }
 
 const char *mql_lease_topic(const mql_lease_table *t, const mql_lease *l) {
-    return t->topics[l->topic];
+    return l->topic == MQL_TOPIC_OWN ? own_topic(l) : t->topics[l->topic];
 }
 
 size_t mql_lease_alloc_size(size_t id_len, size_t handle_len) {
@@ -108,16 +152,22 @@ mql_lease *mql_lease_add(mql_lease_table *t, const char *message_id, const char 
                          const char *handle, int64_t now_ms, int64_t invisible_ms) {
     size_t idlen = strlen(message_id ? message_id : "");
     size_t hlen = strlen(handle ? handle : "");
+    uint16_t topic_index;
+    size_t own_len;
     mql_lease *l;
     size_t b;
+    if (!topic) topic = "";
+    topic_index = topic_intern(t, topic);
+    own_len = topic_index == MQL_TOPIC_OWN ? strlen(topic) + 1 : 0;
     /* a handle longer than the room's counter can say is simply kept apart */
     if (hlen + 1 + MQL_HANDLE_SLACK > UINT16_MAX) hlen = 0;
-    l = mql_xcalloc(1, mql_lease_alloc_size(idlen, hlen));
+    l = mql_xcalloc(1, mql_lease_alloc_size(idlen, hlen) + own_len);
     if (t->count + 1 > 2 * t->nbuckets) table_grow(t);   /* chains of two on average */
     l->id = t->next_id++;
     memcpy(l->message_id, message_id ? message_id : "", idlen + 1);
-    l->topic = topic_intern(t, topic ? topic : "");
+    l->topic = topic_index;
     l->handle_room = (uint16_t)(hlen + 1 + MQL_HANDLE_SLACK);
+    if (own_len) memcpy(own_topic(l), topic, own_len);
     l->handle = handle_room(l);
     mql_lease_set_handle(l, handle ? handle : "");
     l->state = MQL_LEASE_HELD;

@@ -50,6 +50,14 @@ typedef enum mql_lease_pending {
 #define MQL_HEAP_NONE UINT32_MAX
 #define MQL_HANDLE_SLACK 8   /* bytes of room past the first handle (see above) */
 
+/* Topic names are chosen by the proxy, so the table shares at most
+ * MQL_TOPICS_MAX of them (a consumer subscribes to one topic; its messages
+ * carry one or a few names). A lease of a topic past the cap keeps its own
+ * copy of the name in its record, after the handle's room, and says so with
+ * MQL_TOPIC_OWN as its topic index. */
+#define MQL_TOPICS_MAX 1024
+#define MQL_TOPIC_OWN UINT16_MAX
+
 /* The fixed fields are ordered and sized so that no byte is padding: a
  * million leases pay for every one (times a lease needs past its receive are
  * kept as 32-bit offsets from acquired_ms, and the topic as an index). */
@@ -69,7 +77,8 @@ typedef struct mql_lease {
     uint32_t window_ms;        /* the invisible duration its receive or in-flight renewal
                                   asked for (they differ with invisible = "auto") */
     uint16_t attempts;         /* failed tries of the current renewal (saturates) */
-    uint16_t topic;            /* its topic's index in the table's interned topics
+    uint16_t topic;            /* its topic's index in the table's interned topics, or
+                                  MQL_TOPIC_OWN: the name follows the handle's room
                                   (mql_lease_topic) */
     uint8_t state;             /* an mql_lease_state */
     uint8_t pending;           /* an mql_lease_pending: a release is under way (or waits) */
@@ -78,7 +87,8 @@ typedef struct mql_lease {
                                   (and a second deadline) we never saw */
     uint16_t handle_room;      /* bytes for the handle after the id in text, NUL included */
     char message_id[];         /* broker id, stable across redeliveries (same allocation),
-                                  then its NUL, then handle_room bytes for the handle */
+                                  then its NUL, then handle_room bytes for the handle
+                                  (then, for MQL_TOPIC_OWN, the topic and its NUL) */
 } mql_lease;
 
 /* When the lease's in-flight renewal left (monotonic ms), and setting it. */
@@ -113,9 +123,11 @@ static inline int64_t mql_heap_key(int64_t when_ms, uint64_t id) {
 }
 
 typedef struct mql_lease_table {
-    char **topics;             /* interned topic names (a consumer has one or a few; a
-                                  lease keeps its topic's index, at most UINT16_MAX) */
+    char **topics;             /* interned topic names, at most MQL_TOPICS_MAX; a lease
+                                  keeps its topic's index */
     size_t ntopics;
+    uint16_t *topic_slots;     /* open addressing over topics: index + 1, 0 when empty */
+    size_t ntopic_slots;       /* power of two, at least twice ntopics */
     mql_lease **buckets;
     size_t nbuckets;           /* power of two */
     size_t count;
@@ -130,11 +142,12 @@ void mql_lease_table_free(mql_lease_table *t);
 
 /* Adds a held lease and returns it; the table owns it and copies the strings.
  * A lease is one allocation with its message id and its handle; the topic is
- * shared by every lease of that topic. */
+ * shared by every lease of that topic (past MQL_TOPICS_MAX names, kept in the
+ * lease's record). */
 mql_lease *mql_lease_add(mql_lease_table *t, const char *message_id, const char *topic,
                          const char *handle, int64_t now_ms, int64_t invisible_ms);
 mql_lease *mql_lease_find(const mql_lease_table *t, uint64_t id);
-/* The lease's topic name (interned in t). */
+/* The lease's topic name (interned in t, or in the lease's own record). */
 const char *mql_lease_topic(const mql_lease_table *t, const mql_lease *l);
 /* Unlinks and frees the lease (and disarms its timer). */
 void mql_lease_remove(mql_lease_table *t, mql_lease *l);

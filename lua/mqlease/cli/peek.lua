@@ -6,6 +6,7 @@
 
 local mqlease = require "mqlease"
 local options = require "mqlease.cli.options"
+local escape = require("mqlease.text").escape
 
 local tostring, pairs, ipairs, next, math_min = tostring, pairs, ipairs, next, math.min
 local concat, sort = table.concat, table.sort
@@ -15,28 +16,20 @@ local _M = {}
 
 local PREVIEW = 64   -- bytes of body shown
 
--- Printable text: control bytes, quotes and non-ASCII as escapes.
-local function escape(s)
-  return (s:gsub('[%c"\\\128-\255]', function(c)
-    if c == "\n" then return "\\n" elseif c == "\t" then return "\\t" elseif c == "\r" then return "\\r"
-    elseif c == '"' or c == "\\" then return "\\" .. c end
-    return ("\\x%02x"):format(c:byte())
-  end))
-end
-
 function _M.preview(body)
   if #body <= PREVIEW then return '"' .. escape(body) .. '"' end
   return ('"%s"... (%d bytes)'):format(escape(body:sub(1, PREVIEW)), #body)
 end
 
--- One line per message: id, attempt, tag, keys, properties, body preview.
+-- One line per message: id, attempt, tag, keys, properties, body preview, each
+-- escaped (the producer chose every one of them, the id too).
 function _M.format(m)
   local props = {}
   for k, v in pairs(m.properties or {}) do props[#props + 1] = escape(k) .. "=" .. escape(v) end
   sort(props)
   local keys = {}
   for i, k in ipairs(m.keys or {}) do keys[i] = escape(k) end
-  return ("%s\tattempt=%d\ttag=%s\tkeys=%s\tprops=%s\tbody=%s"):format(m.id, m.delivery_attempt or 0,
+  return ("%s\tattempt=%d\ttag=%s\tkeys=%s\tprops=%s\tbody=%s"):format(escape(m.id), m.delivery_attempt or 0,
     m.tag and escape(m.tag) or "-", #keys > 0 and concat(keys, ",") or "-",
     #props > 0 and concat(props, ",") or "-", _M.preview(m.body))
 end
@@ -96,7 +89,7 @@ function _M.main(opts)
     local ok
     ok, err, code = m:nack(0)
     if not ok then
-      io.stderr:write(("mqlease peek: could not give %s back: %s (%s)\n"):format(m.id, tostring(err), tostring(code)))
+      io.stderr:write(("mqlease peek: could not give %s back: %s (%s)\n"):format(escape(m.id), tostring(err), tostring(code)))
       status = EXIT.failure
     end
   end

@@ -20,15 +20,15 @@
 local life_mod = require "mqlease.run.life"
 local sequencer = require "mqlease.run.sequencer"
 local lease_mod = require "mqlease.lease"
+local text = require "mqlease.text"
 
 local pcall, error, tostring = pcall, error, tostring
 
 local _M = {}
 
--- A message id as a log line may print it: the producer chooses ids, so
--- control bytes, quotes and backslashes are escaped.
+-- A message id as a log line may print it: the producer chooses ids.
 function _M.printable(s)
-  return (tostring(s):gsub('[%c"\\\128-\255]', function(c) return ("\\x%02x"):format(c:byte()) end))
+  return text.escape(tostring(s))
 end
 
 -- The verb for the policy's answer: "ack", "dead_letter", "nack" (arg: the
