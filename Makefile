@@ -1,7 +1,8 @@
 # mqlease -- build, check and install. The rest lives in mk/:
 #   mk/deps.mk    make deps: the Debian packages the build and the tests need
 #   mk/test.mk    make test (check + fuzz + the specs against RocketMQ and Redis), make fuzz
-#   mk/run.mk     make demo, make bench, make soak
+#   mk/demo.mk    make demo
+#   mk/bench.mk   make bench, make soak
 #
 #   make              build/mqlease/core.so for Lua 5.4 and build/mqlease-devbroker
 #   make luajit       build/luajit/mqlease/core.so for LuaJIT 2.1 (OpenResty)
@@ -181,4 +182,4 @@ proto:
 clean:
 	rm -rf $(BUILD)
 
-include mk/deps.mk mk/test.mk mk/run.mk
+include mk/deps.mk mk/test.mk mk/demo.mk mk/bench.mk

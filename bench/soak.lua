@@ -7,7 +7,7 @@
 -- A second process (this file with "produce") sends the messages while this one
 -- consumes, so the consumer's memory is measured alone; the broker's RSS is printed
 -- beside it (it keeps every message, so it grows). Not part of `make test`.
-package.path = "./?.lua;lua/?.lua;lua/?/init.lua;spec/?.lua;" .. package.path
+package.path = "./?.lua;lua/?.lua;lua/?/init.lua;" .. package.path
 package.cpath = "build/?.so;" .. package.cpath
 local mqlease = require "mqlease"
 
@@ -33,9 +33,9 @@ if arg[1] == "produce" then
 end
 
 local n = tonumber(arg[1] or os.getenv("SOAK_N") or "1000000")
--- the optimised dev broker (the sanitizer one is for specs)
-local devbroker = require "support.devbroker"
-local dv = devbroker.start({ "soak" })
+-- the optimised dev broker ($MQLEASE_DEVBROKER from make soak, else build/'s;
+-- the sanitizer one is for specs)
+local dv = assert(require("mqlease.launch").devbroker { root = ".", topics = { "soak" } })
 local producer_pid
 local ok, err = pcall(function()
   local c = assert(mqlease.consumer { endpoints = dv.endpoints, group = "soak", topic = "soak",

@@ -217,9 +217,9 @@ if LR.run or JR.push or JR.consume then
   print("")
 end
 if lease_file then cost_table(lease_table()) end
--- the incident replay (bench/run.sh part replay) has its own table
+-- the incident replay (bench/all.sh part replay) has its own table
 if os.getenv("BENCH_REPLAY") then assert(loadfile("bench/replay_table.lua"))(os.getenv("BENCH_REPLAY")) end
--- exactly-once against plain (bench/run.sh part eo)
+-- exactly-once against plain (bench/all.sh part eo)
 if os.getenv("BENCH_EO") then assert(loadfile("bench/table_eo.lua"))(os.getenv("BENCH_EO")) end
--- sends in flight (bench/run.sh part send)
+-- sends in flight (bench/all.sh part send)
 if os.getenv("BENCH_SEND") then assert(loadfile("bench/table_send.lua"))(os.getenv("BENCH_SEND")) end

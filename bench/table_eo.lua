@@ -1,5 +1,5 @@
 -- bench/table_eo.lua FILE: the exactly-once table from the "eo {json}" lines of
--- bench/run.sh part eo (bench/bench.lua run, plain and with the exactly-once
+-- bench/all.sh part eo (bench/bench.lua run, plain and with the exactly-once
 -- policy, over backlogs of one size): medians of the runs, min-max beside.
 -- Also run by bench/table.lua when BENCH_EO is set.
 package.path = "./?.lua;lua/?.lua;lua/?/init.lua;" .. package.path

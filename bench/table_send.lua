@@ -1,5 +1,5 @@
 -- bench/table_send.lua FILE: the sends-in-flight table from the "send {json}" lines of
--- bench/run.sh's part send (bench/bench.lua send, Bench.java sendasync): medians of the
+-- bench/all.sh's part send (bench/bench.lua send, Bench.java sendasync): medians of the
 -- runs, min-max beside. Also run by bench/table.lua when BENCH_SEND is set.
 package.path = "./?.lua;lua/?.lua;lua/?/init.lua;" .. package.path
 local cjson = require "cjson"

@@ -1,5 +1,5 @@
 -- bench/workers.lua ENDPOINT GROUP TOPIC GO_FILE IDLE_S
--- One worker of the "workers" row of `make bench` (bench/run.sh part workers): several
+-- One worker of the "workers" row of `make bench` (bench/all.sh part workers): several
 -- processes run mqlease.run with a no-op handler, in one group, over one pre-loaded backlog
 -- on one dev broker. Each builds its consumer, then waits for GO_FILE to exist, so that
 -- they all start together; it stops once it has handled nothing for IDLE_S seconds

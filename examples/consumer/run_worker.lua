@@ -31,5 +31,5 @@ end, {
 })
 
 print(("stopped (%s): %d received, %d acked, %d nacked, %d given back"):format(
-  summary.reason, summary.received, summary.acked, summary.nacked, summary.released))
+  summary.reason, summary.received, summary.acked, summary.nacked, summary.drained))
 print(mqlease.metrics.text(consumer))

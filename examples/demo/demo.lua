@@ -1,5 +1,7 @@
 -- examples/demo/demo.lua [ENDPOINTS [TOPIC [REDIS]]] -- what `make demo` runs (about 45 s).
--- (defaults: 127.0.0.1:8081 demo 127.0.0.1:6379; demo.sh starts the servers and passes its own)
+-- Bare, it starts its own dev broker (the checkout's build/mqlease-devbroker, else the one on
+-- PATH) and its own redis-server on loopback (mqlease.launch), and stops them at the end;
+-- ENDPOINTS (with TOPIC, default demo) uses that broker, REDIS that Redis.
 --
 -- 24 tasks with heavy-tailed durations (most under a second, four of 12-18 s,
 -- longer than the 10 s lease) go to two workers. Worker A is killed with
@@ -9,8 +11,27 @@
 -- The summary counts business runs per task: every one must be exactly 1.
 local mqlease = require "mqlease"
 
-local endpoints, topic, redis = arg[1] or "127.0.0.1:8081", arg[2] or "demo", arg[3] or "127.0.0.1:6379"
+local launch = require "mqlease.launch"
+
+local endpoints, topic, redis = arg[1], arg[2] or "demo", arg[3]
 local here = arg[0]:match("^(.*)/[^/]*$") or "."   -- demo_worker.lua lives beside this file
+local started = {}
+local function stop_servers()
+  for _, s in ipairs(started) do s.stop() end
+end
+if not endpoints then
+  local dv = assert(launch.devbroker { root = here .. "/../..", topics = { topic } })
+  started[#started + 1] = dv
+  endpoints = dv.endpoints
+  print("demo: mqlease-devbroker on " .. endpoints)
+end
+if not redis then
+  local r, err = launch.redis()
+  if not r then stop_servers(); error(err) end
+  started[#started + 1] = r
+  redis = r.address
+  print("demo: redis-server on " .. redis)
+end
 local group = "demo_" .. topic
 io.stdout:setvbuf("line")
 
@@ -73,6 +94,7 @@ for _, id in ipairs(ids) do
   if n == 0 then missing = missing + 1 end
 end
 r:close()
+stop_servers()
 print(("\nsummary: %d tasks, %d done, %d business runs, %d duplicate business runs, %d never run")
   :format(#ids, done, runs, duplicates, missing))
 os.exit(done == #ids and duplicates == 0 and missing == 0 and 0 or 1)

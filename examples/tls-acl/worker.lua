@@ -2,7 +2,12 @@
 -- checks ACL signatures.
 --
 --   MQLEASE_ACCESS_KEY=ak MQLEASE_SECRET_KEY=sk \
---     lua5.4 worker.lua ENDPOINTS GROUP TOPIC [CA_FILE [SERVER_NAME]]
+--     lua5.4 worker.lua ENDPOINTS GROUP TOPIC [CA_FILE|system [SERVER_NAME]]
+--
+-- (defaults: 127.0.0.1:8081 worker tasks, and no TLS: bare, it runs against
+-- `mqlease devbroker --topic tasks`, which speaks plaintext and takes any
+-- signature; CA_FILE checks the proxy against that file, "system" against the
+-- system CAs.)
 --
 -- The secret key comes from the environment, never from the command line (a
 -- flag shows in ps). mqlease signs every call with it (HMAC-SHA1, the official
@@ -21,8 +26,14 @@ if access_key and secret_key then
   credentials = { access_key = access_key, secret_key = secret_key }
 end
 
-local tls = true
-if ca_file then tls = { ca_file = ca_file, server_name = server_name } end
+local tls = false
+if ca_file == "system" then
+  tls = server_name and { server_name = server_name } or true
+elseif ca_file then
+  tls = { ca_file = ca_file, server_name = server_name }
+else
+  io.stderr:write("no CA_FILE: plaintext (give a CA file, or 'system' for the system CAs, for TLS)\n")
+end
 
 local consumer, err, code = mqlease.consumer {
   endpoints = endpoints, group = group, topic = topic,

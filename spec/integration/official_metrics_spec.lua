@@ -1,6 +1,6 @@
 -- The official RocketMQ 5.x clients' metric families, recorded against the
 -- real broker: a producer's sends, and a consumer's receipts and handlers
--- under mqlease.run (the server-free details are in spec/unit/official_metrics_spec.lua).
+-- under mqlease.run (the server-free details are in spec/unit/official_metrics_text_spec.lua).
 local mqlease = require "mqlease"
 local env = require "support.env"
 local prom = require "support.prom"

@@ -7,7 +7,7 @@ local mqlease = require "mqlease"
 local trace = require "mqlease.trace"
 local env = require "support.env"
 
-local CMD = "env -u LD_PRELOAD lua5.4 bin/mqlease"   -- as cli_spec: the command as a user runs it
+local CMD = "env -u LD_PRELOAD lua5.4 bin/mqlease"   -- as integration/cli_spec: the command as a user runs it
 
 local TP1 = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 local TP2 = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"

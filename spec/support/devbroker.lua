@@ -1,5 +1,5 @@
--- spec/support/devbroker.lua: starts build/mqlease-devbroker on free loopback
--- ports for a spec and talks to its control port.
+-- spec/support/devbroker.lua: build/mqlease-devbroker (the sanitizer one when built) for
+-- a spec, started by mqlease.launch on free loopback ports, and its control port.
 --   local dv = devbroker.start({ "topicA", "topicB" }, { "--fail-change", "0.5" })
 --   dv.endpoints, dv.control("set paused 1") -> "ok ..." (nil: no answer in 5 s), dv.stop()
 --   dv.idle_client(seconds) -> pid of a control client that connects and says nothing
@@ -8,6 +8,7 @@
 --     Node.js client receives (and acks) up to n messages in the background; wait()
 --     returns { { id =, corrupted = }, ... } -- corrupted is its body-digest check
 local mqlease = require "mqlease"
+local launch = require "mqlease.launch"
 
 local _M = {}
 
@@ -20,38 +21,10 @@ local function binary()
   return "build/mqlease-devbroker"
 end
 
-local function control(port, line)
-  local p = assert(io.popen(("timeout 5 bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d; printf \"%%s\\n\" \"$0\" >&3; head -n1 <&3' %q")
-    :format(port, line)))
-  local answer = p:read("l")
-  p:close()
-  return answer
-end
-
+-- mqlease.launch starts it; a spec adds an idle control client. dv.stop():
+-- SIGTERM, 5 s to exit, then SIGKILL, and whether it exited on SIGTERM.
 function _M.start(topics, flags)
-  local out = os.tmpname()
-  local args = { "--listen", "127.0.0.1:0", "--control", "127.0.0.1:0" }
-  for _, t in ipairs(topics or {}) do args[#args + 1] = "--topic"; args[#args + 1] = t end
-  for _, f in ipairs(flags or {}) do args[#args + 1] = f end
-  local p = assert(io.popen(("%s %s >%s 2>&1 & echo $!"):format(binary(), table.concat(args, " "), out)))
-  local pid = tonumber(p:read("l"))
-  p:close()
-  local deadline = mqlease.now() + 10
-  local line
-  repeat
-    mqlease.sleep(0.05)
-    local f = io.open(out)
-    line = f and f:read("l")
-    if f then f:close() end
-  until (line and line:match("listening")) or mqlease.now() > deadline
-  assert(line and line:match("listening"), "the dev broker did not start: " .. tostring(line))
-  local port, cport = line:match("127%.0%.0%.1:(%d+) control 127%.0%.0%.1:(%d+)")
-  local dv = { endpoints = "127.0.0.1:" .. port, pid = pid, control_port = tonumber(cport) }
-  function dv.control(cmd) return control(dv.control_port, cmd) end
-  function dv.alive()
-    local r = os.execute(("kill -0 %d 2>/dev/null"):format(pid))
-    return r == true or r == 0
-  end
+  local dv = assert(launch.devbroker { path = binary(), topics = topics, flags = flags })
   function dv.idle_client(seconds)
     local q = assert(io.popen(("bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d; sleep %d' >/dev/null 2>&1 & echo $!")
       :format(dv.control_port, seconds)))
@@ -59,15 +32,6 @@ function _M.start(topics, flags)
     q:close()
     mqlease.sleep(0.3)   -- connected by now
     return cpid
-  end
-  -- SIGTERM, 5 s to exit, then SIGKILL: a wedged broker never outlives its spec.
-  -- Returns whether it exited on SIGTERM.
-  function dv.stop()
-    os.execute(("kill %d 2>/dev/null; for i in $(seq 50); do kill -0 %d 2>/dev/null || break; sleep 0.1; done"):format(pid, pid))
-    local clean = not dv.alive()
-    if not clean then os.execute(("kill -9 %d 2>/dev/null; sleep 0.2"):format(pid)) end
-    os.remove(out)
-    return clean
   end
   return dv
 end

@@ -39,9 +39,9 @@ SECOND_FILTER_OUT='mqlease%-devbroker'
 BESIDE_SPECS=(spec/integration/retry_policy_spec.lua spec/integration/fifo_spec.lua
   spec/integration/nack_spec.lua spec/integration/conformance_spec.lua
   spec/integration/devbroker_spec.lua spec/integration/run_spec.lua spec/integration/message_life_spec.lua
-  spec/regress/9583-ack-after-change-in-a-batch_spec.lua
-  spec/regress/failed-nack-lets-the-lease-expire_spec.lua
-  spec/regress/issue10-devbroker-paused-receive_spec.lua)
+  spec/regress/ack-after-change-in-a-batch-apache-9583_spec.lua
+  spec/regress/failed-release-lets-the-lease-expire_spec.lua
+  spec/regress/devbroker-resumed-receive-is-answered-once_spec.lua)
 # Spec files that boot JVMs of their own (a RocketMQ for ACL, for a proxy kill,
 # four for cluster mode) or run the Java clients: they come last in the first
 # pass, once the background lane is done, since a proxy that boots and warms up

@@ -2,8 +2,8 @@
  *
  * The binding is the only part of the project that includes lua.h, split by
  * what it binds: lmqlease.c (the module, consumers and producers, waiting),
- * lmql_push.c (core values -> Lua values), lmql_redis.c (core.redis) and
- * lmql_signals.c (core.watch_signals). No C thread of the core ever calls
+ * lmql_push.c (core values -> Lua values), lmql_redis.c (core.redis),
+ * lmql_signals.c (core.watch_signals) and lmql_exec.c (core.exec). No C thread of the core ever calls
  * into these files: they run on the Lua thread only.
  */
 #ifndef LMQLEASE_H
@@ -55,5 +55,7 @@ void lmql_open_signals(lua_State *L);
 int lmql_watch_signals(lua_State *L);
 void lmql_open_redis(lua_State *L);
 int lmql_redis(lua_State *L);
+/* lmql_exec.c: core.exec(argv) -- execvp, or nil, message, code. */
+int lmql_exec(lua_State *L);
 
 #endif /* LMQLEASE_H */

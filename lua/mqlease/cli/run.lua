@@ -7,37 +7,15 @@ local mqlease = require "mqlease"
 local wait = require "mqlease.loop"
 local options = require "mqlease.cli.options"
 local live = require "mqlease.live"
+local handler_file = require "mqlease.handler"
 
-local type, pairs, pcall, tostring, loadfile = type, pairs, pcall, tostring, loadfile
+local pcall, tostring = pcall, tostring
 local EXIT = options.EXIT
 
 local _M = {}
 
-local FIELDS = { handler = "function", policy = "function", on_error = "function" }
-
--- Loads a handler file: it returns a function, or a table {handler=, policy=,
--- on_error=}. Returns { handler =, policy =, on_error = } or nil, message.
-function _M.load_handler(path)
-  local chunk, err = loadfile(path)
-  if not chunk then return nil, err end
-  local ok, v = pcall(chunk)
-  if not ok then return nil, ("%s: %s"):format(path, tostring(v)) end
-  if type(v) == "function" then return { handler = v } end
-  if type(v) ~= "table" then
-    return nil, ("%s must return a function or a table {handler=, policy=, on_error=} (got %s)"):format(path, type(v))
-  end
-  for k, val in pairs(v) do
-    local want = FIELDS[k]
-    if not want then
-      return nil, ("%s: unknown field '%s' in the returned table (known: handler, on_error, policy)"):format(path, tostring(k))
-    end
-    if type(val) ~= want then
-      return nil, ("%s: field '%s' must be a %s (got %s)"):format(path, k, want, type(val))
-    end
-  end
-  if not v.handler then return nil, ("%s: the returned table has no 'handler' function"):format(path) end
-  return { handler = v.handler, policy = v.policy, on_error = v.on_error }
-end
+-- Kept for callers of the command's module: the loader is mqlease.handler's.
+_M.load_handler = handler_file.load
 
 -- The policy the flags ask for, else the file's, else mqlease.run's default.
 local function choose_policy(opts, loaded)
@@ -71,7 +49,7 @@ function _M.main(opts)
       return EXIT.failure
     end
   end
-  local loaded, err = _M.load_handler(opts.handler)
+  local loaded, err = handler_file.load(opts.handler)
   if not loaded then
     log("%s", err)
     return EXIT.handler

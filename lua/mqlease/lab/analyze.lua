@@ -1,5 +1,5 @@
--- mqlease.lab.analyze: what a scenario run did, from the runner's raw record
--- (mqlease.lab.runner) -- the report's figures and the series of its plots.
+-- mqlease.lab.analyze: what a scenario run did, from the experiment's raw record
+-- (mqlease.lab.experiment) -- the report's figures and the series of its plots.
 -- Pure: no processes, no files, so it is tested with made-up logs.
 --
 -- Times in the raw record are mqlease.now() seconds (t0, faults, sent) and

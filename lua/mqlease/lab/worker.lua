@@ -1,6 +1,6 @@
 -- mqlease.lab.worker: one worker process of a lab scenario. The lab starts it
 -- as `lua -e "require('mqlease.lab.worker').main(CONFIG)"` with CONFIG a JSON
--- file (mqlease.lab.runner writes it) and reads what it did from its log, one
+-- file (mqlease.lab.experiment writes it) and reads what it did from its log, one
 -- line per event, times in milliseconds of mqlease.now() (a monotonic clock
 -- shared by every process of the machine):
 --
@@ -89,7 +89,7 @@ function _M.main(config_path)
 
   local user
   if cfg.handler then
-    local loaded = assert(require("mqlease.cli.run").load_handler(cfg.handler))
+    local loaded = assert(require("mqlease.handler").load(cfg.handler))
     user = loaded.handler
     policy = policy or loaded.policy
   end

@@ -8,6 +8,8 @@
 #    BENCH_HOLD_S (25) seconds with a 10 s invisible duration; BENCH_HOLD_BIG (1000) leases
 #    for mqlease's renewal lateness at scale. BENCH_RUNS runs of everything (3), medians
 #    with min-max, each run on fresh topics.
+# The dev broker (build/mqlease-devbroker) and redis-server are started here on free loopback
+# ports by mqlease.launch (bench/servers.lua) and stopped at the end.
 # 2. Lease scale on the dev broker (build/mqlease-devbroker, started here on a free port):
 #    1,000 / 10,000 / 100,000 / 1,000,000 leases held by one consumer (bench/lease.lua),
 #    and 10,000 while the Lua VM spins 5 s; BENCH_RUNS runs of each (3), medians with
@@ -34,7 +36,7 @@
 #    sending at REPLAY_RATE (380 msg/s), REPLAY_DRAIN (40 s) at most for the rest.
 # 4. Exactly-once ("eo"): mqlease.run with a no-op handler over BENCH_EO_COUNT (20000; QUICK
 #    5000) pre-loaded messages of BENCH_SIZE bytes on its own dev broker, plain and with
-#    mqlease.policy.exactly_once on the Redis of part 3 (started the same way), one after the
+#    mqlease.policy.exactly_once on the Redis of part 3 (the same one), one after the
 #    other in each of BENCH_RUNS runs: msg/s, client CPU and redis-server CPU per message.
 # send: mqlease one at a time, from coroutines and by send_many, and the Java client's
 #    sendAsync, on the real RocketMQ (bench/bench.lua send, Bench.java sendasync).
@@ -58,7 +60,6 @@ if [[ $QUICK == 1 ]]; then RUNS=${BENCH_RUNS:-1}; PARTS=${BENCH_PARTS:-lease wor
 else RUNS=${BENCH_RUNS:-3}; PARTS=${BENCH_PARTS:-lease workers replay eo send throughput java}; fi
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 ROCKETMQ=0
-REDIS=0
 if [[ $QUICK == 1 ]]; then LEASES=${BENCH_LEASES:-1000 10000 100000}; WORKERS=${BENCH_WORKERS:-1 2 4}
 else LEASES=${BENCH_LEASES:-1000 10000 100000 1000000}; WORKERS=${BENCH_WORKERS:-1 2 4 8}; fi
 WORKERS_COUNT=${BENCH_WORKERS_COUNT:-$([[ $QUICK == 1 ]] && echo 10000 || echo 40000)}
@@ -74,10 +75,11 @@ export BENCH_EO=$eo_results           # ... and the exactly-once table from this
 send_results=$(mktemp)
 export BENCH_SEND=$send_results       # and the sends-in-flight table from this one
 DV_PID=
+REDIS_PID=
 cleanup() {
-  if [[ -n $DV_PID ]]; then kill "$DV_PID" 2>/dev/null || true; wait "$DV_PID" 2>/dev/null || true; fi
+  stop_devbroker
+  if [[ -n $REDIS_PID ]]; then kill "$REDIS_PID" 2>/dev/null || true; rm -f "$REDIS_OUT"; fi
   if ((ROCKETMQ)); then bash spec/support/rocketmq.sh stop >/dev/null || true; fi
-  if ((REDIS)); then bash spec/support/redis.sh stop >/dev/null || true; fi
   if [[ -n ${BENCH_RAW:-} ]]; then
     mkdir -p "$BENCH_RAW"
     cat "$results" >>"$BENCH_RAW/results"
@@ -102,16 +104,21 @@ lease_row() { # n invisible hold spin run
   echo "lease {\"row\":\"$n/$spin\",\"run\":$run,$(BENCH_BROKER_PID=$DV_PID lua5.4 bench/lease.lua hold "$DV" "$topic" "$n" "$inv" "$hold" "$spin" | sed 's/^{//')" >>"$lease_results"
 }
 # start_devbroker [ARGS...]: a dev broker on free loopback ports; sets DV_PID, DV
-# (its gRPC address) and DV_CONTROL (its control port).
+# (its gRPC address) and DV_CONTROL (its control port). stop_devbroker stops it.
 start_devbroker() {
-local dv_log
-dv_log=$(mktemp)
-build/mqlease-devbroker --listen 127.0.0.1:0 --control 127.0.0.1:0 "$@" >"$dv_log" 2>&1 &
-DV_PID=$!
-for _ in $(seq 100); do grep -q listening "$dv_log" && break; sleep 0.05; done
-DV=127.0.0.1:$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\) .*/\1/p' "$dv_log")
-DV_CONTROL=$(sed -n 's/.* control 127.0.0.1:\([0-9]*\).*/\1/p' "$dv_log")
-rm -f "$dv_log"
+eval "$(lua5.4 bench/servers.lua devbroker "$@")"
+}
+stop_devbroker() {
+if [[ -n $DV_PID ]]; then
+  kill "$DV_PID" 2>/dev/null || true
+  for _ in $(seq 50); do kill -0 "$DV_PID" 2>/dev/null || break; sleep 0.1; done
+  rm -f "$DV_OUT"
+  DV_PID=
+fi
+}
+# start_redis: a redis-server on a free loopback port, once; sets REDIS_PID, REDIS.
+start_redis() {
+[[ -n $REDIS_PID ]] || eval "$(lua5.4 bench/servers.lua redis)"
 }
 part_lease() {
 start_devbroker
@@ -131,8 +138,7 @@ for run in $(seq "$RUNS"); do
   lua5.4 bench/lease.lua load "$DV" "$topic" "$RUN_COUNT" "$SIZE" >/dev/null
   echo "run $(lua5.4 bench/bench.lua run "$DV" "${topic}_g" "$topic" "$RUN_COUNT")" >>"$lease_results"
 done
-kill "$DV_PID" 2>/dev/null; wait "$DV_PID" 2>/dev/null || true
-DV_PID=
+stop_devbroker
 }
 if part lease; then part_lease; fi
 
@@ -168,8 +174,7 @@ for run in $(seq "$RUNS"); do
     workers_row "$w" "$run"
   done
 done
-kill "$DV_PID" 2>/dev/null; wait "$DV_PID" 2>/dev/null || true
-DV_PID=
+stop_devbroker
 }
 if part workers; then part_workers; fi
 
@@ -180,9 +185,8 @@ local produce=${REPLAY_PRODUCE:-20} rate=${REPLAY_RATE:-380} dir s run pid pids
 dir=$(mktemp -d)
 # scenarios c and d keep their locks and done markers in Redis (stopped afterwards if
 # this script started it): without one every message of theirs would fail its policy
-REDIS=1
-bash spec/support/redis.sh start >/dev/null
-export REPLAY_REDIS=${REPLAY_REDIS:-127.0.0.1:${MQLEASE_REDIS_PORT:-16379}}
+start_redis
+export REPLAY_REDIS=${REPLAY_REDIS:-$REDIS}
 # windows down to 1 s: the replay runs at a tenth of the incident's time
 start_devbroker --min-invisible-ms 1000
 for run in $(seq "$RUNS"); do
@@ -200,20 +204,17 @@ for run in $(seq "$RUNS"); do
   for pid in "${pids[@]}"; do wait "$pid" || true; done
   for s in a b c d; do echo "replay $(cat "$dir/$s.json")" >>"$replay_results"; done
 done
-kill "$DV_PID" 2>/dev/null; wait "$DV_PID" 2>/dev/null || true
-DV_PID=
+stop_devbroker
 rm -rf "$dir"
 }
 if part replay; then part_replay; fi
 
 # ---- part 4: exactly-once against plain over the same backlog size ---------------------
 part_eo() {
-local n=${BENCH_EO_COUNT:-20000} port=${MQLEASE_REDIS_PORT:-16379} redis_pid run policy topic
+local n=${BENCH_EO_COUNT:-20000} run policy topic
 [[ $QUICK == 1 ]] && n=${BENCH_EO_COUNT:-5000}
-REDIS=1
-bash spec/support/redis.sh start >/dev/null
-# its CPU is read from /proc; a reused Redis serving others counts their work too
-redis_pid=$(redis-cli -p "$port" info server | sed -n 's/^process_id:\([0-9]*\).*/\1/p')
+# its CPU is read from /proc: the bench's own redis-server serves no one else
+start_redis
 start_devbroker
 for run in $(seq "$RUNS"); do
   for policy in plain exactly_once; do
@@ -224,12 +225,11 @@ for run in $(seq "$RUNS"); do
     if [[ $policy == plain ]]; then
       echo "eo $(lua5.4 bench/bench.lua run "$DV" "${topic}_g" "$topic" "$n")" >>"$eo_results"
     else
-      echo "eo $(lua5.4 bench/bench.lua run "$DV" "${topic}_g" "$topic" "$n" "127.0.0.1:$port" "$redis_pid")" >>"$eo_results"
+      echo "eo $(lua5.4 bench/bench.lua run "$DV" "${topic}_g" "$topic" "$n" "$REDIS" "$REDIS_PID")" >>"$eo_results"
     fi
   done
 done
-kill "$DV_PID" 2>/dev/null; wait "$DV_PID" 2>/dev/null || true
-DV_PID=
+stop_devbroker
 }
 if part eo; then part_eo; fi
 
@@ -266,7 +266,7 @@ for run in $(seq "$RUNS"); do
     echo "send $(bash bench/java.sh run sendasync "$e" "${topics[run - 1]}" "$n" "$SIZE" "$k") $label, $SIZE-byte bodies" >>"$send_results"
   fi
 done
-if [[ -n $DV_PID ]]; then kill "$DV_PID" 2>/dev/null; wait "$DV_PID" 2>/dev/null || true; DV_PID=; fi
+stop_devbroker
 }
 if part send; then part_send; fi
 if ! part throughput && ! part java; then

@@ -1,14 +1,14 @@
--- mqlease.lab.runner: runs one checked scenario (mqlease.lab.scenario) and
--- returns what happened, for mqlease.lab.analyze.
+-- mqlease.lab.experiment: runs one checked scenario (mqlease.lab.scenario) as
+-- an experiment and returns what happened, for mqlease.lab.analyze.
 --
 -- The lab starts what the scenario needs and stops only what it started: the
 -- dev broker (unless endpoints are given), a redis-server on a free loopback
 -- port when the policy is exactly-once (unless a Redis address is given), and
--- the worker processes (mqlease.lab.worker). This process is the producer: it
+-- the worker processes (mqlease.lab.worker); the servers through mqlease.launch. This process is the producer: it
 -- sends the workload at its rate, applies each fault at its time, waits for
 -- the messages to finish (or the drain to run out), then stops the workers.
 --
---   runner.run(scenario, { endpoints =, topic =, group =, redis =, root =, dir =, lua =, log = })
+--   experiment.run(scenario, { endpoints =, topic =, group =, redis =, root =, dir =, lua =, log = })
 --   -> raw = { scenario =, t0 =, t_sent =, t_end =, sent = { [seq] = { t =, poison = } },
 --              incarnations = { { slot =, log =, started =, died = }, ... }, faults = { ... } }
 --   or nil, message
@@ -17,24 +17,17 @@ local mqlease = require "mqlease"
 local scenario_mod = require "mqlease.lab.scenario"
 local workload = require "mqlease.lab.workload"
 local logs = require "mqlease.lab.logs"
+local launch = require "mqlease.launch"
 local cjson = require "cjson"
 
 local floor, max, random = math.floor, math.max, math.random
-local pairs, ipairs, tostring, tonumber, pcall, type, rawget = pairs, ipairs, tostring, tonumber, pcall, type, rawget
+local pairs, ipairs, tostring, pcall, type, rawget = pairs, ipairs, tostring, pcall, type, rawget
 local now, sleep = mqlease.now, mqlease.sleep
 
 local _M = {}
 
-local function shell_quote(s)
-  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
-end
-
-local function sh(cmd)
-  local p = assert(io.popen(cmd))
-  local out = p:read("a")
-  p:close()
-  return out
-end
+local shell_quote, alive, spawn, stop_pid = launch.shell_quote, launch.alive, launch.spawn, launch.stop_pid
+_M.alive = alive
 
 local function write_file(path, text)
   local f = assert(io.open(path, "w"))
@@ -50,28 +43,6 @@ local function read_file(path)
   return text
 end
 
--- Whether pid runs (a zombie does not).
-local function alive(pid)
-  local text = read_file("/proc/" .. pid .. "/stat")
-  if not text then return false end
-  local state = text:match("%) (%a)")
-  return state ~= nil and state ~= "Z"
-end
-_M.alive = alive
-
-local function spawn(cmd, out)
-  return tonumber(sh(("%s >%s 2>&1 & echo $!"):format(cmd, shell_quote(out))))
-end
-
--- SIGTERM, then SIGKILL after seconds.
-local function stop_pid(pid, seconds)
-  if not pid or not alive(pid) then return end
-  os.execute("kill " .. pid .. " 2>/dev/null")
-  local deadline = now() + (seconds or 5)
-  while alive(pid) and now() < deadline do sleep(0.05) end
-  if alive(pid) then os.execute("kill -9 " .. pid .. " 2>/dev/null") end
-end
-
 -- The interpreter running this process (the lowest negative index of arg).
 local function interpreter()
   local a = rawget(_G, "arg")
@@ -82,56 +53,7 @@ local function interpreter()
   return "lua5.4"
 end
 
-local function control(port, line)
-  return sh(("timeout 5 bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d; printf \"%%s\\n\" \"$0\" >&3; head -n1 <&3' %s")
-    :format(port, shell_quote(line))):match("^[^\n]*")
-end
-
--- ------------------------------------------------------------- servers
-
-local function start_devbroker(root, dir)
-  local path = os.getenv("MQLEASE_DEVBROKER")
-  if not path then
-    local found, err = require("mqlease.cli.devbroker").locate(root)
-    if not found then return nil, err end
-    path = found
-  end
-  local out = dir .. "/devbroker.out"
-  -- leases down to 1 s: scenarios run at a fraction of their time
-  local pid = spawn(("%s --listen 127.0.0.1:0 --control 127.0.0.1:0 --min-invisible-ms 1000"):format(shell_quote(path)), out)
-  local deadline, line = now() + 10, nil
-  repeat
-    sleep(0.05)
-    line = (read_file(out) or ""):match("[^\n]*listening[^\n]*")
-  until line or now() > deadline or not alive(pid)
-  if not line then
-    stop_pid(pid, 1)
-    return nil, "the dev broker did not start: " .. (read_file(out) or "")
-  end
-  local port, cport = line:match("127%.0%.0%.1:(%d+) control 127%.0%.0%.1:(%d+)")
-  return { pid = pid, endpoints = "127.0.0.1:" .. port, control_port = tonumber(cport) }
-end
-
--- A redis-server on a free loopback port, with an append-only file in dir so
--- a "redis up" after a "redis down" finds its keys again (as a restarted
--- production Redis would).
-local function start_redis(dir, port)
-  local tries = port and 1 or 8
-  for _ = 1, tries do
-    local p = port or random(20000, 45000)
-    local out = ("%s/redis-%d.out"):format(dir, p)
-    local pid = spawn(("redis-server --port %d --bind 127.0.0.1 --save '' --appendonly yes --appendfsync always"
-      .. " --dir %s --dbfilename lab.rdb"):format(p, shell_quote(dir)), out)
-    local deadline = now() + 5
-    repeat
-      sleep(0.05)
-      local ready = (read_file(out) or ""):find("Ready to accept connections", 1, true)
-      if ready then return { pid = pid, port = p, address = "127.0.0.1:" .. p } end
-    until not alive(pid) or now() > deadline
-    stop_pid(pid, 1)
-  end
-  return nil, "cannot start redis-server on a loopback port (is redis-server installed?)"
-end
+local control = launch.control
 
 -- ------------------------------------------------------------- the run
 
@@ -167,13 +89,17 @@ function _M.run(s, opts)
     local stamp = ("%s_%d_%d"):format(s.name, os.time(), random(1e6)):gsub("[^%w_%-]", "_")
     if not endpoints then
       local err
-      broker, err = start_devbroker(opts.root, dir)
+      -- leases down to 1 s: scenarios run at a fraction of their time
+      broker, err = launch.devbroker { root = opts.root, flags = { "--min-invisible-ms", "1000" },
+        out = dir .. "/devbroker.out" }
       if not broker then return nil, err end
       started.broker = broker
       endpoints = broker.endpoints
       topic = "lab_" .. stamp
       local answer = control(broker.control_port, "topic " .. topic)
-      if not answer:match("^ok") then return nil, "the dev broker refused the topic: " .. answer end
+      if not (answer and answer:match("^ok")) then
+        return nil, "the dev broker refused the topic: " .. tostring(answer)
+      end
       say(("dev broker on %s"):format(endpoints))
     else
       for _, f in ipairs(s.faults) do
@@ -187,7 +113,7 @@ function _M.run(s, opts)
 
     local redis_address = opts.redis
     if s.fleet.policy.kind == "exactly_once" and not redis_address then
-      local r, err = start_redis(dir)
+      local r, err = launch.redis { dir = dir }
       if not r then return nil, err end
       started.redis = r
       redis_address = r.address
@@ -307,7 +233,7 @@ function _M.run(s, opts)
         else
           record.label = "Redis up"
           if started.redis and started.redis.down then
-            local r = start_redis(dir, redis_port)
+            local r = launch.redis { dir = dir, port = redis_port }
             if r then started.redis = r else record.label = "Redis up failed" end
           end
         end
@@ -316,7 +242,7 @@ function _M.run(s, opts)
         for key, v in pairs(f.settings) do
           if scenario_mod.BROKER_SETTINGS[key][3] then v = floor(v * k + 0.5) end
           local answer = control(broker.control_port, ("set %s %s"):format(key, tostring(v)))
-          parts[#parts + 1] = ("%s=%s%s"):format(key, tostring(f.settings[key]), answer:match("^ok") and "" or " (refused)")
+          parts[#parts + 1] = ("%s=%s%s"):format(key, tostring(f.settings[key]), (answer or ""):match("^ok") and "" or " (refused)")
         end
         table.sort(parts)
         record.label = "broker " .. table.concat(parts, " ")

@@ -1,0 +1,193 @@
+-- mqlease.launch: starts and stops the servers that the lab, the demo, the
+-- bench, the soak and the specs run against on loopback -- mqlease-devbroker
+-- and a redis-server -- so each is started one way, in one place.
+--
+--   local launch = require "mqlease.launch"
+--   local dv = assert(launch.devbroker { topics = { "tasks" }, flags = { "--min-invisible-ms", "1000" } })
+--   dv.endpoints, dv.pid, dv.control_port, dv.control("set paused 1") -> "ok ..." (nil: no answer in 5 s)
+--   dv.alive(), dv.stop() -> whether it exited on SIGTERM (else it was killed)
+--   local r = assert(launch.redis { dir = "/tmp/x" })   -- r.address, r.port, r.pid, r.alive(), r.stop()
+--   launch.devbroker_path(root) -> the program's path, or nil, message
+--
+-- Each server runs in the background with its output in a file, on a port the
+-- kernel picks (the dev broker: it prints the ports it got) or a free random
+-- one (redis-server: it cannot say), and is stopped with SIGTERM, then SIGKILL
+-- after a few seconds, so a wedged server never outlives what started it.
+-- Waiting uses mqlease.sleep: it yields inside mqlease.run and blocks outside.
+-- A wrong option raises; a server that does not start returns nil, message.
+
+local mqlease = require "mqlease"
+
+local now, sleep = mqlease.now, mqlease.sleep
+local ipairs, tostring, tonumber, type, error = ipairs, tostring, tonumber, type, error
+local random = math.random
+
+local _M = {}
+
+local function shell_quote(s)
+  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
+end
+_M.shell_quote = shell_quote
+
+local function sh(cmd)
+  local p = assert(io.popen(cmd))
+  local out = p:read("a")
+  p:close()
+  return out
+end
+
+local function read_file(path)
+  local f = io.open(path)
+  if not f then return nil end
+  local text = f:read("a")
+  f:close()
+  return text
+end
+
+-- Whether pid runs (a zombie does not).
+function _M.alive(pid)
+  local text = read_file("/proc/" .. tostring(pid) .. "/stat")
+  if not text then return false end
+  local state = text:match("%) (%a)")
+  return state ~= nil and state ~= "Z"
+end
+local alive = _M.alive
+
+-- Starts cmd (a shell word list, already quoted) in the background with its
+-- output in out; returns its pid.
+function _M.spawn(cmd, out)
+  return tonumber(sh(("%s >%s 2>&1 & echo $!"):format(cmd, shell_quote(out))))
+end
+local spawn = _M.spawn
+
+-- SIGTERM, then SIGKILL after seconds (5). Returns whether it exited on SIGTERM.
+function _M.stop_pid(pid, seconds)
+  if not pid or not alive(pid) then return true end
+  os.execute("kill " .. pid .. " 2>/dev/null")
+  local deadline = now() + (seconds or 5)
+  while alive(pid) and now() < deadline do sleep(0.05) end
+  if not alive(pid) then return true end
+  os.execute("kill -9 " .. pid .. " 2>/dev/null")
+  while alive(pid) and now() < deadline + 2 do sleep(0.05) end
+  return false
+end
+local stop_pid = _M.stop_pid
+
+local function executable(path)
+  local ok, _, n = os.execute("test -x " .. shell_quote(path))
+  if type(ok) == "number" then return ok == 0 end
+  return ok == true and (n or 0) == 0
+end
+
+-- The path of mqlease-devbroker: root's build/mqlease-devbroker (a
+-- checkout), else the one on PATH (where the rock and `make install` put it);
+-- or nil, message. (launch.devbroker asks $MQLEASE_DEVBROKER first.)
+function _M.devbroker_path(root)
+  if root and executable(root .. "/build/mqlease-devbroker") then return root .. "/build/mqlease-devbroker" end
+  local found = sh("command -v mqlease-devbroker 2>/dev/null"):match("^[^\n]*")
+  if found and found ~= "" then return found end
+  return nil, "mqlease-devbroker not found on PATH: the rock installs it beside mqlease "
+    .. "(the tree's bin/), `make install` in PREFIX/bin, `make` in a checkout as build/mqlease-devbroker"
+end
+
+-- One line to a dev broker's control port; its one-line answer, or nil
+-- when none came within 5 s.
+function _M.control(port, line)
+  local answer = sh(("timeout 5 bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d; printf \"%%s\\n\" \"$0\" >&3; head -n1 <&3' %s 2>/dev/null")
+    :format(port, shell_quote(line))):match("^[^\n]+")
+  return answer
+end
+local control = _M.control
+
+-- A dev broker on free loopback ports (gRPC and control).
+--   opts.path    the program (else $MQLEASE_DEVBROKER, else devbroker_path(opts.root))
+--   opts.topics  topics to create at start
+--   opts.flags   more of its flags, as a list of words
+--   opts.out     the file for its output (else a temporary one, removed by stop)
+-- Returns the handle above, or nil, message.
+function _M.devbroker(opts)
+  opts = opts or {}
+  if type(opts) ~= "table" then error("mqlease.launch.devbroker: opts must be a table", 2) end
+  local path, err = opts.path or os.getenv("MQLEASE_DEVBROKER"), nil
+  if path == "" then path = nil end
+  if not path then
+    path, err = _M.devbroker_path(opts.root)
+    if not path then return nil, err end
+  end
+  local words = { shell_quote(path), "--listen", "127.0.0.1:0", "--control", "127.0.0.1:0" }
+  for _, t in ipairs(opts.topics or {}) do words[#words + 1] = "--topic"; words[#words + 1] = shell_quote(t) end
+  for _, f in ipairs(opts.flags or {}) do words[#words + 1] = shell_quote(f) end
+  local out, temporary = opts.out, not opts.out
+  if temporary then out = os.tmpname() end
+  local pid = spawn(table.concat(words, " "), out)
+  local deadline, line = now() + 10, nil
+  repeat
+    sleep(0.05)
+    line = (read_file(out) or ""):match("[^\n]*listening[^\n]*")
+  until line or now() > deadline or not alive(pid)
+  local port, cport
+  if line then port, cport = line:match("127%.0%.0%.1:(%d+) control 127%.0%.0%.1:(%d+)") end
+  if not port then
+    local text = read_file(out) or ""
+    stop_pid(pid, 1)
+    if temporary then os.remove(out) end
+    return nil, "the dev broker did not start: " .. text
+  end
+  local dv = { pid = pid, endpoints = "127.0.0.1:" .. port, control_port = tonumber(cport), out = out }
+  function dv.control(cmd) return control(dv.control_port, cmd) end
+  function dv.alive() return alive(pid) end
+  function dv.stop(seconds)
+    local clean = stop_pid(pid, seconds or 5)
+    if temporary then os.remove(out) end
+    return clean
+  end
+  return dv
+end
+
+-- A redis-server on a free loopback port, saving nothing.
+--   opts.port  that port (else up to 8 random free ones are tried)
+--   opts.dir   an append-only file there (fsync always), so one started again on
+--              the same port and dir finds its keys (as a restarted production
+--              Redis would); else no persistence at all
+--   opts.out   the file for its output (else in dir, or a temporary one)
+--   opts.program  the server (redis-server)
+-- Returns { pid =, port =, address =, alive(), stop() }, or nil, message.
+function _M.redis(opts)
+  opts = opts or {}
+  if type(opts) ~= "table" then error("mqlease.launch.redis: opts must be a table", 2) end
+  local program = opts.program or "redis-server"
+  local tries = opts.port and 1 or 8
+  for _ = 1, tries do
+    local p = opts.port or random(20000, 45000)
+    local out, temporary = opts.out, false
+    if not out then
+      if opts.dir then out = ("%s/redis-%d.out"):format(opts.dir, p) else out, temporary = os.tmpname(), true end
+    end
+    local words = { shell_quote(program), "--port", tostring(p), "--bind", "127.0.0.1", "--save", "''" }
+    if opts.dir then
+      words[#words + 1] = "--appendonly yes --appendfsync always --dbfilename mqlease.rdb --dir " .. shell_quote(opts.dir)
+    else
+      words[#words + 1] = "--appendonly no"
+    end
+    local pid = spawn(table.concat(words, " "), out)
+    local deadline = now() + 5
+    repeat
+      sleep(0.05)
+      if (read_file(out) or ""):find("Ready to accept connections", 1, true) then
+        local r = { pid = pid, port = p, address = "127.0.0.1:" .. p, out = out }
+        function r.alive() return alive(pid) end
+        function r.stop(seconds)
+          local clean = stop_pid(pid, seconds or 2)
+          if temporary then os.remove(out) end
+          return clean
+        end
+        return r
+      end
+    until not alive(pid) or now() > deadline
+    stop_pid(pid, 1)
+    if temporary then os.remove(out) end
+  end
+  return nil, "cannot start redis-server on a loopback port (is redis-server installed?)"
+end
+
+return _M

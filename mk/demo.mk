@@ -1,0 +1,9 @@
+# make demo [BROKER=rocketmq]: the dev broker (no JVM needed) or a real RocketMQ on loopback, a
+#   redis-server and two workers, one killed mid-task (examples/demo/).
+.PHONY: demo
+
+BROKER ?= devbroker
+demo: deps-build
+	@sh spec/support/deps.sh redis-server
+	@$(MAKE) --no-print-directory core
+	@BROKER=$(BROKER) bash examples/demo/demo.sh

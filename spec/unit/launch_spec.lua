@@ -1,0 +1,34 @@
+-- mqlease.launch without a server: what it says when a server cannot start,
+-- and that a wrong option raises.
+local launch = require "mqlease.launch"
+
+describe("mqlease.launch", function()
+  it("returns nil and the program's own words when the dev broker does not start", function()
+    local dv, err = launch.devbroker { path = "/nonexistent/mqlease-devbroker" }
+    assert.is_nil(dv)
+    assert.matches("the dev broker did not start", err, 1, true)
+    assert.matches("/nonexistent/mqlease-devbroker", err, 1, true)
+  end)
+
+  it("returns nil, message when no redis-server starts", function()
+    local r, err = launch.redis { program = "/nonexistent/redis-server", port = 1 }
+    assert.is_nil(r)
+    assert.matches("cannot start redis-server", err, 1, true)
+  end)
+
+  it("raises on options that are not a table", function()
+    assert.has_error(function() launch.devbroker("x") end, "mqlease.launch.devbroker: opts must be a table")
+    assert.has_error(function() launch.redis(1) end, "mqlease.launch.redis: opts must be a table")
+  end)
+
+  it("tells a running process from a gone one, and quotes any word for the shell", function()
+    local f = io.open("/proc/self/stat")
+    local self = tonumber(f:read("l"):match("^%d+"))
+    f:close()
+    assert.is_true(launch.alive(self))
+    assert.is_false(launch.alive(4194305))   -- above the largest pid_max Linux allows
+    local p = io.popen("printf %s " .. launch.shell_quote("it's a $HOME `x`"))
+    assert.equal("it's a $HOME `x`", p:read("a"))
+    p:close()
+  end)
+end)
