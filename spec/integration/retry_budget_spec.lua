@@ -51,12 +51,15 @@ describe("retry budgets on RocketMQ " .. VERSION, function()
              return n >= N
            end })
     local m = c:metrics()
-    print(("budget: %d messages in %.1f s, redis_unavailable %d, fail_closed_held %d, dead-lettered %d"):format(
-      N, mqlease.now() - t0, m.redis_unavailable or 0, m.fail_closed_held or 0, stats.dead_lettered))
+    print(("budget: %d messages in %.1f s, redis_unavailable %d, fail_closed_held %d, done_marker_failed %d, dead-lettered %d"):format(
+      N, mqlease.now() - t0, m.redis_unavailable or 0, m.fail_closed_held or 0, m.done_marker_failed or 0, stats.dead_lettered))
     assert.is_true(outage_started)
-    assert.is_true((m.redis_unavailable or 0) >= 1, "the outage was seen")
+    -- seen by an acquire (the message is held, fail closed), or by a done
+    -- marker that could not be written (the handler's slot keeps it, with its
+    -- lock, and writes it again: no ack without it)
+    assert.is_true((m.redis_unavailable or 0) + (m.done_marker_failed or 0) >= 1, "the outage was seen")
     assert.equal(0, stats.dead_lettered, "no message that never ran was dead-lettered")
-    assert.is_true((m.fail_closed_held or 0) >= 1, "messages were held through it")
+    assert.is_true((m.fail_closed_held or 0) + (m.done_marker_retries or 0) >= 1, "messages were held through it")
     assert.equal(0, (m.dead_lettered or {}).max_attempts or 0)
     for i, id in ipairs(ids) do
       assert.equal(1, effects[id], "effects of message " .. i)   -- none lost, none twice
