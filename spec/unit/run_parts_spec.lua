@@ -310,7 +310,7 @@ end)
 describe("mqlease.run.drain", function()
   local drain = require "mqlease.run.drain"
   local function wiring(sched, mode, grace)
-    local w = { o = { mode = mode, grace = grace, release_delay = 1 }, st = { drained = 0 }, sched = sched,
+    local w = { o = { mode = mode, grace = grace }, release_delay = 1, st = { drained = 0 }, sched = sched,
       given = {}, nacked = {}, client = { cancel_receives = function() end }, drain_extension = 10,
       wake_receiver = function() end, receiving = function() return false end,
       running_set = {}, waiting = 0 }
@@ -325,7 +325,10 @@ describe("mqlease.run.drain", function()
   end
   local function running(w, id)
     local m = { id = id, lease = lease() }
-    function m.nack() w.nacked[#w.nacked + 1] = id; m.lease.state = "nacked"; return true end
+    function m.nack(_, delay)
+      assert(delay == 1, "the drain gives back with the consumer's release_delay")
+      w.nacked[#w.nacked + 1] = id; m.lease.state = "nacked"; return true
+    end
     w.running_set[m] = true
     return m
   end

@@ -24,7 +24,8 @@ local pairs, ipairs = pairs, ipairs
 
 local _M = {}
 
--- w: the run's wiring (see mqlease.run.worker): o, st, sched, life, seq,
+-- w: the run's wiring (see mqlease.run.worker): o, st, sched, release_delay
+-- (the consumer's: when what it gives back is due again), seq,
 -- waiter, client, watcher, receiving(), give_back(m) (a queued message: back
 -- to the broker, settled), running() (messages whose handler runs),
 -- nrunning(), ending() (messages waiting or releasing), drain_extension,
@@ -45,7 +46,7 @@ function _M.run(w)
   local function nack_running(m)
     pending = pending + 1
     sched:spawn(function()
-      if m:nack(o.release_delay) then st.drained = st.drained + 1 end
+      if m:nack(w.release_delay) then st.drained = st.drained + 1 end
       pending = pending - 1
       if pending == 0 then sched:wake(me) end
     end)

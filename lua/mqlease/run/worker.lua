@@ -164,7 +164,7 @@ function _M.run(consumer, handler, o, sched, probe)
     st.stopping = true
     st.reason = reason
     drainer_co = sched:spawn(drain.run, {
-      o = o, st = st, sched = sched, seq = seq, waiter = waiter, client = client,
+      o = o, st = st, sched = sched, seq = seq, waiter = waiter, client = client, release_delay = release_delay,
       watcher = watcher, drain_extension = drain_extension, wake_receiver = wake_receiver,
       receiving = function() return receiver_co ~= nil end,
       give_back = give_back,

@@ -200,6 +200,9 @@ function _M.new(cfg)
     local m = { id = msg.id, body = msg.id, topic = "t", delivery_attempt = msg.deliveries,
       message_group = cfg.fifo and msg.group or nil, consumer = c, lease = l, _model = msg }
     function m.nack(self, delay)
+      -- mqlease.run always says when a message it gives back is due again
+      -- (release_delay, a retry delay): a nack without one is visible at once
+      if type(delay) ~= "number" then violation("%s nacked without a delay", msg.id) end
       wait.sleep(rng.range(0.001, 0.05))
       return release(l, "nack", delay or 0, faults.nack_fail)
     end
