@@ -21,7 +21,8 @@
 #   rocketmq.sh groups [--orderly] NAME...   create consumer groups only
 #
 # Environment (all optional):
-#   ROCKETMQ_VERSION       5.2.0 (rocketmq-proxy 5.1.4 is not resolvable from our registry)
+#   ROCKETMQ_VERSION       5.2.0 (rocketmq-proxy 5.1.4 is not resolvable from our registry;
+#                                 5.3.3, 5.4.0 and 5.5.0 work too, see rocketmq/pom.xml)
 #   MQLEASE_CACHE          $HOME/.cache/mqlease      jars go to <cache>/rocketmq-<ver>/lib
 #   MQLEASE_RUN            /tmp/mqlease-rocketmq     configs, store, logs, pid files
 #   MQLEASE_NAMESRV_PORT   19876
@@ -75,6 +76,9 @@ JOPT=(--add-exports=java.base/sun.nio.ch=ALL-UNNAMED --add-opens=java.base/sun.n
 
 APT_LINE='apt-get install -y openjdk-17-jdk-headless maven'
 
+# True if ROCKETMQ_VERSION is $1 or later.
+version_at_least() { [[ $(printf '%s\n' "$1" "$ROCKETMQ_VERSION" | sort -V | head -n1) == "$1" ]]; }
+
 die() { echo "rocketmq: error: $*" >&2; exit 1; }
 # Seconds since $1 (an $EPOCHREALTIME value), one decimal.
 elapsed() { local now=${EPOCHREALTIME/,/.}; awk -v a="${1/,/.}" -v b="$now" 'BEGIN { printf "%.1f", b - a }'; }
@@ -108,8 +112,10 @@ cmd_fetch() {
   # Re-running over a partial dir is fine: copy-dependencies just fills in what is missing.
   # Output goes to a log, shown without ANSI codes (Debian's Maven 3.8 emits "ESC[0m" even
   # with -B).
-  local mlog=$CACHE/rocketmq-$ROCKETMQ_VERSION/mvn.log rc=0
-  mvn -B -q -f "$SCRIPT_DIR/rocketmq/pom.xml" -Drocketmq.version="$ROCKETMQ_VERSION" \
+  local mlog=$CACHE/rocketmq-$ROCKETMQ_VERSION/mvn.log rc=0 flat=()
+  # 5.4.0 and later: flattened module POMs and no rocketmq-all to import (see pom.xml)
+  if version_at_least 5.4.0; then flat=(-Drocketmq.flat); fi
+  mvn -B -q -f "$SCRIPT_DIR/rocketmq/pom.xml" -Drocketmq.version="$ROCKETMQ_VERSION" "${flat[@]}" \
     org.apache.maven.plugins:maven-dependency-plugin:3.6.1:copy-dependencies \
     -DoutputDirectory="$LIB" -DincludeScope=runtime </dev/null >"$mlog" 2>&1 || rc=$?
   sed 's/\x1b\[[0-9;]*m//g; /^[[:space:]]*$/d' "$mlog" >&2
