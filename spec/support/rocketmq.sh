@@ -18,7 +18,8 @@
 #                                      create topics (4r/4w queues, TYPE default NORMAL;
 #                                      FIFO|DELAY|TRANSACTION) and consumer groups, in one
 #                                      JVM; returns once every topic is routable via namesrv
-#   rocketmq.sh groups [--orderly] NAME...   create consumer groups only
+#   rocketmq.sh groups [--orderly] [--if-absent] NAME...   create consumer groups only
+#                                      (--if-absent: leave a group that exists as it is)
 #
 # Environment (all optional):
 #   ROCKETMQ_VERSION       5.2.0 (rocketmq-proxy 5.1.4 is not resolvable from our registry;
@@ -478,8 +479,17 @@ MQLEASE_NAMESRV=$HOST:$NS_PORT
 MQLEASE_BROKER=$HOST:$BROKER_PORT
 MQLEASE_ROCKETMQ_VERSION=$ROCKETMQ_VERSION
 MQLEASE_ROCKETMQ_RUN=$RUN
+MQLEASE_ROCKETMQ_GROUPS=$(groups_policy)
 EOF
 }
+
+# "create" if a consumer's group must exist before the consumer starts, "auto" if the broker
+# creates it on first use. From 5.5.0 on the proxy looks the group up when a consumer's
+# Telemetry settings arrive (ClientProcessor.registerConsumer -> validateLiteMode, for lite
+# topics) and refuses one it cannot find: "group not found: G". In local mode that lookup reads
+# the embedded broker's group table directly (LocalMetadataService), so the broker's
+# autoCreateSubscriptionGroup (on in our broker.conf) never gets a say.
+groups_policy() { if version_at_least 5.5.0; then echo create; else echo auto; fi; }
 
 # All topics and groups are created in ONE admin JVM (each extra JVM costs seconds).
 run_admin() {
@@ -501,12 +511,15 @@ admin_java() {
 }
 
 cmd_groups() {
-  local args=() orderly=0 g
+  local args=() orderly=0 absent=0 g
   for g in "$@"; do
     case $g in
       --orderly) orderly=1 ;;
+      --if-absent) absent=1 ;;
       -*) die "groups: unknown option $g" ;;
-      *) if ((orderly)); then args+=(--orderly-group "$g"); else args+=(--group "$g"); fi ;;
+      *) if ((orderly)); then args+=(--orderly-group "$g")
+         elif ((absent)); then args+=(--group-if-absent "$g")
+         else args+=(--group "$g"); fi ;;
     esac
   done
   run_admin "${args[@]}"
