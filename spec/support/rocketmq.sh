@@ -292,7 +292,13 @@ cmd_start() {
   local p
   local ports=("$NS_PORT" "$BROKER_PORT" $((BROKER_PORT - 2)) $((BROKER_PORT + 1)) "$GRPC_PORT" "$REMOTING_PORT")
   [[ $CLUSTER != 1 ]] || ports+=("$GRPC_PORT2" "$REMOTING_PORT2")
+  local free_by=$((SECONDS + 10))
   for p in "${ports[@]}"; do
+    # Right after a stop (the next run's start) a port of the JVM just stopped may answer for
+    # a moment: seen twice with the broker's HA port. Probably because a JVM counts as gone
+    # once its cmdline is empty, which the kernel clears (the leader thread's exit) before
+    # the last thread closes the sockets. So a busy port gets up to 10 s to go.
+    while port_open "$p" && ((SECONDS < free_by)); do sleep 0.5; done
     ! port_open "$p" || die "port $HOST:$p is already in use by a process this script did not start;
   stop it or choose other ports (MQLEASE_NAMESRV_PORT, MQLEASE_BROKER_PORT [uses PORT-2..PORT+1], MQLEASE_GRPC_PORT, MQLEASE_REMOTING_PORT)"
   done
