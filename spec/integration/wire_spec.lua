@@ -193,6 +193,7 @@ describe("wire fidelity with the Java clients on RocketMQ " .. VERSION, function
   it("writes what a remoting consumer and the 5.x Java consumer read back with every field equal", function()
     local rtopic = env.name("wire_r")
     create_topics { rtopic }
+    env.group("wire_sc_" .. run)   -- the Java SimpleConsumer's (WireInterop.java)
     local p = java { "consume", NAMESRV, env.endpoints, run, rtopic, 4 }
     local lines = {}
     repeat

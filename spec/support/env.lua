@@ -35,8 +35,33 @@ end
 
 _M.topic = _M.topics
 
+-- Whether the broker wants a consumer's group created before the consumer starts:
+-- RocketMQ 5.5's proxy refuses a group it does not have ("group not found" on
+-- Telemetry), where older ones create it on first use (rocketmq.sh, groups_policy).
+local groups_must_exist = os.getenv("MQLEASE_ROCKETMQ_GROUPS") == "create"
+if os.getenv("MQLEASE_ROCKETMQ_GROUPS") == nil then
+  local p = io.popen("bash spec/support/rocketmq.sh env 2>/dev/null")
+  if p then
+    groups_must_exist = p:read("a"):match("MQLEASE_ROCKETMQ_GROUPS=(%a+)") == "create"
+    p:close()
+  end
+end
+local groups = {}
+
+-- Makes sure the consumer group exists on the broker, as a user of RocketMQ 5.5 must
+-- (a group that exists, e.g. an orderly one, is left as it is); returns the name.
+-- Does nothing where the broker creates groups itself.
+function _M.group(name)
+  if groups_must_exist and not groups[name] then
+    _M.sh("bash spec/support/rocketmq.sh groups --if-absent " .. name)
+    groups[name] = true
+  end
+  return name
+end
+
 function _M.consumer(opts)
   opts.endpoints = opts.endpoints or _M.endpoints
+  if opts.group and opts.endpoints == _M.endpoints then _M.group(opts.group) end
   return assert(mqlease.consumer(opts))
 end
 

@@ -18,10 +18,12 @@
 #                                      create topics (4r/4w queues, TYPE default NORMAL;
 #                                      FIFO|DELAY|TRANSACTION) and consumer groups, in one
 #                                      JVM; returns once every topic is routable via namesrv
-#   rocketmq.sh groups [--orderly] NAME...   create consumer groups only
+#   rocketmq.sh groups [--orderly] [--if-absent] NAME...   create consumer groups only
+#                                      (--if-absent: leave a group that exists as it is)
 #
 # Environment (all optional):
-#   ROCKETMQ_VERSION       5.2.0 (rocketmq-proxy 5.1.4 is not resolvable from our registry)
+#   ROCKETMQ_VERSION       5.2.0 (rocketmq-proxy 5.1.4 is not resolvable from our registry;
+#                                 5.3.3, 5.4.0 and 5.5.0 work too, see rocketmq/pom.xml)
 #   MQLEASE_CACHE          $HOME/.cache/mqlease      jars go to <cache>/rocketmq-<ver>/lib
 #   MQLEASE_RUN            /tmp/mqlease-rocketmq     configs, store, logs, pid files
 #   MQLEASE_NAMESRV_PORT   19876
@@ -75,6 +77,9 @@ JOPT=(--add-exports=java.base/sun.nio.ch=ALL-UNNAMED --add-opens=java.base/sun.n
 
 APT_LINE='apt-get install -y openjdk-17-jdk-headless maven'
 
+# True if ROCKETMQ_VERSION is $1 or later.
+version_at_least() { [[ $(printf '%s\n' "$1" "$ROCKETMQ_VERSION" | sort -V | head -n1) == "$1" ]]; }
+
 die() { echo "rocketmq: error: $*" >&2; exit 1; }
 # Seconds since $1 (an $EPOCHREALTIME value), one decimal.
 elapsed() { local now=${EPOCHREALTIME/,/.}; awk -v a="${1/,/.}" -v b="$now" 'BEGIN { printf "%.1f", b - a }'; }
@@ -108,8 +113,10 @@ cmd_fetch() {
   # Re-running over a partial dir is fine: copy-dependencies just fills in what is missing.
   # Output goes to a log, shown without ANSI codes (Debian's Maven 3.8 emits "ESC[0m" even
   # with -B).
-  local mlog=$CACHE/rocketmq-$ROCKETMQ_VERSION/mvn.log rc=0
-  mvn -B -q -f "$SCRIPT_DIR/rocketmq/pom.xml" -Drocketmq.version="$ROCKETMQ_VERSION" \
+  local mlog=$CACHE/rocketmq-$ROCKETMQ_VERSION/mvn.log rc=0 flat=()
+  # 5.4.0 and later: flattened module POMs and no rocketmq-all to import (see pom.xml)
+  if version_at_least 5.4.0; then flat=(-Drocketmq.flat); fi
+  mvn -B -q -f "$SCRIPT_DIR/rocketmq/pom.xml" -Drocketmq.version="$ROCKETMQ_VERSION" "${flat[@]}" \
     org.apache.maven.plugins:maven-dependency-plugin:3.6.1:copy-dependencies \
     -DoutputDirectory="$LIB" -DincludeScope=runtime </dev/null >"$mlog" 2>&1 || rc=$?
   sed 's/\x1b\[[0-9;]*m//g; /^[[:space:]]*$/d' "$mlog" >&2
@@ -285,7 +292,13 @@ cmd_start() {
   local p
   local ports=("$NS_PORT" "$BROKER_PORT" $((BROKER_PORT - 2)) $((BROKER_PORT + 1)) "$GRPC_PORT" "$REMOTING_PORT")
   [[ $CLUSTER != 1 ]] || ports+=("$GRPC_PORT2" "$REMOTING_PORT2")
+  local free_by=$((SECONDS + 10))
   for p in "${ports[@]}"; do
+    # Right after a stop (the next run's start) a port of the JVM just stopped may answer for
+    # a moment: seen twice with the broker's HA port. Probably because a JVM counts as gone
+    # once its cmdline is empty, which the kernel clears (the leader thread's exit) before
+    # the last thread closes the sockets. So a busy port gets up to 10 s to go.
+    while port_open "$p" && ((SECONDS < free_by)); do sleep 0.5; done
     ! port_open "$p" || die "port $HOST:$p is already in use by a process this script did not start;
   stop it or choose other ports (MQLEASE_NAMESRV_PORT, MQLEASE_BROKER_PORT [uses PORT-2..PORT+1], MQLEASE_GRPC_PORT, MQLEASE_REMOTING_PORT)"
   done
@@ -472,8 +485,17 @@ MQLEASE_NAMESRV=$HOST:$NS_PORT
 MQLEASE_BROKER=$HOST:$BROKER_PORT
 MQLEASE_ROCKETMQ_VERSION=$ROCKETMQ_VERSION
 MQLEASE_ROCKETMQ_RUN=$RUN
+MQLEASE_ROCKETMQ_GROUPS=$(groups_policy)
 EOF
 }
+
+# "create" if a consumer's group must exist before the consumer starts, "auto" if the broker
+# creates it on first use. From 5.5.0 on the proxy looks the group up when a consumer's
+# Telemetry settings arrive (ClientProcessor.registerConsumer -> validateLiteMode, for lite
+# topics) and refuses one it cannot find: "group not found: G". In local mode that lookup reads
+# the embedded broker's group table directly (LocalMetadataService), so the broker's
+# autoCreateSubscriptionGroup (on in our broker.conf) never gets a say.
+groups_policy() { if version_at_least 5.5.0; then echo create; else echo auto; fi; }
 
 # All topics and groups are created in ONE admin JVM (each extra JVM costs seconds).
 run_admin() {
@@ -495,12 +517,15 @@ admin_java() {
 }
 
 cmd_groups() {
-  local args=() orderly=0 g
+  local args=() orderly=0 absent=0 g
   for g in "$@"; do
     case $g in
       --orderly) orderly=1 ;;
+      --if-absent) absent=1 ;;
       -*) die "groups: unknown option $g" ;;
-      *) if ((orderly)); then args+=(--orderly-group "$g"); else args+=(--group "$g"); fi ;;
+      *) if ((orderly)); then args+=(--orderly-group "$g")
+         elif ((absent)); then args+=(--group-if-absent "$g")
+         else args+=(--group "$g"); fi ;;
     esac
   done
   run_admin "${args[@]}"

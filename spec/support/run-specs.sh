@@ -9,8 +9,8 @@
 # cannot start: no spec silently skips the real broker.
 #
 # The full run also proves the broker-facing core on a second RocketMQ
-# version (MQLEASE_SECOND_ROCKETMQ, default 5.3.3; 5.4.0's parent POM does not
-# resolve from Maven Central): that version runs in its own run dir on its own
+# version (MQLEASE_SECOND_ROCKETMQ, default 5.5.0, the newest our registry serves
+# whole; 5.2.0 - 5.4.0 work too): that version runs in its own run dir on its own
 # ports, SECOND_SPECS run against it with their own run id *beside* the first
 # pass (in the background, their output held and printed after the first
 # pass), then BESIDE_SPECS (first version's spec files that mostly wait) in the
@@ -22,7 +22,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 SUPPORT=spec/support
 
-SECOND_VERSION=${MQLEASE_SECOND_ROCKETMQ:-5.3.3}
+SECOND_VERSION=${MQLEASE_SECOND_ROCKETMQ:-5.5.0}
 # The broker-facing core. Not the retry-policy timing (73 s; the Settings it
 # reads are checked by fifo_spec on both versions), nor the dev broker's half
 # of the conformance spec (no broker in it): the pass must keep the suite

@@ -8,6 +8,8 @@
 //                           DELAY | TRANSACTION (the gRPC proxy rejects messages of another type)
 //      --group NAME         consumer group
 //      --orderly-group NAME consumer group with consumeMessageOrderly (FIFO delivery)
+//      --group-if-absent NAME  consumer group, unless the broker has one of that name
+//                           already (which it keeps as it is, e.g. orderly)
 // With no ARG it only makes sure the broker is registered with the name server (used by
 // `rocketmq.sh start`).
 //
@@ -69,7 +71,7 @@ public class CreateTopics {
             }
             for (int i = 2; i < args.length; i++) {
                 String a = args[i];
-                if (a.equals("--group") || a.equals("--orderly-group")) {
+                if (a.equals("--group") || a.equals("--orderly-group") || a.equals("--group-if-absent")) {
                     if (i + 1 >= args.length) {
                         System.err.println(a + " needs a name");
                         failures++;
@@ -77,6 +79,10 @@ public class CreateTopics {
                     }
                     String name = args[++i];
                     boolean orderly = a.equals("--orderly-group");
+                    if (a.equals("--group-if-absent") && groupExists(admin, broker, name)) {
+                        System.out.println("group " + name + ": exists on " + broker);
+                        continue;
+                    }
                     try {
                         SubscriptionGroupConfig g = new SubscriptionGroupConfig();
                         g.setGroupName(name);
@@ -153,6 +159,17 @@ public class CreateTopics {
             // not reachable yet
         }
         return false;
+    }
+
+    // The broker answers GET_SUBSCRIPTIONGROUP_CONFIG through findSubscriptionGroupConfig,
+    // which itself creates a plain group when autoCreateSubscriptionGroup is on (our
+    // broker.conf): then the answer is that new group, and nothing is left to do.
+    static boolean groupExists(DefaultMQAdminExt admin, String broker, String name) {
+        try {
+            return admin.examineSubscriptionGroupConfig(broker, name) != null;
+        } catch (Exception e) {
+            return false; // SUBSCRIPTION_GROUP_NOT_EXIST
+        }
     }
 
     static boolean ensureRegistered(DefaultMQAdminExt admin, String broker) {
