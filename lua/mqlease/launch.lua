@@ -43,6 +43,7 @@ local function read_file(path)
   f:close()
   return text
 end
+_M.read_file = read_file   -- the whole text of a file, or nil
 
 -- Whether pid runs (a zombie does not).
 function _M.alive(pid)

@@ -11,12 +11,7 @@ local env = require "support.env"
 
 local VERSION = os.getenv("ROCKETMQ_VERSION") or "5.2.0"
 
--- A FIFO topic and an orderly group for it, fresh for this run.
-local function fifo_topic(base)
-  local topic, group = env.name(base), env.name("g_" .. base)
-  env.sh(("bash spec/support/rocketmq.sh topics %s:FIFO --orderly-group %s"):format(topic, group))
-  return topic, group
-end
+local fifo_topic = env.fifo_topic
 
 -- Sends n messages to each of the groups, interleaved (1 of each group, then 2 ...);
 -- bodies "group:i". Returns the message ids by body.

@@ -12,16 +12,22 @@ local env = require "support.env"
 local VERSION = os.getenv("ROCKETMQ_VERSION") or "5.2.0"
 local REDIS = "127.0.0.1:" .. env.redis_port
 
-local function fifo_topic(base)
-  local topic, group = env.name(base), env.name("g_" .. base)
-  env.sh(("bash spec/support/rocketmq.sh topics %s:FIFO --orderly-group %s"):format(topic, group))
-  return topic, group
-end
+local fifo_topic = env.fifo_topic
 
 local function send(topic, bodies, group)
   local p = env.producer { topics = { topic } }
   for _, body in ipairs(bodies) do assert(p:send(topic, body, { message_group = group })) end
   p:close()
+end
+
+-- A consumer of a fresh topic holding one message (body), and a Redis key
+-- prefix of its own for the exactly-once policy.
+local function one_message(base, body)
+  local topic, group = env.topic(base), env.name("g_" .. base)
+  local c = env.consumer { group = group, topic = topic, await = 2 }
+  assert(c:receive(1, { await = 0 }))   -- join the group before the send
+  send(topic, { body })
+  return c, env.name(base) .. ":"
 end
 
 -- Effects of a FIFO run, by body: the bodies in the order their handlers
@@ -108,12 +114,7 @@ describe("a message's end on RocketMQ " .. VERSION, function()
   end)
 
   it("under exactly once, never acks while Redis refuses the done marker (CLIENT PAUSE WRITE), then does it once", function()
-    local topic = env.topic("life_pause")
-    local group = env.name("g_life_pause")
-    local prefix = env.name("life_pause") .. ":"
-    local c = env.consumer { group = group, topic = topic, await = 2 }
-    assert(c:receive(1, { await = 0 }))
-    send(topic, { "x" })
+    local c, prefix = one_message("life_pause", "x")
     local admin = mqlease.redis(REDIS)
     local effects, paused_until, acked_at = 0, nil, nil
     local real_ack = c.ack
@@ -143,12 +144,7 @@ describe("a message's end on RocketMQ " .. VERSION, function()
   end)
 
   it("stops the lock of a handler that outlives grace when the run returns: the key lapses within lock_ttl", function()
-    local topic = env.topic("life_grace")
-    local group = env.name("g_life_grace")
-    local prefix = env.name("life_grace") .. ":"
-    local c = env.consumer { group = group, topic = topic, await = 2 }
-    assert(c:receive(1, { await = 0 }))
-    send(topic, { "slow" })
+    local c, prefix = one_message("life_grace", "slow")
     local started, lock_key = false, nil
     local summary = mqlease.run(c, function(m)
       started = true

@@ -59,6 +59,13 @@ function _M.group(name)
   return name
 end
 
+-- A FIFO topic and an orderly consumer group for it, fresh for this run.
+function _M.fifo_topic(base)
+  local topic, group = _M.name(base), _M.name("g_" .. base)
+  _M.sh(("bash spec/support/rocketmq.sh topics %s:FIFO --orderly-group %s"):format(topic, group))
+  return topic, group
+end
+
 function _M.consumer(opts)
   opts.endpoints = opts.endpoints or _M.endpoints
   if opts.group and opts.endpoints == _M.endpoints then _M.group(opts.group) end

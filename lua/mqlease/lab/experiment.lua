@@ -35,13 +35,7 @@ local function write_file(path, text)
   f:close()
 end
 
-local function read_file(path)
-  local f = io.open(path)
-  if not f then return nil end
-  local text = f:read("a")
-  f:close()
-  return text
-end
+local read_file = launch.read_file
 
 -- The interpreter running this process (the lowest negative index of arg).
 local function interpreter()
