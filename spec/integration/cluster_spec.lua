@@ -9,12 +9,17 @@ local mqlease = require "mqlease"
 local env = require "support.env"
 local read, wait_for, count = env.read, env.wait_for, env.count
 
-local RUN = "/tmp/mqlease-cluster-rmq-" .. env.run_id
-local GRPC1, GRPC2 = 18681, 18683
+-- Its ports and run dir follow the suite's (MQLEASE_GRPC_PORT, MQLEASE_RUN), at
+-- fixed offsets (18681... beside the default 18081), so two suites run side by
+-- side each start and stop only their own cluster.
+local RUN = (os.getenv("MQLEASE_RUN") or "/tmp/mqlease") .. "-cluster-rmq-" .. env.run_id
+local BASE = tonumber(os.getenv("MQLEASE_GRPC_PORT") or "18081")
+local GRPC1, GRPC2 = BASE + 600, BASE + 602
 local ENDPOINTS = ("127.0.0.1:%d;127.0.0.1:%d"):format(GRPC1, GRPC2)
 local RMQ = ("MQLEASE_CLUSTER=1 MQLEASE_RUN=%s MQLEASE_GRPC_PORT=%d MQLEASE_GRPC_PORT2=%d " ..
-  "MQLEASE_REMOTING_PORT=18680 MQLEASE_REMOTING_PORT2=18682 MQLEASE_NAMESRV_PORT=19681 " ..
-  "MQLEASE_BROKER_PORT=20681 MQLEASE_STOP_GRACE=5 "):format(RUN, GRPC1, GRPC2)
+  "MQLEASE_REMOTING_PORT=%d MQLEASE_REMOTING_PORT2=%d MQLEASE_NAMESRV_PORT=%d " ..
+  "MQLEASE_BROKER_PORT=%d MQLEASE_STOP_GRACE=5 "):format(RUN, GRPC1, GRPC2, BASE + 599, BASE + 601,
+    BASE + 1600, BASE + 2600)
 local function rmq(args) return env.sh(RMQ .. "bash spec/support/rocketmq.sh " .. args) end
 
 local alive = env.alive
