@@ -142,8 +142,8 @@ struct mql_client {
     pthread_t thread;
     int thread_started;
     grpc_completion_queue *cq;
-    grpc_channel *access;       /* the configured endpoint: routes */
-    grpc_channel *broker;       /* the route's broker endpoint: everything else */
+    mql_channel *access;        /* the configured endpoint: routes */
+    mql_channel *broker;        /* the route's broker endpoint: everything else */
     mql_events events;
     mql_metrics metrics;
     mql_client_state state;
@@ -156,6 +156,9 @@ struct mql_client {
     int64_t settings_due_at;    /* 0: none; a reconnect's stream must bring our settings back by then */
     int telemetry_given_up;     /* we cancelled the stream (counted as TIMEOUT): its end is not a new failure */
     mql_backoff reconnect;      /* waits between reconnection attempts */
+    char reconnect_code[MQL_CODELEN];    /* how the last attempt (or the lost stream) failed */
+    int64_t reconnect_call_ms;  /* 0: request_timeout; the deadline of an attempt's first call */
+    int reconnect_route;        /* the next attempt asks for the route first */
     int64_t heartbeat_at;       /* 0: not scheduled */
     int stopping;               /* set once by close: no call starts from then on */
     int stopped;                /* the thread is joined and grpc is torn down */
@@ -176,7 +179,7 @@ void mql_base_post_lease(mql_client *c, const mql_lease *l, mql_lease_state stat
 
 /* A call linked into c->calls; ops say what it does when it ends: when it
  * does, the call is unlinked, its ops' on_done runs and the call is freed. */
-mql_call *mql_base_call(mql_client *c, grpc_channel *ch, const char *method,
+mql_call *mql_base_call(mql_client *c, mql_channel *ch, const char *method,
                         int64_t timeout_ms, const mql_call_ops *ops, uint64_t op, void *ctx);
 void mql_base_unlink(mql_client *c, mql_call *call);
 /* Starts a unary call; on a refused start the call is dropped and -1 returned. */
