@@ -72,6 +72,7 @@ static void fixture_client_finish(mql_client *c, mql_call *extra) {
     }
     if (extra) mql_call_free(extra);
     mql_lease_table_free(&c->consumer.leases);
+    free(c->consumer.renew_held);
     mql_events_destroy(&c->events);
     pthread_mutex_destroy(&c->mu);
     grpc_shutdown();

@@ -24,8 +24,9 @@
  *
  *   mql_client.c   -> mql_session.c, mql_receive.c, mql_renew.c, mql_release.c,
  *                     mql_producer.c (the host's operations, the thread's timers)
- *   mql_session.c  -> mql_release.c (the releases held for a reconnect go out
- *                     once the new proxy has our settings)
+ *   mql_session.c  -> mql_release.c, mql_renew.c (the releases and renewals
+ *                     held for a reconnect go out once the new proxy has our
+ *                     settings)
  *   mql_receive.c  -> mql_renew.c (a new lease's first renewal), mql_release.c
  *                     (what it may not take goes back at once)
  *   mql_renew.c    -> mql_release.c (a lost lease ends, the releases deferred
@@ -108,6 +109,8 @@ typedef struct mql_consumer_part {
     mql_pace pace;              /* renewal pacing (mql_renew.c) */
     mql_anchor anchor;          /* the broker's clock against ours (mql_receive.c) */
     int renew_inflight;         /* renewals in flight */
+    uint64_t *renew_held;       /* leases whose renewal waits for the session's reconnect */
+    size_t nrenew_held, renew_held_cap;   /* (mql_renew.c) */
     mql_release *deferred;      /* releases waiting for a renewal's reply, or held
                                    while the session reconnects (mql_release.c) */
     int nacked_all;             /* nack_all ran (close, shutdown): late messages go back */

@@ -128,6 +128,7 @@ static void client_free_fields(mql_client *c) {
     free(cs->filter);
     free(cs->broker_name);
     mql_lease_table_free(&cs->leases);
+    free(cs->renew_held);
     for (i = 0; i < pr->ntopics; i++) free(pr->topics[i]);
     free(pr->topics);
 }

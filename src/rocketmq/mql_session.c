@@ -20,9 +20,9 @@
  * again, then Telemetry and a heartbeat at once. In cluster mode every proxy
  * reaches the same brokers through namesrv, and a receipt handle names its
  * broker, so renewals and acks of messages received through the dead proxy
- * simply go out on the new channel once it has our settings (releases are
- * held until then: mql_release.c); what the broker refuses is lost as any
- * renewal failure is. The session stays READY meanwhile (a host's calls fail
+ * simply go out on the new channel once it has our settings (releases and
+ * renewals are held until then: mql_release.c, mql_renew.c); what the
+ * broker refuses is lost as any renewal failure is. The session stays READY meanwhile (a host's calls fail
  * UNAVAILABLE, never NOT_READY), and says `reconnecting` in its metrics until
  * the new proxy has our settings. Calls in flight on the old channel keep it
  * alive (each holds a reference, mql_channel in mql_call.h) and end on their
@@ -32,6 +32,7 @@
  */
 #include "mql_session.h"
 #include "mql_release.h"
+#include "mql_renew.h"
 
 #include <grpc/grpc_security.h>
 #include <stdio.h>
@@ -478,8 +479,10 @@ static void on_telemetry_message(mql_client *c, mql_call *call, grpc_byte_buffer
         c->reconnect_code[0] = '\0';
         /* and it has a Telemetry channel for our client id, which acks and
          * changes need on 5.2.0 (ReceiptHandleGroupKey): the releases held
-         * meanwhile go out now (mql_release.c) */
+         * meanwhile go out now (mql_release.c), and the renewals held
+         * for the same reason (mql_renew.c) */
         mql_release_run_deferred(c);
+        if (c->type == MQL_CONSUMER) mql_renew_resume(c);
     }
 }
 
