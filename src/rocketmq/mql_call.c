@@ -180,7 +180,6 @@ mql_call *mql_call_new(mql_channel *ch, grpc_completion_queue *cq, const char *m
     c->method = method;
     c->md_cap = md_cap;
     c->channel = ch;
-    c->timeout_ms = timeout_ms;
     ch->refs++;
     c->call = grpc_channel_create_call(ch->grpc, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
                                        grpc_slice_from_static_string(method), NULL, deadline,

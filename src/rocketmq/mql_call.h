@@ -86,7 +86,6 @@ typedef struct mql_tag {
 struct mql_call {
     grpc_call *call;
     mql_channel *channel;        /* referenced until the call is freed */
-    int64_t timeout_ms;          /* as given: its deadline from the start, < 0 none */
     const char *method;
     size_t nmd, md_cap;
     grpc_metadata_array md_in;

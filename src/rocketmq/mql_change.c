@@ -11,7 +11,7 @@
  */
 #include "mql_change.h"
 
-int mql_change_start(mql_client *c, mql_lease *l, int64_t duration_ms, int64_t timeout_ms,
+int mql_change_start(mql_client *c, mql_lease *l, int64_t duration_ms,
                      const mql_call_ops *ops, uint64_t op, void *ctx) {
     Apache__Rocketmq__V2__ChangeInvisibleDurationRequest req =
         APACHE__ROCKETMQ__V2__CHANGE_INVISIBLE_DURATION_REQUEST__INIT;
@@ -25,7 +25,8 @@ int mql_change_start(mql_client *c, mql_lease *l, int64_t duration_ms, int64_t t
     req.receipt_handle = l->handle;
     req.message_id = l->message_id;
     req.invisible_duration = &d;
-    return mql_base_unary(c, mql_base_call(c, c->broker, MQL_M_CHANGE, timeout_ms, ops, op, ctx),
+    return mql_base_unary(c, mql_base_call(c, c->broker, MQL_M_CHANGE, c->request_timeout_ms,
+                                           ops, op, ctx),
                           &req.base);
 }
 

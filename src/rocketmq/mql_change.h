@@ -12,9 +12,8 @@
 #define MQL_RECONNECT_NEEDS_MS 1000
 
 /* ChangeInvisibleDuration with the lease's newest handle, ending in ops (a
- * renewal's, a nack's), within timeout_ms; op and ctx are the call's. -1 if
- * it did not start. */
-int mql_change_start(mql_client *c, mql_lease *l, int64_t duration_ms, int64_t timeout_ms,
+ * renewal's, a nack's); op and ctx are the call's. -1 if it did not start. */
+int mql_change_start(mql_client *c, mql_lease *l, int64_t duration_ms,
                      const mql_call_ops *ops, uint64_t op, void *ctx);
 /* What a call on the session's new channel needs before a lease's deadline:
  * K x the observed p99 plus MQL_RECONNECT_NEEDS_MS, at most the request

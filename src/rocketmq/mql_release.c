@@ -317,7 +317,7 @@ static void part_done(mql_client *c, mql_call *call, const ProtobufCMessageDescr
 }
 
 static int nack_start(mql_client *c, const mql_release *rel, mql_lease *l, void *ctx) {
-    return mql_change_start(c, l, rel->delay_ms, c->request_timeout_ms, &nack_ops, 0, ctx);
+    return mql_change_start(c, l, rel->delay_ms, &nack_ops, 0, ctx);
 }
 
 static void on_nack_done(mql_client *c, mql_call *call) {

@@ -80,8 +80,7 @@ static int wants_renewal(const mql_client *c, const mql_lease *l, int64_t now) {
 /* The budget's own nack (on_budget = "nack"): no host op waits for it, so the
  * call's op names the lease. -1 if it did not start. */
 static int budget_nack(mql_client *c, mql_lease *l) {
-    return mql_change_start(c, l, c->consumer.release_delay_ms, c->request_timeout_ms,
-                            &budget_nack_ops, l->id,
+    return mql_change_start(c, l, c->consumer.release_delay_ms, &budget_nack_ops, l->id,
                             NULL);
 }
 
@@ -190,17 +189,6 @@ void mql_renew_resume(mql_client *c) {
     cs->nrenew_held = 0;
 }
 
-/* How long a renewal may wait for its reply: request_timeout, or while the
- * session reconnects up to the lease's deadline. The proxy it goes to may be
- * slow to answer its first calls (a cold JVM, a box under load): a reply
- * that comes late but before the deadline still keeps the lease, where a
- * renewal given up at request_timeout left no time for another and the
- * lease was declared lost though the broker had renewed it. */
-static int64_t renew_timeout_ms(const mql_client *c, const mql_lease *l, int64_t now) {
-    int64_t left = l->deadline_ms - now;
-    return c->reconnecting && left > c->request_timeout_ms ? left : c->request_timeout_ms;
-}
-
 static void renew_start(mql_client *c, mql_lease *l, int64_t now) {
     mql_consumer_part *cs = &c->consumer;
     mql_lease_set_renew_sent(l, now);
@@ -209,8 +197,7 @@ static void renew_start(mql_client *c, mql_lease *l, int64_t now) {
     mql_hist_observe(&c->metrics.renew_lateness,
                      now > l->timer_ms ? (double)(now - l->timer_ms) / 1000.0 : 0.0);
     /* a renewal names its lease by the call's op */
-    if (mql_change_start(c, l, l->window_ms, renew_timeout_ms(c, l, now), &renew_ops, l->id,
-                         NULL) < 0) {
+    if (mql_change_start(c, l, l->window_ms, &renew_ops, l->id, NULL) < 0) {
         mql_lease_arm(&cs->leases, l, now + RENEW_BACKOFF_MIN_MS);
         return;
     }
