@@ -35,7 +35,6 @@ local MOVES = {
   waiting = { running = true, releasing = true },
   releasing = { settled = true },
 }
-_M.MOVES = MOVES
 
 -- How a lease that the run did not (or could not) release ended, from the
 -- state its lease reports: released by someone (the drain, the policy

@@ -26,15 +26,13 @@ local mt = { __index = methods, __name = "mqlease.run.releaser" }
 local ACK_BATCH = 32        -- entries per coalesced AckMessage
 local FIRST_BACKOFF = 0.2   -- seconds before the first retry, doubled up to MAX_BACKOFF
 local MAX_BACKOFF = 2
-_M.ACK_BATCH = ACK_BATCH
 
 -- Failures that no retry can mend: the lease is gone or the client is.
 local FINAL = { NO_LEASE = true, LEASE_LOST = true, ALREADY_ACKED = true, ALREADY_NACKED = true,
   ALREADY_DEAD_LETTERED = true, CLOSED = true, INVALID_RECEIPT_HANDLE = true }
 
 function _M.new(consumer, sched)
-  return setmetatable({ consumer = consumer, sched = sched, queue = {}, flush_queued = false,
-    retries = 0 }, mt)
+  return setmetatable({ consumer = consumer, sched = sched, queue = {}, flush_queued = false }, mt)
 end
 
 local function ack_chunk(self, chunk)
@@ -95,7 +93,6 @@ function methods:release(m, kind, arg)
     local deadline = core.now() + backoff
     repeat self.sched:park(deadline) until core.now() >= deadline
     if not lease:alive() then break end
-    self.retries = self.retries + 1
     self.consumer:count("release_retries")
     ok, err, code = once(self, m, kind, arg)
     if ok then return true end

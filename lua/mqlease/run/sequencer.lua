@@ -64,10 +64,6 @@ function methods:next()
   return m
 end
 
-function methods:has_ready()
-  return self.qhead <= self.qtail
-end
-
 -- m has settled. gone: it left the broker for good (acked, dead-lettered).
 -- Returns the messages held behind it that must be given back unrun (an
 -- array, or nil); with gone, the next of its group becomes ready instead.

@@ -47,8 +47,4 @@ function methods:wake_all()
   for _, co in pairs(self.tasks) do self.sched:wake(co) end
 end
 
-function methods:waiting(m)
-  return self.tasks[m] ~= nil
-end
-
 return _M
