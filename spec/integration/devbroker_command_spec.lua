@@ -5,13 +5,7 @@
 local launch = require "mqlease.launch"
 local mqlease = require "mqlease"
 
-local function read(path)
-  local f = io.open(path)
-  if not f then return nil end
-  local text = f:read("a")
-  f:close()
-  return text
-end
+local read = launch.read_file
 
 describe("mqlease devbroker", function()
   it("replaces itself with the broker, so a SIGTERM to it stops the broker and no process is left", function()
