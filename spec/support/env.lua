@@ -23,7 +23,7 @@ function _M.topics(...)
     if not created[names[i]] then todo[#todo + 1] = names[i] end
   end
   if #todo > 0 then
-    local cmd = "bash spec/support/rocketmq.sh topics " .. table.concat(todo, " ") .. " 2>&1"
+    local cmd = "bash mk/rocketmq.sh topics " .. table.concat(todo, " ") .. " 2>&1"
     local p = assert(io.popen(cmd))
     local out = p:read("a")
     local ok = p:close()
@@ -40,7 +40,7 @@ _M.topic = _M.topics
 -- Telemetry), where older ones create it on first use (rocketmq.sh, groups_policy).
 local groups_must_exist = os.getenv("MQLEASE_ROCKETMQ_GROUPS") == "create"
 if os.getenv("MQLEASE_ROCKETMQ_GROUPS") == nil then
-  local p = io.popen("bash spec/support/rocketmq.sh env 2>/dev/null")
+  local p = io.popen("bash mk/rocketmq.sh env 2>/dev/null")
   if p then
     groups_must_exist = p:read("a"):match("MQLEASE_ROCKETMQ_GROUPS=(%a+)") == "create"
     p:close()
@@ -53,7 +53,7 @@ local groups = {}
 -- Does nothing where the broker creates groups itself.
 function _M.group(name)
   if groups_must_exist and not groups[name] then
-    _M.sh("bash spec/support/rocketmq.sh groups --if-absent " .. name)
+    _M.sh("bash mk/rocketmq.sh groups --if-absent " .. name)
     groups[name] = true
   end
   return name
@@ -62,7 +62,7 @@ end
 -- A FIFO topic and an orderly consumer group for it, fresh for this run.
 function _M.fifo_topic(base)
   local topic, group = _M.name(base), _M.name("g_" .. base)
-  _M.sh(("bash spec/support/rocketmq.sh topics %s:FIFO --orderly-group %s"):format(topic, group))
+  _M.sh(("bash mk/rocketmq.sh topics %s:FIFO --orderly-group %s"):format(topic, group))
   return topic, group
 end
 
