@@ -74,6 +74,16 @@ function _M.stop_pid(pid, seconds)
 end
 local stop_pid = _M.stop_pid
 
+-- A server handle's stop(seconds): stop_pid with `default` seconds, then the
+-- temporary output file (when there is one) is removed.
+local function stopper(pid, temporary_out, default)
+  return function(seconds)
+    local clean = stop_pid(pid, seconds or default)
+    if temporary_out then os.remove(temporary_out) end
+    return clean
+  end
+end
+
 local function executable(path)
   local ok, _, n = os.execute("test -x " .. shell_quote(path))
   if type(ok) == "number" then return ok == 0 end
@@ -137,11 +147,7 @@ function _M.devbroker(opts)
   local dv = { pid = pid, endpoints = "127.0.0.1:" .. port, control_port = tonumber(cport), out = out }
   function dv.control(cmd) return control(dv.control_port, cmd) end
   function dv.alive() return alive(pid) end
-  function dv.stop(seconds)
-    local clean = stop_pid(pid, seconds or 5)
-    if temporary then os.remove(out) end
-    return clean
-  end
+  dv.stop = stopper(pid, temporary and out, 5)
   return dv
 end
 
@@ -177,11 +183,7 @@ function _M.redis(opts)
       if (read_file(out) or ""):find("Ready to accept connections", 1, true) then
         local r = { pid = pid, port = p, address = "127.0.0.1:" .. p, out = out }
         function r.alive() return alive(pid) end
-        function r.stop(seconds)
-          local clean = stop_pid(pid, seconds or 2)
-          if temporary then os.remove(out) end
-          return clean
-        end
+        r.stop = stopper(pid, temporary and out, 2)
         return r
       end
     until not alive(pid) or now() > deadline
