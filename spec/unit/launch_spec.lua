@@ -21,6 +21,23 @@ describe("mqlease.launch", function()
     assert.has_error(function() launch.redis(1) end, "mqlease.launch.redis: opts must be a table")
   end)
 
+  it("raises on a kept Redis without a port or a run dir, naming the option", function()
+    assert.has_error(function() launch.redis_start() end, "mqlease.launch.redis_start: opts must be a table")
+    assert.has_error(function() launch.redis_start { run = "/tmp/x" } end,
+      "mqlease.launch.redis_start: opts.port must be a port number")
+    assert.has_error(function() launch.redis_stop { port = 70000, run = "/tmp/x" } end,
+      "mqlease.launch.redis_stop: opts.port must be a port number")
+    assert.has_error(function() launch.redis_stop { port = 16379 } end,
+      "mqlease.launch.redis_stop: opts.run must be a directory's path")
+  end)
+
+  it("says why redis-server did not start, in its own words", function()
+    local r, err = launch.redis { program = "/nonexistent/redis-server", port = 1 }
+    assert.is_nil(r)
+    assert.matches("cannot start redis-server on 127.0.0.1:1", err, 1, true)
+    assert.matches("/nonexistent/redis-server", err, 1, true)   -- the shell's "not found"
+  end)
+
   it("tells a running process from a gone one, and quotes any word for the shell", function()
     local f = io.open("/proc/self/stat")
     local self = tonumber(f:read("l"):match("^%d+"))
