@@ -56,11 +56,12 @@ local function tail(text, n)
   return table.concat(lines, "\n", math.max(1, #lines - n + 1))
 end
 
--- Whether pid runs (a zombie does not).
+-- Whether pid runs (a zombie does not); false for nil.
 function _M.alive(pid)
+  if not pid then return false end
   local text = read_file("/proc/" .. tostring(pid) .. "/stat")
   if not text then return false end
-  local state = text:match("%) (%a)")
+  local state = text:match("^%d+ %b() (%a)")   -- the name in parentheses may hold ") "
   return state ~= nil and state ~= "Z"
 end
 local alive = _M.alive

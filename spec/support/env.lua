@@ -1,6 +1,7 @@
 -- spec/support/env.lua: what every spec needs to reach the servers that
 -- spec/support/run-specs.sh started, plus small waiting helpers.
 local mqlease = require "mqlease"
+local launch = require "mqlease.launch"
 
 local _M = {}
 
@@ -144,21 +145,8 @@ function _M.sh(cmd)
   return out
 end
 
--- Whether process pid runs: one that has exited but waits to be reaped (a
--- zombie) counts as gone.
-function _M.alive(pid)
-  if not pid then return false end
-  local state = _M.read("/proc/" .. pid .. "/stat"):match("^%d+ %b() (%a)")
-  return state ~= nil and state ~= "Z"
-end
-
--- SIGTERM, up to `patience` seconds (default 5) for the exit, then SIGKILL.
-function _M.stop_pid(pid, patience)
-  if not _M.alive(pid) then return end
-  os.execute(("kill -TERM %d 2>/dev/null"):format(pid))
-  local deadline = mqlease.now() + (patience or 5)
-  while _M.alive(pid) and mqlease.now() < deadline do mqlease.sleep(0.1) end
-  if _M.alive(pid) then os.execute(("kill -KILL %d 2>/dev/null"):format(pid)) end
-end
+-- Whether process pid runs (a zombie does not); SIGTERM, up to `patience`
+-- seconds (default 5) for the exit, then SIGKILL: mqlease.launch's.
+_M.alive, _M.stop_pid = launch.alive, launch.stop_pid
 
 return _M
