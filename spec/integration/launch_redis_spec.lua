@@ -19,13 +19,18 @@ local function cleanup(run, ...)
   os.execute("rm -rf " .. launch.shell_quote(run))
 end
 
--- A redis-server on port that answers every command but AUTH with NOAUTH:
--- something listens there, but it is not a Redis that answers PING.
-local function guarded(port, out)
+-- Case k's port taken by a redis-server that answers every command but AUTH
+-- with NOAUTH: something listens there, but not a Redis that answers PING.
+-- Returns the port, the run dir and that server's pid.
+local function guarded_case(k)
+  local port, run = case(k)
+  os.execute("mkdir -p " .. launch.shell_quote(run))
+  local out = run .. "/guarded.out"
   local pid = launch.spawn(("redis-server --port %d --bind 127.0.0.1 --save '' --requirepass guarded"):format(port), out)
+  finally(function() cleanup(run, pid) end)
   env.wait_for(function() return (launch.read_file(out) or ""):find("Ready to accept connections", 1, true) end,
     10, "the guarded redis-server")
-  return pid
+  return port, run, pid
 end
 
 describe("mqlease.launch's kept Redis", function()
@@ -65,10 +70,7 @@ describe("mqlease.launch's kept Redis", function()
   end)
 
   it("fails with the server's own words when the port is taken by what does not answer PING", function()
-    local port, run = case(3)
-    os.execute("mkdir -p " .. launch.shell_quote(run))
-    local pid = guarded(port, run .. "/guarded.out")
-    finally(function() cleanup(run, pid) end)
+    local port, run, pid = guarded_case(3)
     assert.is_false(launch.redis_answers(port))
     local r, err = launch.redis_start { port = port, run = run }
     assert.is_nil(r)
@@ -79,10 +81,7 @@ describe("mqlease.launch's kept Redis", function()
   end)
 
   it("names its own server that runs but does not answer, and stops it; never a pid that is not its redis-server", function()
-    local port, run = case(4)
-    os.execute("mkdir -p " .. launch.shell_quote(run))
-    local pid = guarded(port, run .. "/guarded.out")
-    finally(function() cleanup(run, pid) end)
+    local port, run, pid = guarded_case(4)
     -- a recycled pid: the mark says ours, the pid is this busted process
     local self = tonumber(launch.read_file("/proc/self/stat"):match("^%d+"))
     local f = assert(io.open(run .. "/redis.pid", "w")); f:write(self, "\n"); f:close()
