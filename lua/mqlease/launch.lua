@@ -61,7 +61,9 @@ function _M.alive(pid)
   if not pid then return false end
   local text = read_file("/proc/" .. tostring(pid) .. "/stat")
   if not text then return false end
-  local state = text:match("^%d+ %b() (%a)")   -- the name in parentheses may hold ") "
+  -- the state follows the name's closing parenthesis, the last one of the
+  -- line (proc(5)): the name itself may hold ") " or "(" unbalanced
+  local state = text:match("^.*%) (%a)")
   return state ~= nil and state ~= "Z"
 end
 local alive = _M.alive

@@ -21,6 +21,28 @@ describe("mqlease.launch", function()
     assert.has_error(function() launch.redis(1) end, "mqlease.launch.redis: opts must be a table")
   end)
 
+  it("tells a running process whose name holds ') Z ' from a zombie", function()
+    -- /proc/PID/stat is "pid (name) state ...": a program named "x) Z (y" must not read as state Z
+    local dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir -p " .. launch.shell_quote(dir)))
+    local program = dir .. "/x) Z (y"
+    assert(os.execute(("cp \"$(command -v sleep)\" %s"):format(launch.shell_quote(program))))
+    local pid = launch.spawn(launch.shell_quote(program) .. " 30", "/dev/null")
+    finally(function()
+      launch.stop_pid(pid, 1)
+      os.execute("rm -rf " .. launch.shell_quote(dir))
+    end)
+    local stat
+    for _ = 1, 100 do   -- until the exec has named it
+      stat = launch.read_file("/proc/" .. pid .. "/stat") or ""
+      if stat:find("(x) Z (y)", 1, true) then break end
+      require("mqlease").sleep(0.01)
+    end
+    assert.matches("(x) Z (y)", stat, 1, true)
+    assert.is_true(launch.alive(pid))
+  end)
+
   it("raises on a kept Redis without a port or a run dir, naming the option", function()
     assert.has_error(function() launch.redis_start() end, "mqlease.launch.redis_start: opts must be a table")
     assert.has_error(function() launch.redis_start { run = "/tmp/x" } end,
