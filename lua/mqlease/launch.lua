@@ -16,7 +16,9 @@
 -- Each server runs in the background with its output in a file, on a port the
 -- kernel picks (the dev broker: it prints the ports it got) or a free random
 -- one (redis-server: it cannot say), and is stopped with SIGTERM, then SIGKILL
--- after a few seconds, so a wedged server never outlives what started it.
+-- after a few seconds, so a wedged server never outlives what started it
+-- (but the kept Redis of redis_start, on the port it is given, which a later
+-- process stops).
 -- Waiting uses mqlease.sleep: it yields inside mqlease.run and blocks outside.
 -- A wrong option raises; a server that does not start returns nil, message.
 
