@@ -3,6 +3,8 @@
 #   mk/test.mk    make test (check + fuzz + the specs against RocketMQ and Redis), make fuzz
 #   mk/demo.mk    make demo
 #   mk/bench.mk   make bench, make soak
+#   mk/deps.sh, mk/rocketmq.sh (and mk/rocketmq/)   the scripts they run: the Debian packages
+#                 checked, a real RocketMQ on loopback (the specs, make demo BROKER=rocketmq, make bench)
 #
 #   make              build/mqlease/core.so for Lua 5.4 and build/mqlease-devbroker
 #   make luajit       build/luajit/mqlease/core.so for LuaJIT 2.1 (OpenResty)

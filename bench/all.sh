@@ -79,7 +79,7 @@ REDIS_PID=
 cleanup() {
   stop_devbroker
   if [[ -n $REDIS_PID ]]; then kill "$REDIS_PID" 2>/dev/null || true; rm -f "$REDIS_OUT"; fi
-  if ((ROCKETMQ)); then bash spec/support/rocketmq.sh stop >/dev/null || true; fi
+  if ((ROCKETMQ)); then bash mk/rocketmq.sh stop >/dev/null || true; fi
   if [[ -n ${BENCH_RAW:-} ]]; then
     mkdir -p "$BENCH_RAW"
     cat "$results" >>"$BENCH_RAW/results"
@@ -249,11 +249,11 @@ if [[ $QUICK == 1 ]]; then
   done
 else
   ROCKETMQ=1
-  bash spec/support/rocketmq.sh start
-  e=$(bash spec/support/rocketmq.sh env | sed -n 's/^MQLEASE_ENDPOINTS=//p')
-  label="RocketMQ $(bash spec/support/rocketmq.sh env | sed -n 's/^MQLEASE_ROCKETMQ_VERSION=//p') (namesrv + proxy local mode)"
+  bash mk/rocketmq.sh start
+  e=$(bash mk/rocketmq.sh env | sed -n 's/^MQLEASE_ENDPOINTS=//p')
+  label="RocketMQ $(bash mk/rocketmq.sh env | sed -n 's/^MQLEASE_ROCKETMQ_VERSION=//p') (namesrv + proxy local mode)"
   for run in $(seq "$RUNS"); do topics+=("s$(date +%s)_${run}_$RANDOM"); done
-  bash spec/support/rocketmq.sh topics "${topics[@]}" >/dev/null
+  bash mk/rocketmq.sh topics "${topics[@]}" >/dev/null
 fi
 for run in $(seq "$RUNS"); do
   note "sends in flight: $one one at a time, $n from $k coroutines, $n by send_many (run $run/$RUNS)"
@@ -276,9 +276,9 @@ fi
 
 # ---- part 1 ----------------------------------------------------------------------------
 ROCKETMQ=1
-bash spec/support/rocketmq.sh start
+bash mk/rocketmq.sh start
 bash bench/java.sh fetch >/dev/null
-eval "$(bash spec/support/rocketmq.sh env)"
+eval "$(bash mk/rocketmq.sh env)"
 E=$MQLEASE_ENDPOINTS
 R=b$(date +%s)
 # fresh topics for each run: a new group on a topic starts at offset 0 only when it is fresh
@@ -286,7 +286,7 @@ topics=()
 for run in $(seq "$RUNS"); do
   for t in lp jp lh jh lb lr jr js; do topics+=("${R}_$t$run"); done
 done
-bash spec/support/rocketmq.sh topics "${topics[@]}" >/dev/null
+bash mk/rocketmq.sh topics "${topics[@]}" >/dev/null
 
 lua() { lua5.4 bench/bench.lua "$@"; }
 java() { bash bench/java.sh run "$@"; }

@@ -81,15 +81,7 @@ elseif mode == "hold" then
   end
   -- nothing to do by hand: the core renews all of them while Lua just sleeps
   mqlease.sleep(hold)
-  local acked = 0
-  for first = 1, #held, 32 do
-    local b = {}
-    for i = first, math.min(first + 31, #held) do b[#b + 1] = held[i] end
-    local ok, _, _, results = c:ack(b)
-    if ok then acked = acked + #b else
-      for _, r in ipairs(results) do if r == true then acked = acked + 1 end end
-    end
-  end
+  local acked = common.ack_all(c, held, 32)
   local m = c:metrics()
   c:close()
   print(json { _order = { "mode", "count", "acked", "renewals", "renew_fail", "renew_p50_ms", "renew_p99_ms",

@@ -78,4 +78,18 @@ function _M.stat(runs, key, fmt)
   return s
 end
 
+-- Acks the held messages in batches of `batch`; how many the broker acked.
+function _M.ack_all(c, held, batch)
+  local acked = 0
+  for first = 1, #held, batch do
+    local b = {}
+    for i = first, math.min(first + batch - 1, #held) do b[#b + 1] = held[i] end
+    local ok, _, _, results = c:ack(b)
+    if ok then acked = acked + #b else
+      for _, r in ipairs(results) do if r == true then acked = acked + 1 end end
+    end
+  end
+  return acked
+end
+
 return _M

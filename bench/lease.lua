@@ -146,15 +146,7 @@ local rest = hold - (mqlease.now() - h0)
 if rest > 0 then sleep_for(rest, "window") end
 local m1, cpu1, bcpu1, h1 = c:metrics(), cpu_s(), broker_cpu_s(), mqlease.now()
 
-local acked = 0
-for first = 1, #held, 256 do
-  local b = {}
-  for i = first, math.min(first + 255, #held) do b[#b + 1] = held[i] end
-  local ok, _, _, results = c:ack(b)
-  if ok then acked = acked + #b else
-    for _, r in ipairs(results) do if r == true then acked = acked + 1 end end
-  end
-end
+local acked = common.ack_all(c, held, 256)
 local m = c:metrics()
 c:close()
 

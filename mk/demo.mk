@@ -4,6 +4,6 @@
 
 BROKER ?= devbroker
 demo: deps-build
-	@sh spec/support/deps.sh redis-server
+	@sh mk/deps.sh redis-server
 	@$(MAKE) --no-print-directory core
 	@BROKER=$(BROKER) bash examples/demo/demo.sh

@@ -1,4 +1,4 @@
-# make deps: the Debian 12 packages the build and the tests need (spec/support/deps.sh installs
+# make deps: the Debian 12 packages the build and the tests need (mk/deps.sh installs
 # what is missing as root, or prints the exact apt-get command and stops).
 #
 # LuaJIT is OpenResty's branch (luajit2): Debian's nginx Lua module needs lua-resty-core, which
@@ -16,8 +16,8 @@ DEB_TEST  = lua-busted lua-cjson lua-cqueues redis-server java=openjdk-17-jdk-he
 .PHONY: deps deps-build deps-test deps-fuzz
 deps: deps-build deps-test deps-fuzz
 deps-build:
-	@sh spec/support/deps.sh $(DEB_BUILD)
+	@sh mk/deps.sh $(DEB_BUILD)
 deps-test:
-	@sh spec/support/deps.sh $(DEB_TEST)
+	@sh mk/deps.sh $(DEB_TEST)
 deps-fuzz:
-	@sh spec/support/deps.sh $(DEB_FUZZ)
+	@sh mk/deps.sh $(DEB_FUZZ)

@@ -1,6 +1,7 @@
 -- examples/consumer/cqueues_worker.lua -- mqlease inside a cqueues controller.
 --
---   lua5.4 cqueues_worker.lua ENDPOINTS GROUP TOPIC
+--   lua5.4 cqueues_worker.lua [ENDPOINTS [GROUP [TOPIC]]]
+--   (defaults: 127.0.0.1:8081 cq_worker tasks, where `mqlease devbroker` listens)
 --
 -- The consumer is a cqueues "pollable" (pollfd/events/timeout), so its waits
 -- yield to the controller: here a worker loop and a heartbeat run side by

@@ -1,6 +1,7 @@
 -- examples/consumer/run_worker.lua -- a production-shaped worker under mqlease.run.
 --
---   lua5.4 run_worker.lua ENDPOINTS GROUP TOPIC
+--   lua5.4 run_worker.lua [ENDPOINTS [GROUP [TOPIC]]]
+--   (defaults: 127.0.0.1:8081 worker tasks, where `mqlease devbroker` listens)
 --
 -- Up to 32 handlers at once (coroutines). SIGTERM or SIGINT (Ctrl-C) drains it:
 -- no new messages, running handlers get `grace` seconds to finish, what still

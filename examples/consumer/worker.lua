@@ -1,6 +1,7 @@
 -- examples/consumer/worker.lua -- the smallest useful mqlease worker.
 --
---   lua5.4 worker.lua ENDPOINTS GROUP TOPIC [SECONDS]
+--   lua5.4 worker.lua [ENDPOINTS [GROUP [TOPIC [SECONDS]]]]
+--   (defaults: 127.0.0.1:8081 worker tasks 60, where `mqlease devbroker` listens)
 --
 -- Receives messages and handles each one; while a handler runs, the C core
 -- renews the message's lease, so a slow task is never handed to a second

@@ -12,10 +12,10 @@ case $BROKER in
     lua5.4 examples/demo/demo.lua ;;
   rocketmq)
     topic="demo_$(date +%s)"
-    trap 'bash spec/support/rocketmq.sh stop >/dev/null || true' EXIT
-    bash spec/support/rocketmq.sh start
-    eval "$(bash spec/support/rocketmq.sh env)"
-    bash spec/support/rocketmq.sh topics "$topic" >/dev/null
+    trap 'bash mk/rocketmq.sh stop >/dev/null || true' EXIT
+    bash mk/rocketmq.sh start
+    eval "$(bash mk/rocketmq.sh env)"
+    bash mk/rocketmq.sh topics "$topic" >/dev/null
     echo "demo: RocketMQ on $MQLEASE_ENDPOINTS"
     lua5.4 examples/demo/demo.lua "$MQLEASE_ENDPOINTS" "$topic" ;;
   *) echo "demo: BROKER must be devbroker or rocketmq" >&2; exit 2 ;;

@@ -1,7 +1,8 @@
 -- examples/exactly-once/worker.lua -- each message's business effect at most
 -- once, even when a lease is lost and another worker receives the message.
 --
---   lua5.4 worker.lua ENDPOINTS GROUP TOPIC REDIS_ADDRESS
+--   lua5.4 worker.lua [ENDPOINTS [GROUP [TOPIC [REDIS_ADDRESS]]]]
+--   (defaults: 127.0.0.1:8081 worker tasks 127.0.0.1:6379; RUN_FOR=S stops it after S seconds)
 --
 -- The exactly_once policy takes a Redis lock per message id before the
 -- handler runs (renewed with the lease), hands the handler a fencing token

@@ -1,7 +1,8 @@
 -- examples/producer/send.lua -- sending: a plain message, FIFO messages of one
 -- message group, and a delayed message.
 --
---   lua5.4 send.lua ENDPOINTS TOPIC [FIFO_TOPIC [DELAY_TOPIC]]
+--   lua5.4 send.lua [ENDPOINTS [TOPIC [FIFO_TOPIC [DELAY_TOPIC]]]]
+--   (defaults: 127.0.0.1:8081 tasks, where `mqlease devbroker` listens; no FIFO or delay topic)
 --
 -- RocketMQ 5 types each topic (message.type): a FIFO topic takes messages with
 -- a message_group, which its consumers get in order within the group; a DELAY

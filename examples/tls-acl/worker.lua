@@ -2,7 +2,7 @@
 -- checks ACL signatures.
 --
 --   MQLEASE_ACCESS_KEY=ak MQLEASE_SECRET_KEY=sk \
---     lua5.4 worker.lua ENDPOINTS GROUP TOPIC [CA_FILE|system [SERVER_NAME]]
+--     lua5.4 worker.lua [ENDPOINTS [GROUP [TOPIC [CA_FILE|system [SERVER_NAME]]]]]
 --
 -- (defaults: 127.0.0.1:8081 worker tasks, and no TLS: bare, it runs against
 -- `mqlease devbroker --topic tasks`, which speaks plaintext and takes any

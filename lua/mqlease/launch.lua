@@ -7,12 +7,18 @@
 --   dv.endpoints, dv.pid, dv.control_port, dv.control("set paused 1") -> "ok ..." (nil: no answer in 5 s)
 --   dv.alive(), dv.stop() -> whether it exited on SIGTERM (else it was killed)
 --   local r = assert(launch.redis { dir = "/tmp/x" })   -- r.address, r.port, r.pid, r.alive(), r.stop()
+--   launch.redis_start { port = 16379, run = "/tmp/r" } -> r (r.reused: it was up already), or nil, message
+--   launch.redis_stop { port = 16379, run = "/tmp/r" } -> what it did, or nil, message
+--     (a redis-server that outlives the process that started it, as the specs share one:
+--     spec/support/redis.sh is their shell entry)
 --   launch.devbroker_path(root) -> the program's path, or nil, message
 --
 -- Each server runs in the background with its output in a file, on a port the
 -- kernel picks (the dev broker: it prints the ports it got) or a free random
 -- one (redis-server: it cannot say), and is stopped with SIGTERM, then SIGKILL
--- after a few seconds, so a wedged server never outlives what started it.
+-- after a few seconds, so a wedged server never outlives what started it
+-- (but the kept Redis of redis_start, on the port it is given, which a later
+-- process stops).
 -- Waiting uses mqlease.sleep: it yields inside mqlease.run and blocks outside.
 -- A wrong option raises; a server that does not start returns nil, message.
 
@@ -45,11 +51,21 @@ local function read_file(path)
 end
 _M.read_file = read_file   -- the whole text of a file, or nil
 
--- Whether pid runs (a zombie does not).
+-- The last n lines of text.
+local function tail(text, n)
+  local lines = {}
+  for line in text:gmatch("[^\n]+") do lines[#lines + 1] = line end
+  return table.concat(lines, "\n", math.max(1, #lines - n + 1))
+end
+
+-- Whether pid runs (a zombie does not); false for nil.
 function _M.alive(pid)
+  if not pid then return false end
   local text = read_file("/proc/" .. tostring(pid) .. "/stat")
   if not text then return false end
-  local state = text:match("%) (%a)")
+  -- the state follows the name's closing parenthesis, the last one of the
+  -- line (proc(5)): the name itself may hold ") " or "(" unbalanced
+  local state = text:match("^.*%) (%a)")
   return state ~= nil and state ~= "Z"
 end
 local alive = _M.alive
@@ -73,6 +89,16 @@ function _M.stop_pid(pid, seconds)
   return false
 end
 local stop_pid = _M.stop_pid
+
+-- A server handle's stop(seconds): stop_pid with `default` seconds, then the
+-- temporary output file (when there is one) is removed.
+local function stopper(pid, temporary_out, default)
+  return function(seconds)
+    local clean = stop_pid(pid, seconds or default)
+    if temporary_out then os.remove(temporary_out) end
+    return clean
+  end
+end
 
 local function executable(path)
   local ok, _, n = os.execute("test -x " .. shell_quote(path))
@@ -137,11 +163,7 @@ function _M.devbroker(opts)
   local dv = { pid = pid, endpoints = "127.0.0.1:" .. port, control_port = tonumber(cport), out = out }
   function dv.control(cmd) return control(dv.control_port, cmd) end
   function dv.alive() return alive(pid) end
-  function dv.stop(seconds)
-    local clean = stop_pid(pid, seconds or 5)
-    if temporary then os.remove(out) end
-    return clean
-  end
+  dv.stop = stopper(pid, temporary and out, 5)
   return dv
 end
 
@@ -152,12 +174,15 @@ end
 --              Redis would); else no persistence at all
 --   opts.out   the file for its output (else in dir, or a temporary one)
 --   opts.program  the server (redis-server)
--- Returns { pid =, port =, address =, alive(), stop() }, or nil, message.
+--   opts.wait  seconds to wait for it to accept connections (5)
+-- Returns { pid =, port =, address =, alive(), stop() }, or nil, message (with
+-- the last lines of its output).
 function _M.redis(opts)
   opts = opts or {}
   if type(opts) ~= "table" then error("mqlease.launch.redis: opts must be a table", 2) end
   local program = opts.program or "redis-server"
   local tries = opts.port and 1 or 8
+  local said = ""
   for _ = 1, tries do
     local p = opts.port or random(20000, 45000)
     local out, temporary = opts.out, false
@@ -171,24 +196,100 @@ function _M.redis(opts)
       words[#words + 1] = "--appendonly no"
     end
     local pid = spawn(table.concat(words, " "), out)
-    local deadline = now() + 5
+    local deadline = now() + (opts.wait or 5)
     repeat
       sleep(0.05)
       if (read_file(out) or ""):find("Ready to accept connections", 1, true) then
         local r = { pid = pid, port = p, address = "127.0.0.1:" .. p, out = out }
         function r.alive() return alive(pid) end
-        function r.stop(seconds)
-          local clean = stop_pid(pid, seconds or 2)
-          if temporary then os.remove(out) end
-          return clean
-        end
+        r.stop = stopper(pid, temporary and out, 2)
         return r
       end
     until not alive(pid) or now() > deadline
     stop_pid(pid, 1)
+    said = tail(read_file(out) or "", 10)
     if temporary then os.remove(out) end
   end
-  return nil, "cannot start redis-server on a loopback port (is redis-server installed?)"
+  return nil, ("cannot start redis-server on %s (is it installed? Debian: apt-get install -y redis-server); "
+    .. "its last words: %s"):format(opts.port and "127.0.0.1:" .. opts.port or "a loopback port", said)
+end
+
+-- The specs' shared Redis: one redis-server on a given port that outlives the
+-- process that started it, so a later process can stop it. A run dir holds
+-- its output (redis.log), its pid (redis.pid) and, only when redis_start
+-- started it, the file started-by-us: redis_stop stops that one and nothing
+-- else (a Redis somebody else started on the port is used and left alone).
+-- Both take { port =, run = }; callers that may race hold a lock around them
+-- (spec/support/redis.sh does).
+
+local function service_opts(opts, name)
+  if type(opts) ~= "table" then error("mqlease.launch." .. name .. ": opts must be a table", 3) end
+  local port = opts.port
+  if type(port) ~= "number" or port % 1 ~= 0 or port < 1 or port > 65535 then
+    error("mqlease.launch." .. name .. ": opts.port must be a port number", 3)
+  end
+  if type(opts.run) ~= "string" or opts.run == "" then
+    error("mqlease.launch." .. name .. ": opts.run must be a directory's path", 3)
+  end
+  return opts.port, opts.run
+end
+
+-- Whether a Redis answers PING on 127.0.0.1:port (within 5 s).
+function _M.redis_answers(port)
+  return (control(port, "PING") or ""):find("^%+PONG") ~= nil
+end
+local redis_answers = _M.redis_answers
+
+-- The pid of the redis-server redis_start started in run, on port, if it still
+-- runs; pids get recycled, so it must still be a redis-server on that port.
+local function started_pid(port, run)
+  if not read_file(run .. "/started-by-us") then return nil end
+  local pid = tonumber((read_file(run .. "/redis.pid") or ""):match("^%d+"))
+  if not pid then return nil end
+  local cmdline = (read_file("/proc/" .. pid .. "/cmdline") or ""):gsub("%z", " ")
+  if not cmdline:find("redis-server", 1, true) or not cmdline:find(":" .. port .. "%f[%D]") then return nil end
+  return alive(pid) and pid or nil
+end
+
+local function write_file(path, text)
+  local f = assert(io.open(path, "w"))
+  f:write(text)
+  f:close()
+end
+
+function _M.redis_start(opts)
+  local port, run = service_opts(opts, "redis_start")
+  local address = "127.0.0.1:" .. port
+  os.execute("mkdir -p " .. shell_quote(run))
+  if redis_answers(port) then
+    -- ours from an earlier start, or somebody else's: used, ownership left as it is
+    return { port = port, address = address, pid = started_pid(port, run), reused = true }
+  end
+  local pid = started_pid(port, run)
+  if pid then
+    return nil, ("our redis-server (pid %d) runs but does not answer PING on %s; see %s/redis.log")
+      :format(pid, address, run)
+  end
+  os.remove(run .. "/started-by-us")
+  os.remove(run .. "/redis.pid")
+  local r, err = _M.redis { port = port, out = run .. "/redis.log", program = opts.program, wait = 20 }
+  if not r then return nil, err end
+  write_file(run .. "/redis.pid", r.pid .. "\n")
+  write_file(run .. "/started-by-us", "")
+  return { port = port, address = address, pid = r.pid, reused = false }
+end
+
+function _M.redis_stop(opts)
+  local port, run = service_opts(opts, "redis_stop")
+  local pid = started_pid(port, run)
+  if pid then
+    stop_pid(pid, 10)
+    if alive(pid) then return nil, ("redis-server (pid %d) survived SIGKILL"):format(pid) end
+  end
+  os.remove(run .. "/started-by-us")
+  os.remove(run .. "/redis.pid")
+  if not pid then return "nothing of ours is running on 127.0.0.1:" .. port end
+  return ("stopped redis-server (pid %d)"):format(pid)
 end
 
 return _M

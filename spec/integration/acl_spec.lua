@@ -20,7 +20,7 @@ local RMQ = table.concat({
   "MQLEASE_REMOTING_PORT=" .. (GRPC_PORT - 1),
   "MQLEASE_NAMESRV_PORT=" .. (GRPC_PORT + 1000),
   "MQLEASE_BROKER_PORT=" .. (GRPC_PORT + 2000),
-  "bash spec/support/rocketmq.sh",
+  "bash mk/rocketmq.sh",
 }, " ")
 
 local ADMIN = { access_key = "mqlease-admin", secret_key = "mqlease-admin-secret" }

@@ -455,7 +455,7 @@ describe("chaos: the proxy JVM killed (SIGKILL) and restarted mid-stream", funct
   local RMQ = "MQLEASE_RUN=/tmp/mqlease-chaos-rmq-" .. env.run_id .. " MQLEASE_GRPC_PORT=18581 " ..
     "MQLEASE_REMOTING_PORT=18580 MQLEASE_NAMESRV_PORT=19581 MQLEASE_BROKER_PORT=20581 MQLEASE_STOP_GRACE=5 "
   local ENDPOINTS = "127.0.0.1:18581"
-  local function rmq(args) return env.sh(RMQ .. "bash spec/support/rocketmq.sh " .. args) end
+  local function rmq(args) return env.sh(RMQ .. "bash mk/rocketmq.sh " .. args) end
   local function proxy_pid() return tonumber(read(RMQ:match("MQLEASE_RUN=(%S+)") .. "/proxy.pid"):match("%d+")) end
   local worker, producer
   local logfile = os.tmpname()

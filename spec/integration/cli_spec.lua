@@ -7,19 +7,8 @@ local env = require "support.env"
 local prom = require "support.prom"
 local read, wait_for, count = env.read, env.wait_for, env.count
 
--- The command as a user runs it from a checkout; the sanitizer runtime the
--- specs preload is not for it (it loads build/mqlease/core.so).
-local CMD = "env -u LD_PRELOAD lua5.4 bin/mqlease"
-
-local function shell_quote(s)
-  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
-end
-
-local function words(args)
-  local out = {}
-  for i, a in ipairs(args) do out[i] = shell_quote(a) end
-  return table.concat(out, " ")
-end
+local command = require "support.command"
+local CMD, words, start, write_file = command.CMD, command.words, command.start, command.write_file
 
 -- Runs the command to its end; returns exit code, stdout, stderr.
 local function cli(args, stdin, prefix)
@@ -35,29 +24,6 @@ local function cli(args, stdin, prefix)
   return rc, o, e
 end
 
--- Starts the command in the background; the handle knows its pid (the lua
--- process itself, so signals reach it), its output, and its exit code once done.
-local function start(args)
-  local base = os.tmpname()
-  local h = { out = base .. ".out", err = base .. ".err", rcfile = base .. ".rc", pidfile = base .. ".pid" }
-  env.sh(("(sh -c 'echo $$ >%s; exec %s \"$@\"' mqlease %s >%s 2>%s; echo $? >%s) </dev/null >/dev/null 2>&1 &")
-    :format(h.pidfile, CMD, words(args), h.out, h.err, h.rcfile))
-  wait_for(function() return read(h.pidfile):match("%d+") ~= nil end, 10, "the command's pid")
-  h.pid = tonumber(read(h.pidfile):match("%d+"))
-  function h.stderr() return read(h.err) end
-  function h.rc() return tonumber(read(h.rcfile):match("%d+")) end
-  function h.term() os.execute(("kill -TERM %d"):format(h.pid)) end
-  function h.wait(timeout)
-    wait_for(function() return h.rc() ~= nil end, timeout, "the command's exit")
-    return h.rc()
-  end
-  function h.cleanup()
-    if not h.rc() then os.execute(("kill -KILL %d 2>/dev/null"):format(h.pid)) end
-    for _, f in ipairs({ base, h.out, h.err, h.rcfile, h.pidfile }) do os.remove(f) end
-  end
-  return h
-end
-
 local function scrape(port, path)
   local body, status = socket_http.request(("http://127.0.0.1:%d%s"):format(port, path or "/metrics"))
   return body, status
@@ -70,14 +36,6 @@ local function summary_of(stderr)
   local s = {}
   for k, v in line:gmatch("(%a+) (%d+)") do s[k] = tonumber(v) end
   return s, line
-end
-
-local function write_file(text)
-  local path = os.tmpname()
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
-  return path
 end
 
 -- Subscribes the group, so that what is sent next is delivered to it.
@@ -226,8 +184,7 @@ end
     local h = start({ "run", handler, "--topic", topic, "--group", group, "--metrics", "127.0.0.1:0",
       "--grace", "10", "--concurrency", "4" })
     finally(function() h.cleanup(); os.remove(handler); os.remove(log) end)
-    wait_for(function() return h.stderr():match("metrics at http://127%.0%.0%.1:(%d+)/metrics") end, 20, "the metrics line")
-    local port = tonumber(h.stderr():match("metrics at http://127%.0%.0%.1:(%d+)/metrics"))
+    local port = h.metrics_port()
 
     assert(producer:send(topic, "ok 1"))
     assert(producer:send(topic, "ok 2"))

@@ -15,7 +15,7 @@ local ENDPOINTS = ("127.0.0.1:%d;127.0.0.1:%d"):format(GRPC1, GRPC2)
 local RMQ = ("MQLEASE_CLUSTER=1 MQLEASE_RUN=%s MQLEASE_GRPC_PORT=%d MQLEASE_GRPC_PORT2=%d " ..
   "MQLEASE_REMOTING_PORT=18680 MQLEASE_REMOTING_PORT2=18682 MQLEASE_NAMESRV_PORT=19681 " ..
   "MQLEASE_BROKER_PORT=20681 MQLEASE_STOP_GRACE=5 "):format(RUN, GRPC1, GRPC2)
-local function rmq(args) return env.sh(RMQ .. "bash spec/support/rocketmq.sh " .. args) end
+local function rmq(args) return env.sh(RMQ .. "bash mk/rocketmq.sh " .. args) end
 
 local alive = env.alive
 

@@ -8,43 +8,13 @@ local cjson = require "cjson"
 local env = require "support.env"
 local read, wait_for = env.read, env.wait_for
 
--- The command as a user runs it from a checkout, without the sanitizer
--- runtime the specs preload (it loads build/mqlease/core.so).
-local CMD = "env -u LD_PRELOAD lua5.4 bin/mqlease"
+local command = require "support.command"
+local start, write_file = command.start, command.write_file
 local CHROMIUM = os.getenv("MQLEASE_CHROMIUM") or "chromium"
 -- where the screenshot of the page is kept (docs/live.png is made from it)
 local SCREENSHOT = os.getenv("MQLEASE_LIVE_SCREENSHOT") or os.tmpname() .. ".png"
 
-local function q(s)
-  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
-end
-
-local function write_file(text)
-  local path = os.tmpname()
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
-  return path
-end
-
--- The command in the background: its pid, its stderr, its exit code.
-local function start(args)
-  local base = os.tmpname()
-  local h = { err = base .. ".err", rcfile = base .. ".rc", pidfile = base .. ".pid" }
-  local words = {}
-  for i, a in ipairs(args) do words[i] = q(a) end
-  env.sh(("(sh -c 'echo $$ >%s; exec %s \"$@\"' mqlease %s >/dev/null 2>%s; echo $? >%s) </dev/null >/dev/null 2>&1 &")
-    :format(h.pidfile, CMD, table.concat(words, " "), h.err, h.rcfile))
-  wait_for(function() return read(h.pidfile):match("%d+") ~= nil end, 10, "the command's pid")
-  h.pid = tonumber(read(h.pidfile):match("%d+"))
-  function h.stderr() return read(h.err) end
-  function h.rc() return tonumber(read(h.rcfile):match("%d+")) end
-  function h.cleanup()
-    if not h.rc() then os.execute(("kill -KILL %d 2>/dev/null"):format(h.pid)) end
-    for _, f in ipairs({ base, h.err, h.rcfile, h.pidfile }) do os.remove(f) end
-  end
-  return h
-end
+local q = require("mqlease.launch").shell_quote
 
 local function fetch(port, path)
   local body, status, headers = socket_http.request(("http://127.0.0.1:%d%s"):format(port, path))
@@ -92,8 +62,7 @@ end
       h.cleanup()
       os.remove(handler); os.remove(release)
     end)
-    wait_for(function() return h.stderr():match("metrics at http://127%.0%.0%.1:(%d+)/metrics") end, 20, "the metrics line")
-    local port = tonumber(h.stderr():match("metrics at http://127%.0%.0%.1:(%d+)/metrics"))
+    local port = h.metrics_port()
 
     local producer = env.producer()
     local sent = {}

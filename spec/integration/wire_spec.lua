@@ -27,7 +27,7 @@ local function md5(s)
 end
 
 local function create_topics(specs)
-  local p = assert(io.popen("bash spec/support/rocketmq.sh topics " .. table.concat(specs, " ") .. " 2>&1"))
+  local p = assert(io.popen("bash mk/rocketmq.sh topics " .. table.concat(specs, " ") .. " 2>&1"))
   local out = p:read("a")
   assert(p:close(), "creating topics failed:\n" .. out)
 end

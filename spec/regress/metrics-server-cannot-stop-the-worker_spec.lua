@@ -15,6 +15,8 @@ local http = require "mqlease.cli.http"
 local fake_consumer = require "support.fake_consumer"
 local env = require "support.env"
 local read, wait_for = env.read, env.wait_for
+local command = require "support.command"
+local write_file = command.write_file
 
 -- A client process outside the worker: opens `idle` connections that never
 -- send a byte, `slow` connections that ask for /metrics and never read the
@@ -65,13 +67,6 @@ socket.sleep(hold)
 say("done")
 ]=]
 
-local function write_file(text)
-  local path = os.tmpname()
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
-  return path
-end
 
 local function start_attacker(script, port, idle, slow, hold, out)
   os.execute(("env -u LD_PRELOAD lua5.4 %s %d %d %d %g %s >/dev/null 2>&1 &"):format(script, port, idle, slow, hold, out))
@@ -179,37 +174,31 @@ local log = assert(io.open(%q, "a"))
 log:setvbuf("line")
 return function(m) log:write("done ", m.body, "\n"); return true end
 ]]):format(log))
-    local base = os.tmpname()
-    local errf, rcf, pidf = base .. ".err", base .. ".rc", base .. ".pid"
-    env.sh(("(sh -c 'echo $$ >%s; exec env -u LD_PRELOAD lua5.4 bin/mqlease \"$@\"' mqlease run %s --topic %s --group %s --metrics 127.0.0.1:0 >/dev/null 2>%s; echo $? >%s) </dev/null >/dev/null 2>&1 &")
-      :format(pidf, handler, topic, group, errf, rcf))
+    local h = command.start { "run", handler, "--topic", topic, "--group", group, "--metrics", "127.0.0.1:0" }
     local script, out = write_file(ATTACKER), os.tmpname()
     finally(function()
-      local pid = read(pidf):match("%d+")
-      if pid and read(rcf) == "" then os.execute("kill -KILL " .. pid .. " 2>/dev/null") end
-      for _, f in ipairs({ base, errf, rcf, pidf, handler, log, script, out, out .. ".page" }) do os.remove(f) end
+      h.cleanup()
+      for _, f in ipairs({ handler, log, script, out, out .. ".page" }) do os.remove(f) end
       producer:close()
     end)
-    wait_for(function() return read(errf):match("metrics at http://127%.0%.0%.1:(%d+)/metrics") end, 20, "the metrics line")
-    local port = tonumber(read(errf):match("metrics at http://127%.0%.0%.1:(%d+)/metrics"))
+    local port = h.metrics_port()
     assert(producer:send(topic, "before"))
     wait_for(function() return read(log):find("done before", 1, true) end, 30, "the first message handled")
 
     start_attacker(script, port, 500, 0, 8, out)
-    wait_for(function() return read(out):find("scrape", 1, true) or read(rcf) ~= "" end, 30, "the attacker's scrape")
-    assert.equal("", read(rcf), "mqlease run exited:\n" .. read(errf))
+    wait_for(function() return read(out):find("scrape", 1, true) or h.rc() ~= nil end, 30, "the attacker's scrape")
+    assert.is_nil(h.rc(), "mqlease run exited:\n" .. h.stderr())
     local report = read(out)
     assert.equal("500", report:match("opened (%d+)"), report)
     assert.equal("200", report:match("scrape (%S+)"), report)
     assert.matches("\nmqlease_inflight_leases 0\n", read(out .. ".page"), 1, true)
     -- it still consumes while the connections are held
     assert(producer:send(topic, "during"))
-    wait_for(function() return read(log):find("done during", 1, true) or read(rcf) ~= "" end, 30, "the second message handled")
-    assert.equal("", read(rcf), "mqlease run exited:\n" .. read(errf))
+    wait_for(function() return read(log):find("done during", 1, true) or h.rc() ~= nil end, 30, "the second message handled")
+    assert.is_nil(h.rc(), "mqlease run exited:\n" .. h.stderr())
     assert.matches("done during", read(log), 1, true)
-    assert.is_nil(read(errf):find("descriptors", 1, true), read(errf))
-    os.execute("kill -TERM " .. read(pidf):match("%d+"))
-    wait_for(function() return read(rcf) ~= "" end, 30, "the exit after SIGTERM")
-    assert.equal("0", read(rcf):match("%d+"), read(errf))
+    assert.is_nil(h.stderr():find("descriptors", 1, true), h.stderr())
+    h.term()
+    assert.equal(0, h.wait(30), h.stderr())
   end)
 end)

@@ -1,6 +1,7 @@
 -- spec/support/env.lua: what every spec needs to reach the servers that
 -- spec/support/run-specs.sh started, plus small waiting helpers.
 local mqlease = require "mqlease"
+local launch = require "mqlease.launch"
 
 local _M = {}
 
@@ -23,7 +24,7 @@ function _M.topics(...)
     if not created[names[i]] then todo[#todo + 1] = names[i] end
   end
   if #todo > 0 then
-    local cmd = "bash spec/support/rocketmq.sh topics " .. table.concat(todo, " ") .. " 2>&1"
+    local cmd = "bash mk/rocketmq.sh topics " .. table.concat(todo, " ") .. " 2>&1"
     local p = assert(io.popen(cmd))
     local out = p:read("a")
     local ok = p:close()
@@ -40,7 +41,7 @@ _M.topic = _M.topics
 -- Telemetry), where older ones create it on first use (rocketmq.sh, groups_policy).
 local groups_must_exist = os.getenv("MQLEASE_ROCKETMQ_GROUPS") == "create"
 if os.getenv("MQLEASE_ROCKETMQ_GROUPS") == nil then
-  local p = io.popen("bash spec/support/rocketmq.sh env 2>/dev/null")
+  local p = io.popen("bash mk/rocketmq.sh env 2>/dev/null")
   if p then
     groups_must_exist = p:read("a"):match("MQLEASE_ROCKETMQ_GROUPS=(%a+)") == "create"
     p:close()
@@ -53,7 +54,7 @@ local groups = {}
 -- Does nothing where the broker creates groups itself.
 function _M.group(name)
   if groups_must_exist and not groups[name] then
-    _M.sh("bash spec/support/rocketmq.sh groups --if-absent " .. name)
+    _M.sh("bash mk/rocketmq.sh groups --if-absent " .. name)
     groups[name] = true
   end
   return name
@@ -62,7 +63,7 @@ end
 -- A FIFO topic and an orderly consumer group for it, fresh for this run.
 function _M.fifo_topic(base)
   local topic, group = _M.name(base), _M.name("g_" .. base)
-  _M.sh(("bash spec/support/rocketmq.sh topics %s:FIFO --orderly-group %s"):format(topic, group))
+  _M.sh(("bash mk/rocketmq.sh topics %s:FIFO --orderly-group %s"):format(topic, group))
   return topic, group
 end
 
@@ -144,21 +145,8 @@ function _M.sh(cmd)
   return out
 end
 
--- Whether process pid runs: one that has exited but waits to be reaped (a
--- zombie) counts as gone.
-function _M.alive(pid)
-  if not pid then return false end
-  local state = _M.read("/proc/" .. pid .. "/stat"):match("^%d+ %b() (%a)")
-  return state ~= nil and state ~= "Z"
-end
-
--- SIGTERM, up to `patience` seconds (default 5) for the exit, then SIGKILL.
-function _M.stop_pid(pid, patience)
-  if not _M.alive(pid) then return end
-  os.execute(("kill -TERM %d 2>/dev/null"):format(pid))
-  local deadline = mqlease.now() + (patience or 5)
-  while _M.alive(pid) and mqlease.now() < deadline do mqlease.sleep(0.1) end
-  if _M.alive(pid) then os.execute(("kill -KILL %d 2>/dev/null"):format(pid)) end
-end
+-- Whether process pid runs (a zombie does not); SIGTERM, up to `patience`
+-- seconds (default 5) for the exit, then SIGKILL: mqlease.launch's.
+_M.alive, _M.stop_pid = launch.alive, launch.stop_pid
 
 return _M

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Test harness: a throw-away Redis (Debian's redis-server) on loopback for the specs.
+# The specs' shared redis-server on loopback: the shell entry run-specs.sh (and a spec that
+# wants a Redis of its own to stop and start) call; mqlease.launch's redis_start and
+# redis_stop do the work.
 #
 #   redis.sh start    start it (or reuse one that already answers PING on the port)
 #   redis.sh stop     stop it, only if `start` started it
@@ -7,36 +9,47 @@
 #
 # Environment (optional):
 #   MQLEASE_REDIS_PORT  16379 (not the default 6379, so a developer's own Redis is left alone)
-#   MQLEASE_REDIS_RUN   /tmp/mqlease-redis   (pid file, log, working dir)
+#   MQLEASE_REDIS_RUN   /tmp/mqlease-redis   (pid file, log, the started-by-us mark)
+#
+# mqlease.launch waits with mqlease.sleep, so it loads the module: build/ (make core), else the
+# sanitizer build in build/san/ (make sanitize) with the ASan runtime preloaded.
 set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
 PORT=${MQLEASE_REDIS_PORT:-16379}
 RUN=${MQLEASE_REDIS_RUN:-/tmp/mqlease-redis}
-HOST=127.0.0.1
-PIDFILE=$RUN/redis.pid
-OURS=$RUN/started-by-us   # written only when this script launched the server
-APT_LINE='apt-get install -y redis-server'
 
 die() { echo "redis: error: $*" >&2; exit 1; }
-log() { echo "redis: $*"; }
 
-need() {
-  command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 \
-    || die "redis-server/redis-cli not found; install them with:
-  $APT_LINE"
-}
+preload=${LD_PRELOAD:-}
+if [[ -f build/mqlease/core.so ]]; then
+  cpath="$PWD/build/?.so"
+elif [[ -f build/san/mqlease/core.so ]]; then
+  cpath="$PWD/build/san/?.so"
+  preload=$(gcc -print-file-name=libasan.so)
+  export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
+else
+  die "no build of the module (build/mqlease/core.so or build/san/mqlease/core.so): run make core"
+fi
 
-ping() { [[ $(timeout 2 redis-cli -h "$HOST" -p "$PORT" ping 2>/dev/null) == PONG ]]; }
-
-# Prints the pid of the server we started; fails if it is gone. The pid must still belong to
-# a redis-server (pids get recycled) before we would ever signal it.
-our_pid() {
-  [[ -f $OURS && -f $PIDFILE ]] || return 1
-  local pid
-  pid=$(<"$PIDFILE")
-  [[ $pid =~ ^[0-9]+$ && -r /proc/$pid/cmdline ]] || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q "redis-server.*:$PORT" || return 1
-  echo "$pid"
+# launch start|stop|status: mqlease.launch's redis_start, redis_stop or redis_answers on PORT
+# (and RUN); prints what it did, or fails with its message. The lock's descriptor is closed
+# for it, so a server it starts cannot hold the lock.
+launch() {
+  LD_PRELOAD=$preload LUA_PATH="$PWD/lua/?.lua;$PWD/lua/?/init.lua;;" LUA_CPATH="$cpath;;" \
+    lua5.4 - "$1" "$PORT" "$RUN" 9>&- <<'LUA'
+local launch = require "mqlease.launch"
+local what, port, run = arg[1], tonumber(arg[2]), arg[3]
+if what == "status" then
+  if launch.redis_answers(port) then print("redis: answering on 127.0.0.1:" .. port); os.exit(0) end
+  io.stderr:write("redis: nothing answers on 127.0.0.1:", port, "\n"); os.exit(1)
+end
+local r, err = launch["redis_" .. what] { port = port, run = run }
+if not r then io.stderr:write("redis: error: ", err, "\n"); os.exit(1) end
+if type(r) == "string" then print("redis: " .. r)
+elseif r.reused then print(("redis: reusing the Redis on %s"):format(r.address))
+else print(("redis: started redis-server on %s (pid %d); run dir %s"):format(r.address, r.pid, run)) end
+LUA
 }
 
 lock() {
@@ -45,69 +58,9 @@ lock() {
   flock -w 60 9 || die "timed out waiting for the lock $RUN/.lock"
 }
 
-cmd_start() {
-  need
-  lock
-  if ping; then
-    # Ours from an earlier `start`, or somebody else's: use it and leave ownership as it is.
-    log "reusing the Redis on $HOST:$PORT"
-    return 0
-  fi
-  if our_pid >/dev/null; then
-    die "our redis-server (pid $(our_pid)) is running but does not answer PING on $HOST:$PORT; see $RUN/redis.log"
-  fi
-  rm -f "$OURS" "$PIDFILE"
-  # No persistence (the specs want an empty, fast Redis); --daemonize makes redis-server fork
-  # and write the pid file itself. The lock fd is closed so the daemon cannot hold it.
-  redis-server --bind "$HOST" --port "$PORT" --save '' --appendonly no --daemonize yes \
-    --pidfile "$PIDFILE" --dir "$RUN" --logfile "$RUN/redis.log" 9>&- \
-    || die "redis-server failed to start; see $RUN/redis.log"
-  touch "$OURS"
-  local deadline=$((SECONDS + 20))
-  until ping; do
-    if ((SECONDS >= deadline)); then
-      echo "redis: error: no PONG from $HOST:$PORT within 20s; last lines of $RUN/redis.log:" >&2
-      tail -n 20 "$RUN/redis.log" >&2 || true
-      stop_ours >&2
-      exit 1
-    fi
-    sleep 0.1
-  done
-  log "started redis-server on $HOST:$PORT (pid $(our_pid || echo '?')); run dir $RUN"
-}
-
-stop_ours() {
-  local pid deadline
-  if ! pid=$(our_pid); then
-    log "nothing of ours is running on $HOST:$PORT"
-    rm -f "$OURS" "$PIDFILE"
-    return 0
-  fi
-  kill -TERM "$pid" 2>/dev/null || true
-  deadline=$((SECONDS + 10))
-  while our_pid >/dev/null && ((SECONDS < deadline)); do sleep 0.1; done
-  if our_pid >/dev/null; then
-    kill -KILL "$pid" 2>/dev/null || true
-    sleep 0.5
-  fi
-  ! our_pid >/dev/null || die "redis-server (pid $pid) survived SIGKILL"
-  rm -f "$OURS" "$PIDFILE"
-  log "stopped redis-server (pid $pid)"
-}
-
-cmd_stop() { lock; stop_ours; }
-
-cmd_status() {
-  need
-  if ping; then
-    echo "redis: answering on $HOST:$PORT"; return 0
-  fi
-  echo "redis: nothing answers on $HOST:$PORT" >&2; return 1
-}
-
 case ${1:-} in
-  start) cmd_start ;;
-  stop) cmd_stop ;;
-  status) cmd_status ;;
+  start) lock; launch start ;;
+  stop) lock; launch stop ;;
+  status) launch status ;;
   *) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2 ;;
 esac

@@ -2,7 +2,7 @@
 # run-specs.sh [SPEC...] -- what `make test` runs after the build.
 # run-specs.sh --second [SPEC...] -- only the second broker version's pass (below).
 #
-# Starts a real RocketMQ (spec/support/rocketmq.sh) and redis-server
+# Starts a real RocketMQ (mk/rocketmq.sh) and redis-server
 # (spec/support/redis.sh) on loopback, installs the Node.js interop peer, runs
 # the busted specs against the sanitizer build (ASan + UBSan, preloaded into a
 # stock lua5.4), and always stops what it started. Fails loudly if a server
@@ -21,6 +21,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 SUPPORT=spec/support
+RMQ_SH=mk/rocketmq.sh   # the real RocketMQ (the demo and the bench start it too)
 
 SECOND_VERSION=${MQLEASE_SECOND_ROCKETMQ:-5.5.0}
 # The broker-facing core. Not the retry-policy timing (73 s; the Settings it
@@ -67,9 +68,9 @@ cleanup() {
   local rc=$?
   [[ -z $second_pid ]] || kill -- -"$second_pid" 2>/dev/null || kill "$second_pid" 2>/dev/null || true
   bash $SUPPORT/redis.sh stop || true
-  bash $SUPPORT/rocketmq.sh stop || true
+  bash $RMQ_SH stop || true
   # only if this run started it: another run's second broker shares its run dir
-  ((second_started == 0)) || env $(second_env) bash $SUPPORT/rocketmq.sh stop >/dev/null 2>&1 || true
+  ((second_started == 0)) || env $(second_env) bash $RMQ_SH stop >/dev/null 2>&1 || true
   rm -f "${log:-}" "${second_log:-}"
   exit $rc
 }
@@ -85,10 +86,10 @@ beside=1
 [[ ${MQLEASE_SECOND_SERIAL:-0} == 1 || $second_only == 1 ]] && beside=0
 
 t0=$(date +%s)
-((second_only)) || bash $SUPPORT/rocketmq.sh start
+((second_only)) || bash $RMQ_SH start
 bash $SUPPORT/redis.sh start
 bash $SUPPORT/node.sh install
-((second_only)) || eval "$(bash $SUPPORT/rocketmq.sh env)"
+((second_only)) || eval "$(bash $RMQ_SH env)"
 export MQLEASE_ENDPOINTS MQLEASE_REDIS_PORT="${MQLEASE_REDIS_PORT:-16379}"
 # the store is thrown away after the specs: no need to wait long for a clean stop
 export MQLEASE_STOP_GRACE="${MQLEASE_STOP_GRACE:-5}"
@@ -113,14 +114,14 @@ second_pass() {
   local t1 rc=0
   t1=$(date +%s)
   echo "specs: RocketMQ $SECOND_VERSION pass"
-  if ! env $(second_env) bash $SUPPORT/rocketmq.sh start; then
+  if ! env $(second_env) bash $RMQ_SH start; then
     echo "specs: RocketMQ $SECOND_VERSION did not start"
     echo "busted: 0 passed, 1 failed, 0 skipped"
     echo "FAILED: RocketMQ $SECOND_VERSION did not start"
     return 1
   fi
   (
-    eval "$(env $(second_env) bash $SUPPORT/rocketmq.sh env)"
+    eval "$(env $(second_env) bash $RMQ_SH env)"
     export $(second_env)
     export MQLEASE_ENDPOINTS
     # its own run id: topics and groups of its own, on a broker of its own
@@ -128,7 +129,7 @@ second_pass() {
     LD_PRELOAD="$ASAN_LIB" lua5.4 /usr/bin/busted --ignore-lua --lpath="$LPATH" --cpath='build/san/?.so' \
       --filter-out="$SECOND_FILTER_OUT" -o spec/support/summary.lua "${SECOND_SPECS[@]}"
   ) 2>&1 || rc=1
-  env $(second_env) bash $SUPPORT/rocketmq.sh stop || true
+  env $(second_env) bash $RMQ_SH stop || true
   echo "specs: RocketMQ $SECOND_VERSION pass took $(( $(date +%s) - t1 )) s"
   return $rc
 }
@@ -193,7 +194,7 @@ if ((second_runs)); then
     if ((second_only == 0 && $# == 0)); then
       # serial: the beside specs run on the first version, then it stops
       beside_pass 2>&1 | tee -a "$log" || status=1
-      bash $SUPPORT/rocketmq.sh stop   # only what this run started: a reused broker stays
+      bash $RMQ_SH stop   # only what this run started: a reused broker stays
     fi
     second_started=1
     second_pass 2>&1 | tee -a "$log" || status=1

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 CACHE=${MQLEASE_CACHE:-$HOME/.cache/mqlease}
 RMQ_LIB=$CACHE/rocketmq-${ROCKETMQ_VERSION:-5.2.0}/lib
-[[ -f $RMQ_LIB/.complete ]] || bash spec/support/rocketmq.sh fetch >&2
+[[ -f $RMQ_LIB/.complete ]] || bash mk/rocketmq.sh fetch >&2
 JLIB=$(bash bench/java.sh lib 2>/dev/null | tail -1)
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT

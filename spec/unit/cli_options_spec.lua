@@ -15,13 +15,7 @@ local function parse(argv, env)
   return ok, r
 end
 
-local function write_file(text)
-  local path = os.tmpname()
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
-  return path
-end
+local write_file = require("support.command").write_file
 
 describe("mqlease command flags", function()
   local RUN = { "run", "h.lua", "--endpoints", "127.0.0.1:8081", "--group", "g", "--topic", "t" }

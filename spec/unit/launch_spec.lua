@@ -21,6 +21,45 @@ describe("mqlease.launch", function()
     assert.has_error(function() launch.redis(1) end, "mqlease.launch.redis: opts must be a table")
   end)
 
+  it("tells a running process whose name holds ') Z ' from a zombie", function()
+    -- /proc/PID/stat is "pid (name) state ...": a program named "x) Z (y" must not read as state Z
+    local dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir -p " .. launch.shell_quote(dir)))
+    local program = dir .. "/x) Z (y"
+    assert(os.execute(("cp \"$(command -v sleep)\" %s"):format(launch.shell_quote(program))))
+    local pid = launch.spawn(launch.shell_quote(program) .. " 30", "/dev/null")
+    finally(function()
+      launch.stop_pid(pid, 1)
+      os.execute("rm -rf " .. launch.shell_quote(dir))
+    end)
+    local stat
+    for _ = 1, 100 do   -- until the exec has named it
+      stat = launch.read_file("/proc/" .. pid .. "/stat") or ""
+      if stat:find("(x) Z (y)", 1, true) then break end
+      require("mqlease").sleep(0.01)
+    end
+    assert.matches("(x) Z (y)", stat, 1, true)
+    assert.is_true(launch.alive(pid))
+  end)
+
+  it("raises on a kept Redis without a port or a run dir, naming the option", function()
+    assert.has_error(function() launch.redis_start() end, "mqlease.launch.redis_start: opts must be a table")
+    assert.has_error(function() launch.redis_start { run = "/tmp/x" } end,
+      "mqlease.launch.redis_start: opts.port must be a port number")
+    assert.has_error(function() launch.redis_stop { port = 70000, run = "/tmp/x" } end,
+      "mqlease.launch.redis_stop: opts.port must be a port number")
+    assert.has_error(function() launch.redis_stop { port = 16379 } end,
+      "mqlease.launch.redis_stop: opts.run must be a directory's path")
+  end)
+
+  it("says why redis-server did not start, in its own words", function()
+    local r, err = launch.redis { program = "/nonexistent/redis-server", port = 1 }
+    assert.is_nil(r)
+    assert.matches("cannot start redis-server on 127.0.0.1:1", err, 1, true)
+    assert.matches("/nonexistent/redis-server", err, 1, true)   -- the shell's "not found"
+  end)
+
   it("tells a running process from a gone one, and quotes any word for the shell", function()
     local f = io.open("/proc/self/stat")
     local self = tonumber(f:read("l"):match("^%d+"))

@@ -32,7 +32,10 @@
  *                     behind a renewal go out), mql_change.c (a renewal)
  *   mql_release.c  -> mql_change.c (a nack)
  *   mql_producer.c, mql_change.c -> no other stage
- *   every stage    -> mql_base.c -> mql_call.c
+ *   every stage    -> mql_base.c (a call started, its end dispatched to
+ *                     its ops), which stands on mql_call.c; the stages use
+ *                     mql_call.c directly too, for a reply decoded, a status
+ *                     read, a stream of their own (receive, session)
  *
  * No stage calls mql_client.c: this header includes only the API's types
  * (mql_client_types.h), not mql_client.h, and spec/support/check-layers.sh

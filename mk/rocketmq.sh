@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Test harness: a real Apache RocketMQ 5.x (name server + gRPC proxy with the broker inside
-# the proxy JVM, "local" mode) on loopback, built from Maven Central jars (no binary zip,
-# no Docker): the classes NamesrvStartup and ProxyStartup (local mode) on one flat classpath.
+# mk/rocketmq.sh: a real Apache RocketMQ 5.x on loopback for the specs (spec/support/run-specs.sh),
+# `make demo BROKER=rocketmq` and `make bench`: name server + gRPC proxy with the broker inside
+# the proxy JVM ("local" mode), built from Maven Central jars (no binary zip, no Docker): the
+# classes NamesrvStartup and ProxyStartup (local mode) on one flat classpath.
 #
 #   rocketmq.sh fetch                  copy the jars into the cache (once)
 #   rocketmq.sh start                  start namesrv + proxy/broker (or reuse a running one);

@@ -9,7 +9,7 @@
 // never dial a non-loopback address. There is no setting for it, so the client is swapped for
 // one whose address list is pinned to loopback, after initialize() and before start().
 //
-// Run by spec/support/rocketmq.sh with the single-file source launcher:
+// Run by mk/rocketmq.sh with the single-file source launcher:
 //   java -cp '<lib>/*' LoopbackNamesrv.java -c namesrv.conf
 import java.lang.reflect.Field;
 import java.util.Collections;

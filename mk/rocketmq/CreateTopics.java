@@ -1,5 +1,5 @@
 // Creates RocketMQ topics and consumer groups in one short-lived JVM (one `mqadmin` JVM per
-// topic costs seconds each). Run by spec/support/rocketmq.sh with the single-file source
+// topic costs seconds each). Run by mk/rocketmq.sh with the single-file source
 // launcher (Java 11+), the server jars on the classpath:
 //
 //   java -cp '<lib>/*' CreateTopics.java <namesrv host:port> <broker host:port> ARG...
