@@ -163,7 +163,9 @@ static int renew_held(mql_client *c, mql_lease *l, int64_t now) {
     int64_t send_by;
     if (!c->reconnecting || c->stopping) return 0;
     send_by = l->deadline_ms - mql_change_new_channel_needs_ms(c) - c->request_timeout_ms;
-    if (now >= send_by) return 0;
+    /* mql_renew_timers takes a renewal up to the slack early: a timer armed
+     * within it would be taken again by the same pass, for ever */
+    if (send_by <= now + mql_pace_slack_ms(&cs->pace)) return 0;
     if (cs->nrenew_held == cs->renew_held_cap) {
         uint64_t *grown;
         cs->renew_held_cap = cs->renew_held_cap ? 2 * cs->renew_held_cap : 16;
