@@ -369,6 +369,33 @@ static void a_replaced_channel_keeps_the_calls_in_flight_on_it(void) {
     close(fd2);
 }
 
+/* A proxy restarted while the session waited out its backoff (up to 10 s):
+ * receives came back answered (INTERNAL_SERVER_ERROR, its settings for us
+ * gone) for seconds before the next attempt, and the releases held for the
+ * reconnect waited with them. An answered call brings the attempt forward;
+ * one already under way, or none due, is left as it is. */
+static void a_proxy_that_answers_again_ends_the_backoff(void) {
+    mql_client c;
+    int64_t now;
+    client_init(&c, MQL_CONSUMER);
+    mql_backoff_init(&c.reconnect, 200, 10000);
+    c.state = MQL_CLIENT_READY;
+    now = mql_now_ms();
+    c.telemetry_retry_at = now + 8000;
+    mql_session_proxy_answered(&c);       /* not reconnecting: nothing to do */
+    CHECK(c.telemetry_retry_at == now + 8000);
+    c.reconnecting = 1;
+    mql_session_proxy_answered(&c);
+    CHECK(c.telemetry_retry_at <= mql_now_ms());
+    now = mql_now_ms();
+    mql_session_timers(&c, now, now + 60000);
+    CHECK(c.telemetry != NULL);           /* the attempt went out */
+    c.telemetry_retry_at = 0;
+    mql_session_proxy_answered(&c);       /* it waits for its own answer */
+    CHECK(c.telemetry_retry_at == 0);
+    client_finish(&c);
+}
+
 int main(void) {
     RUN(channels_have_no_retry_layer_and_keep_their_limits);
     RUN(a_route_reply_after_close_opens_no_telemetry_stream);
@@ -377,5 +404,6 @@ int main(void) {
     RUN(only_a_connection_failure_moves_to_the_next_endpoint);
     RUN(a_timed_out_route_is_asked_again_of_the_same_proxy);
     RUN(a_replaced_channel_keeps_the_calls_in_flight_on_it);
+    RUN(a_proxy_that_answers_again_ends_the_backoff);
     return TEST_REPORT("session_test");
 }

@@ -28,7 +28,8 @@
  *                     held for a reconnect go out once the new proxy has our
  *                     settings)
  *   mql_receive.c  -> mql_renew.c (a new lease's first renewal), mql_release.c
- *                     (what it may not take goes back at once)
+ *                     (what it may not take goes back at once), mql_session.c
+ *                     (a proxy that answers again ends a reconnect's wait)
  *   mql_renew.c    -> mql_release.c (a lost lease ends, the releases deferred
  *                     behind a renewal go out), mql_change.c (a renewal)
  *   mql_release.c  -> mql_change.c (a nack)

@@ -610,6 +610,20 @@ static void settings_overdue(mql_client *c) {
     }
 }
 
+/* The backoff between attempts grows to MQL_BACKOFF_CAP_MS, so a proxy that
+ * restarted could sit answering for seconds before the next attempt. It
+ * answers meanwhile, but not as we need: 5.x keeps a client's settings only
+ * for a live Telemetry stream, so every ReceiveMessage fails
+ * INTERNAL_SERVER_ERROR (a NullPointerException in ReceiveMessageActivity:
+ * the settings are null) and the releases held for the reconnect wait. A
+ * gRPC OK is the proxy's own answer, which an attempt in flight or a stream
+ * awaiting its settings already waits for. */
+void mql_session_proxy_answered(mql_client *c) {
+    int64_t now = mql_now_ms();
+    if (c->reconnecting && !c->telemetry && !c->stopping && c->telemetry_retry_at > now)
+        c->telemetry_retry_at = now;
+}
+
 int64_t mql_session_timers(mql_client *c, int64_t now, int64_t wake) {
     if (c->settings_due_at && now >= c->settings_due_at) settings_overdue(c);
     if (c->telemetry_retry_at && now >= c->telemetry_retry_at) reconnect_now(c);

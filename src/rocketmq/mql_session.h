@@ -33,6 +33,9 @@ void mql_session_retry_plan(size_t n, const char *code, int64_t request_ms, size
 /* Runs the session's due timers (heartbeat, Telemetry re-open); returns the
  * earlier of wake and its next timer. */
 int64_t mql_session_timers(mql_client *c, int64_t now, int64_t wake);
+/* A call came back with the proxy's own answer (a gRPC OK status) while the
+ * session waits out a reconnect's backoff: the next attempt goes now. */
+void mql_session_proxy_answered(mql_client *c);
 
 /* The host's QueryRoute for a topic (mql_client_route): the op of its event. */
 uint64_t mql_session_route(mql_client *c, const char *topic);
