@@ -25,8 +25,8 @@ static int value_of(const mql_call *c, const char *key, char *out, size_t outlen
     return 0;
 }
 
-static void channel_free(grpc_channel *ch, grpc_channel_credentials *cr, grpc_completion_queue *cq) {
-    grpc_channel_destroy(ch);
+static void channel_free(mql_channel *ch, grpc_channel_credentials *cr, grpc_completion_queue *cq) {
+    mql_call_channel_unref(ch);
     grpc_channel_credentials_release(cr);
     grpc_completion_queue_shutdown(cq);
     while (grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL).type !=
@@ -61,7 +61,7 @@ static void expected_signature(const char *secret, const char *date, char *out) 
 static void every_call_gets_its_own_id_and_a_signature_over_its_date(void) {
     grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
     grpc_channel_credentials *cr = grpc_insecure_credentials_create();
-    grpc_channel *ch = grpc_channel_create("127.0.0.1:1", cr, NULL);
+    mql_channel *ch = mql_call_channel_new(grpc_channel_create("127.0.0.1:1", cr, NULL));
     mql_identity id;
     static char ids[300][40];
     char v[512], date[40], want[512], sig[64];
@@ -104,7 +104,7 @@ static void every_call_gets_its_own_id_and_a_signature_over_its_date(void) {
 static void no_credentials_no_authorization(void) {
     grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
     grpc_channel_credentials *cr = grpc_insecure_credentials_create();
-    grpc_channel *ch = grpc_channel_create("127.0.0.1:1", cr, NULL);
+    mql_channel *ch = mql_call_channel_new(grpc_channel_create("127.0.0.1:1", cr, NULL));
     mql_identity id;
     mql_call *c;
     char v[128];

@@ -46,7 +46,7 @@ static void fixture_client_init(mql_client *c) {
     mql_events_init(&c->events);
     c->cq = grpc_completion_queue_create_for_next(NULL);
     cr = grpc_insecure_credentials_create();
-    c->access = c->broker = grpc_channel_create(c->endpoint, cr, NULL);
+    c->access = c->broker = mql_call_channel_new(grpc_channel_create(c->endpoint, cr, NULL));
     grpc_channel_credentials_release(cr);
 }
 
@@ -57,7 +57,7 @@ static void fixture_client_finish(mql_client *c, mql_call *extra) {
     grpc_event ev;
     if (extra) mql_call_cancel(extra);
     for (call = c->calls; call; call = call->next) mql_call_cancel(call);
-    grpc_channel_destroy(c->access);
+    mql_call_channel_unref(c->access);
     grpc_completion_queue_shutdown(c->cq);
     do ev = grpc_completion_queue_next(c->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
     while (ev.type != GRPC_QUEUE_SHUTDOWN);
@@ -72,6 +72,7 @@ static void fixture_client_finish(mql_client *c, mql_call *extra) {
     }
     if (extra) mql_call_free(extra);
     mql_lease_table_free(&c->consumer.leases);
+    free(c->consumer.renew_held);
     mql_events_destroy(&c->events);
     pthread_mutex_destroy(&c->mu);
     grpc_shutdown();

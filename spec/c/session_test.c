@@ -4,8 +4,13 @@
  * nowhere (grpc connects lazily, so nothing goes out unless a call starts). */
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "mql_call.h"
 #include "mql_base.h"
@@ -59,7 +64,7 @@ static void client_init(mql_client *c, mql_client_type type) {
     c->id.client_id = "session-test";
     c->cq = grpc_completion_queue_create_for_next(NULL);
     cr = grpc_insecure_credentials_create();
-    c->access = c->broker = grpc_channel_create(c->endpoint, cr, NULL);
+    c->access = c->broker = mql_call_channel_new(grpc_channel_create(c->endpoint, cr, NULL));
     grpc_channel_credentials_release(cr);
 }
 
@@ -68,7 +73,8 @@ static void client_finish(mql_client *c) {
     mql_call *call;
     grpc_event ev;
     for (call = c->calls; call; call = call->next) mql_call_cancel(call);
-    grpc_channel_destroy(c->access);
+    if (c->broker != c->access) mql_call_channel_unref(c->broker);
+    mql_call_channel_unref(c->access);
     grpc_completion_queue_shutdown(c->cq);
     do ev = grpc_completion_queue_next(c->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
     while (ev.type != GRPC_QUEUE_SHUTDOWN);
@@ -231,10 +237,173 @@ static void channels_have_no_retry_layer_and_keep_their_limits(void) {
     CHECK(a && a->type == GRPC_ARG_STRING && strcmp(a->value.string, "proxy.example") == 0);
 }
 
+
+/* Issue 33 item 6: proxy 1 died, and proxy 2 answered slowly (a cold JVM on a
+ * loaded box). Each attempt moved to the next endpoint whatever the failure:
+ * the route to proxy 2 ran out of time, and the next attempt went to the dead
+ * proxy 1, threw away the channel to proxy 2 and doubled the backoff. Only
+ * a connection failure moves on; a timeout tries the same proxy with twice
+ * the deadline, and moves on only once the longest deadline ran out too. */
+static void only_a_connection_failure_moves_to_the_next_endpoint(void) {
+    size_t at = 0;
+    int64_t call_ms = 0, before;
+    mql_session_retry_plan(2, "UNAVAILABLE", 2000, &at, &call_ms);
+    CHECK(at == 1 && call_ms == 0);                 /* the dead proxy: the next one */
+    mql_session_retry_plan(2, "TIMEOUT", 2000, &at, &call_ms);
+    CHECK(at == 1 && call_ms == 4000);              /* a slow one: again, given longer */
+    mql_session_retry_plan(2, "TIMEOUT", 2000, &at, &call_ms);
+    CHECK(at == 1 && call_ms == 8000);
+    mql_session_retry_plan(2, "TIMEOUT", 2000, &at, &call_ms);
+    CHECK(at == 1 && call_ms == MQL_BACKOFF_CAP_MS);
+    before = call_ms;
+    mql_session_retry_plan(2, "INTERNAL_SERVER_ERROR", 2000, &at, &call_ms);
+    CHECK(at == 1 && call_ms == before);           /* it answered: it stays */
+    mql_session_retry_plan(2, "TIMEOUT", 2000, &at, &call_ms);
+    CHECK(at == 0 && call_ms == 0);                 /* silent even then: the next one */
+    mql_session_retry_plan(2, "UNAVAILABLE", 2000, &at, &call_ms);
+    CHECK(at == 1);                                 /* wrapping around */
+    at = 0;
+    mql_session_retry_plan(1, "UNAVAILABLE", 2000, &at, &call_ms);
+    CHECK(at == 0);                                 /* one endpoint: always that one */
+}
+
+/* The same, driven through the session's timers: a consumer whose route to
+ * the proxy it moved to timed out asks that proxy again, on the same channel. */
+static void a_timed_out_route_is_asked_again_of_the_same_proxy(void) {
+    mql_client c;
+    mql_channel *ch;
+    char err[MQL_ERRLEN];
+    int64_t now = mql_now_ms();
+    client_init(&c, MQL_CONSUMER);
+    c.consumer.group = "g";
+    c.consumer.topic = "t";
+    c.consumer.filter = "*";
+    c.endpoint = c.host = NULL;
+    c.endpoint_list = "127.0.0.1:1;127.0.0.1:2";
+    CHECK(mql_session_endpoints_init(&c, err, sizeof(err)) == 0);
+    mql_backoff_init(&c.reconnect, 200, 10000);
+    c.state = MQL_CLIENT_READY;
+    c.reconnecting = 1;
+    c.reconnect_route = 1;
+    snprintf(c.reconnect_code, sizeof(c.reconnect_code), "%s", "TIMEOUT");
+    c.endpoint_at = 1;
+    free(c.endpoint);
+    c.endpoint = mql_strdup("127.0.0.1:2");
+    ch = c.access;
+    c.telemetry_retry_at = now - 1;
+    mql_session_timers(&c, now, now + 60000);
+    CHECK(c.endpoint_at == 1 && strcmp(c.endpoint, "127.0.0.1:2") == 0);
+    CHECK(c.access == ch);                          /* the channel kept */
+    CHECK(c.calls != NULL && strcmp(c.calls->method, MQL_M_QUERY_ROUTE) == 0);
+    CHECK(c.reconnect_call_ms == 2000);             /* twice request_timeout */
+    client_finish(&c);
+    free(c.endpoint);
+    free(c.host);
+}
+
+/* A socket that takes connections (the kernel's backlog) and never answers:
+ * a proxy that is stopped or busy. Its port in *port. */
+static int silent_listener(int *port) {
+    struct sockaddr_in a;
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 16) < 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) < 0)
+        return -1;
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
+static void on_test_call_done(mql_client *c, mql_call *call) { (void)c; (void)call; }
+static const mql_call_ops test_call_ops = {.on_done = on_test_call_done};
+
+/* Issue 33 item 6: a move to another proxy destroyed the channel in use,
+ * and grpc_channel_destroy fails every call still on it ("Channel
+ * Destroyed"): receives, acks and renewals out to a live proxy failed, acks
+ * let leases expire (the message ran twice) and a popped receive's messages
+ * stayed invisible. The replaced channel lives on until its last call ends. */
+static void a_replaced_channel_keeps_the_calls_in_flight_on_it(void) {
+    mql_client c;
+    mql_channel *old;
+    mql_call *call;
+    Apache__Rocketmq__V2__HeartbeatRequest req = APACHE__ROCKETMQ__V2__HEARTBEAT_REQUEST__INIT;
+    grpc_event ev;
+    char list[64], err[MQL_ERRLEN];
+    int p1, p2, fd1 = silent_listener(&p1), fd2 = silent_listener(&p2);
+    int64_t now = mql_now_ms();
+    grpc_channel_credentials *cr = grpc_insecure_credentials_create();
+    CHECK(fd1 >= 0 && fd2 >= 0);
+    client_init(&c, MQL_PRODUCER);
+    snprintf(list, sizeof(list), "127.0.0.1:%d;127.0.0.1:%d", p1, p2);
+    c.endpoint = c.host = NULL;
+    c.endpoint_list = list;
+    CHECK(mql_session_endpoints_init(&c, err, sizeof(err)) == 0);
+    mql_call_channel_unref(c.access);
+    c.access = c.broker = mql_call_channel_new(grpc_channel_create(c.endpoint, cr, NULL));
+    grpc_channel_credentials_release(cr);
+    old = c.access;
+    call = mql_base_call(&c, c.broker, MQL_M_HEARTBEAT, 5000, &test_call_ops, 0, NULL);
+    CHECK(mql_base_unary(&c, call, &req.base) == 0);   /* in flight to a proxy that is slow */
+
+    /* the stream was lost (the proxy reset it): the session moves */
+    mql_backoff_init(&c.reconnect, 200, 10000);
+    c.state = MQL_CLIENT_READY;
+    c.reconnecting = 1;
+    snprintf(c.reconnect_code, sizeof(c.reconnect_code), "%s", "UNAVAILABLE");
+    c.telemetry_retry_at = now - 1;
+    mql_session_timers(&c, now, now + 60000);
+    CHECK(c.endpoint_at == 1 && c.access != old);
+    CHECK(old->refs == 1);                         /* the call's own */
+    /* the call on the old channel goes on: nothing completes before its deadline */
+    ev = grpc_completion_queue_next(c.cq, gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                                       gpr_time_from_millis(500, GPR_TIMESPAN)),
+                                    NULL);
+    CHECK(ev.type == GRPC_QUEUE_TIMEOUT);
+    client_finish(&c);                             /* the last call freed: the old channel with it */
+    free(c.endpoint);
+    free(c.host);
+    close(fd1);
+    close(fd2);
+}
+
+/* A proxy restarted while the session waited out its backoff (up to 10 s):
+ * receives came back answered (INTERNAL_SERVER_ERROR, its settings for us
+ * gone) for seconds before the next attempt, and the releases held for the
+ * reconnect waited with them. An answered call brings the attempt forward;
+ * one already under way, or none due, is left as it is. */
+static void a_proxy_that_answers_again_ends_the_backoff(void) {
+    mql_client c;
+    int64_t now;
+    client_init(&c, MQL_CONSUMER);
+    mql_backoff_init(&c.reconnect, 200, 10000);
+    c.state = MQL_CLIENT_READY;
+    now = mql_now_ms();
+    c.telemetry_retry_at = now + 8000;
+    mql_session_proxy_answered(&c);       /* not reconnecting: nothing to do */
+    CHECK(c.telemetry_retry_at == now + 8000);
+    c.reconnecting = 1;
+    mql_session_proxy_answered(&c);
+    CHECK(c.telemetry_retry_at <= mql_now_ms());
+    now = mql_now_ms();
+    mql_session_timers(&c, now, now + 60000);
+    CHECK(c.telemetry != NULL);           /* the attempt went out */
+    c.telemetry_retry_at = 0;
+    mql_session_proxy_answered(&c);       /* it waits for its own answer */
+    CHECK(c.telemetry_retry_at == 0);
+    client_finish(&c);
+}
+
 int main(void) {
     RUN(channels_have_no_retry_layer_and_keep_their_limits);
     RUN(a_route_reply_after_close_opens_no_telemetry_stream);
     RUN(a_reconnect_whose_settings_never_come_back_is_given_up);
     RUN(a_given_up_stream_is_counted_once);
+    RUN(only_a_connection_failure_moves_to_the_next_endpoint);
+    RUN(a_timed_out_route_is_asked_again_of_the_same_proxy);
+    RUN(a_replaced_channel_keeps_the_calls_in_flight_on_it);
+    RUN(a_proxy_that_answers_again_ends_the_backoff);
     return TEST_REPORT("session_test");
 }

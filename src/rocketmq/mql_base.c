@@ -47,7 +47,7 @@ void mql_base_post_lease(mql_client *c, const mql_lease *l, mql_lease_state stat
 static void on_call_done(mql_call *call);
 static void on_call_message(mql_call *call, grpc_byte_buffer *reply);
 
-mql_call *mql_base_call(mql_client *c, grpc_channel *ch, const char *method,
+mql_call *mql_base_call(mql_client *c, mql_channel *ch, const char *method,
                         int64_t timeout_ms, const mql_call_ops *ops, uint64_t op, void *ctx) {
     mql_call *call = mql_call_new(ch, c->cq, method, timeout_ms, &c->id);
     call->owner = c;

@@ -24,10 +24,12 @@
  *
  *   mql_client.c   -> mql_session.c, mql_receive.c, mql_renew.c, mql_release.c,
  *                     mql_producer.c (the host's operations, the thread's timers)
- *   mql_session.c  -> mql_release.c (the releases held for a reconnect go out
- *                     once the new proxy has our settings)
+ *   mql_session.c  -> mql_release.c, mql_renew.c (the releases and renewals
+ *                     held for a reconnect go out once the new proxy has our
+ *                     settings)
  *   mql_receive.c  -> mql_renew.c (a new lease's first renewal), mql_release.c
- *                     (what it may not take goes back at once)
+ *                     (what it may not take goes back at once), mql_session.c
+ *                     (a proxy that answers again ends a reconnect's wait)
  *   mql_renew.c    -> mql_release.c (a lost lease ends, the releases deferred
  *                     behind a renewal go out), mql_change.c (a renewal)
  *   mql_release.c  -> mql_change.c (a nack)
@@ -111,6 +113,8 @@ typedef struct mql_consumer_part {
     mql_pace pace;              /* renewal pacing (mql_renew.c) */
     mql_anchor anchor;          /* the broker's clock against ours (mql_receive.c) */
     int renew_inflight;         /* renewals in flight */
+    uint64_t *renew_held;       /* leases whose renewal waits for the session's reconnect */
+    size_t nrenew_held, renew_held_cap;   /* (mql_renew.c) */
     mql_release *deferred;      /* releases waiting for a renewal's reply, or held
                                    while the session reconnects (mql_release.c) */
     int nacked_all;             /* nack_all ran (close, shutdown): late messages go back */
@@ -145,8 +149,8 @@ struct mql_client {
     pthread_t thread;
     int thread_started;
     grpc_completion_queue *cq;
-    grpc_channel *access;       /* the configured endpoint: routes */
-    grpc_channel *broker;       /* the route's broker endpoint: everything else */
+    mql_channel *access;        /* the configured endpoint: routes */
+    mql_channel *broker;        /* the route's broker endpoint: everything else */
     mql_events events;
     mql_metrics metrics;
     mql_client_state state;
@@ -159,6 +163,9 @@ struct mql_client {
     int64_t settings_due_at;    /* 0: none; a reconnect's stream must bring our settings back by then */
     int telemetry_given_up;     /* we cancelled the stream (counted as TIMEOUT): its end is not a new failure */
     mql_backoff reconnect;      /* waits between reconnection attempts */
+    char reconnect_code[MQL_CODELEN];    /* how the last attempt (or the lost stream) failed */
+    int64_t reconnect_call_ms;  /* 0: request_timeout; the deadline of an attempt's first call */
+    int reconnect_route;        /* the next attempt asks for the route first */
     int64_t heartbeat_at;       /* 0: not scheduled */
     int stopping;               /* set once by close: no call starts from then on */
     int stopped;                /* the thread is joined and grpc is torn down */
@@ -179,7 +186,7 @@ void mql_base_post_lease(mql_client *c, const mql_lease *l, mql_lease_state stat
 
 /* A call linked into c->calls; ops say what it does when it ends: when it
  * does, the call is unlinked, its ops' on_done runs and the call is freed. */
-mql_call *mql_base_call(mql_client *c, grpc_channel *ch, const char *method,
+mql_call *mql_base_call(mql_client *c, mql_channel *ch, const char *method,
                         int64_t timeout_ms, const mql_call_ops *ops, uint64_t op, void *ctx);
 void mql_base_unlink(mql_client *c, mql_call *call);
 /* Starts a unary call; on a refused start the call is dropped and -1 returned. */

@@ -156,7 +156,20 @@ static size_t headers_max(const mql_identity *id) {
     return n;
 }
 
-mql_call *mql_call_new(grpc_channel *ch, grpc_completion_queue *cq, const char *method,
+mql_channel *mql_call_channel_new(grpc_channel *grpc) {
+    mql_channel *ch = mql_xcalloc(1, sizeof(*ch));
+    ch->grpc = grpc;
+    ch->refs = 1;
+    return ch;
+}
+
+void mql_call_channel_unref(mql_channel *ch) {
+    if (!ch || --ch->refs > 0) return;
+    grpc_channel_destroy(ch->grpc);
+    free(ch);
+}
+
+mql_call *mql_call_new(mql_channel *ch, grpc_completion_queue *cq, const char *method,
                        int64_t timeout_ms, mql_identity *id) {
     size_t md_cap = headers_max(id);
     mql_call *c = mql_xcalloc(1, sizeof(*c) + md_cap * sizeof(grpc_metadata));
@@ -166,7 +179,9 @@ mql_call *mql_call_new(grpc_channel *ch, grpc_completion_queue *cq, const char *
                                       gpr_time_from_millis(timeout_ms, GPR_TIMESPAN));
     c->method = method;
     c->md_cap = md_cap;
-    c->call = grpc_channel_create_call(ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
+    c->channel = ch;
+    ch->refs++;
+    c->call = grpc_channel_create_call(ch->grpc, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
                                        grpc_slice_from_static_string(method), NULL, deadline,
                                        NULL);
     grpc_metadata_array_init(&c->md_in);
@@ -323,6 +338,7 @@ void mql_call_free(mql_call *c) {
     size_t i;
     if (!c) return;
     if (c->call) grpc_call_unref(c->call);
+    mql_call_channel_unref(c->channel);   /* after the call: it may be the last reference */
     for (i = 0; i < c->nmd; i++) grpc_slice_unref(c->md[i].value);
     grpc_metadata_array_destroy(&c->md_in);
     grpc_metadata_array_destroy(&c->trailing);

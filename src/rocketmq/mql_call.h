@@ -50,6 +50,22 @@ typedef struct mql_identity {
 /* Frees the header cache (the strings above belong to the caller). */
 void mql_call_identity_clear(mql_identity *id);
 
+/* A channel and the calls on it. grpc_channel_destroy fails every call still
+ * in flight on the channel ("Channel Destroyed"), so a channel the session
+ * replaces (a move to another proxy) must outlive the receives, acks and
+ * renewals it carries: each call holds a reference, the owner one more, and
+ * the last to let go destroys the grpc channel. Counted under the owner's
+ * lock, like the calls. */
+typedef struct mql_channel {
+    grpc_channel *grpc;
+    int refs;
+} mql_channel;
+
+/* Wraps a new grpc channel; the one reference is the caller's. */
+mql_channel *mql_call_channel_new(grpc_channel *grpc);
+/* Lets go of one reference; the last one destroys the channel. NULL: nothing. */
+void mql_call_channel_unref(mql_channel *ch);
+
 typedef struct mql_call mql_call;
 typedef void (*mql_call_done_fn)(mql_call *c);
 typedef void (*mql_call_message_fn)(mql_call *c, grpc_byte_buffer *reply);
@@ -69,6 +85,7 @@ typedef struct mql_tag {
 
 struct mql_call {
     grpc_call *call;
+    mql_channel *channel;        /* referenced until the call is freed */
     const char *method;
     size_t nmd, md_cap;
     grpc_metadata_array md_in;
@@ -98,7 +115,7 @@ struct mql_call {
 };
 
 /* timeout_ms < 0: no deadline (Telemetry lives as long as the client). */
-mql_call *mql_call_new(grpc_channel *ch, grpc_completion_queue *cq, const char *method,
+mql_call *mql_call_new(mql_channel *ch, grpc_completion_queue *cq, const char *method,
                        int64_t timeout_ms, mql_identity *id);
 /* Starts the call; 0 on success, -1 if grpc refused (then no hook will run). */
 int mql_call_start_unary(mql_call *c, const ProtobufCMessage *req);
@@ -109,6 +126,7 @@ void mql_call_half_close(mql_call *c);                          /* bidi only */
 void mql_call_cancel(mql_call *c);
 /* Advances the call for one completed batch; runs the hooks. */
 void mql_call_complete(mql_tag *tag, int success);
+/* Frees the call and lets go of its channel. */
 void mql_call_free(mql_call *c);
 
 /* A stable code and text for a transport failure ("UNAVAILABLE", "TIMEOUT", ...). */

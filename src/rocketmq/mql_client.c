@@ -128,6 +128,7 @@ static void client_free_fields(mql_client *c) {
     free(cs->filter);
     free(cs->broker_name);
     mql_lease_table_free(&cs->leases);
+    free(cs->renew_held);
     for (i = 0; i < pr->ntopics; i++) free(pr->topics[i]);
     free(pr->topics);
 }
@@ -255,8 +256,8 @@ static void client_stop(mql_client *c) {
     if (c->thread_started) pthread_join(c->thread, NULL);
     pthread_mutex_lock(&c->mu);
     mql_release_drop_deferred(c);
-    if (c->broker && c->broker != c->access) grpc_channel_destroy(c->broker);
-    if (c->access) grpc_channel_destroy(c->access);
+    if (c->broker != c->access) mql_call_channel_unref(c->broker);
+    mql_call_channel_unref(c->access);
     c->broker = c->access = NULL;
     if (c->cq) {
         grpc_completion_queue_shutdown(c->cq);

@@ -23,6 +23,7 @@
 #include "mql_receive.h"
 #include "mql_renew.h"
 #include "mql_release.h"
+#include "mql_session.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -148,6 +149,8 @@ static void on_receive_message(mql_client *c, mql_call *call, grpc_byte_buffer *
 static void on_receive_done(mql_client *c, mql_call *call) {
     receive_ctx *rx = call->ctx;
     mql_event *ev = mql_event_new(MQL_EV_OP, call->op);
+    /* the proxy answered, whatever it said: a session that lost it may go back now */
+    if (call->status == GRPC_STATUS_OK) mql_session_proxy_answered(c);
     if (call->status != GRPC_STATUS_OK) {
         mql_call_result(call, NULL, &ev->result);
     } else if (rx->malformed > 0) {

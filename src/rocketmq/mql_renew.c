@@ -30,6 +30,14 @@
  * files, not merged: the life of a message should show in `ls` (enter, live,
  * leave), and the two share only that request and the lease's fields.
  *
+ * While the session moves to another proxy, a due renewal is held as a
+ * release is (mql_release.c says why: until that proxy has our settings,
+ * 5.2.0 fails a ChangeInvisibleDuration with INTERNAL_SERVER_ERROR, and the
+ * proxy we left is dead): its timer moves to the latest moment that still
+ * leaves a request timeout and what a call on a new channel needs before the
+ * deadline, and mql_renew_resume brings it forward once the settings are
+ * back. A renewal that cannot wait goes out at once, as before.
+ *
  * Every function here runs with c->mu held unless it says otherwise.
  */
 #include "mql_renew.h"
@@ -54,6 +62,7 @@ int64_t mql_renew_next_at(mql_client *c, const mql_lease *l) {
 }
 
 static void renew_start(mql_client *c, mql_lease *l, int64_t now);
+static int renew_held(mql_client *c, mql_lease *l, int64_t now);
 
 static int budget_spent(const mql_client *c, const mql_lease *l, int64_t now) {
     const mql_consumer_part *cs = &c->consumer;
@@ -142,7 +151,44 @@ static void lease_timer(mql_client *c, mql_lease *l, int64_t now) {
         mql_lease_arm(&cs->leases, l, l->deadline_ms);
         return;
     }
+    if (renew_held(c, l, now)) return;
     renew_start(c, l, now);
+}
+
+/* Whether l's due renewal waits for the session's reconnect; if so its timer
+ * is armed at the latest moment it may go out, and the lease noted for
+ * mql_renew_resume. */
+static int renew_held(mql_client *c, mql_lease *l, int64_t now) {
+    mql_consumer_part *cs = &c->consumer;
+    int64_t send_by;
+    if (!c->reconnecting || c->stopping) return 0;
+    send_by = l->deadline_ms - mql_change_new_channel_needs_ms(c) - c->request_timeout_ms;
+    /* mql_renew_timers takes a renewal up to the slack early: a timer armed
+     * within it would be taken again by the same pass, for ever */
+    if (send_by <= now + mql_pace_slack_ms(&cs->pace)) return 0;
+    if (cs->nrenew_held == cs->renew_held_cap) {
+        uint64_t *grown;
+        cs->renew_held_cap = cs->renew_held_cap ? 2 * cs->renew_held_cap : 16;
+        grown = mql_xmalloc(cs->renew_held_cap * sizeof(*grown));
+        if (cs->nrenew_held) memcpy(grown, cs->renew_held, cs->nrenew_held * sizeof(*grown));
+        free(cs->renew_held);
+        cs->renew_held = grown;
+    }
+    cs->renew_held[cs->nrenew_held++] = l->id;
+    mql_lease_arm(&cs->leases, l, send_by);
+    return 1;
+}
+
+void mql_renew_resume(mql_client *c) {
+    mql_consumer_part *cs = &c->consumer;
+    int64_t now = mql_now_ms();
+    size_t i;
+    for (i = 0; i < cs->nrenew_held; i++) {
+        mql_lease *l = mql_lease_find(&cs->leases, cs->renew_held[i]);
+        if (l && l->state == MQL_LEASE_HELD && l->pending == MQL_PENDING_NONE && l->timer_ms > now)
+            mql_lease_arm(&cs->leases, l, now);
+    }
+    cs->nrenew_held = 0;
 }
 
 static void renew_start(mql_client *c, mql_lease *l, int64_t now) {

@@ -9,6 +9,9 @@
 /* When a lease just received renews first: paced, so leases received
  * together do not renew together (see mql_pace.h). */
 int64_t mql_renew_next_at(mql_client *c, const mql_lease *l);
+/* The session's new proxy has our settings: the renewals held for the
+ * reconnect (mql_renew.c) are due now. */
+void mql_renew_resume(mql_client *c);
 /* Runs every due lease timer; returns the earlier of wake and the next one. */
 int64_t mql_renew_timers(mql_client *c, int64_t now, int64_t wake);
 

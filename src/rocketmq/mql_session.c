@@ -20,17 +20,19 @@
  * again, then Telemetry and a heartbeat at once. In cluster mode every proxy
  * reaches the same brokers through namesrv, and a receipt handle names its
  * broker, so renewals and acks of messages received through the dead proxy
- * simply go out on the new channel once it has our settings (releases are
- * held until then: mql_release.c); what the broker refuses is lost as any
- * renewal failure is. The session stays READY meanwhile (a host's calls fail
+ * simply go out on the new channel once it has our settings (releases and
+ * renewals are held until then: mql_release.c, mql_renew.c); what the
+ * broker refuses is lost as any renewal failure is. The session stays READY meanwhile (a host's calls fail
  * UNAVAILABLE, never NOT_READY), and says `reconnecting` in its metrics until
  * the new proxy has our settings. Calls in flight on the old channel keep it
- * alive (grpc counts their references) and end on their own.
+ * alive (each holds a reference, mql_channel in mql_call.h) and end on their
+ * own: destroying a grpc channel fails every call still on it.
  *
  * Every function here runs with c->mu held unless it says otherwise.
  */
 #include "mql_session.h"
 #include "mql_release.h"
+#include "mql_renew.h"
 
 #include <grpc/grpc_security.h>
 #include <stdio.h>
@@ -138,18 +140,20 @@ int mql_session_endpoints_init(mql_client *c, char *err, size_t errlen) {
     return 0;
 }
 
-/* New channels to the endpoint in use. A call in flight on an old channel
- * holds its own reference to it, so destroying ours frees nothing under it. */
+/* New channels to the endpoint in use. The old ones live on until the last
+ * call in flight on them ends (mql_channel): grpc_channel_destroy would fail
+ * the receives, acks and renewals still out on them ("Channel Destroyed"). */
 static void channels_renew(mql_client *c) {
-    if (c->broker != c->access) grpc_channel_destroy(c->broker);
-    grpc_channel_destroy(c->access);
+    if (c->broker != c->access) mql_call_channel_unref(c->broker);
+    mql_call_channel_unref(c->access);
     c->access = c->broker = mql_session_channel_new(c, c->endpoint);
 }
 
-/* A started session lost its proxy: try again after the next backoff. */
-static void reconnect_later(mql_client *c) {
+/* A started session lost its proxy (code: how): try again after the next backoff. */
+static void reconnect_later(mql_client *c, const char *code) {
     if (c->stopping || c->state != MQL_CLIENT_READY) return;
     c->reconnecting = 1;
+    snprintf(c->reconnect_code, sizeof(c->reconnect_code), "%s", code);
     c->telemetry_retry_at = mql_now_ms() + mql_backoff_next(&c->reconnect, mql_base_random(c));
 }
 
@@ -186,7 +190,7 @@ static void telemetry_open(mql_client *c);
 
 /* QueryRoute for topic: the session's own (op 0) picks the broker; a host's
  * op only learns whether the topic exists. */
-static int route_start(mql_client *c, const char *topic_name, uint64_t op) {
+static int route_start(mql_client *c, const char *topic_name, uint64_t op, int64_t timeout_ms) {
     Apache__Rocketmq__V2__QueryRouteRequest req = APACHE__ROCKETMQ__V2__QUERY_ROUTE_REQUEST__INIT;
     mql_pb_resource topic;
     endpoints_buf ep;
@@ -195,13 +199,13 @@ static int route_start(mql_client *c, const char *topic_name, uint64_t op) {
     req.topic = &topic;
     req.endpoints = &ep.ep;
     return mql_base_unary(c, mql_base_call(c, c->access, MQL_M_QUERY_ROUTE,
-                                           c->request_timeout_ms, &route_ops, op, NULL),
+                                           timeout_ms, &route_ops, op, NULL),
                           &req.base);
 }
 
 static void session_route_start(mql_client *c) {
     mql_result r;
-    if (route_start(c, c->consumer.topic, 0) < 0) {
+    if (route_start(c, c->consumer.topic, 0, c->request_timeout_ms) < 0) {
         mql_result_fail(&r, "INTERNAL", "QueryRoute: grpc refused to start the call");
         fail_start(c, &r);
     }
@@ -209,7 +213,7 @@ static void session_route_start(mql_client *c) {
 
 uint64_t mql_session_route(mql_client *c, const char *topic) {
     uint64_t op = ++c->next_op;
-    if (route_start(c, topic, op) < 0)
+    if (route_start(c, topic, op, c->request_timeout_ms) < 0)
         op = mql_base_post_refusal(c, "INTERNAL", "QueryRoute: grpc refused to start the call");
     return op;
 }
@@ -285,7 +289,7 @@ size_t mql_session_channel_args(const mql_client *c, grpc_arg args[MQL_CHANNEL_A
     return n;
 }
 
-grpc_channel *mql_session_channel_new(const mql_client *c, const char *target) {
+mql_channel *mql_session_channel_new(const mql_client *c, const char *target) {
     grpc_channel_credentials *cr =
         c->tls ? tls_credentials(c) : grpc_insecure_credentials_create();
     grpc_arg args[MQL_CHANNEL_ARGS_MAX];
@@ -295,7 +299,7 @@ grpc_channel *mql_session_channel_new(const mql_client *c, const char *target) {
     ca.args = args;
     ch = grpc_channel_create(target, cr, &ca);
     grpc_channel_credentials_release(cr);
-    return ch;
+    return mql_call_channel_new(ch);
 }
 
 static void on_route_done(mql_client *c, mql_call *call) {
@@ -326,15 +330,20 @@ static void on_route_done(mql_client *c, mql_call *call) {
                 char target[300];
                 snprintf(target, sizeof(target), "%s:%d", ep->addresses[0]->host,
                          ep->addresses[0]->port);
-                if (strcmp(target, c->endpoint) != 0) c->broker = mql_session_channel_new(c, target);
+                if (strcmp(target, c->endpoint) != 0) {
+                    if (c->broker != c->access) mql_call_channel_unref(c->broker);
+                    c->broker = mql_session_channel_new(c, target);
+                }
             }
         }
     }
     mql_call_reply_free(resp);
+    if (r.ok) c->reconnect_route = 0;
     if (!r.ok) {
         if (c->state == MQL_CLIENT_READY) {
             mql_metrics_error(&c->metrics, "reconnect", r.code);
-            reconnect_later(c);
+            c->reconnect_route = 1;
+            reconnect_later(c, r.code);
         }
         fail_start(c, &r);
         return;
@@ -422,14 +431,16 @@ static void telemetry_open(mql_client *c) {
         c->telemetry = NULL;
         mql_result_fail(&r, "INTERNAL", "Telemetry: grpc refused to start the stream");
         fail_start(c, &r);
-        reconnect_later(c);
+        reconnect_later(c, r.code);
         return;
     }
     telemetry_send_settings(c);
     /* a stream has no deadline, so the answer to a reconnect's settings gets
      * one: a proxy that holds the stream and never answers is given up like a
      * dead one (the start has start_timeout for the same) */
-    if (c->reconnecting) c->settings_due_at = mql_now_ms() + c->request_timeout_ms;
+    if (c->reconnecting)
+        c->settings_due_at =
+            mql_now_ms() + (c->reconnect_call_ms ? c->reconnect_call_ms : c->request_timeout_ms);
 }
 
 /* The frame is read by mql_telemetry_decode (mql_inbound.h), which the fuzzer drives too. */
@@ -464,10 +475,14 @@ static void on_telemetry_message(mql_client *c, mql_call *call, grpc_byte_buffer
         c->settings_due_at = 0;
         c->heartbeat_at = mql_now_ms();
         mql_backoff_reset(&c->reconnect);
+        c->reconnect_call_ms = 0;
+        c->reconnect_code[0] = '\0';
         /* and it has a Telemetry channel for our client id, which acks and
          * changes need on 5.2.0 (ReceiptHandleGroupKey): the releases held
-         * meanwhile go out now (mql_release.c) */
+         * meanwhile go out now (mql_release.c), and the renewals held
+         * for the same reason (mql_renew.c) */
         mql_release_run_deferred(c);
+        if (c->type == MQL_CONSUMER) mql_renew_resume(c);
     }
 }
 
@@ -482,7 +497,8 @@ static void on_telemetry_done(mql_client *c, mql_call *call) {
     fail_start(c, &r);
     if (!c->stopping && !given_up && c->state == MQL_CLIENT_READY)
         mql_metrics_error(&c->metrics, "telemetry", r.code);
-    reconnect_later(c);
+    /* one we gave up on had answered nothing in time: a TIMEOUT, not our CANCELLED */
+    reconnect_later(c, given_up ? "TIMEOUT" : r.code);
 }
 
 static void heartbeat_start(mql_client *c) {
@@ -543,17 +559,41 @@ void mql_session_begin(mql_client *c) {
     else telemetry_open(c);
 }
 
-/* A reconnection attempt: the same proxy again, or with several endpoints the
- * next one (wrapping around), asked for the route afresh. */
+void mql_session_retry_plan(size_t n, const char *code, int64_t request_ms, size_t *at,
+                            int64_t *call_ms) {
+    int64_t first = *call_ms ? *call_ms : request_ms;
+    int next = 0;
+    if (strcmp(code, "UNAVAILABLE") == 0) {
+        next = 1;
+    } else if (strcmp(code, "TIMEOUT") == 0) {
+        if (first >= MQL_BACKOFF_CAP_MS) next = 1;
+        else *call_ms = first * 2 < MQL_BACKOFF_CAP_MS ? first * 2 : MQL_BACKOFF_CAP_MS;
+    }
+    if (next) {
+        *call_ms = 0;
+        if (n > 1) *at = (*at + 1) % n;
+    }
+}
+
+/* A reconnection attempt, where mql_session_retry_plan says: a consumer that
+ * moved (or whose route query failed) asks for the route afresh, then
+ * Telemetry; a producer, or a consumer whose stream alone failed, re-opens
+ * Telemetry. */
 static void reconnect_now(mql_client *c) {
     char err[MQL_ERRLEN];
+    size_t at = c->endpoint_at;
     c->telemetry_retry_at = 0;
     c->metrics.reconnects++;
-    if (c->nendpoints > 1 &&
-        endpoint_use(c, (c->endpoint_at + 1) % c->nendpoints, err, sizeof(err)) == 0) {
+    mql_session_retry_plan(c->nendpoints, c->reconnect_code, c->request_timeout_ms, &at,
+                           &c->reconnect_call_ms);
+    if (at != c->endpoint_at && endpoint_use(c, at, err, sizeof(err)) == 0) {
         channels_renew(c);
-        if (c->type == MQL_CONSUMER && route_start(c, c->consumer.topic, 0) == 0) return;
+        c->reconnect_route = 1;
     }
+    if (c->type == MQL_CONSUMER && c->reconnect_route &&
+        route_start(c, c->consumer.topic, 0,
+                    c->reconnect_call_ms ? c->reconnect_call_ms : c->request_timeout_ms) == 0)
+        return;
     telemetry_open(c);
 }
 
@@ -566,8 +606,22 @@ static void settings_overdue(mql_client *c) {
         c->telemetry_given_up = 1;
         mql_call_cancel(c->telemetry);
     } else {
-        reconnect_later(c);
+        reconnect_later(c, "TIMEOUT");
     }
+}
+
+/* The backoff between attempts grows to MQL_BACKOFF_CAP_MS, so a proxy that
+ * restarted could sit answering for seconds before the next attempt. It
+ * answers meanwhile, but not as we need: 5.x keeps a client's settings only
+ * for a live Telemetry stream, so every ReceiveMessage fails
+ * INTERNAL_SERVER_ERROR (a NullPointerException in ReceiveMessageActivity:
+ * the settings are null) and the releases held for the reconnect wait. A
+ * gRPC OK is the proxy's own answer, which an attempt in flight or a stream
+ * awaiting its settings already waits for. */
+void mql_session_proxy_answered(mql_client *c) {
+    int64_t now = mql_now_ms();
+    if (c->reconnecting && !c->telemetry && !c->stopping && c->telemetry_retry_at > now)
+        c->telemetry_retry_at = now;
 }
 
 int64_t mql_session_timers(mql_client *c, int64_t now, int64_t wake) {

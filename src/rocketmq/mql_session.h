@@ -18,10 +18,24 @@ void mql_session_begin(mql_client *c);
 size_t mql_session_channel_args(const mql_client *c, grpc_arg args[MQL_CHANNEL_ARGS_MAX]);
 /* A channel to target with the client's channel arguments and credentials
  * (plaintext, or TLS as configured). */
-grpc_channel *mql_session_channel_new(const mql_client *c, const char *target);
+mql_channel *mql_session_channel_new(const mql_client *c, const char *target);
+/* Where a session that lost its proxy tries next, after an attempt (or the
+ * lost stream) failed with code: at is the endpoint in use of n, call_ms the
+ * deadline of the attempt's first calls (0: request_ms), both updated.
+ * Nothing answered (UNAVAILABLE: refused, reset): the next endpoint, wrapping
+ * around. No answer in time (TIMEOUT): the same one, with twice the deadline
+ * up to MQL_BACKOFF_CAP_MS, and the next one only once even that ran out
+ * (a proxy that is only slow, a cold JVM on a loaded box, is not given up
+ * for a dead one). An answer with an error: the same one, as it would be
+ * answered the same anywhere. */
+void mql_session_retry_plan(size_t n, const char *code, int64_t request_ms, size_t *at,
+                            int64_t *call_ms);
 /* Runs the session's due timers (heartbeat, Telemetry re-open); returns the
  * earlier of wake and its next timer. */
 int64_t mql_session_timers(mql_client *c, int64_t now, int64_t wake);
+/* A call came back with the proxy's own answer (a gRPC OK status) while the
+ * session waits out a reconnect's backoff: the next attempt goes now. */
+void mql_session_proxy_answered(mql_client *c);
 
 /* The host's QueryRoute for a topic (mql_client_route): the op of its event. */
 uint64_t mql_session_route(mql_client *c, const char *topic);
