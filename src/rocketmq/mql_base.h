@@ -70,6 +70,7 @@
 #define MQL_M_TERMINATE "/apache.rocketmq.v2.MessagingService/NotifyClientTermination"
 #define MQL_M_CHANGE "/apache.rocketmq.v2.MessagingService/ChangeInvisibleDuration"
 #define MQL_M_DLQ "/apache.rocketmq.v2.MessagingService/ForwardMessageToDeadLetterQueue"
+#define MQL_M_RECALL "/apache.rocketmq.v2.MessagingService/RecallMessage"
 
 /* What a call does when it ends, given by the stage that starts it (as
  * hiredis passes a redisCallbackFn with each command): on_message for each
