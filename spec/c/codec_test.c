@@ -256,6 +256,24 @@ static void saturates_wild_timestamps(void) {
     mql_frame_clear(&f);
 }
 
+static void reads_a_reconnect_endpoints_command(void) {
+    Apache__Rocketmq__V2__TelemetryCommand cmd = APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__INIT;
+    Apache__Rocketmq__V2__ReconnectEndpointsCommand rc = APACHE__ROCKETMQ__V2__RECONNECT_ENDPOINTS_COMMAND__INIT;
+    mql_telemetry_reply r;
+    uint8_t buf[32];
+    size_t n;
+    rc.nonce = "n1";
+    cmd.command_case = APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND_RECONNECT_ENDPOINTS_COMMAND;
+    cmd.reconnect_endpoints_command = &rc;
+    n = protobuf_c_message_pack(&cmd.base, buf);
+    mql_telemetry_decode(&r, buf, n);
+    CHECK(r.decoded && r.reconnect_endpoints && !r.has_settings && !r.has_status);
+    cmd.command_case = APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND__NOT_SET;
+    n = protobuf_c_message_pack(&cmd.base, buf);
+    mql_telemetry_decode(&r, buf, n);
+    CHECK(r.decoded && !r.reconnect_endpoints);
+}
+
 static void reads_telemetry_settings_with_saturated_durations(void) {
     Apache__Rocketmq__V2__TelemetryCommand cmd = APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__INIT;
     Apache__Rocketmq__V2__Settings s = APACHE__ROCKETMQ__V2__SETTINGS__INIT;
@@ -369,6 +387,7 @@ int main(void) {
     RUN(reads_status_and_timestamp_frames);
     RUN(saturates_wild_timestamps);
     RUN(reads_telemetry_settings_with_saturated_durations);
+    RUN(reads_a_reconnect_endpoints_command);
     RUN(reads_the_whole_retry_policy_and_fifo);
     return TEST_REPORT("codec");
 }

@@ -156,6 +156,7 @@ struct mql_client {
     int reconnecting;           /* a started session lost its Telemetry stream */
     int64_t settings_due_at;    /* 0: none; a reconnect's stream must bring our settings back by then */
     int telemetry_given_up;     /* we cancelled the stream (counted as TIMEOUT): its end is not a new failure */
+    int reconnect_asked;        /* the server sent ReconnectEndpointsCommand: the stream's end reconnects at once */
     mql_backoff reconnect;      /* waits between reconnection attempts */
     int64_t heartbeat_at;       /* 0: not scheduled */
     int stopping;               /* set once by close: no call starts from then on */
