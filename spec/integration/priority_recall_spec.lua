@@ -18,6 +18,19 @@ local function at_least(v)
   return true
 end
 
+-- The mqlease command from the checkout (it loads build/mqlease/core.so, not the
+-- sanitizer build the specs preload for): exit code, stdout, stderr.
+local function cli(args)
+  local out, err = os.tmpname(), os.tmpname()
+  local p = assert(io.popen(("env -u LD_PRELOAD MQLEASE_ENDPOINTS=%s lua5.4 bin/mqlease %s </dev/null >%s 2>%s; echo $?")
+    :format(env.endpoints, args, out, err)))
+  local rc = tonumber(p:read("a"):match("%d+"))
+  p:close()
+  local o, e = env.read(out), env.read(err)
+  os.remove(out); os.remove(err)
+  return rc, o, e
+end
+
 -- A subscribed consumer (a new group may start at the queue's end: poll once first).
 local function subscribed(group, topic)
   local c = env.consumer { group = group, topic = topic, invisible = 20, await = 2 }
@@ -39,6 +52,11 @@ describe("priority messages on RocketMQ " .. VERSION, function()
         local id = assert(p:send(topic, "m" .. i, { priority = prio }))
         by_id[id] = prio
       end
+      -- and one from the command line
+      local rc, out, err = cli(("send --topic %s --priority 2 --quiet from-cli"):format(topic))
+      assert.equal(0, rc, err)
+      by_id[out:match("^(%S+)\n$")] = 2
+      sent[#sent + 1] = 2
       local got = env.collect(c, 30, function(m) assert(m:ack()) end,
         function(all) return #all >= #sent end)
       assert.equal(#sent, #got)
@@ -109,6 +127,17 @@ describe("recall on RocketMQ " .. VERSION, function()
       id, err, code = p:recall(topic, "bm90IGEgaGFuZGxl")
       assert.is_nil(id)
       assert.equal("INVALID_RECALL_HANDLE", code, err)
+      -- the command line: send prints the id and the handle, recall takes the handle
+      local rc, out, e = cli(("send --topic %s --delay 60 --quiet from-cli"):format(topic))
+      assert.equal(0, rc, e)
+      local cli_id, cli_handle = out:match("^(%S+)\t(%S+)\n$")
+      assert.is_string(cli_handle, out)
+      rc, out, e = cli(("recall --topic %s %s"):format(topic, cli_handle))
+      assert.equal(0, rc, e)
+      assert.equal(cli_id .. "\n", out)
+      rc, out, e = cli(("recall --topic %s bm90IGEgaGFuZGxl"):format(topic))
+      assert.equal(1, rc)
+      assert.matches("INVALID_RECALL_HANDLE", e)
       p:close()
       c:close()
     end)
@@ -123,6 +152,12 @@ describe("recall on RocketMQ " .. VERSION, function()
       local rid, err, code = p:recall(topic, "bm90IGEgaGFuZGxl")
       assert.is_nil(rid)
       assert.equal("UNSUPPORTED", code, err)
+      local rc, out, e = cli(("send --topic %s --delay 1 --quiet from-cli"):format(topic))
+      assert.equal(0, rc, e)
+      assert.matches("^%S+\n$", out)   -- the id alone: no handle
+      rc, out, e = cli(("recall --topic %s bm90IGEgaGFuZGxl"):format(topic))
+      assert.equal(1, rc)
+      assert.matches("UNSUPPORTED", e)
       p:close()
     end)
   end
