@@ -28,7 +28,7 @@ SECOND_VERSION=${MQLEASE_SECOND_ROCKETMQ:-5.5.0}
 # of the conformance spec (no broker in it): the pass must keep the suite
 # under 40 minutes.
 # priority_recall_spec proves on it what 5.3.2+ and 5.4+ added (30 s on 5.5.0), and
-# java_client_interop_spec the Java client of today with priority messages (93 s).
+# java_client_interop_spec the Java client of today with priority messages (70 s).
 SECOND_SPECS=(spec/integration/conformance_spec.lua spec/integration/roundtrip_spec.lua
   spec/integration/nack_spec.lua spec/integration/lease_spec.lua spec/integration/wire_spec.lua
   spec/integration/fifo_spec.lua spec/integration/priority_recall_spec.lua
