@@ -17,7 +17,8 @@
 #                                      proxies, "a:p;b:p")
 #   rocketmq.sh topics NAME[:TYPE]... [--group G] [--orderly-group G]
 #                                      create topics (4r/4w queues, TYPE default NORMAL;
-#                                      FIFO|DELAY|TRANSACTION) and consumer groups, in one
+#                                      FIFO|DELAY|TRANSACTION, and on 5.4+ PRIORITY: queue n
+#                                      holds priority n, read highest first) and consumer groups, in one
 #                                      JVM; returns once every topic is routable via namesrv
 #   rocketmq.sh groups [--orderly] [--if-absent] NAME...   create consumer groups only
 #                                      (--if-absent: leave a group that exists as it is)
@@ -198,7 +199,9 @@ EOF
   # are silently ignored). brokerIP1 becomes the host of every route the proxy returns in
   # local mode, so it must be loopback; brokerIP2 (the advertised HA address) defaults to a
   # non-loopback address too. Small mmapped files keep disk/RAM use low; the timer wheel
-  # stays on (default) so DELAY messages work.
+  # stays on (default) so DELAY messages work. recallMessageEnable (5.3.2+, default false)
+  # lets RecallMessage take a delay message back (RecallMessageProcessor refuses with
+  # "recall failed, operation is forbidden" without it); older brokers ignore the key.
   cat >"$RUN/broker.conf" <<EOF
 brokerClusterName=DefaultCluster
 brokerName=broker-a
@@ -216,6 +219,7 @@ mappedFileSizeCommitLog=67108864
 maxHashSlotNum=10000
 maxIndexNum=40000
 diskMaxUsedSpaceRatio=95
+recallMessageEnable=true
 EOF
   # Proxy: the gRPC port must be fixed because local-mode routes echo it back to clients;
   # a 2 s route refresh shortens the proxy's negative cache for topics created late;

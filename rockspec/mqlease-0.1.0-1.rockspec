@@ -57,6 +57,7 @@ build = {
       ["mqlease.cli.peek"] = "lua/mqlease/cli/peek.lua",
       ["mqlease.cli.run"] = "lua/mqlease/cli/run.lua",
       ["mqlease.cli.send"] = "lua/mqlease/cli/send.lua",
+      ["mqlease.cli.recall"] = "lua/mqlease/cli/recall.lua",
       ["mqlease.config"] = "lua/mqlease/config.lua",
       ["mqlease.consumer"] = "lua/mqlease/consumer.lua",
       ["mqlease.handler"] = "lua/mqlease/handler.lua",

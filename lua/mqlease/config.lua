@@ -393,8 +393,12 @@ local MAX_EPOCH_SECONDS = 1e11
 
 -- The send options, as the command line shares them (the message's part; the
 -- routing part, topic, is a name as in the consumer options).
-_M.SEND_OPTIONS = { "delay", "deliver_at", "keys", "message_group", "properties", "tag", "timeout",
-  "trace_context" }
+_M.SEND_OPTIONS = { "delay", "deliver_at", "keys", "message_group", "priority", "properties", "tag",
+  "timeout", "trace_context" }
+
+-- SystemProperties.priority is an int32 (apache/rocketmq-apis 2.1.x); the broker maps
+-- priority n to queue min(n, queues - 1) of a PRIORITY topic (SendMessageProcessor, 5.4+).
+local MAX_PRIORITY = 2147483647
 
 -- The message for a bad value of send option k, or nil: "option 'k' must be ...".
 function _M.send_problem(k, v)
@@ -439,6 +443,11 @@ function _M.send_problem(k, v)
     if type(v) ~= "number" or v ~= v or v <= 0 or v > MAX_EPOCH_SECONDS then
       return ("option 'deliver_at' must be epoch seconds, a positive number (got %s)"):format(describe(v))
     end
+  elseif k == "priority" then
+    if not is_integer(v) or v < 0 or v > MAX_PRIORITY then
+      return ("option 'priority' must be an integer from 0 to %d, higher first (got %s)")
+        :format(MAX_PRIORITY, describe(v))
+    end
   elseif k == "trace_context" then
     local ok, why = trace.parse(v)
     if not ok then
@@ -466,6 +475,12 @@ function _M.send_options_problem(opts, skip)
   elseif timed and opts.message_group ~= nil then
     return ("options 'message_group' and '%s' exclude each other"):format(timed)
   end
+  -- a PRIORITY message is neither (the broker's TopicMessageType.parseFromMessageProperty
+  -- takes a delay or a group first and then drops the priority)
+  local other = timed or opts.message_group ~= nil and "message_group" or nil
+  if opts.priority ~= nil and other then
+    return ("options 'priority' and '%s' exclude each other"):format(other)
+  end
 end
 
 local function check_topic(topic, fn)
@@ -487,6 +502,14 @@ function _M.check_send(topic, body, opts)
   local problem = _M.send_options_problem(opts)
   if problem then error("mqlease.send: " .. problem, 3) end
   return opts
+end
+
+-- Checks the arguments of producer:recall; raises naming the bad one.
+function _M.check_recall(topic, handle)
+  check_topic(topic, "recall")
+  if type(handle) ~= "string" or not handle:match("%S") then
+    error(("bad argument #2 to 'recall' (recall handle: a non-blank string expected, got %s)"):format(describe(handle)), 3)
+  end
 end
 
 -- Checks the arguments of producer:send_many before anything is sent: a

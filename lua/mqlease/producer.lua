@@ -18,7 +18,7 @@ local loop = require "mqlease.loop"
 local router_mod = require "mqlease.router"
 local metrics = require "mqlease.metrics"
 
-local setmetatable, rawget, type, pairs = setmetatable, rawget, type, pairs
+local setmetatable, rawget, type, pairs, ipairs = setmetatable, rawget, type, pairs, ipairs
 local floor = math.floor
 local now = core.now
 
@@ -92,7 +92,7 @@ local function start_send(self, topic, body, opts)
   local delay = opts.delay and floor(opts.delay * 1000 + 0.5) or nil
   local slot = { topic = topic, started = now(), ev = nil }
   local op = self._router.client:send(topic, body, opts.tag, keys, opts.properties,
-    opts.message_group, deliver_at, delay, opts.trace_context)
+    opts.message_group, deliver_at, delay, opts.trace_context, opts.priority)
   self._flight[op] = slot
   self._flying = self._flying + 1
   return slot
@@ -115,8 +115,9 @@ end
 -- and at most one of message_group (a FIFO message: the topic's message.type must be
 -- FIFO), delay (seconds from now) or deliver_at (epoch seconds) (a DELAY message: the
 -- topic's message.type must be DELAY); trace_context, a W3C traceparent (see
--- mqlease.trace). Returns the message id and the queue offset,
--- or nil, message, code. Waits for a free slot first when max_inflight
+-- mqlease.trace); priority, an integer >= 0 (a PRIORITY topic, RocketMQ 5.4+: higher
+-- is received first). Returns the message id, the queue offset and the recall handle
+-- (a delay message on a 5.3.2+ proxy; nil else), or nil, message, code. Waits for a free slot first when max_inflight
 -- sends are in flight (from other coroutines).
 function methods:send(topic, body, opts)
   opts = config.check_send(topic, body, opts)
@@ -126,12 +127,45 @@ function methods:send(topic, body, opts)
   if not await_slot(self) then return nil, "the producer is closed", "CLOSED" end
   local ev = await_result(self, start_send(self, topic, body, opts))
   if not ev.ok then return nil, ev.err, ev.code end
-  return ev.message_id, ev.offset
+  return ev.message_id, ev.offset, ev.recall_handle
+end
+
+-- The proxy answers every refusal of the broker's RecallMessageProcessor (5.3.2 - 5.5.0)
+-- as INTERNAL_SERVER_ERROR; its remark says which one it was. A proxy without the method
+-- (5.2.0) ends the call UNIMPLEMENTED.
+local RECALL_CODES = {
+  { "timestamp invalid", "RECALL_TOO_LATE" },             -- delivered already (or past the timer's reach)
+  { "recall handle is invalid", "INVALID_RECALL_HANDLE" },
+  { "operation is forbidden", "RECALL_DISABLED" },         -- the broker's recallMessageEnable is false
+}
+
+local function recall_code(err, code)
+  if code == "UNIMPLEMENTED" then return "UNSUPPORTED" end
+  if code == "INTERNAL_SERVER_ERROR" and type(err) == "string" then
+    for _, c in ipairs(RECALL_CODES) do
+      if err:find(c[1], 1, true) then return c[2] end
+    end
+  end
+  return code
+end
+
+-- Takes back a delay message not delivered yet (RecallMessage, RocketMQ 5.3.2+), by
+-- the recall handle its send returned. Returns the message id, or nil, message, code
+-- (RECALL_TOO_LATE, INVALID_RECALL_HANDLE, RECALL_DISABLED, UNSUPPORTED: docs/api.md).
+function methods:recall(topic, handle)
+  config.check_recall(topic, handle)
+  if rawget(self, "_closed") then return nil, "the producer is closed", "CLOSED" end
+  local router = self._router
+  local ev, err, code = router:call(router.client:recall(topic, handle))
+  if not ev then return nil, err, recall_code(err, code) end
+  return ev.message_id
 end
 
 -- The result table of send_many for one event.
 local function result_of(ev)
-  if ev.ok then return { ok = true, message_id = ev.message_id, offset = ev.offset } end
+  if ev.ok then
+    return { ok = true, message_id = ev.message_id, offset = ev.offset, recall_handle = ev.recall_handle }
+  end
   return { ok = false, err = ev.err, code = ev.code }
 end
 

@@ -5,7 +5,9 @@
 //   java -cp '<lib>/*' CreateTopics.java <namesrv host:port> <broker host:port> ARG...
 //
 // ARG: NAME[:TYPE]          topic, 4 read / 4 write queues, TYPE = NORMAL (default) | FIFO |
-//                           DELAY | TRANSACTION (the gRPC proxy rejects messages of another type)
+//                           DELAY | TRANSACTION | PRIORITY (5.4+: TopicMessageType.PRIORITY; a
+//                           message of priority n goes to queue min(n, 3), and a pop reads
+//                           queue 3 first) (the gRPC proxy rejects messages of another type)
 //      --group NAME         consumer group
 //      --orderly-group NAME consumer group with consumeMessageOrderly (FIFO delivery)
 //      --group-if-absent NAME  consumer group, unless the broker has one of that name

@@ -110,6 +110,36 @@ static void copies_every_system_property(void) {
     mql_frame_clear(&f);
 }
 
+/* SystemProperties.priority is `optional int32 priority = 22` upstream (apis 2.1.x); ours
+ * is an unpacked repeated int32 so that priority 0 is written: the bytes must be those of a
+ * present singular field, key 22 << 3 | varint = 0xB0 0x01, then the value. */
+static void reads_a_priority_and_writes_an_explicit_zero(void) {
+    Apache__Rocketmq__V2__SystemProperties sp = APACHE__ROCKETMQ__V2__SYSTEM_PROPERTIES__INIT;
+    int32_t zero = 0, big[2] = {2, 300};
+    uint8_t buf[16];
+    fixture fx;
+    mql_frame f;
+    sp.n_priority = 1;
+    sp.priority = &zero;
+    CHECK(protobuf_c_message_get_packed_size(&sp.base) == 3);
+    protobuf_c_message_pack(&sp.base, buf);
+    CHECK(buf[0] == 0xB0 && buf[1] == 0x01 && buf[2] == 0x00);
+    fixture_init(&fx, "hi");
+    decode(&f, &fx.resp.base, 100);
+    CHECK(f.kind == MQL_FRAME_MESSAGE && !f.msg.has_priority);   /* an older proxy sends none */
+    mql_frame_clear(&f);
+    fx.sp.n_priority = 2;   /* a reader of the singular field keeps the last one */
+    fx.sp.priority = big;
+    decode(&f, &fx.resp.base, 100);
+    CHECK(f.kind == MQL_FRAME_MESSAGE && f.msg.has_priority && f.msg.priority == 300);
+    mql_frame_clear(&f);
+    fx.sp.n_priority = 1;
+    fx.sp.priority = &zero;
+    decode(&f, &fx.resp.base, 100);
+    CHECK(f.msg.has_priority && f.msg.priority == 0);
+    mql_frame_clear(&f);
+}
+
 static void inflates_a_gzip_body_whose_digest_covers_the_wire_bytes(void) {
     static const char zhello[] = "\x78\x9c\xcb\x48\xcd\xc9\xc9\x07\x00\x06\x2c\x02\x15";
     char hex[16];
@@ -226,6 +256,24 @@ static void saturates_wild_timestamps(void) {
     mql_frame_clear(&f);
 }
 
+static void reads_a_reconnect_endpoints_command(void) {
+    Apache__Rocketmq__V2__TelemetryCommand cmd = APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__INIT;
+    Apache__Rocketmq__V2__ReconnectEndpointsCommand rc = APACHE__ROCKETMQ__V2__RECONNECT_ENDPOINTS_COMMAND__INIT;
+    mql_telemetry_reply r;
+    uint8_t buf[32];
+    size_t n;
+    rc.nonce = "n1";
+    cmd.command_case = APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND_RECONNECT_ENDPOINTS_COMMAND;
+    cmd.reconnect_endpoints_command = &rc;
+    n = protobuf_c_message_pack(&cmd.base, buf);
+    mql_telemetry_decode(&r, buf, n);
+    CHECK(r.decoded && r.reconnect_endpoints && !r.has_settings && !r.has_status);
+    cmd.command_case = APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND__NOT_SET;
+    n = protobuf_c_message_pack(&cmd.base, buf);
+    mql_telemetry_decode(&r, buf, n);
+    CHECK(r.decoded && !r.reconnect_endpoints);
+}
+
 static void reads_telemetry_settings_with_saturated_durations(void) {
     Apache__Rocketmq__V2__TelemetryCommand cmd = APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__INIT;
     Apache__Rocketmq__V2__Settings s = APACHE__ROCKETMQ__V2__SETTINGS__INIT;
@@ -331,6 +379,7 @@ static void reads_the_whole_retry_policy_and_fifo(void) {
 
 int main(void) {
     RUN(copies_every_system_property);
+    RUN(reads_a_priority_and_writes_an_explicit_zero);
     RUN(inflates_a_gzip_body_whose_digest_covers_the_wire_bytes);
     RUN(calls_a_digest_mismatch_corrupted_and_keeps_what_a_release_needs);
     RUN(calls_a_message_without_identity_malformed);
@@ -338,6 +387,7 @@ int main(void) {
     RUN(reads_status_and_timestamp_frames);
     RUN(saturates_wild_timestamps);
     RUN(reads_telemetry_settings_with_saturated_durations);
+    RUN(reads_a_reconnect_endpoints_command);
     RUN(reads_the_whole_retry_policy_and_fifo);
     return TEST_REPORT("codec");
 }

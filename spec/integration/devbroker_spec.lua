@@ -124,6 +124,31 @@ describe("mqlease-devbroker", function()
     p:close()
   end)
 
+  -- ReconnectEndpointsCommand (rocketmq-apis 2.1.x; no 5.2 - 5.5 proxy sends it): a new
+  -- session on fresh channels, at once, with the leases kept and renewed through it
+  it("starts a new session when the server asks it to reconnect, keeping the lease", function()
+    local c, p = pair { invisible = 10 }
+    assert(p:send("t1", "held across"))
+    local m = assert(c:receive(1))[1]
+    assert.is_table(m)
+    local before = c:metrics()
+    assert.matches("^ok", dv.control("reconnect"))
+    env.wait_for(function()
+      local now = c:metrics()
+      return now.reconnects == before.reconnects + 1 and now.session_state == "ready"
+    end, 5, "the reconnection")
+    local renewed = m.lease.renewals
+    env.wait_for(function() return m.lease.renewals > renewed end, 10, "a renewal after it")
+    assert.is_true(m.lease:alive())
+    assert(m:ack())
+    local after = c:metrics()
+    assert.equal(before.reconnects + 1, after.reconnects)
+    assert.equal(0, after.expire_while_alive)
+    assert.same({}, assert(c:receive(1, { await = 1 })))
+    c:close()
+    p:close()
+  end)
+
   it("serves the official Node.js client both ways", function()
     local out = env.sh(("bash spec/support/node.sh produce %s t2 5 fromnode"):format(dv.endpoints))
     local sent = cjson.decode(out:match("(%[.*%])%s*$"))

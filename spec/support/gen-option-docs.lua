@@ -11,7 +11,7 @@
 --
 --   <!-- options:consumer begin -->  ...  <!-- options:consumer end -->
 --
--- Sections: consumer, producer, run (api.md); cli-run, cli-send, cli-peek, cli-connect,
+-- Sections: consumer, producer, run (api.md); cli-run, cli-send, cli-peek, cli-recall, cli-connect,
 -- cli-env (cli.md). A table's rows follow the order of the options in config.lua and of the
 -- command's flags in options.lua. Text outside the markers is left as it is. Run from the
 -- repository root.
@@ -265,6 +265,7 @@ local SECTIONS = {
   { file = "docs/cli.md", name = "cli-run", make = function() return command_table("run") end },
   { file = "docs/cli.md", name = "cli-send", make = function() return command_table("send") end },
   { file = "docs/cli.md", name = "cli-peek", make = function() return command_table("peek") end },
+  { file = "docs/cli.md", name = "cli-recall", make = function() return command_table("recall") end },
   { file = "docs/cli.md", name = "cli-connect", make = connect_table },
   { file = "docs/cli.md", name = "cli-env", make = env_list },
 }

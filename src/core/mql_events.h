@@ -42,8 +42,11 @@ typedef struct mql_message {
     size_t nprops;
     uint8_t *body;         /* after digest check and inflation (see mql_body.h) */
     size_t body_len;
-    int message_type;      /* apache.rocketmq.v2.MessageType: 1 NORMAL, 2 FIFO, 3 DELAY, 4 TRANSACTION */
+    int message_type;      /* apache.rocketmq.v2.MessageType: 1 NORMAL, 2 FIFO, 3 DELAY, 4 TRANSACTION,
+                              5 LITE, 6 PRIORITY */
     int delivery_attempt;
+    int has_priority;      /* the server sent a priority (PRIORITY topics, RocketMQ 5.4+) */
+    int priority;
     int queue_id;
     int64_t queue_offset;
     int64_t born_ms;       /* wall clock, epoch ms */
@@ -91,6 +94,7 @@ typedef struct mql_event {
     size_t nmsgs;
     char *message_id;           /* send: the id of the message sent */
     int64_t offset;             /* send: its queue offset */
+    char *recall_handle;        /* send: the handle RecallMessage takes (5.3.2+ delay messages); NULL: none */
     mql_result *entries;        /* ack: one result per lease, in request order */
     size_t nentries;
     mql_reply *reply;           /* redis command */

@@ -47,6 +47,8 @@ struct dv_call {
     Apache__Rocketmq__V2__ReceiveMessageRequest *rx;
     tag t_new, t_recv, t_send, t_status, t_close;
     dv_call *next;              /* on the waiting list (long poll, delay, pause) */
+    dv_call *next_stream;       /* on the list of Telemetry streams */
+    int streamed;               /* on that list */
 };
 
 typedef struct client_reg { char *id; int consumer; } client_reg;
@@ -60,6 +62,8 @@ struct dv_server {
     client_reg *clients;
     size_t nclients;
     dv_call *waiting;
+    dv_call *streams;           /* open Telemetry streams, for `reconnect` */
+    uint64_t nonces;
     int port;
     unsigned int seed;
     uint64_t served, changes, acks, sent, received;

@@ -147,13 +147,15 @@ int dv_command_parse(const char *line, dv_command *cmd, char *err, size_t errlen
         snprintf(cmd->value, sizeof(cmd->value), "%s", w[2]);
     } else if (n == 1 && strcmp(w[0], "drop_streams") == 0) {
         cmd->kind = DV_CMD_DROP_STREAMS;
+    } else if (n == 1 && strcmp(w[0], "reconnect") == 0) {
+        cmd->kind = DV_CMD_RECONNECT;
     } else if (n == 1 && strcmp(w[0], "stats") == 0) {
         cmd->kind = DV_CMD_STATS;
     } else if (n >= 1 && n <= 4 && strcmp(w[0], "set") == 0) {
         snprintf(err, errlen, "usage: set KEY VALUE");
         return -1;
     } else {
-        snprintf(err, errlen, "unknown command (topic, publish, set, drop_streams, stats)");
+        snprintf(err, errlen, "unknown command (topic, publish, set, drop_streams, reconnect, stats)");
         return -1;
     }
     return 0;

@@ -9,6 +9,7 @@
  *   publish TOPIC [DELAY_MS]   store a message that carries every field (README)
  *   set KEY VALUE              a setting of dv_faults (see dv_faults_set)
  *   drop_streams               cancel the receive streams in flight
+ *   reconnect                  send ReconnectEndpointsCommand on every Telemetry stream
  *   stats                      one line of counters
  */
 #ifndef DV_COMMAND_H
@@ -32,6 +33,7 @@ typedef struct dv_faults {
     int max_renewals;          /* < 0: no cap; else changes per delivery before they fail */
     int paused;                /* hold every answer until unpaused */
     int drop_streams;          /* one-shot: cancel the receive streams in flight */
+    int reconnect_streams;     /* one-shot: ReconnectEndpointsCommand on every Telemetry stream */
     int64_t min_invisible_ms;  /* receive's lower bound (the proxy's is 10 s) */
     double time_scale;         /* invisible durations last this factor of what is asked (1 = real) */
     int64_t control_timeout_ms;/* a control client silent this long is dropped */
@@ -52,7 +54,7 @@ void dv_faults_init(dv_faults *f);
 int dv_faults_set(dv_faults *f, const char *key, const char *value, char *err, size_t errlen);
 
 typedef enum dv_cmd_kind {
-    DV_CMD_TOPIC = 1, DV_CMD_PUBLISH, DV_CMD_SET, DV_CMD_DROP_STREAMS, DV_CMD_STATS
+    DV_CMD_TOPIC = 1, DV_CMD_PUBLISH, DV_CMD_SET, DV_CMD_DROP_STREAMS, DV_CMD_STATS, DV_CMD_RECONNECT
 } dv_cmd_kind;
 
 typedef struct dv_command {

@@ -68,6 +68,10 @@ void dv_control_apply(dv_server *s, const char *line, char *out, size_t outlen) 
         dv_server_faults(s)->drop_streams = 1;
         snprintf(out, outlen, "ok");
         break;
+    case DV_CMD_RECONNECT:
+        dv_server_faults(s)->reconnect_streams = 1;
+        snprintf(out, outlen, "ok");
+        break;
     case DV_CMD_STATS: {
         char buf[384];
         dv_server_stats(s, buf, sizeof(buf));

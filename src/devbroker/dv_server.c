@@ -48,12 +48,52 @@ static void on_new(dv_server *s, dv_call *c) {
     dv_recv_next(c);
 }
 
+/* The Telemetry streams, so that `reconnect` can reach each one. */
+static void stream_add(dv_server *s, dv_call *c) {
+    if (c->streamed) return;
+    c->streamed = 1;
+    c->next_stream = s->streams;
+    s->streams = c;
+}
+
+static void stream_remove(dv_server *s, dv_call *c) {
+    dv_call **pp;
+    if (!c->streamed) return;
+    for (pp = &s->streams; *pp; pp = &(*pp)->next_stream) {
+        if (*pp == c) {
+            *pp = c->next_stream;
+            break;
+        }
+    }
+    c->streamed = 0;
+}
+
+/* ReconnectEndpointsCommand (rocketmq-apis 2.1.x) on every open stream, as a
+ * proxy would ask its clients to reconnect; it carries only a nonce. */
+static void streams_reconnect(dv_server *s) {
+    dv_call *c;
+    for (c = s->streams; c; c = c->next_stream) {
+        Apache__Rocketmq__V2__TelemetryCommand out = APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__INIT;
+        Apache__Rocketmq__V2__ReconnectEndpointsCommand rc =
+            APACHE__ROCKETMQ__V2__RECONNECT_ENDPOINTS_COMMAND__INIT;
+        char nonce[32];
+        if (c->finishing || c->closed || c->cancelled) continue;
+        snprintf(nonce, sizeof(nonce), "dv-%llu", (unsigned long long)++s->nonces);
+        rc.nonce = nonce;
+        out.command_case = APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND_RECONNECT_ENDPOINTS_COMMAND;
+        out.reconnect_endpoints_command = &rc;
+        dv_reply(c, &out.base);
+        dv_pump(c);
+    }
+}
+
 static void on_recv(dv_server *s, dv_call *c) {
     if (!c->req) {   /* the client half-closed (Telemetry) or sent nothing */
         dv_finish(c, GRPC_STATUS_OK);
         return;
     }
     if (c->m == M_TELEMETRY) {
+        stream_add(s, c);
         dv_on_telemetry(s, c);
         return;
     }
@@ -115,6 +155,7 @@ static void on_event(dv_server *s, tag *t, int success) {
     if (c->in_flight == 0 && c->closed && (c->status_sent || c->cancelled)) {
         /* off the waiting list before freeing */
         dv_wait_remove(s, c);
+        stream_remove(s, c);
         dv_call_free(c);
     }
 }
@@ -128,6 +169,10 @@ static void tick(dv_server *s) {
     int64_t now = mql_wall_ms();
     int drop = s->faults.drop_streams;
     s->faults.drop_streams = 0;
+    if (s->faults.reconnect_streams) {
+        s->faults.reconnect_streams = 0;
+        streams_reconnect(s);
+    }
     while (*pp) {
         dv_call *c = *pp;
         int done = 0;
@@ -312,6 +357,7 @@ void dv_server_handle(dv_server *s, const char *rpc, const char *client_id, cons
     /* a long poll still waiting: end it now, as its poll time would */
     if (c->listed && c->rx && !c->finishing) dv_try_receive(s, c, mql_add_ms(c->poll_until, 1));
     dv_wait_remove(s, c);
+    stream_remove(s, c);
     pthread_mutex_unlock(&s->mu);
     dv_call_free(c);
 }

@@ -76,6 +76,9 @@ static void copy_system_properties(mql_message *out, const Apache__Rocketmq__V2_
     for (i = 0; i < sp->n_keys; i++) out->keys[i] = mql_strdup(sp->keys[i] ? sp->keys[i] : "");
     out->message_type = sp->message_type;
     out->delivery_attempt = sp->delivery_attempt;
+    /* apis 2.1.x, explicit presence: the last one sent wins, as in a singular field */
+    out->has_priority = sp->n_priority > 0;
+    out->priority = out->has_priority ? sp->priority[sp->n_priority - 1] : 0;
     out->queue_id = sp->queue_id;
     out->queue_offset = sp->queue_offset;
     out->born_ms = timestamp_ms(sp->born_timestamp);

@@ -126,5 +126,7 @@ void mql_telemetry_decode(mql_telemetry_reply *out, const uint8_t *data, size_t 
     }
     if (cmd->command_case == APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND_SETTINGS && cmd->settings)
         read_settings(out, cmd->settings);
+    if (cmd->command_case == APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND_RECONNECT_ENDPOINTS_COMMAND)
+        out->reconnect_endpoints = 1;
     protobuf_c_message_free_unpacked(&cmd->base, NULL);
 }

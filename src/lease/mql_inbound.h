@@ -56,6 +56,7 @@ typedef struct mql_telemetry_reply {
     int receive_batch_size;
     int fifo;
     int64_t max_body_size;      /* publishing; 0 when absent or negative */
+    int reconnect_endpoints;    /* a ReconnectEndpointsCommand (apis 2.1.x) */
 } mql_telemetry_reply;
 
 void mql_telemetry_decode(mql_telemetry_reply *out, const uint8_t *data, size_t len);

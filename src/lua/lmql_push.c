@@ -43,6 +43,8 @@ static const char *message_type_name(int t) {
     case 2: return "FIFO";
     case 3: return "DELAY";
     case 4: return "TRANSACTION";
+    case 5: return "LITE";
+    case 6: return "PRIORITY";
     default: return NULL;
     }
 }
@@ -73,7 +75,7 @@ enum {
 static void push_message(lua_State *L, const mql_message *m) {
     size_t i;
     int n = (m->delivery_ms != 0) + (m->trace_context != NULL) + (m->message_group != NULL)
-          + (m->nkeys > 0) + (m->nprops > 0);
+          + (m->nkeys > 0) + (m->nprops > 0) + (m->has_priority != 0);
     lua_createtable(L, MSG_SLOTS, n);
     if (m->id) {
         lua_pushstring(L, m->id);
@@ -94,6 +96,7 @@ static void push_message(lua_State *L, const mql_message *m) {
     if (m->delivery_ms) lmql_set_num(L, "delivery_timestamp", (lua_Number)m->delivery_ms / 1000.0);
     lmql_set_str(L, "trace_context", m->trace_context);
     lmql_set_str(L, "message_group", m->message_group);
+    if (m->has_priority) lmql_set_int(L, "priority", m->priority);
     if (m->nkeys > 0) {
         lua_createtable(L, (int)m->nkeys, 0);
         for (i = 0; i < m->nkeys; i++) {
@@ -198,6 +201,7 @@ static void push_event(lua_State *L, const mql_event *ev) {
     if (ev->message_id) {
         lmql_set_str(L, "message_id", ev->message_id);
         lmql_set_int(L, "offset", (lua_Integer)ev->offset);
+        lmql_set_str(L, "recall_handle", ev->recall_handle);
     }
     if (ev->reply) {
         lmql_push_reply(L, ev->reply);

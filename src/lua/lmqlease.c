@@ -206,7 +206,7 @@ static int l_let_expire(lua_State *L) {
 }
 
 /* client:send(topic, body, tag, keys, properties, message_group, deliver_at_ms, delay_ms,
- * trace_context): config.lua has checked every argument (and that at most one of
+ * trace_context, priority): config.lua has checked every argument (and that at most one of
  * message_group, deliver_at_ms and delay_ms is set); deliver_at_ms is wall-clock ms since the epoch, delay_ms is
  * counted from now on this host's wall clock, as the official clients do. */
 static int l_send(lua_State *L) {
@@ -226,6 +226,10 @@ static int l_send(lua_State *L) {
     o.delivery_ms = (int64_t)luaL_optinteger(L, 8, 0);
     if (!lua_isnoneornil(L, 9)) o.delivery_ms = mql_wall_ms() + (int64_t)luaL_checkinteger(L, 9);
     o.trace_context = luaL_optstring(L, 10, NULL);
+    if (!lua_isnoneornil(L, 11)) {
+        o.has_priority = 1;
+        o.priority = (int32_t)luaL_checkinteger(L, 11);
+    }
     if (lua_istable(L, 5)) {
         o.nkeys = lua_rawlen(L, 5);
         o.keys = lua_newuserdata(L, (o.nkeys ? o.nkeys : 1) * sizeof(*o.keys));
@@ -258,6 +262,13 @@ static int l_send(lua_State *L) {
     o.nprops = nprops;
     op = mql_client_send(c, topic, (const uint8_t *)body, len, &o);
     return push_op(L, op);
+}
+
+/* client:recall(topic, recall_handle) -> op */
+static int l_recall(lua_State *L) {
+    mql_client *c = lmql_check_client(L);
+    const char *topic = luaL_checkstring(L, 2);
+    return push_op(L, mql_client_recall(c, topic, luaL_checkstring(L, 3)));
 }
 
 static int l_route(lua_State *L) {
@@ -493,7 +504,7 @@ static int l_sleep(lua_State *L) {
 static const luaL_Reg client_methods[] = {
     {"events", l_events},   {"fd", l_fd},         {"id", l_id},
     {"receive", l_receive}, {"ack", l_ack},       {"nack", l_nack},
-    {"let_expire", l_let_expire}, {"send", l_send}, {"terminate", l_terminate},
+    {"let_expire", l_let_expire}, {"send", l_send}, {"recall", l_recall}, {"terminate", l_terminate},
     {"route", l_route}, {"nack_all", l_nack_all}, {"cancel_receives", l_cancel_receives},
     {"lease", l_lease},     {"metrics", l_metrics}, {"dead_letter", l_dead_letter},
     {"close", l_close},     {"closed", l_closed}, {NULL, NULL}};

@@ -75,6 +75,7 @@
 #define MQL_M_TERMINATE "/apache.rocketmq.v2.MessagingService/NotifyClientTermination"
 #define MQL_M_CHANGE "/apache.rocketmq.v2.MessagingService/ChangeInvisibleDuration"
 #define MQL_M_DLQ "/apache.rocketmq.v2.MessagingService/ForwardMessageToDeadLetterQueue"
+#define MQL_M_RECALL "/apache.rocketmq.v2.MessagingService/RecallMessage"
 
 /* What a call does when it ends, given by the stage that starts it (as
  * hiredis passes a redisCallbackFn with each command): on_message for each
@@ -162,6 +163,7 @@ struct mql_client {
     int reconnecting;           /* a started session lost its Telemetry stream */
     int64_t settings_due_at;    /* 0: none; a reconnect's stream must bring our settings back by then */
     int telemetry_given_up;     /* we cancelled the stream (counted as TIMEOUT): its end is not a new failure */
+    int reconnect_asked;        /* the server sent ReconnectEndpointsCommand: the stream's end reconnects at once */
     mql_backoff reconnect;      /* waits between reconnection attempts */
     char reconnect_code[MQL_CODELEN];    /* how the last attempt (or the lost stream) failed */
     int64_t reconnect_call_ms;  /* 0: request_timeout; the deadline of an attempt's first call */

@@ -428,6 +428,14 @@ uint64_t mql_client_send(mql_client *c, const char *topic, const uint8_t *body, 
     return op;
 }
 
+uint64_t mql_client_recall(mql_client *c, const char *topic, const char *handle) {
+    uint64_t op;
+    pthread_mutex_lock(&c->mu);
+    if (!refuses(c, MQL_PRODUCER, "recall", &op)) op = mql_producer_recall(c, topic, handle);
+    pthread_mutex_unlock(&c->mu);
+    return op;
+}
+
 uint64_t mql_client_route(mql_client *c, const char *topic) {
     uint64_t op;
     pthread_mutex_lock(&c->mu);

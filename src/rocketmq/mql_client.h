@@ -67,6 +67,9 @@ uint64_t mql_client_dead_letter(mql_client *c, uint64_t lease_id, const char *re
 int mql_client_let_expire(mql_client *c, uint64_t lease_id);
 uint64_t mql_client_send(mql_client *c, const char *topic, const uint8_t *body, size_t len,
                          const mql_send_opts *opts);
+/* RecallMessage (RocketMQ 5.3.2+): takes back a delay message not delivered yet,
+ * by the recall handle its send answered. A proxy without it answers UNIMPLEMENTED. */
+uint64_t mql_client_recall(mql_client *c, const char *topic, const char *handle);
 uint64_t mql_client_terminate(mql_client *c);
 /* QueryRoute for a topic: OK if the proxy knows it (TOPIC_NOT_FOUND else). */
 uint64_t mql_client_route(mql_client *c, const char *topic);

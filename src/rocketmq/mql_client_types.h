@@ -85,6 +85,8 @@ typedef struct mql_send_opts {
     const char *message_group;   /* NULL: none */
     int64_t delivery_ms;         /* wall clock, ms since the epoch; 0: deliver at once */
     const char *trace_context;   /* SystemProperties.trace_context (a W3C traceparent); NULL: none */
+    int has_priority;            /* SystemProperties.priority (PRIORITY topics, RocketMQ 5.4+) */
+    int32_t priority;            /* 0 and up, higher first */
 } mql_send_opts;
 /* Snapshot of one lease (mql_client_lease_info). */
 typedef struct mql_lease_info {

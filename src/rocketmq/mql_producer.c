@@ -1,8 +1,10 @@
-/* mql_producer.c -- the producer's one job: SendMessage.
+/* mql_producer.c -- the producer's job: SendMessage, and RecallMessage to take
+ * a sent delay message back.
  *
  * A message id is minted here in the layout of the official clients (so ids
  * from mqlease and from Java producers look alike in dashboards), and each
- * send is one unary call whose entry answers the id and the queue offset.
+ * send is one unary call whose entry answers the id, the queue offset and,
+ * from a RocketMQ 5.3.2+ proxy, the recall handle.
  *
  * Every function here runs with c->mu held unless it says otherwise.
  */
@@ -14,7 +16,10 @@
 
 static void on_send_done(mql_client *c, mql_call *call);
 
+static void on_recall_done(mql_client *c, mql_call *call);
+
 static const mql_call_ops send_ops = {.on_done = on_send_done};
+static const mql_call_ops recall_ops = {.on_done = on_recall_done};
 
 static void make_message_id(mql_client *c, char *out) {
     /* The v1 layout of the official clients: 01 + node(6) + pid(2) + seconds
@@ -82,6 +87,14 @@ uint64_t mql_producer_send(mql_client *c, const char *topic_name, const uint8_t 
         sp.delivery_timestamp = &deliver;
         sp.message_type = APACHE__ROCKETMQ__V2__MESSAGE_TYPE__DELAY;
     }
+    /* RIP-80 (5.4+): the broker stores it in queue min(priority, queues - 1) of a
+     * PRIORITY topic and drops it on other topics (SendMessageProcessor) */
+    if (o->has_priority) {
+        sp.n_priority = 1;
+        sp.priority = (int32_t *)&o->priority;
+        if (!o->message_group && o->delivery_ms <= 0)
+            sp.message_type = APACHE__ROCKETMQ__V2__MESSAGE_TYPE__PRIORITY;
+    }
     /* as the official C++ client's ProducerImpl: set only when there is one */
     if (o->trace_context && o->trace_context[0]) sp.trace_context = (char *)o->trace_context;
     sp.born_timestamp = &born;
@@ -111,6 +124,7 @@ static void on_send_done(mql_client *c, mql_call *call) {
         if (e->status) mql_result_from_status(&ev->result, e->status, "SendMessage");
         ev->message_id = mql_strdup(e->message_id ? e->message_id : "");
         ev->offset = e->offset;
+        if (e->recall_handle && e->recall_handle[0]) ev->recall_handle = mql_strdup(e->recall_handle);
     } else if (ev->result.ok) {
         mql_result_fail(&ev->result, "PROTOCOL", "SendMessage: the server sent no entry");
     }
@@ -119,6 +133,31 @@ static void on_send_done(mql_client *c, mql_call *call) {
         c->metrics.sent_fail++;
         mql_metrics_error(&c->metrics, "send", ev->result.code);
     }
+    mql_call_reply_free(resp);
+    mql_events_push(&c->events, ev);
+}
+
+uint64_t mql_producer_recall(mql_client *c, const char *topic_name, const char *handle) {
+    Apache__Rocketmq__V2__RecallMessageRequest req = APACHE__ROCKETMQ__V2__RECALL_MESSAGE_REQUEST__INIT;
+    mql_pb_resource topic;
+    mql_call *call;
+    uint64_t op = ++c->next_op;
+    mql_set_resource(&topic, c->namespace_, topic_name);
+    req.topic = &topic;
+    req.recall_handle = (char *)handle;
+    call = mql_base_call(c, c->broker, MQL_M_RECALL, c->request_timeout_ms, &recall_ops, op, NULL);
+    if (mql_base_unary(c, call, &req.base) < 0)
+        op = mql_base_post_refusal(c, "INTERNAL", "recall: grpc refused to start the call");
+    return op;
+}
+
+/* A proxy before 5.3.2 has no such method: the call ends UNIMPLEMENTED. */
+static void on_recall_done(mql_client *c, mql_call *call) {
+    mql_event *ev = mql_event_new(MQL_EV_OP, call->op);
+    Apache__Rocketmq__V2__RecallMessageResponse *resp =
+        mql_call_reply(call, &apache__rocketmq__v2__recall_message_response__descriptor, &ev->result);
+    if (ev->result.ok) ev->message_id = mql_strdup(resp->message_id ? resp->message_id : "");
+    else mql_metrics_error(&c->metrics, "recall", ev->result.code);
     mql_call_reply_free(resp);
     mql_events_push(&c->events, ev);
 }

@@ -187,6 +187,33 @@ static void fail_start(mql_client *c, const mql_result *r) {
 }
 
 static void telemetry_open(mql_client *c);
+static int route_start(mql_client *c, const char *topic_name, uint64_t op, int64_t timeout_ms);
+
+/* ReconnectEndpointsCommand (rocketmq-apis 2.1.x: "reconnect server use the
+ * latest endpoints"; the command carries only a nonce). asked: the command came
+ * on the stream; we end the stream, and when it has ended (done) we reconnect
+ * at once, without the backoff of a lost proxy: new channels to the endpoint in
+ * use (its name resolved afresh), QueryRoute and our settings again. Leases are
+ * not touched: renewals and releases wait for the new settings, as in every
+ * reconnect. 1 from done when it started the reconnection. */
+static int reconnect_endpoints(mql_client *c, int done) {
+    if (!done) {
+        if (c->stopping || c->state != MQL_CLIENT_READY || !c->telemetry || c->reconnect_asked) return 0;
+        c->reconnect_asked = 1;
+        c->telemetry_given_up = 1;   /* its end is ours, not a failure */
+        mql_call_cancel(c->telemetry);
+        return 0;
+    }
+    if (!c->reconnect_asked) return 0;
+    c->reconnect_asked = 0;
+    if (c->stopping || c->state != MQL_CLIENT_READY) return 0;
+    c->reconnecting = 1;
+    c->metrics.reconnects++;
+    channels_renew(c);
+    if (c->type != MQL_CONSUMER || route_start(c, c->consumer.topic, 0, c->request_timeout_ms) < 0)
+        telemetry_open(c);
+    return 1;
+}
 
 /* QueryRoute for topic: the session's own (op 0) picks the broker; a host's
  * op only learns whether the topic exists. */
@@ -484,6 +511,7 @@ static void on_telemetry_message(mql_client *c, mql_call *call, grpc_byte_buffer
         mql_release_run_deferred(c);
         if (c->type == MQL_CONSUMER) mql_renew_resume(c);
     }
+    if (t.reconnect_endpoints) reconnect_endpoints(c, 0);
 }
 
 static void on_telemetry_done(mql_client *c, mql_call *call) {
@@ -498,7 +526,7 @@ static void on_telemetry_done(mql_client *c, mql_call *call) {
     if (!c->stopping && !given_up && c->state == MQL_CLIENT_READY)
         mql_metrics_error(&c->metrics, "telemetry", r.code);
     /* one we gave up on had answered nothing in time: a TIMEOUT, not our CANCELLED */
-    reconnect_later(c, given_up ? "TIMEOUT" : r.code);
+    if (!reconnect_endpoints(c, 1)) reconnect_later(c, given_up ? "TIMEOUT" : r.code);
 }
 
 static void heartbeat_start(mql_client *c) {

@@ -11,6 +11,7 @@ local _M = {}
 local COMMANDS = {
   run = "mqlease.cli.run",
   send = "mqlease.cli.send",
+  recall = "mqlease.cli.recall",
   peek = "mqlease.cli.peek",
   devbroker = "mqlease.cli.devbroker",
   lab = "mqlease.cli.lab",

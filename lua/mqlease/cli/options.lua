@@ -74,6 +74,8 @@ local DEFS = {
     help = "W3C traceparent the message carries (00-<32 hex>-<16 hex>-<2 hex>)" },
   delay = { kind = "number", send = "delay", arg = "SECONDS",
     help = "deliver this many seconds from now (the topic must be DELAY)" },
+  priority = { kind = "number", send = "priority", arg = "N",
+    help = "message priority, an integer >= 0, higher received first (the topic must be PRIORITY, RocketMQ 5.4+)" },
   quiet = { kind = "flag", help = "no progress or summary line on stderr" },
   progress = { kind = "number", arg = "SECONDS", default = "2", range = { min = 0, max = 3600 },
     help = "seconds between progress lines on stderr (0: none)" },
@@ -102,14 +104,20 @@ local COMMANDS = {
                 "grace", "policy", "redis", "metrics", "json" }),
     arguments = { { "handler", "Lua file returning the handler" } } },
   { name = "send", summary = "Send messages: BODY, the whole of --file, or stdin one message per line.",
-    description = "Prints the id of each message sent, one per line. With no BODY and no --file, "
+    description = "Prints the id of each message sent, one per line, followed by a tab and its "
+      .. "recall handle when the proxy gave one (a delay message, RocketMQ 5.3.2+). With no BODY and no --file, "
       .. "or with BODY '-', each line of stdin is one message (empty lines are skipped). "
       .. "Stops at the first failure. With --json each line (and BODY) is an object "
-      .. "{\"body\":, \"tag\":, \"keys\":, \"properties\":, \"message_group\":, \"delay\":, \"trace_context\":} "
-      .. "whose fields win over the flags, and each message sent prints {\"id\":, \"offset\":}.",
-    options = with_connect({ "topic", "tag", "key", "prop", "message-group", "delay", "trace-context", "file",
+      .. "{\"body\":, \"tag\":, \"keys\":, \"properties\":, \"message_group\":, \"delay\":, \"priority\":, \"trace_context\":} "
+      .. "whose fields win over the flags, and each message sent prints {\"id\":, \"offset\":, \"recall_handle\":}.",
+    options = with_connect({ "topic", "tag", "key", "prop", "message-group", "delay", "priority", "trace-context", "file",
                 "progress", "quiet", "json" }),
     arguments = { { "body", "message body, or - for stdin", "?" } } },
+  { name = "recall", summary = "Take back a delay message before it is delivered (RocketMQ 5.3.2+).",
+    description = "HANDLE is the recall handle 'mqlease send' printed for the message. Prints the "
+      .. "message id on success; a proxy without RecallMessage (5.2.0) fails with UNIMPLEMENTED.",
+    options = with_connect({ "topic" }),
+    arguments = { { "handle", "the recall handle of the send" } } },
   { name = "peek", summary = "Show messages without consuming them: receive, print, give back.",
     description = "Prints id, delivery attempt, tag, keys, properties and the start of the body; "
       .. "every message is given back (nack, no delay) before exit, so it is delivered again "
@@ -372,6 +380,9 @@ local function relate(command, opts, env)
     end
     if opts["message-group"] and opts.delay then
       return "give either option '--message-group' or option '--delay', not both"
+    end
+    if opts.priority and (opts["message-group"] or opts.delay) then
+      return ("give either option '--priority' or option '--%s', not both"):format(opts.delay and "delay" or "message-group")
     end
   end
 end

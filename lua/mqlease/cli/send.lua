@@ -67,7 +67,7 @@ end
 
 -- The fields of a --json line, and the send option each one is.
 local JSON_FIELDS = { body = true, tag = "tag", keys = "keys", properties = "properties",
-  message_group = "message_group", delay = "delay", trace_context = "trace_context" }
+  message_group = "message_group", delay = "delay", priority = "priority", trace_context = "trace_context" }
 
 -- One --json line as body, send options (the flags' own, overridden by the
 -- object's fields), checked by mqlease.config; or nil, message.
@@ -79,7 +79,7 @@ function _M.decode(json, text, defaults)
   for k, v in pairs(obj) do
     local field = JSON_FIELDS[k]
     if not field then
-      return nil, ("unknown field '%s' (known: body, delay, keys, message_group, properties, tag, trace_context)"):format(tostring(k))
+      return nil, ("unknown field '%s' (known: body, delay, keys, message_group, priority, properties, tag, trace_context)"):format(tostring(k))
     end
     if field ~= true then
       local problem = config.send_problem(field, v)
@@ -88,9 +88,8 @@ function _M.decode(json, text, defaults)
     end
   end
   if type(obj.body) ~= "string" then return nil, "field 'body' must be a string" end
-  if send_opts.message_group and send_opts.delay then
-    return nil, "options 'message_group' and 'delay' exclude each other"
-  end
+  local problem = config.send_options_problem(send_opts)
+  if problem then return nil, problem end
   return obj.body, send_opts
 end
 
@@ -110,7 +109,7 @@ function _M.main(opts)
     return EXIT.usage
   end
   local send_opts = { tag = opts.tag, message_group = opts["message-group"], delay = opts.delay,
-    trace_context = opts["trace-context"] }
+    priority = opts.priority, trace_context = opts["trace-context"] }
   if #opts.key > 0 then send_opts.keys = opts.key end
   if #opts.prop > 0 then
     send_opts.properties = {}
@@ -136,15 +135,18 @@ function _M.main(opts)
         break
       end
     end
-    local id, offset
-    id, offset, code = producer:send(opts.topic, body, this_opts)
+    local id, offset, handle = producer:send(opts.topic, body, this_opts)
     if not id then
-      io.stderr:write(("mqlease send: message %d not sent: %s (%s)\n"):format(n + 1, tostring(offset), tostring(code)))
+      io.stderr:write(("mqlease send: message %d not sent: %s (%s)\n"):format(n + 1, tostring(offset), tostring(handle)))
       failed, status = true, EXIT.failure
       break
     end
     n = n + 1
-    io.stdout:write(json and json.encode({ id = id, offset = offset }) or id, "\n")
+    if json then
+      io.stdout:write(json.encode({ id = id, offset = offset, recall_handle = handle }), "\n")
+    else
+      io.stdout:write(id, handle and ("\t" .. handle) or "", "\n")
+    end
     io.stdout:flush()
     report.step(n)
   end

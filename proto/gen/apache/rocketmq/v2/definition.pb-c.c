@@ -1539,7 +1539,7 @@ const ProtobufCMessageDescriptor apache__rocketmq__v2__digest__descriptor =
   (ProtobufCMessageInit) apache__rocketmq__v2__digest__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor apache__rocketmq__v2__system_properties__field_descriptors[20] =
+static const ProtobufCFieldDescriptor apache__rocketmq__v2__system_properties__field_descriptors[21] =
 {
   {
     "tag",
@@ -1781,6 +1781,18 @@ static const ProtobufCFieldDescriptor apache__rocketmq__v2__system_properties__f
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "priority",
+    22,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_INT32,
+    offsetof(Apache__Rocketmq__V2__SystemProperties, n_priority),
+    offsetof(Apache__Rocketmq__V2__SystemProperties, priority),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned apache__rocketmq__v2__system_properties__field_indices_by_name[] = {
   3,   /* field[3] = body_digest */
@@ -1796,6 +1808,7 @@ static const unsigned apache__rocketmq__v2__system_properties__field_indices_by_
   2,   /* field[2] = message_id */
   5,   /* field[5] = message_type */
   18,   /* field[18] = orphaned_transaction_recovery_duration */
+  20,   /* field[20] = priority */
   12,   /* field[12] = queue_id */
   13,   /* field[13] = queue_offset */
   11,   /* field[11] = receipt_handle */
@@ -1804,10 +1817,11 @@ static const unsigned apache__rocketmq__v2__system_properties__field_indices_by_
   0,   /* field[0] = tag */
   17,   /* field[17] = trace_context */
 };
-static const ProtobufCIntRange apache__rocketmq__v2__system_properties__number_ranges[1 + 1] =
+static const ProtobufCIntRange apache__rocketmq__v2__system_properties__number_ranges[2 + 1] =
 {
   { 1, 0 },
-  { 0, 20 }
+  { 22, 20 },
+  { 0, 21 }
 };
 const ProtobufCMessageDescriptor apache__rocketmq__v2__system_properties__descriptor =
 {
@@ -1817,10 +1831,10 @@ const ProtobufCMessageDescriptor apache__rocketmq__v2__system_properties__descri
   "Apache__Rocketmq__V2__SystemProperties",
   "apache.rocketmq.v2",
   sizeof(Apache__Rocketmq__V2__SystemProperties),
-  20,
+  21,
   apache__rocketmq__v2__system_properties__field_descriptors,
   apache__rocketmq__v2__system_properties__field_indices_by_name,
-  1,  apache__rocketmq__v2__system_properties__number_ranges,
+  2,  apache__rocketmq__v2__system_properties__number_ranges,
   (ProtobufCMessageInit) apache__rocketmq__v2__system_properties__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
@@ -2561,23 +2575,27 @@ const ProtobufCEnumDescriptor apache__rocketmq__v2__address_scheme__descriptor =
   apache__rocketmq__v2__address_scheme__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCEnumValue apache__rocketmq__v2__message_type__enum_values_by_number[5] =
+static const ProtobufCEnumValue apache__rocketmq__v2__message_type__enum_values_by_number[7] =
 {
   { "MESSAGE_TYPE_UNSPECIFIED", "APACHE__ROCKETMQ__V2__MESSAGE_TYPE__MESSAGE_TYPE_UNSPECIFIED", 0 },
   { "NORMAL", "APACHE__ROCKETMQ__V2__MESSAGE_TYPE__NORMAL", 1 },
   { "FIFO", "APACHE__ROCKETMQ__V2__MESSAGE_TYPE__FIFO", 2 },
   { "DELAY", "APACHE__ROCKETMQ__V2__MESSAGE_TYPE__DELAY", 3 },
   { "TRANSACTION", "APACHE__ROCKETMQ__V2__MESSAGE_TYPE__TRANSACTION", 4 },
+  { "LITE", "APACHE__ROCKETMQ__V2__MESSAGE_TYPE__LITE", 5 },
+  { "PRIORITY", "APACHE__ROCKETMQ__V2__MESSAGE_TYPE__PRIORITY", 6 },
 };
 static const ProtobufCIntRange apache__rocketmq__v2__message_type__value_ranges[] = {
-{0, 0},{0, 5}
+{0, 0},{0, 7}
 };
-static const ProtobufCEnumValueIndex apache__rocketmq__v2__message_type__enum_values_by_name[5] =
+static const ProtobufCEnumValueIndex apache__rocketmq__v2__message_type__enum_values_by_name[7] =
 {
   { "DELAY", 3 },
   { "FIFO", 2 },
+  { "LITE", 5 },
   { "MESSAGE_TYPE_UNSPECIFIED", 0 },
   { "NORMAL", 1 },
+  { "PRIORITY", 6 },
   { "TRANSACTION", 4 },
 };
 const ProtobufCEnumDescriptor apache__rocketmq__v2__message_type__descriptor =
@@ -2587,9 +2605,9 @@ const ProtobufCEnumDescriptor apache__rocketmq__v2__message_type__descriptor =
   "MessageType",
   "Apache__Rocketmq__V2__MessageType",
   "apache.rocketmq.v2",
-  5,
+  7,
   apache__rocketmq__v2__message_type__enum_values_by_number,
-  5,
+  7,
   apache__rocketmq__v2__message_type__enum_values_by_name,
   1,
   apache__rocketmq__v2__message_type__value_ranges,

@@ -68,7 +68,13 @@ typedef enum _Apache__Rocketmq__V2__MessageType {
   APACHE__ROCKETMQ__V2__MESSAGE_TYPE__NORMAL = 1,
   APACHE__ROCKETMQ__V2__MESSAGE_TYPE__FIFO = 2,
   APACHE__ROCKETMQ__V2__MESSAGE_TYPE__DELAY = 3,
-  APACHE__ROCKETMQ__V2__MESSAGE_TYPE__TRANSACTION = 4
+  APACHE__ROCKETMQ__V2__MESSAGE_TYPE__TRANSACTION = 4,
+  /*
+   * apache/rocketmq-apis 2.1.x (RocketMQ 5.4/5.5): LITE topics (RIP-83) and PRIORITY
+   * topics (RIP-80, queue n holds priority n).
+   */
+  APACHE__ROCKETMQ__V2__MESSAGE_TYPE__LITE = 5,
+  APACHE__ROCKETMQ__V2__MESSAGE_TYPE__PRIORITY = 6
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(APACHE__ROCKETMQ__V2__MESSAGE_TYPE)
 } Apache__Rocketmq__V2__MessageType;
 typedef enum _Apache__Rocketmq__V2__DigestType {
@@ -323,10 +329,20 @@ struct  Apache__Rocketmq__V2__SystemProperties
   char *trace_context;
   Google__Protobuf__Duration *orphaned_transaction_recovery_duration;
   Apache__Rocketmq__V2__DeadLetterQueue *dead_letter_queue;
+  /*
+   * apache/rocketmq-apis 2.1.x. Upstream `optional int32 priority = 22`: the 5.4/5.5 proxy
+   * (SendMessageActivity) reads it only when present (hasPriority), and priority 0 is a valid
+   * priority that proto3 without `optional` would never write. An unpacked repeated int32 is
+   * the same bytes on the wire as a present singular one (tag 22, varint); a reader of the
+   * singular field keeps the last element. mqlease writes at most one. lite_topic = 21 is not
+   * spoken.
+   */
+  size_t n_priority;
+  int32_t *priority;
 };
 #define APACHE__ROCKETMQ__V2__SYSTEM_PROPERTIES__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&apache__rocketmq__v2__system_properties__descriptor) \
-    , (char *)protobuf_c_empty_string, 0,NULL, (char *)protobuf_c_empty_string, NULL, APACHE__ROCKETMQ__V2__ENCODING__ENCODING_UNSPECIFIED, APACHE__ROCKETMQ__V2__MESSAGE_TYPE__MESSAGE_TYPE_UNSPECIFIED, NULL, (char *)protobuf_c_empty_string, NULL, (char *)protobuf_c_empty_string, NULL, (char *)protobuf_c_empty_string, 0, 0, NULL, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, NULL, NULL }
+    , (char *)protobuf_c_empty_string, 0,NULL, (char *)protobuf_c_empty_string, NULL, APACHE__ROCKETMQ__V2__ENCODING__ENCODING_UNSPECIFIED, APACHE__ROCKETMQ__V2__MESSAGE_TYPE__MESSAGE_TYPE_UNSPECIFIED, NULL, (char *)protobuf_c_empty_string, NULL, (char *)protobuf_c_empty_string, NULL, (char *)protobuf_c_empty_string, 0, 0, NULL, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, NULL, NULL, 0,NULL }
 
 
 struct  Apache__Rocketmq__V2__DeadLetterQueue

@@ -682,6 +682,51 @@ void   apache__rocketmq__v2__heartbeat_response__free_unpacked
   assert(message->base.descriptor == &apache__rocketmq__v2__heartbeat_response__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   apache__rocketmq__v2__reconnect_endpoints_command__init
+                     (Apache__Rocketmq__V2__ReconnectEndpointsCommand         *message)
+{
+  static const Apache__Rocketmq__V2__ReconnectEndpointsCommand init_value = APACHE__ROCKETMQ__V2__RECONNECT_ENDPOINTS_COMMAND__INIT;
+  *message = init_value;
+}
+size_t apache__rocketmq__v2__reconnect_endpoints_command__get_packed_size
+                     (const Apache__Rocketmq__V2__ReconnectEndpointsCommand *message)
+{
+  assert(message->base.descriptor == &apache__rocketmq__v2__reconnect_endpoints_command__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t apache__rocketmq__v2__reconnect_endpoints_command__pack
+                     (const Apache__Rocketmq__V2__ReconnectEndpointsCommand *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &apache__rocketmq__v2__reconnect_endpoints_command__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t apache__rocketmq__v2__reconnect_endpoints_command__pack_to_buffer
+                     (const Apache__Rocketmq__V2__ReconnectEndpointsCommand *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &apache__rocketmq__v2__reconnect_endpoints_command__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Apache__Rocketmq__V2__ReconnectEndpointsCommand *
+       apache__rocketmq__v2__reconnect_endpoints_command__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Apache__Rocketmq__V2__ReconnectEndpointsCommand *)
+     protobuf_c_message_unpack (&apache__rocketmq__v2__reconnect_endpoints_command__descriptor,
+                                allocator, len, data);
+}
+void   apache__rocketmq__v2__reconnect_endpoints_command__free_unpacked
+                     (Apache__Rocketmq__V2__ReconnectEndpointsCommand *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &apache__rocketmq__v2__reconnect_endpoints_command__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   apache__rocketmq__v2__telemetry_command__init
                      (Apache__Rocketmq__V2__TelemetryCommand         *message)
 {
@@ -907,6 +952,96 @@ void   apache__rocketmq__v2__change_invisible_duration_response__free_unpacked
   assert(message->base.descriptor == &apache__rocketmq__v2__change_invisible_duration_response__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   apache__rocketmq__v2__recall_message_request__init
+                     (Apache__Rocketmq__V2__RecallMessageRequest         *message)
+{
+  static const Apache__Rocketmq__V2__RecallMessageRequest init_value = APACHE__ROCKETMQ__V2__RECALL_MESSAGE_REQUEST__INIT;
+  *message = init_value;
+}
+size_t apache__rocketmq__v2__recall_message_request__get_packed_size
+                     (const Apache__Rocketmq__V2__RecallMessageRequest *message)
+{
+  assert(message->base.descriptor == &apache__rocketmq__v2__recall_message_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t apache__rocketmq__v2__recall_message_request__pack
+                     (const Apache__Rocketmq__V2__RecallMessageRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &apache__rocketmq__v2__recall_message_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t apache__rocketmq__v2__recall_message_request__pack_to_buffer
+                     (const Apache__Rocketmq__V2__RecallMessageRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &apache__rocketmq__v2__recall_message_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Apache__Rocketmq__V2__RecallMessageRequest *
+       apache__rocketmq__v2__recall_message_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Apache__Rocketmq__V2__RecallMessageRequest *)
+     protobuf_c_message_unpack (&apache__rocketmq__v2__recall_message_request__descriptor,
+                                allocator, len, data);
+}
+void   apache__rocketmq__v2__recall_message_request__free_unpacked
+                     (Apache__Rocketmq__V2__RecallMessageRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &apache__rocketmq__v2__recall_message_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   apache__rocketmq__v2__recall_message_response__init
+                     (Apache__Rocketmq__V2__RecallMessageResponse         *message)
+{
+  static const Apache__Rocketmq__V2__RecallMessageResponse init_value = APACHE__ROCKETMQ__V2__RECALL_MESSAGE_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t apache__rocketmq__v2__recall_message_response__get_packed_size
+                     (const Apache__Rocketmq__V2__RecallMessageResponse *message)
+{
+  assert(message->base.descriptor == &apache__rocketmq__v2__recall_message_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t apache__rocketmq__v2__recall_message_response__pack
+                     (const Apache__Rocketmq__V2__RecallMessageResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &apache__rocketmq__v2__recall_message_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t apache__rocketmq__v2__recall_message_response__pack_to_buffer
+                     (const Apache__Rocketmq__V2__RecallMessageResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &apache__rocketmq__v2__recall_message_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Apache__Rocketmq__V2__RecallMessageResponse *
+       apache__rocketmq__v2__recall_message_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Apache__Rocketmq__V2__RecallMessageResponse *)
+     protobuf_c_message_unpack (&apache__rocketmq__v2__recall_message_response__descriptor,
+                                allocator, len, data);
+}
+void   apache__rocketmq__v2__recall_message_response__free_unpacked
+                     (Apache__Rocketmq__V2__RecallMessageResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &apache__rocketmq__v2__recall_message_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 static const ProtobufCFieldDescriptor apache__rocketmq__v2__query_route_request__field_descriptors[2] =
 {
   {
@@ -1047,7 +1182,7 @@ const ProtobufCMessageDescriptor apache__rocketmq__v2__send_message_request__des
   (ProtobufCMessageInit) apache__rocketmq__v2__send_message_request__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor apache__rocketmq__v2__send_result_entry__field_descriptors[4] =
+static const ProtobufCFieldDescriptor apache__rocketmq__v2__send_result_entry__field_descriptors[5] =
 {
   {
     "status",
@@ -1097,17 +1232,30 @@ static const ProtobufCFieldDescriptor apache__rocketmq__v2__send_result_entry__f
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "recall_handle",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Apache__Rocketmq__V2__SendResultEntry, recall_handle),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned apache__rocketmq__v2__send_result_entry__field_indices_by_name[] = {
   1,   /* field[1] = message_id */
   3,   /* field[3] = offset */
+  4,   /* field[4] = recall_handle */
   0,   /* field[0] = status */
   2,   /* field[2] = transaction_id */
 };
 static const ProtobufCIntRange apache__rocketmq__v2__send_result_entry__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 4 }
+  { 0, 5 }
 };
 const ProtobufCMessageDescriptor apache__rocketmq__v2__send_result_entry__descriptor =
 {
@@ -1117,7 +1265,7 @@ const ProtobufCMessageDescriptor apache__rocketmq__v2__send_result_entry__descri
   "Apache__Rocketmq__V2__SendResultEntry",
   "apache.rocketmq.v2",
   sizeof(Apache__Rocketmq__V2__SendResultEntry),
-  4,
+  5,
   apache__rocketmq__v2__send_result_entry__field_descriptors,
   apache__rocketmq__v2__send_result_entry__field_indices_by_name,
   1,  apache__rocketmq__v2__send_result_entry__number_ranges,
@@ -1828,7 +1976,45 @@ const ProtobufCMessageDescriptor apache__rocketmq__v2__heartbeat_response__descr
   (ProtobufCMessageInit) apache__rocketmq__v2__heartbeat_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor apache__rocketmq__v2__telemetry_command__field_descriptors[2] =
+static const ProtobufCFieldDescriptor apache__rocketmq__v2__reconnect_endpoints_command__field_descriptors[1] =
+{
+  {
+    "nonce",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Apache__Rocketmq__V2__ReconnectEndpointsCommand, nonce),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned apache__rocketmq__v2__reconnect_endpoints_command__field_indices_by_name[] = {
+  0,   /* field[0] = nonce */
+};
+static const ProtobufCIntRange apache__rocketmq__v2__reconnect_endpoints_command__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor apache__rocketmq__v2__reconnect_endpoints_command__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "apache.rocketmq.v2.ReconnectEndpointsCommand",
+  "ReconnectEndpointsCommand",
+  "Apache__Rocketmq__V2__ReconnectEndpointsCommand",
+  "apache.rocketmq.v2",
+  sizeof(Apache__Rocketmq__V2__ReconnectEndpointsCommand),
+  1,
+  apache__rocketmq__v2__reconnect_endpoints_command__field_descriptors,
+  apache__rocketmq__v2__reconnect_endpoints_command__field_indices_by_name,
+  1,  apache__rocketmq__v2__reconnect_endpoints_command__number_ranges,
+  (ProtobufCMessageInit) apache__rocketmq__v2__reconnect_endpoints_command__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor apache__rocketmq__v2__telemetry_command__field_descriptors[3] =
 {
   {
     "status",
@@ -1854,15 +2040,29 @@ static const ProtobufCFieldDescriptor apache__rocketmq__v2__telemetry_command__f
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "reconnect_endpoints_command",
+    8,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Apache__Rocketmq__V2__TelemetryCommand, command_case),
+    offsetof(Apache__Rocketmq__V2__TelemetryCommand, reconnect_endpoints_command),
+    &apache__rocketmq__v2__reconnect_endpoints_command__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned apache__rocketmq__v2__telemetry_command__field_indices_by_name[] = {
+  2,   /* field[2] = reconnect_endpoints_command */
   1,   /* field[1] = settings */
   0,   /* field[0] = status */
 };
-static const ProtobufCIntRange apache__rocketmq__v2__telemetry_command__number_ranges[1 + 1] =
+static const ProtobufCIntRange apache__rocketmq__v2__telemetry_command__number_ranges[2 + 1] =
 {
   { 1, 0 },
-  { 0, 2 }
+  { 8, 2 },
+  { 0, 3 }
 };
 const ProtobufCMessageDescriptor apache__rocketmq__v2__telemetry_command__descriptor =
 {
@@ -1872,10 +2072,10 @@ const ProtobufCMessageDescriptor apache__rocketmq__v2__telemetry_command__descri
   "Apache__Rocketmq__V2__TelemetryCommand",
   "apache.rocketmq.v2",
   sizeof(Apache__Rocketmq__V2__TelemetryCommand),
-  2,
+  3,
   apache__rocketmq__v2__telemetry_command__field_descriptors,
   apache__rocketmq__v2__telemetry_command__field_indices_by_name,
-  1,  apache__rocketmq__v2__telemetry_command__number_ranges,
+  2,  apache__rocketmq__v2__telemetry_command__number_ranges,
   (ProtobufCMessageInit) apache__rocketmq__v2__telemetry_command__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
@@ -2094,5 +2294,107 @@ const ProtobufCMessageDescriptor apache__rocketmq__v2__change_invisible_duration
   apache__rocketmq__v2__change_invisible_duration_response__field_indices_by_name,
   1,  apache__rocketmq__v2__change_invisible_duration_response__number_ranges,
   (ProtobufCMessageInit) apache__rocketmq__v2__change_invisible_duration_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor apache__rocketmq__v2__recall_message_request__field_descriptors[2] =
+{
+  {
+    "topic",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Apache__Rocketmq__V2__RecallMessageRequest, topic),
+    &apache__rocketmq__v2__resource__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "recall_handle",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Apache__Rocketmq__V2__RecallMessageRequest, recall_handle),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned apache__rocketmq__v2__recall_message_request__field_indices_by_name[] = {
+  1,   /* field[1] = recall_handle */
+  0,   /* field[0] = topic */
+};
+static const ProtobufCIntRange apache__rocketmq__v2__recall_message_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor apache__rocketmq__v2__recall_message_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "apache.rocketmq.v2.RecallMessageRequest",
+  "RecallMessageRequest",
+  "Apache__Rocketmq__V2__RecallMessageRequest",
+  "apache.rocketmq.v2",
+  sizeof(Apache__Rocketmq__V2__RecallMessageRequest),
+  2,
+  apache__rocketmq__v2__recall_message_request__field_descriptors,
+  apache__rocketmq__v2__recall_message_request__field_indices_by_name,
+  1,  apache__rocketmq__v2__recall_message_request__number_ranges,
+  (ProtobufCMessageInit) apache__rocketmq__v2__recall_message_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor apache__rocketmq__v2__recall_message_response__field_descriptors[2] =
+{
+  {
+    "status",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Apache__Rocketmq__V2__RecallMessageResponse, status),
+    &apache__rocketmq__v2__status__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "message_id",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Apache__Rocketmq__V2__RecallMessageResponse, message_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned apache__rocketmq__v2__recall_message_response__field_indices_by_name[] = {
+  1,   /* field[1] = message_id */
+  0,   /* field[0] = status */
+};
+static const ProtobufCIntRange apache__rocketmq__v2__recall_message_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor apache__rocketmq__v2__recall_message_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "apache.rocketmq.v2.RecallMessageResponse",
+  "RecallMessageResponse",
+  "Apache__Rocketmq__V2__RecallMessageResponse",
+  "apache.rocketmq.v2",
+  sizeof(Apache__Rocketmq__V2__RecallMessageResponse),
+  2,
+  apache__rocketmq__v2__recall_message_response__field_descriptors,
+  apache__rocketmq__v2__recall_message_response__field_indices_by_name,
+  1,  apache__rocketmq__v2__recall_message_response__number_ranges,
+  (ProtobufCMessageInit) apache__rocketmq__v2__recall_message_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };

@@ -33,11 +33,14 @@ typedef struct Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueRequest Apac
 typedef struct Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueResponse Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueResponse;
 typedef struct Apache__Rocketmq__V2__HeartbeatRequest Apache__Rocketmq__V2__HeartbeatRequest;
 typedef struct Apache__Rocketmq__V2__HeartbeatResponse Apache__Rocketmq__V2__HeartbeatResponse;
+typedef struct Apache__Rocketmq__V2__ReconnectEndpointsCommand Apache__Rocketmq__V2__ReconnectEndpointsCommand;
 typedef struct Apache__Rocketmq__V2__TelemetryCommand Apache__Rocketmq__V2__TelemetryCommand;
 typedef struct Apache__Rocketmq__V2__NotifyClientTerminationRequest Apache__Rocketmq__V2__NotifyClientTerminationRequest;
 typedef struct Apache__Rocketmq__V2__NotifyClientTerminationResponse Apache__Rocketmq__V2__NotifyClientTerminationResponse;
 typedef struct Apache__Rocketmq__V2__ChangeInvisibleDurationRequest Apache__Rocketmq__V2__ChangeInvisibleDurationRequest;
 typedef struct Apache__Rocketmq__V2__ChangeInvisibleDurationResponse Apache__Rocketmq__V2__ChangeInvisibleDurationResponse;
+typedef struct Apache__Rocketmq__V2__RecallMessageRequest Apache__Rocketmq__V2__RecallMessageRequest;
+typedef struct Apache__Rocketmq__V2__RecallMessageResponse Apache__Rocketmq__V2__RecallMessageResponse;
 
 
 /* --- enums --- */
@@ -86,10 +89,14 @@ struct  Apache__Rocketmq__V2__SendResultEntry
   char *message_id;
   char *transaction_id;
   int64_t offset;
+  /*
+   * apache/rocketmq-apis 2.1.x (RocketMQ 5.3.2+): the handle RecallMessage takes back.
+   */
+  char *recall_handle;
 };
 #define APACHE__ROCKETMQ__V2__SEND_RESULT_ENTRY__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&apache__rocketmq__v2__send_result_entry__descriptor) \
-    , NULL, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0 }
+    , NULL, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, (char *)protobuf_c_empty_string }
 
 
 struct  Apache__Rocketmq__V2__SendMessageResponse
@@ -238,9 +245,24 @@ struct  Apache__Rocketmq__V2__HeartbeatResponse
     , NULL }
 
 
+/*
+ * apache/rocketmq-apis 2.1.x: the server asks the client to reconnect to the endpoints of
+ * its latest settings.
+ */
+struct  Apache__Rocketmq__V2__ReconnectEndpointsCommand
+{
+  ProtobufCMessage base;
+  char *nonce;
+};
+#define APACHE__ROCKETMQ__V2__RECONNECT_ENDPOINTS_COMMAND__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&apache__rocketmq__v2__reconnect_endpoints_command__descriptor) \
+    , (char *)protobuf_c_empty_string }
+
+
 typedef enum {
   APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND__NOT_SET = 0,
-  APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND_SETTINGS = 2
+  APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND_SETTINGS = 2,
+  APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND_RECONNECT_ENDPOINTS_COMMAND = 8
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND__CASE)
 } Apache__Rocketmq__V2__TelemetryCommand__CommandCase;
 
@@ -251,6 +273,7 @@ struct  Apache__Rocketmq__V2__TelemetryCommand
   Apache__Rocketmq__V2__TelemetryCommand__CommandCase command_case;
   union {
     Apache__Rocketmq__V2__Settings *settings;
+    Apache__Rocketmq__V2__ReconnectEndpointsCommand *reconnect_endpoints_command;
   };
 };
 #define APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__INIT \
@@ -300,6 +323,31 @@ struct  Apache__Rocketmq__V2__ChangeInvisibleDurationResponse
 };
 #define APACHE__ROCKETMQ__V2__CHANGE_INVISIBLE_DURATION_RESPONSE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&apache__rocketmq__v2__change_invisible_duration_response__descriptor) \
+    , NULL, (char *)protobuf_c_empty_string }
+
+
+/*
+ * apache/rocketmq-apis 2.1.x (RocketMQ 5.3.2+): withdraw a delay message before delivery.
+ */
+struct  Apache__Rocketmq__V2__RecallMessageRequest
+{
+  ProtobufCMessage base;
+  Apache__Rocketmq__V2__Resource *topic;
+  char *recall_handle;
+};
+#define APACHE__ROCKETMQ__V2__RECALL_MESSAGE_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&apache__rocketmq__v2__recall_message_request__descriptor) \
+    , NULL, (char *)protobuf_c_empty_string }
+
+
+struct  Apache__Rocketmq__V2__RecallMessageResponse
+{
+  ProtobufCMessage base;
+  Apache__Rocketmq__V2__Status *status;
+  char *message_id;
+};
+#define APACHE__ROCKETMQ__V2__RECALL_MESSAGE_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&apache__rocketmq__v2__recall_message_response__descriptor) \
     , NULL, (char *)protobuf_c_empty_string }
 
 
@@ -588,6 +636,25 @@ Apache__Rocketmq__V2__HeartbeatResponse *
 void   apache__rocketmq__v2__heartbeat_response__free_unpacked
                      (Apache__Rocketmq__V2__HeartbeatResponse *message,
                       ProtobufCAllocator *allocator);
+/* Apache__Rocketmq__V2__ReconnectEndpointsCommand methods */
+void   apache__rocketmq__v2__reconnect_endpoints_command__init
+                     (Apache__Rocketmq__V2__ReconnectEndpointsCommand         *message);
+size_t apache__rocketmq__v2__reconnect_endpoints_command__get_packed_size
+                     (const Apache__Rocketmq__V2__ReconnectEndpointsCommand   *message);
+size_t apache__rocketmq__v2__reconnect_endpoints_command__pack
+                     (const Apache__Rocketmq__V2__ReconnectEndpointsCommand   *message,
+                      uint8_t             *out);
+size_t apache__rocketmq__v2__reconnect_endpoints_command__pack_to_buffer
+                     (const Apache__Rocketmq__V2__ReconnectEndpointsCommand   *message,
+                      ProtobufCBuffer     *buffer);
+Apache__Rocketmq__V2__ReconnectEndpointsCommand *
+       apache__rocketmq__v2__reconnect_endpoints_command__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   apache__rocketmq__v2__reconnect_endpoints_command__free_unpacked
+                     (Apache__Rocketmq__V2__ReconnectEndpointsCommand *message,
+                      ProtobufCAllocator *allocator);
 /* Apache__Rocketmq__V2__TelemetryCommand methods */
 void   apache__rocketmq__v2__telemetry_command__init
                      (Apache__Rocketmq__V2__TelemetryCommand         *message);
@@ -683,6 +750,44 @@ Apache__Rocketmq__V2__ChangeInvisibleDurationResponse *
 void   apache__rocketmq__v2__change_invisible_duration_response__free_unpacked
                      (Apache__Rocketmq__V2__ChangeInvisibleDurationResponse *message,
                       ProtobufCAllocator *allocator);
+/* Apache__Rocketmq__V2__RecallMessageRequest methods */
+void   apache__rocketmq__v2__recall_message_request__init
+                     (Apache__Rocketmq__V2__RecallMessageRequest         *message);
+size_t apache__rocketmq__v2__recall_message_request__get_packed_size
+                     (const Apache__Rocketmq__V2__RecallMessageRequest   *message);
+size_t apache__rocketmq__v2__recall_message_request__pack
+                     (const Apache__Rocketmq__V2__RecallMessageRequest   *message,
+                      uint8_t             *out);
+size_t apache__rocketmq__v2__recall_message_request__pack_to_buffer
+                     (const Apache__Rocketmq__V2__RecallMessageRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Apache__Rocketmq__V2__RecallMessageRequest *
+       apache__rocketmq__v2__recall_message_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   apache__rocketmq__v2__recall_message_request__free_unpacked
+                     (Apache__Rocketmq__V2__RecallMessageRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Apache__Rocketmq__V2__RecallMessageResponse methods */
+void   apache__rocketmq__v2__recall_message_response__init
+                     (Apache__Rocketmq__V2__RecallMessageResponse         *message);
+size_t apache__rocketmq__v2__recall_message_response__get_packed_size
+                     (const Apache__Rocketmq__V2__RecallMessageResponse   *message);
+size_t apache__rocketmq__v2__recall_message_response__pack
+                     (const Apache__Rocketmq__V2__RecallMessageResponse   *message,
+                      uint8_t             *out);
+size_t apache__rocketmq__v2__recall_message_response__pack_to_buffer
+                     (const Apache__Rocketmq__V2__RecallMessageResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Apache__Rocketmq__V2__RecallMessageResponse *
+       apache__rocketmq__v2__recall_message_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   apache__rocketmq__v2__recall_message_response__free_unpacked
+                     (Apache__Rocketmq__V2__RecallMessageResponse *message,
+                      ProtobufCAllocator *allocator);
 /* --- per-message closures --- */
 
 typedef void (*Apache__Rocketmq__V2__QueryRouteRequest_Closure)
@@ -730,6 +835,9 @@ typedef void (*Apache__Rocketmq__V2__HeartbeatRequest_Closure)
 typedef void (*Apache__Rocketmq__V2__HeartbeatResponse_Closure)
                  (const Apache__Rocketmq__V2__HeartbeatResponse *message,
                   void *closure_data);
+typedef void (*Apache__Rocketmq__V2__ReconnectEndpointsCommand_Closure)
+                 (const Apache__Rocketmq__V2__ReconnectEndpointsCommand *message,
+                  void *closure_data);
 typedef void (*Apache__Rocketmq__V2__TelemetryCommand_Closure)
                  (const Apache__Rocketmq__V2__TelemetryCommand *message,
                   void *closure_data);
@@ -744,6 +852,12 @@ typedef void (*Apache__Rocketmq__V2__ChangeInvisibleDurationRequest_Closure)
                   void *closure_data);
 typedef void (*Apache__Rocketmq__V2__ChangeInvisibleDurationResponse_Closure)
                  (const Apache__Rocketmq__V2__ChangeInvisibleDurationResponse *message,
+                  void *closure_data);
+typedef void (*Apache__Rocketmq__V2__RecallMessageRequest_Closure)
+                 (const Apache__Rocketmq__V2__RecallMessageRequest *message,
+                  void *closure_data);
+typedef void (*Apache__Rocketmq__V2__RecallMessageResponse_Closure)
+                 (const Apache__Rocketmq__V2__RecallMessageResponse *message,
                   void *closure_data);
 
 /* --- services --- */
@@ -766,11 +880,14 @@ extern const ProtobufCMessageDescriptor apache__rocketmq__v2__forward_message_to
 extern const ProtobufCMessageDescriptor apache__rocketmq__v2__forward_message_to_dead_letter_queue_response__descriptor;
 extern const ProtobufCMessageDescriptor apache__rocketmq__v2__heartbeat_request__descriptor;
 extern const ProtobufCMessageDescriptor apache__rocketmq__v2__heartbeat_response__descriptor;
+extern const ProtobufCMessageDescriptor apache__rocketmq__v2__reconnect_endpoints_command__descriptor;
 extern const ProtobufCMessageDescriptor apache__rocketmq__v2__telemetry_command__descriptor;
 extern const ProtobufCMessageDescriptor apache__rocketmq__v2__notify_client_termination_request__descriptor;
 extern const ProtobufCMessageDescriptor apache__rocketmq__v2__notify_client_termination_response__descriptor;
 extern const ProtobufCMessageDescriptor apache__rocketmq__v2__change_invisible_duration_request__descriptor;
 extern const ProtobufCMessageDescriptor apache__rocketmq__v2__change_invisible_duration_response__descriptor;
+extern const ProtobufCMessageDescriptor apache__rocketmq__v2__recall_message_request__descriptor;
+extern const ProtobufCMessageDescriptor apache__rocketmq__v2__recall_message_response__descriptor;
 
 PROTOBUF_C__END_DECLS
 
