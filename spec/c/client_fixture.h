@@ -79,6 +79,27 @@ static void fixture_client_finish(mql_client *c, mql_call *extra) {
 }
 
 /* msg packed into a byte buffer, as a reply arrives (the caller destroys it). */
+/* A ready client (fixture_client_init) whose session has lost its proxy
+ * (`reconnecting`: releases and renewals wait for the new one's settings),
+ * holding one lease of M1 with remaining_ms left, its timer at
+ * now + timer_in_ms; returns the lease. */
+static inline mql_lease *fixture_reconnecting_lease(mql_client *c, int64_t remaining_ms,
+                                                    int64_t timer_in_ms) {
+    int64_t now;
+    mql_lease *l;
+    fixture_client_init(c);
+    c->host = "127.0.0.1";
+    c->port = 1;
+    c->nendpoints = 1;
+    c->request_timeout_ms = 3000;
+    c->reconnecting = 1;
+    now = mql_now_ms();
+    l = mql_lease_add(&c->consumer.leases, "M1", "t", "h1", now - 1000, 30000);
+    l->deadline_ms = now + remaining_ms;
+    mql_lease_arm(&c->consumer.leases, l, now + timer_in_ms);
+    return l;
+}
+
 static inline grpc_byte_buffer *fixture_pack(const ProtobufCMessage *msg) {
     size_t len = protobuf_c_message_get_packed_size(msg);
     uint8_t *buf = malloc(len ? len : 1);

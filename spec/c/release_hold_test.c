@@ -21,19 +21,7 @@
 /* A ready client holding one lease of M1 with remaining_ms left, whose
  * session has lost its proxy (`reconnecting`); returns the lease. */
 static mql_lease *setup(mql_client *c, int64_t remaining_ms) {
-    int64_t now;
-    mql_lease *l;
-    fixture_client_init(c);
-    c->host = "127.0.0.1";
-    c->port = 1;
-    c->nendpoints = 1;
-    c->request_timeout_ms = 3000;
-    c->reconnecting = 1;
-    now = mql_now_ms();
-    l = mql_lease_add(&c->consumer.leases, "M1", "t", "h1", now - 1000, 30000);
-    l->deadline_ms = now + remaining_ms;
-    mql_lease_arm(&c->consumer.leases, l, now + 5000);
-    return l;
+    return fixture_reconnecting_lease(c, remaining_ms, 5000);
 }
 
 /* The newest call of the client, or NULL. */
