@@ -102,6 +102,7 @@ build = {
       ["mqlease.scheduler"] = "lua/mqlease/scheduler.lua",
       ["mqlease.text"] = "lua/mqlease/text.lua",
       ["mqlease.trace"] = "lua/mqlease/trace.lua",
+      ["mqlease.transaction"] = "lua/mqlease/transaction.lua",
     },
     bin = { mqlease = "bin/mqlease", ["mqlease-devbroker"] = "build/rock/mqlease-devbroker" },
   },

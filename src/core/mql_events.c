@@ -49,6 +49,7 @@ void mql_event_free(mql_event *ev) {
     for (i = 0; i < ev->nmsgs; i++) mql_message_clear(&ev->msgs[i]);
     free(ev->msgs);
     free(ev->message_id);
+    free(ev->transaction_id);
     free(ev->entries);
     if (ev->reply) {
         mql_reply_clear(ev->reply);

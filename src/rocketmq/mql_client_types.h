@@ -85,6 +85,8 @@ typedef struct mql_send_opts {
     const char *message_group;   /* NULL: none */
     int64_t delivery_ms;         /* wall clock, ms since the epoch; 0: deliver at once */
     const char *trace_context;   /* SystemProperties.trace_context (a W3C traceparent); NULL: none */
+    int transaction;             /* a half message (TRANSACTION type): invisible until ended */
+    int64_t recovery_ms;         /* transaction: orphaned_transaction_recovery_duration; 0: the broker's */
 } mql_send_opts;
 /* Snapshot of one lease (mql_client_lease_info). */
 typedef struct mql_lease_info {
