@@ -39,6 +39,54 @@ local function poll_until(p, pred, timeout, what)
   error("timed out waiting for " .. what, 2)
 end
 
+-- The command as a user runs it from a checkout (cli_spec's way): exit code, stdout, stderr.
+local function cli(args)
+  local out, err = os.tmpname(), os.tmpname()
+  local quoted = {}
+  for i, a in ipairs(args) do quoted[i] = "'" .. a:gsub("'", "'\\''") .. "'" end
+  local p = assert(io.popen(("env -u LD_PRELOAD lua5.4 bin/mqlease %s </dev/null >%s 2>%s; echo $?")
+    :format(table.concat(quoted, " "), out, err)))
+  local rc = tonumber(p:read("a"):match("%d+"))
+  p:close()
+  local o, e = read(out), read(err)
+  os.remove(out); os.remove(err)
+  return rc, o, e
+end
+
+describe("mqlease send --transaction", function()
+  local topic = tx_topic("tx_cli")
+  local group = env.name("g_tx_cli")
+
+  it("commits, rolls back, or leaves open for the broker's check; peek shows the type", function()
+    local c = env.consumer { group = group, topic = topic, invisible = 20, await = 2 }
+    assert(c:receive(1, { await = 0 }))
+    c:close()
+    local rc, out, err = cli({ "send", "--topic", topic, "--transaction", "rollback", "--quiet", "rolled-back" })
+    assert.equal(0, rc, err)
+    local rolled = out:match("^(%x+)\n$")
+    assert.is_string(rolled, out)
+    rc, out, err = cli({ "send", "--topic", topic, "--transaction", "check", "--check-timeout", "60", "checked" })
+    assert.equal(0, rc, err)
+    local checked = out:match("^(%x+)\n$")
+    assert.is_string(checked, out)
+    assert.matches("the broker checked " .. checked .. ": commit", err, 1, true)
+    rc, out, err = cli({ "send", "--topic", topic, "--transaction", "commit", "--quiet", "committed" })
+    assert.equal(0, rc, err)
+    local committed = out:match("^(%x+)\n$")
+    assert.is_string(committed, out)
+
+    rc, out, err = cli({ "peek", "--topic", topic, "--group", group, "-n", "2", "--wait", "10" })
+    assert.equal(0, rc, err)
+    assert.matches(checked .. "\tattempt=1\ttype=TRANSACTION\t", out, 1, true)
+    assert.matches(committed .. "\tattempt=1\ttype=TRANSACTION\t", out, 1, true)
+    assert.is_nil(out:find(rolled, 1, true))
+
+    rc, _, err = cli({ "send", "--topic", topic, "--transaction", "commit", "--delay", "5", "x" })
+    assert.equal(2, rc)
+    assert.matches("option '--transaction' makes TRANSACTION messages: not with option '--delay'", err, 1, true)
+  end)
+end)
+
 describe("transactional messages", function()
   local topic = tx_topic("tx")
   local plain = env.topic("tx_plain")

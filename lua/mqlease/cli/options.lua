@@ -74,6 +74,10 @@ local DEFS = {
     help = "W3C traceparent the message carries (00-<32 hex>-<16 hex>-<2 hex>)" },
   delay = { kind = "number", send = "delay", arg = "SECONDS",
     help = "deliver this many seconds from now (the topic must be DELAY)" },
+  transaction = { kind = "choice", arg = "MODE", values = { "commit", "rollback", "check" },
+    help = "send each message as a transaction (the topic must be TRANSACTION): commit it, roll it back, or leave it open until the broker's check asks, and answer commit" },
+  ["check-timeout"] = { kind = "number", arg = "SECONDS", default = "120", range = { min = 1, max = 3600 },
+    help = "with --transaction check: seconds to wait for the broker's checks of the messages sent" },
   quiet = { kind = "flag", help = "no progress or summary line on stderr" },
   progress = { kind = "number", arg = "SECONDS", default = "2", range = { min = 0, max = 3600 },
     help = "seconds between progress lines on stderr (0: none)" },
@@ -108,10 +112,10 @@ local COMMANDS = {
       .. "{\"body\":, \"tag\":, \"keys\":, \"properties\":, \"message_group\":, \"delay\":, \"trace_context\":} "
       .. "whose fields win over the flags, and each message sent prints {\"id\":, \"offset\":}.",
     options = with_connect({ "topic", "tag", "key", "prop", "message-group", "delay", "trace-context", "file",
-                "progress", "quiet", "json" }),
+                "transaction", "check-timeout", "progress", "quiet", "json" }),
     arguments = { { "body", "message body, or - for stdin", "?" } } },
   { name = "peek", summary = "Show messages without consuming them: receive, print, give back.",
-    description = "Prints id, delivery attempt, tag, keys, properties and the start of the body; "
+    description = "Prints id, delivery attempt, message type, tag, keys, properties and the start of the body; "
       .. "every message is given back (nack, no delay) before exit, so it is delivered again "
       .. "(its delivery attempt grows by one). With --json: one object per message, every field "
       .. "of m:totable() (keys and properties left out when empty).",
@@ -372,6 +376,10 @@ local function relate(command, opts, env)
     end
     if opts["message-group"] and opts.delay then
       return "give either option '--message-group' or option '--delay', not both"
+    end
+    if opts.transaction and (opts["message-group"] or opts.delay) then
+      return ("option '--transaction' makes TRANSACTION messages: not with option '--%s'"):format(
+        opts["message-group"] and "message-group" or "delay")
     end
   end
 end
