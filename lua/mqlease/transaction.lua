@@ -20,8 +20,12 @@
 -- the batch does not see it. Answering "commit" again would make the broker
 -- write the message a second time (EndTransactionProcessor commits whatever
 -- the check answers), so a producer remembers the transactions it ended (the
--- last ENDED_KEPT of them) and answers such a check with nothing, without
--- asking its checker; the op message ends the broker's checks.
+-- last ENDED_KEPT of them) and answers a check that comes within ENDED_QUIET
+-- seconds of the end with nothing, without asking its checker: the op
+-- message ends the broker's checks. A check that comes later means the end
+-- never reached the broker (a proxy in cluster mode passes EndTransaction on
+-- one-way, and answers OK before the broker has it): the producer sends the
+-- same end again, still without asking the checker.
 --
 -- The checker never runs inside the core or inside the router's pump: a
 -- check waits in the producer's queue until producer:poll runs it in the
@@ -44,12 +48,13 @@ local tx_mt = { __name = "mqlease.transaction", __index = tx_methods }
 
 local ANSWERS = { commit = true, rollback = true, unknown = true }
 local ENDED_KEPT = 4096
+local ENDED_QUIET = 10
 
 -- The counters of one producer (mqlease.metrics reads them by name).
 local function new_counters()
   return { tx_begun = 0, tx_commit_ok = 0, tx_commit_fail = 0, tx_rollback_ok = 0, tx_rollback_fail = 0,
     tx_check_commit = 0, tx_check_rollback = 0, tx_check_unknown = 0, tx_check_error = 0,
-    tx_check_end_fail = 0, tx_check_already_ended = 0 }
+    tx_check_end_fail = 0, tx_check_already_ended = 0, tx_check_resent = 0 }
 end
 
 -- Gives producer p its transaction state, from its checked options o.
@@ -88,14 +93,19 @@ function _M.begun(p, topic, ev, trace_context)
     transaction_id = ev.transaction_id, _trace = trace_context, state = "open" }, tx_mt)
 end
 
--- Remembers that p ended transaction_id (the last ENDED_KEPT of them).
-local function remember_ended(p, transaction_id)
-  if p._ended[transaction_id] then return end
+-- Remembers that p ended transaction_id with commit (a boolean), and when
+-- (the last ENDED_KEPT of them).
+local function remember_ended(p, transaction_id, commit)
+  local known = p._ended[transaction_id]
+  if known then
+    known.at = now()
+    return
+  end
   local at = p._ended_at % ENDED_KEPT + 1
   local ring = p._ended_ring
   if ring[at] then p._ended[ring[at]] = nil end
   ring[at] = transaction_id
-  p._ended[transaction_id] = true
+  p._ended[transaction_id] = { commit = commit, at = now() }
   p._ended_at = at
 end
 
@@ -106,7 +116,7 @@ local function end_tx(p, topic, message_id, transaction_id, commit, from_check, 
   local ok, err, code = router:call(router.client:end_transaction(topic, message_id, transaction_id,
     commit, from_check, trace))
   if not ok then return nil, err, code end
-  remember_ended(p, transaction_id)
+  remember_ended(p, transaction_id, commit)
   return true
 end
 
@@ -159,11 +169,20 @@ end
 -- Runs p's checker for one check; nil, or the error it raised.
 local function run_check(p, ev)
   local c = p._tx
-  if p._ended[ev.transaction_id] then
+  local ended = p._ended[ev.transaction_id]
+  if ended and now() - ended.at < ENDED_QUIET then
     c.tx_check_already_ended = c.tx_check_already_ended + 1
     return nil
   end
   local view = check_view(ev)
+  if ended then
+    -- ended here long enough ago that the broker should know: it did not hear
+    c.tx_check_resent = c.tx_check_resent + 1
+    if not end_tx(p, view.topic, view.id, view.transaction_id, ended.commit, true, view.trace_context) then
+      c.tx_check_end_fail = c.tx_check_end_fail + 1
+    end
+    return nil
+  end
   local ok, answer = pcall(p._checker, view)
   if not ok then
     c.tx_check_error = c.tx_check_error + 1

@@ -32,7 +32,7 @@ describe("mqlease.metrics.text", function()
 
   it("carries a producer's transaction counters, answers and resolutions as labels", function()
     local _, samples = prom.parse(mqlease.metrics.text(fake({ tx_begun = 4, tx_commit_ok = 2, tx_rollback_fail = 1,
-      orphan_checks = 5, tx_check_unknown = 3, tx_check_already_ended = 1, tx_check_end_fail = 1 })))
+      orphan_checks = 5, tx_check_unknown = 3, tx_check_already_ended = 1, tx_check_end_fail = 1, tx_check_resent = 2 })))
     assert.equal(4, prom.value(samples, "mqlease_transactions_begun_total"))
     assert.equal(2, prom.value(samples, "mqlease_transactions_ended_total", '{resolution="commit",result="ok"}'))
     assert.equal(1, prom.value(samples, "mqlease_transactions_ended_total", '{resolution="rollback",result="fail"}'))
@@ -41,6 +41,7 @@ describe("mqlease.metrics.text", function()
     assert.equal(3, prom.value(samples, "mqlease_transaction_checks_total", '{answer="unknown"}'))
     assert.equal(1, prom.value(samples, "mqlease_transaction_checks_total", '{answer="already_ended"}'))
     assert.equal(0, prom.value(samples, "mqlease_transaction_checks_total", '{answer="commit"}'))
+    assert.equal(2, prom.value(samples, "mqlease_transaction_checks_total", '{answer="resent"}'))
     assert.equal(1, prom.value(samples, "mqlease_transaction_check_ends_failed_total"))
   end)
 
