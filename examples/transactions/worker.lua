@@ -6,6 +6,9 @@
 --   lua5.4 worker.lua ENDPOINTS GROUP IN OUT REDIS_ADDRESS
 --
 -- OUT must be a TRANSACTION topic (mqlease's checks: docs/exactly-once.md).
+-- Without a JVM, the dev broker speaks transactions too:
+--   build/mqlease-devbroker --listen 127.0.0.1:8081 --topic orders --topic orders-priced &
+--   lua5.4 examples/transactions/worker.lua 127.0.0.1:8081 transform orders orders-priced 127.0.0.1:6379
 -- The handler sends its output as a half message (invisible); the
 -- exactly-once policy writes the input's done marker; then the output's
 -- transaction commits, claimed for this run in Redis. A worker killed in

@@ -48,7 +48,7 @@ local tx_mt = { __name = "mqlease.transaction", __index = tx_methods }
 
 local ANSWERS = { commit = true, rollback = true, unknown = true }
 local ENDED_KEPT = 4096
-local ENDED_QUIET = 10
+local ENDED_QUIET = 6
 
 -- The counters of one producer (mqlease.metrics reads them by name).
 local function new_counters()

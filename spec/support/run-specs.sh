@@ -40,7 +40,7 @@ BESIDE_SPECS=(spec/integration/retry_policy_spec.lua spec/integration/fifo_spec.
   spec/integration/nack_spec.lua spec/integration/conformance_spec.lua
   spec/integration/devbroker_spec.lua spec/integration/run_spec.lua spec/integration/message_life_spec.lua
   spec/integration/renewal_attempts_spec.lua spec/integration/transaction_spec.lua
-  spec/integration/transaction_cpt_spec.lua
+  spec/integration/transaction_cpt_spec.lua spec/integration/devbroker_transaction_spec.lua
   spec/regress/ack-after-change-in-a-batch-apache-9583_spec.lua
   spec/regress/failed-release-lets-the-lease-expire_spec.lua
   spec/regress/devbroker-resumed-receive-is-answered-once_spec.lua)
