@@ -29,7 +29,7 @@ SECOND_VERSION=${MQLEASE_SECOND_ROCKETMQ:-5.5.0}
 # under 40 minutes.
 SECOND_SPECS=(spec/integration/conformance_spec.lua spec/integration/roundtrip_spec.lua
   spec/integration/nack_spec.lua spec/integration/lease_spec.lua spec/integration/wire_spec.lua
-  spec/integration/fifo_spec.lua)
+  spec/integration/fifo_spec.lua spec/integration/transaction_spec.lua)
 SECOND_FILTER_OUT='mqlease%-devbroker'
 # Spec files of the first version that spend their time waiting on the broker's
 # clocks (retry delays, redelivery, FIFO handlers that sleep, dev broker leases)
@@ -49,7 +49,7 @@ BESIDE_SPECS=(spec/integration/retry_policy_spec.lua spec/integration/fifo_spec.
 # pass, once the background lane is done, since a proxy that boots and warms up
 # on two cores shared with the other lane can miss its specs' deadlines (a
 # cluster failover did, once).
-LAST_SPECS=(spec/integration/wire_spec.lua spec/integration/acl_spec.lua
+LAST_SPECS=(spec/integration/wire_spec.lua spec/integration/transaction_interop_spec.lua spec/integration/acl_spec.lua
   spec/integration/chaos_spec.lua spec/integration/cluster_spec.lua)
 # The second broker's own run dir and ports, so it never meets the first one
 # (nor a shared one this run reused and must not stop).
