@@ -496,6 +496,9 @@ end
 -- MessageBuilder refuses a group or a delivery time on it), plus recovery.
 local NOT_IN_TRANSACTION = { message_group = "FIFO", delay = "DELAY", deliver_at = "DELAY" }
 local MAX_RECOVERY_SECONDS = 86400 * 30
+_M.BEGIN_OPTIONS = { "keys", "properties", "recovery", "tag", "timeout", "trace_context" }
+local IN_BEGIN = {}
+for _, k in ipairs(_M.BEGIN_OPTIONS) do IN_BEGIN[k] = true end
 
 -- Checks the arguments of producer:begin; raises naming the bad one.
 -- Returns opts (a table) and recovery in seconds or nil.
@@ -512,6 +515,8 @@ function _M.check_begin(topic, body, opts)
   for k, v in pairs(opts) do
     if NOT_IN_TRANSACTION[k] then
       error(("mqlease.begin: option '%s' makes a %s message; a transaction's message is TRANSACTION"):format(k, NOT_IN_TRANSACTION[k]), 3)
+    elseif not IN_BEGIN[k] then
+      error(("mqlease.begin: unknown option '%s' (known: %s)"):format(tostring(k), concat(_M.BEGIN_OPTIONS, ", ")), 3)
     elseif k == "recovery" then
       if type(v) ~= "number" or v ~= v or v < 1 or v > MAX_RECOVERY_SECONDS or not is_integer(v) then
         error(("mqlease.begin: option 'recovery' must be whole seconds between 1 and %d (got %s)"):format(MAX_RECOVERY_SECONDS, describe(v)), 3)
