@@ -117,4 +117,33 @@ describe("the dev broker's transactions", function()
     assert.equal(2, asked["never-answered"])
     assert.matches("^ok", dv.control("set tx_check_max 15"))
   end)
+
+  it("runs the checker in the caller's loop: under cqueues another coroutine runs while it waits", function()
+    local cqueues = require "cqueues"
+    local cq = cqueues.new()
+    local ticks, during, done = 0, nil, false
+    local q = assert(mqlease.producer { endpoints = dv.endpoints, topics = { "tx" }, checker = function(m)
+      local before = ticks
+      mqlease.sleep(0.3)   -- yields to the controller, as a Redis call would
+      during = ticks - before
+      return m.body == "cq-check" and "rollback" or "unknown"
+    end })
+    assert(q:begin("tx", "cq-check"))
+    cq:wrap(function()
+      while not done do
+        ticks = ticks + 1
+        cqueues.sleep(0.02)
+      end
+    end)
+    cq:wrap(function()
+      local deadline = mqlease.now() + 20
+      while during == nil and mqlease.now() < deadline do q:poll(0.5) end
+      done = true
+    end)
+    local deadline = mqlease.now() + 30
+    while not cq:empty() and mqlease.now() < deadline do assert(cq:step(1)) end
+    q:close()
+    assert.is_number(during, "the checker was not asked")
+    assert.is_true(during > 0, "the other coroutine did not run while the checker waited")
+  end)
 end)
