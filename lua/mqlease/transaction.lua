@@ -25,7 +25,8 @@
 -- message ends the broker's checks. A check that comes later means the end
 -- never reached the broker (a proxy in cluster mode passes EndTransaction on
 -- one-way, and answers OK before the broker has it): the producer sends the
--- same end again, still without asking the checker.
+-- same end again, still without asking the checker. A check that comes while
+-- the producer's own end of it is in flight is answered with nothing too.
 --
 -- The checker never runs inside the core or inside the router's pump: a
 -- check waits in the producer's queue until producer:poll runs it in the
@@ -66,6 +67,7 @@ function _M.attach(p, o)
   p._checks = {}
   p._tx = new_counters()
   p._ended, p._ended_ring, p._ended_at = {}, {}, 0
+  p._ending = {}   -- transaction id -> true while its EndTransaction is in flight
   p._router.on_orphan = function(ev)
     local q = p._checks
     q[#q + 1] = ev
@@ -113,8 +115,10 @@ end
 local function end_tx(p, topic, message_id, transaction_id, commit, from_check, trace)
   if rawget(p, "_closed") then return nil, "the producer is closed", "CLOSED" end
   local router = p._router
+  p._ending[transaction_id] = true
   local ok, err, code = router:call(router.client:end_transaction(topic, message_id, transaction_id,
     commit, from_check, trace))
+  p._ending[transaction_id] = nil
   if not ok then return nil, err, code end
   remember_ended(p, transaction_id, commit)
   return true
@@ -170,7 +174,8 @@ end
 local function run_check(p, ev)
   local c = p._tx
   local ended = p._ended[ev.transaction_id]
-  if ended and now() - ended.at < ENDED_QUIET then
+  if p._ending[ev.transaction_id] or (ended and now() - ended.at < ENDED_QUIET) then
+    -- being ended here right now, or just ended
     c.tx_check_already_ended = c.tx_check_already_ended + 1
     return nil
   end

@@ -64,10 +64,11 @@ describe("consume-transform-produce through transactions", function()
 
     -- every input's output, then long enough for the broker's checks of what the
     -- killed workers left open (3 s + 2 s in the harness) to end all of them
-    local got, count, done_at = {}, 0, nil
+    local got, ids, count, done_at = {}, {}, 0, nil
     env.collect(reader, 400, function(m)
       local source = m.keys[1]
       got[source] = (got[source] or 0) + 1
+      ids[source] = (ids[source] and ids[source] .. " " or "") .. m.id
       count = count + 1
       assert.equal(inputs[source]:upper(), m.body)
       assert(m:ack())
@@ -79,7 +80,8 @@ describe("consume-transform-produce through transactions", function()
     end, 2)
     reader:close()
     local twice = {}
-    for id, n in pairs(got) do if n > 1 then twice[#twice + 1] = id end end
+    -- each with the ids of its outputs: one id twice is a commit sent twice, two ids two runs'
+    for id, n in pairs(got) do if n > 1 then twice[#twice + 1] = id .. ": " .. ids[id] end end
     assert.same({}, twice)
     for id in pairs(inputs) do assert.equal(1, got[id], "no output for input " .. id) end
     assert.equal(N, count)

@@ -5,19 +5,26 @@
 local mqlease = require "mqlease"
 local tc_mod = require "mqlease.policy.transaction"
 
--- A Redis stand-in: eval of the claim script only, over store; down = true
--- makes every call fail as an unreachable server does.
+-- A Redis stand-in: eval of the claim script only (its logic, in Lua), over
+-- store, with a clock of its own (r.now, seconds) for the claim's age;
+-- down = true makes every call fail as an unreachable server does.
 local function fake_redis()
-  local r = { store = {}, down = false, evals = 0 }
+  local r = { store = {}, set_at = {}, now = 0, down = false, evals = 0 }
   function r.call() error("not used") end
   function r:eval(script, keys, args)
     assert.equal(tc_mod.script, script)
     self.evals = self.evals + 1
     if self.down then return nil, "connection refused", "UNAVAILABLE" end
+    local run, grace, who = args[1], tonumber(args[3]), args[4]
     local claim = self.store[keys[2]]
-    if claim then return claim == args[1] and 1 or 2 end
+    if claim then
+      if claim:sub(3) ~= run then return 2 end
+      if who == "P" then return claim == who .. ":" .. run and 1 or 4 end
+      if self.now - self.set_at[keys[2]] < grace then return 3 end
+      return 1
+    end
     if not self.store[keys[1]] then return 0 end
-    self.store[keys[2]] = args[1]
+    self.store[keys[2]], self.set_at[keys[2]] = who .. ":" .. run, self.now
     return 1
   end
   return r
@@ -69,10 +76,15 @@ describe("mqlease.policy.transaction_checker", function()
     for _, tx in ipairs(p.begun) do assert.equal("committed", tx.state) end
     assert.same({ k = "v", ["mqlease.source"] = "M1", ["mqlease.run"] = "run-a" }, p.begun[1].opts.properties)
     assert.equal("x", p.begun[1].opts.tag)
-    assert.equal("run-a", r.store["mqlease:{M1}:tx"])
+    assert.equal(30, p.begun[1].opts.recovery)   -- no check of it before the run commits
+    assert.equal("P:run-a", r.store["mqlease:{M1}:tx"])
     assert.equal(1, p.polls)
-    -- a check of them now answers commit; of another run's, rollback
-    assert.equal("commit", t({ properties = { ["mqlease.source"] = "M1", ["mqlease.run"] = "run-a" } }))
+    -- a check of them: unknown while the run may be committing them, then commit;
+    -- of another run's, rollback
+    local a = { properties = { ["mqlease.source"] = "M1", ["mqlease.run"] = "run-a" } }
+    assert.equal("unknown", t(a))
+    r.now = 15
+    assert.equal("commit", t(a))
     assert.equal("rollback", t({ properties = { ["mqlease.source"] = "M1", ["mqlease.run"] = "run-b" } }))
   end)
 
@@ -92,7 +104,7 @@ describe("mqlease.policy.transaction_checker", function()
   it("rolls back a run whose message another run claimed first", function()
     local r, p = fake_redis(), fake_producer()
     local t = mqlease.policy.transaction_checker { redis = r }
-    r.store["mqlease:{M3}:tx"] = "run-other"
+    r.store["mqlease:{M3}:tx"], r.set_at["mqlease:{M3}:tx"] = "C:run-other", 0
     local m = message("M3", "run-a")
     t:policy(eo_like(r, "mqlease:"))(m, m.lease, function(hm)
       assert(t:begin(p, hm, "B", "out"))
@@ -112,8 +124,11 @@ describe("mqlease.policy.transaction_checker", function()
     -- done, nobody claimed (the run died between its marker and its claim): the first check claims
     r.store["pfx:{M4}:done"] = "1"
     assert.equal("commit", t:check(b))
-    assert.equal("run-b", r.store["pfx:{M4}:tx"])
+    assert.equal("C:run-b", r.store["pfx:{M4}:tx"])
     assert.equal("rollback", t:check(a))
+    -- asked again at once: its commit is on its way; after claim_grace, committed again
+    assert.equal("unknown", t:check(b))
+    r.now = 16
     assert.equal("commit", t:check(b))
     -- not one of ours, and Redis down: ask again later
     assert.equal("unknown", t:check({ properties = {} }))
@@ -137,11 +152,30 @@ describe("mqlease.policy.transaction_checker", function()
     assert.equal("open", p.begun[1].state)
   end)
 
+  it("commits nothing from the run when a check claimed its output first (the check committed)", function()
+    local r, p = fake_redis(), fake_producer()
+    local t = mqlease.policy.transaction_checker { redis = r }
+    local m = message("M6", "run-a")
+    t:policy(eo_like(r, "mqlease:"))(m, m.lease, function(hm)
+      assert(t:begin(p, hm, "B", "out"))
+      -- between the done marker and the run's claim, a check of this half message
+      r.store["mqlease:{M6}:done"] = "1"
+      assert.equal("commit", t:check({ properties = { ["mqlease.source"] = "M6", ["mqlease.run"] = "run-a" } }))
+      return true
+    end)
+    assert.equal("open", p.begun[1].state)
+    assert.equal("C:run-a", r.store["mqlease:{M6}:tx"])
+  end)
+
   it("raises on wrong use, naming the option or the call", function()
     assert.has_error(function() mqlease.policy.transaction_checker { nope = 1 } end,
       "mqlease.policy.transaction_checker: unknown option 'nope'")
     assert.has_error(function() mqlease.policy.transaction_checker { claim_ttl = 0 } end,
       "mqlease.policy.transaction_checker: option 'claim_ttl' must be at least 1 second")
+    assert.has_error(function() mqlease.policy.transaction_checker { recovery = 0.5 } end,
+      "mqlease.policy.transaction_checker: option 'recovery' must be whole seconds from 1 to 3600")
+    assert.has_error(function() mqlease.policy.transaction_checker { claim_grace = -1 } end,
+      "mqlease.policy.transaction_checker: option 'claim_grace' must be 0 or more seconds, less than 'claim_ttl'")
     local t = mqlease.policy.transaction_checker { redis = fake_redis() }
     assert.error_matches(function() t:begin(fake_producer(), { id = "X", lease = {} }, "B", "b") end,
       "begin needs a message run under mqlease.policy.exactly_once")

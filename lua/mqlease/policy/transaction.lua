@@ -13,18 +13,22 @@
 --   end, { policy = t:policy(mqlease.policy.exactly_once { redis = R }) })
 --
 -- t:begin sends a half message that names its source message and the run of
--- the handler that sent it (the exactly-once lock's owner, unique per run):
--- properties mqlease.source and mqlease.run. After the exactly-once policy
+-- the handler that sent it (the exactly-once lock's owner, unique per run),
+-- in properties mqlease.source and mqlease.run, with `recovery` seconds of
+-- check immunity (see methods:begin). After the exactly-once policy
 -- wrote the done marker and answers "ack", t:policy claims the source's
--- output for that run -- SET <prefix>{<id>}:tx <run> NX, in one script with a
+-- output for that run -- SET <prefix>{<id>}:tx P:<run> NX, in one script with a
 -- look at the done marker -- and commits the run's transactions if the claim
 -- is the run's, or rolls them back if another run's is. A handler that fails
 -- rolls its transactions back at once. Everything else (the process dies
 -- after begin, or after the done marker, or a commit fails) is left to the
 -- broker's checks, which t answers as the producer's checker from the same
--- keys: the claim is this run's -> "commit"; another run's -> "rollback"; no
--- claim but the done marker is there (the run died between the marker and
--- its claim) -> the check claims it for this run and commits; no done marker
+-- keys: the claim is this run's -> "commit", once it is claim_grace old
+-- (before, "unknown": whoever took it is committing, and a second commit
+-- would deliver the message twice); another run's -> "rollback"; no claim
+-- but the done marker is there (the run died between the marker and its
+-- claim, or is slow) -> the check claims it for this run (C:<run>) and
+-- commits, and the run's own claim then sees it and commits nothing; no done marker
 -- yet -> "unknown" (the run may still finish; if it never does the broker
 -- drops the half message after transactionCheckMax checks, and the
 -- redelivered message's run sends its own). So of all the runs a message
@@ -57,22 +61,38 @@ local SOURCE, RUN = "mqlease.source", "mqlease.run"
 _M.SOURCE, _M.RUN = SOURCE, RUN
 
 -- Claims the output of a source message for run ARGV[1] when its done marker
--- (KEYS[1]) is there, unless a run has it already (KEYS[2]: the claim, kept
--- ARGV[2] seconds). -> 1: the claim is ARGV[1]'s; 2: another run's; 0: no done
--- marker and no claim yet.
+-- (KEYS[1]) is there, unless a run has it already. The claim (KEYS[2], kept
+-- ARGV[2] seconds) says who took it: "P:<run>" the run's policy, which then
+-- commits, or "C:<run>" a check, which commits itself (ARGV[4], "P" or "C",
+-- says who asks). Every commit makes the broker write the message
+-- (EndTransactionProcessor), so one claim gets one commit:
+--   -> 1 commit: the claim is this run's, taken now, or (a check) older than
+--        ARGV[3] seconds (its age is what its TTL lost): its commit was lost
+--   -> 2 roll back: another run's claim
+--   -> 3 (a check) unknown: this run's claim, younger than ARGV[3]: its
+--        taker is committing it right now
+--   -> 4 (the policy) nothing: a check claimed it for this run and committed
+--   -> 0 no done marker and no claim: the run may still finish
 local CLAIM = [[
 local claim = redis.call('get', KEYS[2])
+local mine = ARGV[4] .. ':' .. ARGV[1]
 if claim then
-  if claim == ARGV[1] then return 1 end
-  return 2
+  if string.sub(claim, 3) ~= ARGV[1] then return 2 end
+  if ARGV[4] == 'P' then
+    if claim == mine then return 1 end
+    return 4
+  end
+  if tonumber(ARGV[2]) - redis.call('ttl', KEYS[2]) < tonumber(ARGV[3]) then return 3 end
+  return 1
 end
 if redis.call('exists', KEYS[1]) == 0 then return 0 end
-redis.call('set', KEYS[2], ARGV[1], 'EX', ARGV[2])
+redis.call('set', KEYS[2], mine, 'EX', ARGV[2])
 return 1
 ]]
 _M.script = CLAIM
 
-local defaults = { redis = "127.0.0.1:6379", prefix = "mqlease:", claim_ttl = 7 * 86400 }
+local defaults = { redis = "127.0.0.1:6379", prefix = "mqlease:", claim_ttl = 7 * 86400, claim_grace = 15,
+  recovery = 30 }
 
 local function check_options(opts)
   opts = opts or {}
@@ -90,6 +110,13 @@ local function check_options(opts)
   end
   if type(o.claim_ttl) ~= "number" or o.claim_ttl ~= o.claim_ttl or o.claim_ttl < 1 or o.claim_ttl == math.huge then
     error("mqlease.policy.transaction_checker: option 'claim_ttl' must be at least 1 second", 3)
+  end
+  if type(o.recovery) ~= "number" or o.recovery ~= o.recovery or o.recovery < 1 or o.recovery > 3600
+    or o.recovery ~= math.floor(o.recovery) then
+    error("mqlease.policy.transaction_checker: option 'recovery' must be whole seconds from 1 to 3600", 3)
+  end
+  if type(o.claim_grace) ~= "number" or o.claim_grace ~= o.claim_grace or o.claim_grace < 0 or o.claim_grace >= o.claim_ttl then
+    error("mqlease.policy.transaction_checker: option 'claim_grace' must be 0 or more seconds, less than 'claim_ttl'", 3)
   end
   if not (type(o.redis) == "table" and o.redis.call) then
     local ok, err = pcall(redis_mod.check, o.redis)
@@ -120,12 +147,14 @@ local function client(self)
   return r
 end
 
--- CLAIM for source id and run: 1, 2 or 0, or nil, err.
-local function claim(self, id, run)
+-- CLAIM for source id and run, asked by who ("P" the policy, "C" a check):
+-- 0 to 4 (above), or nil, err.
+local function claim(self, id, run, who)
   -- the exactly-once policy's done marker, and the claim beside it (same hash tag)
   local done = policy.keys(id, self._o.prefix).done
   local tx_key = self._o.prefix .. "{" .. id .. "}:tx"
-  local got, err = client(self):eval(CLAIM, { done, tx_key }, { run, self._claim_ttl })
+  local got, err = client(self):eval(CLAIM, { done, tx_key },
+    { run, self._claim_ttl, tostring(self._o.claim_grace), who })
   if got == nil then return nil, err end
   return got
 end
@@ -145,6 +174,10 @@ function methods:begin(p, m, topic, body, opts)
   for k, v in pairs(o.properties or {}) do props[k] = v end
   props[SOURCE], props[RUN] = m.id, run
   o.properties = props
+  -- no check before the run can have committed: a commit that races the
+  -- broker's first check can be delivered twice (its check put a copy of the
+  -- half message back), one within the immunity never is
+  if o.recovery == nil then o.recovery = self._o.recovery end
   local tx, err, code = p:begin(topic, body, o)
   if not tx then return nil, err, code end
   local entry = self._runs[m]
@@ -210,10 +243,10 @@ function methods:policy(inner)
         end_all(entry, false)
       elseif action == "ack" then
         -- the done marker is written: claim the output for this run
-        local got = claim(self, m.id, entry.run)
+        local got = claim(self, m.id, entry.run, "P")
         if got == 1 then end_all(entry, true)
         elseif got == 2 then end_all(entry, false) end
-        -- Redis did not answer: the checks decide
+        -- 4: a check committed them; nil: Redis did not answer, the checks decide
       end
       entry.producer:poll(0)
       ensure_poller(self, entry.producer)
@@ -229,7 +262,7 @@ function methods:check(m)
   local props = m.properties or {}
   local source, run = props[SOURCE], props[RUN]
   if type(source) ~= "string" or type(run) ~= "string" then return "unknown" end
-  local got = claim(self, source, run)
+  local got = claim(self, source, run, "C")
   if got == 1 then return "commit" end
   if got == 2 then return "rollback" end
   return "unknown"
