@@ -76,7 +76,7 @@ describe("mqlease.policy.transaction_checker", function()
     for _, tx in ipairs(p.begun) do assert.equal("committed", tx.state) end
     assert.same({ k = "v", ["mqlease.source"] = "M1", ["mqlease.run"] = "run-a" }, p.begun[1].opts.properties)
     assert.equal("x", p.begun[1].opts.tag)
-    assert.equal(30, p.begun[1].opts.recovery)   -- no check of it before the run commits
+    assert.is_nil(p.begun[1].opts.recovery)   -- the broker's transactionTimeOut (see the option)
     assert.equal("P:run-a", r.store["mqlease:{M1}:tx"])
     assert.equal(1, p.polls)
     -- a check of them: unknown while the run may be committing them, then commit;
@@ -174,6 +174,10 @@ describe("mqlease.policy.transaction_checker", function()
       "mqlease.policy.transaction_checker: option 'claim_ttl' must be at least 1 second")
     assert.has_error(function() mqlease.policy.transaction_checker { recovery = 0.5 } end,
       "mqlease.policy.transaction_checker: option 'recovery' must be whole seconds from 1 to 3600")
+    local t2 = mqlease.policy.transaction_checker { redis = fake_redis(), recovery = 60 }
+    local p2, m2 = fake_producer(), message("M7", "run-a")
+    assert(t2:begin(p2, m2, "B", "out"))
+    assert.equal(60, p2.begun[1].opts.recovery)
     assert.has_error(function() mqlease.policy.transaction_checker { claim_grace = -1 } end,
       "mqlease.policy.transaction_checker: option 'claim_grace' must be 0 or more seconds, less than 'claim_ttl'")
     local t = mqlease.policy.transaction_checker { redis = fake_redis() }

@@ -14,8 +14,7 @@
 --
 -- t:begin sends a half message that names its source message and the run of
 -- the handler that sent it (the exactly-once lock's owner, unique per run),
--- in properties mqlease.source and mqlease.run, with `recovery` seconds of
--- check immunity (see methods:begin). After the exactly-once policy
+-- in properties mqlease.source and mqlease.run. After the exactly-once policy
 -- wrote the done marker and answers "ack", t:policy claims the source's
 -- output for that run -- SET <prefix>{<id>}:tx P:<run> NX, in one script with a
 -- look at the done marker -- and commits the run's transactions if the claim
@@ -92,7 +91,7 @@ return 1
 _M.script = CLAIM
 
 local defaults = { redis = "127.0.0.1:6379", prefix = "mqlease:", claim_ttl = 7 * 86400, claim_grace = 15,
-  recovery = 30 }
+  recovery = false }
 
 local function check_options(opts)
   opts = opts or {}
@@ -111,8 +110,8 @@ local function check_options(opts)
   if type(o.claim_ttl) ~= "number" or o.claim_ttl ~= o.claim_ttl or o.claim_ttl < 1 or o.claim_ttl == math.huge then
     error("mqlease.policy.transaction_checker: option 'claim_ttl' must be at least 1 second", 3)
   end
-  if type(o.recovery) ~= "number" or o.recovery ~= o.recovery or o.recovery < 1 or o.recovery > 3600
-    or o.recovery ~= math.floor(o.recovery) then
+  if o.recovery ~= false and (type(o.recovery) ~= "number" or o.recovery ~= o.recovery or o.recovery < 1
+    or o.recovery > 3600 or o.recovery ~= math.floor(o.recovery)) then
     error("mqlease.policy.transaction_checker: option 'recovery' must be whole seconds from 1 to 3600", 3)
   end
   if type(o.claim_grace) ~= "number" or o.claim_grace ~= o.claim_grace or o.claim_grace < 0 or o.claim_grace >= o.claim_ttl then
@@ -174,10 +173,13 @@ function methods:begin(p, m, topic, body, opts)
   for k, v in pairs(o.properties or {}) do props[k] = v end
   props[SOURCE], props[RUN] = m.id, run
   o.properties = props
-  -- no check before the run can have committed: a commit that races the
-  -- broker's first check can be delivered twice (its check put a copy of the
-  -- half message back), one within the immunity never is
-  if o.recovery == nil then o.recovery = self._o.recovery end
+  -- recovery (check immunity), when given: RocketMQ 5.2's check puts a copy of
+  -- every half message it meets within its immunity back into the half queue,
+  -- and a commit then leaves that copy to be checked again (a second
+  -- delivery when answered "commit"); without it the check leaves half
+  -- messages younger than transactionTimeOut alone, so a run that commits
+  -- within transactionTimeOut never meets a check
+  if o.recovery == nil and self._o.recovery then o.recovery = self._o.recovery end
   local tx, err, code = p:begin(topic, body, o)
   if not tx then return nil, err, code end
   local entry = self._runs[m]
