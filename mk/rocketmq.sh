@@ -33,6 +33,9 @@
 #   MQLEASE_GRPC_PORT      18081   (what clients dial: MQLEASE_ENDPOINTS)
 #   MQLEASE_REMOTING_PORT  18080   (proxy remoting protocol; unused by us but always bound)
 #   MQLEASE_BOOT_TIMEOUT   120     seconds to wait for each JVM's readiness line
+#   MQLEASE_TX_TIMEOUT_MS  3000    broker.conf transactionTimeOut: a half message this old is checked
+#   MQLEASE_TX_CHECK_INTERVAL_MS 2000  broker.conf transactionCheckInterval: how often it checks
+#   MQLEASE_TX_CHECK_MAX   60      broker.conf transactionCheckMax: checks before a half message is dropped
 #   MQLEASE_ACL            0       1: the proxy checks every call's signature and permissions
 #                                  (enableACL) against two accounts in conf/plain_acl.yml:
 #                                  mqlease-admin / mqlease-admin-secret (admin) and
@@ -59,6 +62,9 @@ NS_PORT=${MQLEASE_NAMESRV_PORT:-19876}
 BROKER_PORT=${MQLEASE_BROKER_PORT:-20911}
 GRPC_PORT=${MQLEASE_GRPC_PORT:-18081}
 REMOTING_PORT=${MQLEASE_REMOTING_PORT:-18080}
+TX_TIMEOUT_MS=${MQLEASE_TX_TIMEOUT_MS:-3000}
+TX_CHECK_INTERVAL_MS=${MQLEASE_TX_CHECK_INTERVAL_MS:-2000}
+TX_CHECK_MAX=${MQLEASE_TX_CHECK_MAX:-60}
 HOST=127.0.0.1
 BOOT_TIMEOUT=${MQLEASE_BOOT_TIMEOUT:-120}  # s per JVM; typically a few s, more on a loaded CI box
 STOP_GRACE=${MQLEASE_STOP_GRACE:-15}  # seconds between SIGTERM and SIGKILL
@@ -202,6 +208,12 @@ EOF
   # stays on (default) so DELAY messages work. recallMessageEnable (5.3.2+, default false)
   # lets RecallMessage take a delay message back (RecallMessageProcessor refuses with
   # "recall failed, operation is forbidden" without it); older brokers ignore the key.
+  # stays on (default) so DELAY messages work. The transaction check runs every
+  # MQLEASE_TX_CHECK_INTERVAL_MS and asks about half messages older than MQLEASE_TX_TIMEOUT_MS
+  # (BrokerConfig's defaults are 30 s and 6 s: the specs would wait minutes for a check),
+  # up to MQLEASE_TX_CHECK_MAX times (BrokerConfig's 15) before the broker drops the message.
+  # The op messages that mark half messages ended are written every 0.5 s instead of 3 s
+  # (transactionOpBatchInterval), so a check rarely meets a transaction just ended.
   cat >"$RUN/broker.conf" <<EOF
 brokerClusterName=DefaultCluster
 brokerName=broker-a
@@ -220,6 +232,10 @@ maxHashSlotNum=10000
 maxIndexNum=40000
 diskMaxUsedSpaceRatio=95
 recallMessageEnable=true
+transactionTimeOut=$TX_TIMEOUT_MS
+transactionCheckInterval=$TX_CHECK_INTERVAL_MS
+transactionCheckMax=$TX_CHECK_MAX
+transactionOpBatchInterval=500
 EOF
   # Proxy: the gRPC port must be fixed because local-mode routes echo it back to clients;
   # a 2 s route refresh shortens the proxy's negative cache for topics created late;

@@ -98,6 +98,8 @@ build = {
       ["mqlease.scheduler"] = "lua/mqlease/scheduler.lua",
       ["mqlease.text"] = "lua/mqlease/text.lua",
       ["mqlease.trace"] = "lua/mqlease/trace.lua",
+      ["mqlease.transaction"] = "lua/mqlease/transaction.lua",
+      ["mqlease.policy.transaction"] = "lua/mqlease/policy/transaction.lua",
     },
     bin = { mqlease = "bin/mqlease", ["mqlease-devbroker"] = "build/rock/mqlease-devbroker" },
   },

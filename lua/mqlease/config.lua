@@ -96,7 +96,9 @@ _M.consumer = {
 _M.producer = {
   endpoints = common.endpoints, namespace = common.namespace, credentials = common.credentials,
   request_timeout = common.request_timeout, start_timeout = common.start_timeout, tls = common.tls,
-  topics = { kind = "strings", default_doc = "none", doc = "topics announced to the proxy at start (optional)" },
+  topics = { kind = "strings", default_doc = "none", doc = "topics announced to the proxy at start (optional); a transaction's topic must be one of them (the proxy sends its checks to the producers that announced it)" },
+  checker = { kind = "function", default_doc = "none",
+    doc = "`function(m)` answering the proxy's check of a half message left open: `\"commit\"`, `\"rollback\"` or `\"unknown\"` (ask again later); needed for `begin` ([transactions](api.md#transactions))" },
   max_inflight = { kind = "integer", default = 128, min = 1, max = 65536,
     doc = "sends in flight at once (SendMessage calls started and not yet answered), from `send_many` and every coroutine together; a send beyond it waits for a free slot ([sends in flight](api.md#sends-in-flight-send_many-and-coroutines))" },
 }
@@ -510,6 +512,45 @@ function _M.check_recall(topic, handle)
   if type(handle) ~= "string" or not handle:match("%S") then
     error(("bad argument #2 to 'recall' (recall handle: a non-blank string expected, got %s)"):format(describe(handle)), 3)
   end
+end
+
+-- The options of producer:begin: send's, without those that make another
+-- message type (a half message is TRANSACTION, as the official clients'
+-- MessageBuilder refuses a group or a delivery time on it), plus recovery.
+local NOT_IN_TRANSACTION = { message_group = "FIFO", delay = "DELAY", deliver_at = "DELAY" }
+local MAX_RECOVERY_SECONDS = 86400 * 30
+_M.BEGIN_OPTIONS = { "keys", "properties", "recovery", "tag", "timeout", "trace_context" }
+local IN_BEGIN = {}
+for _, k in ipairs(_M.BEGIN_OPTIONS) do IN_BEGIN[k] = true end
+
+-- Checks the arguments of producer:begin; raises naming the bad one.
+-- Returns opts (a table) and recovery in seconds or nil.
+function _M.check_begin(topic, body, opts)
+  check_topic(topic, "begin")
+  if type(body) ~= "string" then
+    error(("bad argument #2 to 'begin' (body: string expected, got %s)"):format(type(body)), 3)
+  end
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then
+    error(("bad argument #3 to 'begin' (options table expected, got %s)"):format(type(opts)), 3)
+  end
+  local rest = {}
+  for k, v in pairs(opts) do
+    if NOT_IN_TRANSACTION[k] then
+      error(("mqlease.begin: option '%s' makes a %s message; a transaction's message is TRANSACTION"):format(k, NOT_IN_TRANSACTION[k]), 3)
+    elseif not IN_BEGIN[k] then
+      error(("mqlease.begin: unknown option '%s' (known: %s)"):format(tostring(k), concat(_M.BEGIN_OPTIONS, ", ")), 3)
+    elseif k == "recovery" then
+      if type(v) ~= "number" or v ~= v or v < 1 or v > MAX_RECOVERY_SECONDS or not is_integer(v) then
+        error(("mqlease.begin: option 'recovery' must be whole seconds between 1 and %d (got %s)"):format(MAX_RECOVERY_SECONDS, describe(v)), 3)
+      end
+    else
+      rest[k] = v
+    end
+  end
+  local problem = _M.send_options_problem(rest)
+  if problem then error("mqlease.begin: " .. problem, 3) end
+  return opts
 end
 
 -- Checks the arguments of producer:send_many before anything is sent: a

@@ -289,4 +289,7 @@ function _M.exactly_once(opts)
   end
 end
 
+-- consume-transform-produce exactly once (lua/mqlease/policy/transaction.lua)
+_M.transaction_checker = function(opts) return require("mqlease.policy.transaction").new(opts) end
+
 return _M

@@ -17,6 +17,7 @@ local config = require "mqlease.config"
 local loop = require "mqlease.loop"
 local router_mod = require "mqlease.router"
 local metrics = require "mqlease.metrics"
+local transaction = require "mqlease.transaction"
 
 local setmetatable, rawget, type, pairs, ipairs = setmetatable, rawget, type, pairs, ipairs
 local floor = math.floor
@@ -51,6 +52,7 @@ function _M.new(opts)
   local self = setmetatable({ options = config.kept(o), _router = router, _closed = false, _routes = {},
     _flight = {}, _flying = 0, _max = o.max_inflight }, mt)
   router.on_op = function(ev) return take_result(self, ev) end
+  transaction.attach(self, o)
   return self
 end
 
@@ -84,15 +86,17 @@ local function await_slot(self)
   return not rawget(self, "_closed")
 end
 
--- Starts one SendMessage call (a free slot is there) and returns its slot.
-local function start_send(self, topic, body, opts)
+-- Starts one SendMessage call (a free slot is there) and returns its slot;
+-- recovery (seconds) is given for a half message (begin), nil otherwise.
+local function start_send(self, topic, body, opts, recovery)
   local keys = opts.keys
   if type(keys) == "string" then keys = { keys } end
   local deliver_at = opts.deliver_at and floor(opts.deliver_at * 1000 + 0.5) or nil
   local delay = opts.delay and floor(opts.delay * 1000 + 0.5) or nil
   local slot = { topic = topic, started = now(), ev = nil }
   local op = self._router.client:send(topic, body, opts.tag, keys, opts.properties,
-    opts.message_group, deliver_at, delay, opts.trace_context, opts.priority)
+    opts.message_group, deliver_at, delay, opts.trace_context, opts.priority, recovery ~= nil,
+    recovery and floor(recovery * 1000) or nil)
   self._flight[op] = slot
   self._flying = self._flying + 1
   return slot
@@ -159,6 +163,33 @@ function methods:recall(topic, handle)
   local ev, err, code = router:call(router.client:recall(topic, handle))
   if not ev then return nil, err, recall_code(err, code) end
   return ev.message_id
+end
+
+-- Begins a transaction: sends body to topic as a half message (TRANSACTION
+-- type), which the broker keeps invisible until tx:commit() (or the checker)
+-- commits it; tx:rollback() drops it. opts: send's tag, keys, properties,
+-- trace_context, and recovery (seconds before the broker may ask the checker
+-- about it; the broker's transactionTimeOut when absent). topic must be one of
+-- the producer's option 'topics', and the producer needs a checker: both
+-- raise otherwise. Returns tx, or nil, message, code.
+function methods:begin(topic, body, opts)
+  opts = config.check_begin(topic, body, opts)
+  transaction.check_can_begin(self, topic)
+  if rawget(self, "_closed") then return nil, "the producer is closed", "CLOSED" end
+  local ok, err, code = learn_route(self, topic)
+  if not ok then return nil, err, code end
+  if not await_slot(self) then return nil, "the producer is closed", "CLOSED" end
+  local ev = await_result(self, start_send(self, topic, body, opts, opts.recovery or 0))
+  if not ev.ok then return nil, ev.err, ev.code end
+  return transaction.begun(self, topic, ev, opts.trace_context)
+end
+
+-- Runs the checker for every check the proxy sent (RecoverOrphanedTransactionCommand),
+-- waiting up to timeout seconds (default 0) for the first; in the caller's
+-- coroutine, so the checker may wait (Redis) in the caller's loop. Returns how
+-- many checks it handled, and the last error a checker raised, if one did.
+function methods:poll(timeout)
+  return transaction.poll(self, timeout)
 end
 
 -- The result table of send_many for one event.
@@ -242,7 +273,7 @@ end
 
 function methods:metrics()
   if rawget(self, "_closed") then return {} end
-  return self._router.client:metrics()
+  return transaction.metrics(self, self._router.client:metrics())
 end
 
 -- Ends the session. Sends still in flight may finish while the proxy is told;

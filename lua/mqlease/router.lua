@@ -3,9 +3,10 @@
 -- later as an event; the router moves the events out of the core and routes
 -- each one: an op's result to the coroutine that asked for it
 -- (router:result), a lease's change of state to its lease object, a lost
--- Redis lock to its keepalive. The consumer, the producer and the Redis client
--- each own one router. (The *session* is the core's RocketMQ session: the
--- Telemetry stream, heartbeats and reconnects, in src/rocketmq/mql_session.c.)
+-- Redis lock to its keepalive, a transaction check to its producer. The
+-- consumer, the producer and the Redis client each own one router. (The
+-- *session* is the core's RocketMQ session: the Telemetry stream,
+-- heartbeats and reconnects, in src/rocketmq/mql_session.c.)
 --
 -- Every core operation finishes (each RPC has a deadline in the core), so a
 -- caller never needs to abandon one: it waits for its own op id while storing
@@ -30,6 +31,7 @@ function _M.new(client)
     leases = setmetatable({}, { __mode = "v" }), -- lease id -> its message (weak)
     on_lock_lost = nil,                    -- fn(keepalive id), for Redis clients
     on_op = nil,                           -- fn(event) -> true when it took the event (the producer's sends)
+    on_orphan = nil,                       -- fn(event), for producers: the proxy asks about a half message
     waiters = {},                          -- op id -> coroutine parked for it in mqlease's scheduler
     waiter_sched = {},                     -- op id -> that coroutine's scheduler
     watched = nil,                         -- the scheduler that pumps this router when its fd is readable
@@ -65,6 +67,9 @@ function methods:pump()
       end
     elseif ev.kind == "lock_lost" then
       if self.on_lock_lost then self.on_lock_lost(ev.keepalive) end
+    elseif ev.kind == "orphan" then
+      -- queued by the producer; its checker runs in producer:poll, not here
+      if self.on_orphan then self.on_orphan(ev) end
     else
       -- the message of that lease (its lease object is made if it was not yet)
       local m = self.leases[ev.lease_id]

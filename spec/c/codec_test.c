@@ -266,12 +266,14 @@ static void reads_a_reconnect_endpoints_command(void) {
     cmd.command_case = APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND_RECONNECT_ENDPOINTS_COMMAND;
     cmd.reconnect_endpoints_command = &rc;
     n = protobuf_c_message_pack(&cmd.base, buf);
-    mql_telemetry_decode(&r, buf, n);
+    mql_telemetry_decode(&r, buf, n, 1 << 20);
     CHECK(r.decoded && r.reconnect_endpoints && !r.has_settings && !r.has_status);
+    mql_telemetry_clear(&r);
     cmd.command_case = APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND__NOT_SET;
     n = protobuf_c_message_pack(&cmd.base, buf);
-    mql_telemetry_decode(&r, buf, n);
+    mql_telemetry_decode(&r, buf, n, 1 << 20);
     CHECK(r.decoded && !r.reconnect_endpoints);
+    mql_telemetry_clear(&r);
 }
 
 static void reads_telemetry_settings_with_saturated_durations(void) {
@@ -303,12 +305,12 @@ static void reads_telemetry_settings_with_saturated_durations(void) {
     n = protobuf_c_message_get_packed_size(&cmd.base);
     buf = malloc(n);
     protobuf_c_message_pack(&cmd.base, buf);
-    mql_telemetry_decode(&r, buf, n);
+    mql_telemetry_decode(&r, buf, n, 1 << 20);
     CHECK(r.decoded && r.has_settings && !r.has_status);
     CHECK(r.long_polling_ms == 20000 && r.receive_batch_size == 32 && r.max_attempts == 17);
     CHECK(r.backoff_initial_ms == 0 && r.backoff_max_ms == MQL_MS_MAX);
     free(buf);
-    mql_telemetry_decode(&r, (const uint8_t *)"\x0a\xff", 2);
+    mql_telemetry_decode(&r, (const uint8_t *)"\x0a\xff", 2, 1 << 20);
     CHECK(!r.decoded);
 }
 
@@ -346,7 +348,7 @@ static void reads_the_whole_retry_policy_and_fifo(void) {
     n = protobuf_c_message_get_packed_size(&cmd.base);
     buf = malloc(n);
     protobuf_c_message_pack(&cmd.base, buf);
-    mql_telemetry_decode(&r, buf, n);
+    mql_telemetry_decode(&r, buf, n, 1 << 20);
     free(buf);
     CHECK(r.fifo == 1 && r.retry.max_attempts == 17 && r.retry.customized == 1);
     CHECK(r.retry.nsteps == MQL_RETRY_STEPS_MAX);
@@ -363,7 +365,7 @@ static void reads_the_whole_retry_policy_and_fifo(void) {
     n = protobuf_c_message_get_packed_size(&cmd.base);
     buf = malloc(n);
     protobuf_c_message_pack(&cmd.base, buf);
-    mql_telemetry_decode(&r, buf, n);
+    mql_telemetry_decode(&r, buf, n, 1 << 20);
     free(buf);
     CHECK(r.fifo == 0 && r.retry.customized == 0 && r.retry.nsteps == 0);
     CHECK(r.retry.initial_ms == 2000 && r.retry.max_ms == 60000 && r.retry.multiplier == 3.0);
@@ -372,9 +374,66 @@ static void reads_the_whole_retry_policy_and_fifo(void) {
     n = protobuf_c_message_get_packed_size(&cmd.base);
     buf = malloc(n);
     protobuf_c_message_pack(&cmd.base, buf);
-    mql_telemetry_decode(&r, buf, n);
+    mql_telemetry_decode(&r, buf, n, 1 << 20);
     free(buf);
     CHECK(r.retry.multiplier == 1.0);
+}
+
+/* RecoverOrphanedTransactionCommand: the half message and its transaction id,
+ * owned by the reply until mql_telemetry_clear; one without a transaction id
+ * or a message id is no orphan, and says why. */
+static void reads_an_orphaned_transaction_check(void) {
+    Apache__Rocketmq__V2__TelemetryCommand cmd = APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__INIT;
+    Apache__Rocketmq__V2__RecoverOrphanedTransactionCommand o =
+        APACHE__ROCKETMQ__V2__RECOVER_ORPHANED_TRANSACTION_COMMAND__INIT;
+    Apache__Rocketmq__V2__Message msg = APACHE__ROCKETMQ__V2__MESSAGE__INIT;
+    Apache__Rocketmq__V2__SystemProperties sp = APACHE__ROCKETMQ__V2__SYSTEM_PROPERTIES__INIT;
+    Apache__Rocketmq__V2__Resource topic = APACHE__ROCKETMQ__V2__RESOURCE__INIT;
+    mql_telemetry_reply r;
+    size_t n;
+    uint8_t *buf;
+    topic.name = (char *)"orders";
+    sp.message_id = (char *)"01AB";
+    sp.message_type = APACHE__ROCKETMQ__V2__MESSAGE_TYPE__TRANSACTION;
+    sp.body_encoding = APACHE__ROCKETMQ__V2__ENCODING__IDENTITY;
+    msg.topic = &topic;
+    msg.system_properties = &sp;
+    msg.body.data = (uint8_t *)"half";
+    msg.body.len = 4;
+    o.message = &msg;
+    o.transaction_id = (char *)"tx-1";
+    cmd.command_case = APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND_RECOVER_ORPHANED_TRANSACTION_COMMAND;
+    cmd.recover_orphaned_transaction_command = &o;
+    n = protobuf_c_message_get_packed_size(&cmd.base);
+    buf = malloc(n);
+    protobuf_c_message_pack(&cmd.base, buf);
+    mql_telemetry_decode(&r, buf, n, 1 << 20);
+    free(buf);
+    CHECK(r.decoded && r.has_orphan && !r.orphan_bad && !r.has_settings);
+    CHECK(strcmp(r.orphan_transaction_id, "tx-1") == 0 && strcmp(r.orphan.id, "01AB") == 0);
+    CHECK(strcmp(r.orphan.topic, "orders") == 0 && r.orphan.message_type == 4);
+    CHECK(r.orphan.body_len == 4 && memcmp(r.orphan.body, "half", 4) == 0);
+    mql_telemetry_clear(&r);
+    CHECK(!r.has_orphan && r.orphan.id == NULL && r.orphan_transaction_id == NULL);
+
+    o.transaction_id = (char *)"";
+    n = protobuf_c_message_get_packed_size(&cmd.base);
+    buf = malloc(n);
+    protobuf_c_message_pack(&cmd.base, buf);
+    mql_telemetry_decode(&r, buf, n, 1 << 20);
+    free(buf);
+    CHECK(!r.has_orphan && r.orphan_bad && strcmp(r.orphan_bad, "no_transaction_id") == 0);
+    mql_telemetry_clear(&r);
+
+    o.transaction_id = (char *)"tx-1";
+    sp.message_id = (char *)"";
+    n = protobuf_c_message_get_packed_size(&cmd.base);
+    buf = malloc(n);
+    protobuf_c_message_pack(&cmd.base, buf);
+    mql_telemetry_decode(&r, buf, n, 1 << 20);
+    free(buf);
+    CHECK(!r.has_orphan && r.orphan_bad && strcmp(r.orphan_bad, "no_message_id") == 0);
+    mql_telemetry_clear(&r);
 }
 
 int main(void) {
@@ -389,5 +448,6 @@ int main(void) {
     RUN(reads_telemetry_settings_with_saturated_durations);
     RUN(reads_a_reconnect_endpoints_command);
     RUN(reads_the_whole_retry_policy_and_fifo);
+    RUN(reads_an_orphaned_transaction_check);
     return TEST_REPORT("codec");
 }

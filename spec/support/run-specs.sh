@@ -33,7 +33,7 @@ SECOND_VERSION=${MQLEASE_SECOND_ROCKETMQ:-5.5.0}
 SECOND_SPECS=(spec/integration/conformance_spec.lua spec/integration/roundtrip_spec.lua
   spec/integration/nack_spec.lua spec/integration/lease_spec.lua spec/integration/wire_spec.lua
   spec/integration/fifo_spec.lua spec/integration/priority_recall_spec.lua
-  spec/integration/java_client_interop_spec.lua)
+  spec/integration/java_client_interop_spec.lua spec/integration/transaction_spec.lua)
 SECOND_FILTER_OUT='mqlease%-devbroker'
 # Spec files of the first version that spend their time waiting on the broker's
 # clocks (retry delays, redelivery, FIFO handlers that sleep, dev broker leases)
@@ -43,7 +43,8 @@ SECOND_FILTER_OUT='mqlease%-devbroker'
 BESIDE_SPECS=(spec/integration/retry_policy_spec.lua spec/integration/fifo_spec.lua
   spec/integration/nack_spec.lua spec/integration/conformance_spec.lua
   spec/integration/devbroker_spec.lua spec/integration/run_spec.lua spec/integration/message_life_spec.lua
-  spec/integration/renewal_attempts_spec.lua
+  spec/integration/renewal_attempts_spec.lua spec/integration/transaction_spec.lua
+  spec/integration/transaction_cpt_spec.lua spec/integration/devbroker_transaction_spec.lua
   spec/regress/ack-after-change-in-a-batch-apache-9583_spec.lua
   spec/regress/failed-release-lets-the-lease-expire_spec.lua
   spec/regress/devbroker-resumed-receive-is-answered-once_spec.lua)
@@ -53,7 +54,8 @@ BESIDE_SPECS=(spec/integration/retry_policy_spec.lua spec/integration/fifo_spec.
 # on two cores shared with the other lane can miss its specs' deadlines (a
 # cluster failover did, once).
 LAST_SPECS=(spec/integration/wire_spec.lua spec/integration/java_client_interop_spec.lua
-  spec/integration/acl_spec.lua spec/integration/chaos_spec.lua spec/integration/cluster_spec.lua)
+  spec/integration/transaction_interop_spec.lua spec/integration/acl_spec.lua
+  spec/integration/chaos_spec.lua spec/integration/cluster_spec.lua)
 # The second broker's own run dir and ports, so it never meets the first one
 # (nor a shared one this run reused and must not stop).
 second_env() {

@@ -457,9 +457,10 @@ describe("mqlease send and peek output", function()
       id = "01AB", delivery_attempt = 2, tag = "T", keys = { "k1", "k2" },
       properties = { b = "2", a = "1" }, body = "line 1\nline \"2\"\t\0",
     })
-    assert.equal('01AB\tattempt=2\ttag=T\tkeys=k1,k2\tprops=a=1,b=2\tbody="line 1\\nline \\"2\\"\\t\\x00"', line)
-    line = peek.format({ id = "01AC", delivery_attempt = 1, keys = {}, properties = {}, body = ("x"):rep(100) })
-    assert.equal('01AC\tattempt=1\ttag=-\tkeys=-\tprops=-\tbody="' .. ("x"):rep(64) .. '"... (100 bytes)', line)
+    assert.equal('01AB\tattempt=2\ttype=-\ttag=T\tkeys=k1,k2\tprops=a=1,b=2\tbody="line 1\\nline \\"2\\"\\t\\x00"', line)
+    line = peek.format({ id = "01AC", delivery_attempt = 1, keys = {}, properties = {}, body = ("x"):rep(100),
+      message_type = "TRANSACTION" })
+    assert.equal('01AC\tattempt=1\ttype=TRANSACTION\ttag=-\tkeys=-\tprops=-\tbody="' .. ("x"):rep(64) .. '"... (100 bytes)', line)
   end)
 
   it("prints a peeked message's id with its control bytes escaped, as the producer chose it", function()
@@ -467,7 +468,7 @@ describe("mqlease send and peek output", function()
     -- newline or an escape sequence must not forge a second line or recolour the terminal
     local line = peek.format({ id = "01AD\n01AE\tattempt=9\27[2J", delivery_attempt = 1, keys = {},
       properties = {}, body = "" })
-    assert.equal('01AD\\n01AE\\tattempt=9\\x1b[2J\tattempt=1\ttag=-\tkeys=-\tprops=-\tbody=""', line)
+    assert.equal('01AD\\n01AE\\tattempt=9\\x1b[2J\tattempt=1\ttype=-\ttag=-\tkeys=-\tprops=-\tbody=""', line)
     assert.is_nil(line:find("\n", 1, true))
   end)
 end)

@@ -50,6 +50,7 @@ void mql_event_free(mql_event *ev) {
     free(ev->msgs);
     free(ev->message_id);
     free(ev->recall_handle);
+    free(ev->transaction_id);
     free(ev->entries);
     if (ev->reply) {
         mql_reply_clear(ev->reply);

@@ -60,7 +60,8 @@ void mql_message_clear(mql_message *m);
 typedef enum mql_event_kind {
     MQL_EV_OP = 1,      /* an operation started by the host finished */
     MQL_EV_LEASE = 2,   /* a lease changed state on its own (renewal failed, expired, budget) */
-    MQL_EV_LOCK_LOST = 3 /* a Redis lock kept alive by the core could not be renewed */
+    MQL_EV_LOCK_LOST = 3, /* a Redis lock kept alive by the core could not be renewed */
+    MQL_EV_ORPHAN = 4    /* the proxy asks about a half message (RecoverOrphanedTransactionCommand) */
 } mql_event_kind;
 
 /* A Redis reply, copied out of hiredis (see mql_redis.h). */
@@ -90,9 +91,10 @@ typedef struct mql_event {
     uint64_t op;                /* MQL_EV_OP: the id the start function returned */
     mql_result result;
     /* MQL_EV_OP payloads, by operation */
-    mql_message *msgs;          /* receive */
+    mql_message *msgs;          /* receive; MQL_EV_ORPHAN: the half message (one) */
     size_t nmsgs;
     char *message_id;           /* send: the id of the message sent */
+    char *transaction_id;       /* send of a half message; MQL_EV_ORPHAN: the one to end */
     int64_t offset;             /* send: its queue offset */
     char *recall_handle;        /* send: the handle RecallMessage takes (5.3.2+ delay messages); NULL: none */
     mql_result *entries;        /* ack: one result per lease, in request order */

@@ -53,6 +53,7 @@ typedef struct mql_metrics {
     uint64_t lost_expired, lost_rejected;
     uint64_t budget_expire, budget_nack;
     uint64_t sent_ok, sent_fail;
+    uint64_t orphan_checks;     /* RecoverOrphanedTransactionCommand handed to the host */
     mql_reason_table corrupted;     /* digest or body failed: never reached the host */
     mql_reason_table malformed;     /* frames that were not a usable message */
     mql_reason_table dead_lettered; /* forwarded to the group's DLQ, by reason */

@@ -42,6 +42,17 @@ void dv_reply_raw(dv_call *c, const uint8_t *bytes, size_t len) {
 
 void dv_call_free(dv_call *c) {
     size_t i;
+    if (c->producer_listed && c->srv) {
+        dv_server *s = c->srv;
+        for (i = 0; i < s->nproducers; i++) {
+            if (s->producers[i] == c) {
+                s->producers[i] = s->producers[--s->nproducers];
+                break;
+            }
+        }
+    }
+    for (i = 0; i < c->npub; i++) free(c->pub_topics[i]);
+    free(c->pub_topics);
     if (c->call) grpc_call_unref(c->call);
     grpc_call_details_destroy(&c->details);
     grpc_metadata_array_destroy(&c->md);
@@ -140,4 +151,26 @@ void dv_wait_remove(dv_server *s, dv_call *c) {
     while (*pp && *pp != c) pp = &(*pp)->next;
     if (*pp) *pp = c->next;
     c->listed = 0;
+}
+
+void dv_producer_add(dv_server *s, dv_call *c) {
+    if (c->producer_listed) return;
+    if (s->nproducers == s->capproducers) {
+        s->capproducers = s->capproducers ? s->capproducers * 2 : 8;
+        s->producers = realloc(s->producers, s->capproducers * sizeof(*s->producers));
+        if (!s->producers) abort();
+    }
+    s->producers[s->nproducers++] = c;
+    c->producer_listed = 1;
+}
+
+dv_call *dv_producer_for(dv_server *s, const char *topic) {
+    size_t i = s->nproducers, j;
+    while (i-- > 0) {
+        dv_call *c = s->producers[i];
+        if (c->closed || c->cancelled || c->finishing) continue;
+        for (j = 0; j < c->npub; j++)
+            if (strcmp(c->pub_topics[j], topic) == 0) return c;
+    }
+    return NULL;
 }

@@ -17,12 +17,14 @@
 #include "apache/rocketmq/v2/service.pb-c.h"
 #include "dv_server.h"
 #include "dv_store.h"
+#include "dv_half.h"
 #include "dv_wire.h"
 
 #define DV_MAX_BODY (4 * 1024 * 1024)   /* the proxy's maxMessageSize */
 
 typedef enum method {
-    M_UNKNOWN = 0, M_ROUTE, M_HEARTBEAT, M_SEND, M_RECEIVE, M_ACK, M_TELEMETRY, M_TERMINATE, M_CHANGE
+    M_UNKNOWN = 0, M_ROUTE, M_HEARTBEAT, M_SEND, M_RECEIVE, M_ACK, M_TELEMETRY, M_TERMINATE, M_CHANGE,
+    M_END_TRANSACTION
 } method;
 
 typedef struct dv_call dv_call;
@@ -49,6 +51,9 @@ struct dv_call {
     dv_call *next;              /* on the waiting list (long poll, delay, pause) */
     dv_call *next_stream;       /* on the list of Telemetry streams */
     int streamed;               /* on that list */
+    char **pub_topics;          /* Telemetry of a producer: the topics its settings announced */
+    size_t npub;
+    int producer_listed;        /* on srv->producers: transaction checks may go to it */
 };
 
 typedef struct client_reg { char *id; int consumer; } client_reg;
@@ -57,6 +62,9 @@ struct dv_server {
     grpc_server *server;
     grpc_completion_queue *cq;
     dv_store store;
+    dv_halves halves;           /* transactions not yet ended (dv_half.h) */
+    dv_call **producers;        /* open Telemetry streams of producers */
+    size_t nproducers, capproducers;
     pthread_mutex_t mu;         /* guards faults, topics added from outside, stats */
     dv_faults faults;
     client_reg *clients;
@@ -87,11 +95,18 @@ void dv_wait_remove(dv_server *s, dv_call *c);
 void dv_client_register(dv_server *s, const char *id, int consumer);
 int dv_client_known(dv_server *s, const char *id);
 void dv_client_forget(dv_server *s, const char *id);
+/* A producer's Telemetry stream that announced topics: checks of their half
+ * messages may go to it while it is open. */
+void dv_producer_add(dv_server *s, dv_call *c);
+/* The open producer stream that announced topic (the newest), or NULL. */
+dv_call *dv_producer_for(dv_server *s, const char *topic);
 
 /* dv_handlers.c: one request, answered or listed to be answered later */
 void dv_dispatch(dv_server *s, dv_call *c);
 void dv_on_telemetry(dv_server *s, dv_call *c);
 /* Tries to answer a long poll; 1 when the call is answered. */
 int dv_try_receive(dv_server *s, dv_call *c, int64_t now);
+/* Asks about the half messages whose check is due (dv_half.h). */
+void dv_check_transactions(dv_server *s, int64_t now);
 
 #endif /* DV_CALL_H */

@@ -15,6 +15,9 @@ void dv_faults_init(dv_faults *f) {
     f->min_invisible_ms = 10000;
     f->time_scale = 1.0;
     f->control_timeout_ms = 30000;
+    f->tx_check_ms = 6000;
+    f->tx_check_interval_ms = 5000;
+    f->tx_check_max = 15;
 }
 
 static int number(const char *text, double lo, double hi, double *out) {
@@ -46,6 +49,10 @@ static const struct {
     {"min_invisible_ms", MS, offsetof(dv_faults, min_invisible_ms)},
     {"control_timeout_ms", MS, offsetof(dv_faults, control_timeout_ms)},
     {"max_renewals", INT, offsetof(dv_faults, max_renewals)},
+    {"tx_check_ms", MS, offsetof(dv_faults, tx_check_ms)},
+    {"tx_check_interval_ms", MS, offsetof(dv_faults, tx_check_interval_ms)},
+    {"tx_check_max", INT, offsetof(dv_faults, tx_check_max)},
+    {"drop_end_transaction", SHARE, offsetof(dv_faults, drop_end_transaction)},
     {"paused", FLAG, offsetof(dv_faults, paused)},
     {"time_scale", SCALE, offsetof(dv_faults, time_scale)},
 };

@@ -46,6 +46,12 @@ typedef struct dv_faults {
     double malformed;          /* share of messages sent without id, handle or topic */
     dv_malformed malformed_kind;
     double truncated_frame;    /* share of message frames cut so they do not decode */
+    /* transactions (dv_half.h) */
+    int64_t tx_check_ms;       /* a half message this old is asked about (transactionTimeOut) */
+    int64_t tx_check_interval_ms; /* and again this often (transactionCheckInterval) */
+    int tx_check_max;          /* checks before it is dropped (transactionCheckMax) */
+    double drop_end_transaction; /* share of EndTransaction answered OK and lost, as a one-way
+                                  * request the broker never got */
 } dv_faults;
 
 void dv_faults_init(dv_faults *f);

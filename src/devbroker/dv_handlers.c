@@ -1,6 +1,8 @@
 /* dv_handlers.c -- the RocketMQ v2 requests the dev broker answers, as the
  * 5.x proxy answers them: route, heartbeat, send, receive (long poll), ack,
- * change invisible duration, telemetry settings, client termination.
+ * change invisible duration, telemetry settings, client termination, and
+ * transactions: a half message is kept aside (dv_half.h) until
+ * EndTransaction or a check's answer ends it.
  * Every request is decoded here from bytes a client sent: nothing in it is
  * trusted (spec/fuzz/dv_request_fuzz.c runs these on arbitrary input). */
 #include "dv_call.h"
@@ -96,7 +98,19 @@ static void on_send(dv_server *s, dv_call *c) {
         dv_set_status(&st, APACHE__ROCKETMQ__V2__CODE__ILLEGAL_MESSAGE_ID, "message id cannot be empty");
     else if (sp->tag && strchr(sp->tag, '|'))
         dv_set_status(&st, APACHE__ROCKETMQ__V2__CODE__ILLEGAL_MESSAGE_TAG, "tag cannot contain '|'");
-    else {
+    else if (sp->message_type == APACHE__ROCKETMQ__V2__MESSAGE_TYPE__TRANSACTION) {
+        /* a half message: invisible until its transaction ends */
+        int64_t now = mql_wall_ms();
+        const char *tx = dv_half_add(&s->halves, t->name, sp->message_id, m,
+                                     mql_add_ms(now, s->faults.tx_check_ms));
+        dv_set_status(&st, APACHE__ROCKETMQ__V2__CODE__OK, "OK");
+        entry.status = &st;
+        entry.message_id = sp->message_id;
+        entry.transaction_id = (char *)tx;
+        resp.n_entries = 1;
+        resp.entries = entries;
+        s->sent++;
+    } else {
         size_t i = dv_topic_append(t, m, sp->message_id, mql_wall_ms());
         dv_set_status(&st, APACHE__ROCKETMQ__V2__CODE__OK, "OK");
         entry.status = &st;
@@ -332,6 +346,92 @@ static void on_change(dv_server *s, dv_call *c) {
     dv_finish(c, GRPC_STATUS_OK);
 }
 
+/* Ends half message x: commit appends it to its topic (delivered from now
+ * on), rollback drops it. */
+static void end_half(dv_server *s, dv_half *x, int commit) {
+    if (commit) {
+        dv_topic *t = dv_topic_find(&s->store, x->topic);
+        Apache__Rocketmq__V2__Message *m = (void *)protobuf_c_message_unpack(
+            &apache__rocketmq__v2__message__descriptor, NULL, x->wire_len, x->wire);
+        if (t && m) dv_topic_append(t, m, x->id, mql_wall_ms());
+        if (m) protobuf_c_message_free_unpacked(&m->base, NULL);
+        s->halves.committed++;
+    } else {
+        s->halves.rolled_back++;
+    }
+    dv_half_remove(&s->halves, x);
+}
+
+/* EndTransaction, as the proxy's EndTransactionActivity: a transaction id is
+ * required; the end of one the broker no longer holds (ended before, dropped)
+ * is answered OK, as the broker's one-way end is never answered at all. */
+static void on_end_transaction(dv_server *s, dv_call *c) {
+    Apache__Rocketmq__V2__EndTransactionRequest *req = (void *)mql_unpack(
+        &apache__rocketmq__v2__end_transaction_request__descriptor, c->req);
+    Apache__Rocketmq__V2__EndTransactionResponse resp = APACHE__ROCKETMQ__V2__END_TRANSACTION_RESPONSE__INIT;
+    pb_status st;
+    if (!req || !req->transaction_id || !*req->transaction_id) {
+        dv_set_status(&st, APACHE__ROCKETMQ__V2__CODE__INVALID_TRANSACTION_ID, "transaction id cannot be empty");
+    } else {
+        dv_half *x = dv_half_find(&s->halves, req->transaction_id);
+        dv_set_status(&st, APACHE__ROCKETMQ__V2__CODE__OK, "OK");
+        if (x && dv_chance(s, s->faults.drop_end_transaction)) {
+            s->halves.ends_lost++;   /* answered, never heard: the checks will ask */
+        } else if (x && (req->resolution == APACHE__ROCKETMQ__V2__TRANSACTION_RESOLUTION__COMMIT ||
+                         req->resolution == APACHE__ROCKETMQ__V2__TRANSACTION_RESOLUTION__ROLLBACK)) {
+            end_half(s, x, req->resolution == APACHE__ROCKETMQ__V2__TRANSACTION_RESOLUTION__COMMIT);
+        }
+    }
+    resp.status = &st;
+    dv_reply(c, &resp.base);
+    if (req) protobuf_c_message_free_unpacked(&req->base, NULL);
+    dv_finish(c, GRPC_STATUS_OK);
+}
+
+/* Sends RecoverOrphanedTransactionCommand for x to producer stream c. */
+static void send_check(dv_call *c, dv_half *x) {
+    Apache__Rocketmq__V2__TelemetryCommand cmd = APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__INIT;
+    Apache__Rocketmq__V2__RecoverOrphanedTransactionCommand o =
+        APACHE__ROCKETMQ__V2__RECOVER_ORPHANED_TRANSACTION_COMMAND__INIT;
+    Apache__Rocketmq__V2__Message *m = (void *)protobuf_c_message_unpack(
+        &apache__rocketmq__v2__message__descriptor, NULL, x->wire_len, x->wire);
+    if (!m) return;   /* we packed it ourselves */
+    o.message = m;
+    o.transaction_id = x->tx;
+    cmd.command_case = APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND_RECOVER_ORPHANED_TRANSACTION_COMMAND;
+    cmd.recover_orphaned_transaction_command = &o;
+    dv_reply(c, &cmd.base);
+    dv_pump(c);
+    protobuf_c_message_free_unpacked(&m->base, NULL);
+}
+
+void dv_check_transactions(dv_server *s, int64_t now) {
+    size_t i = 0;
+    while (i < s->halves.n) {
+        dv_half *x = &s->halves.v[i];
+        dv_call *c;
+        if (now < x->check_at) {
+            i++;
+            continue;
+        }
+        if (x->checks >= s->faults.tx_check_max) {
+            /* as the broker past transactionCheckMax: the half message is dropped */
+            s->halves.dropped++;
+            dv_half_remove(&s->halves, x);
+            continue;
+        }
+        /* a check counts whether or not a producer was there to get it, as the broker's */
+        x->checks++;
+        x->check_at = mql_add_ms(now, s->faults.tx_check_interval_ms);
+        c = dv_producer_for(s, x->topic);
+        if (c) {
+            s->halves.checks++;
+            send_check(c, x);
+        }
+        i++;
+    }
+}
+
 /* Telemetry: answer each Settings with the merged settings, as the proxy does. */
 void dv_on_telemetry(dv_server *s, dv_call *c) {
     Apache__Rocketmq__V2__TelemetryCommand *cmd = (void *)mql_unpack(
@@ -370,8 +470,18 @@ void dv_on_telemetry(dv_server *s, dv_call *c) {
             set->subscription->receive_batch_size = 32;
             set->subscription->long_polling_timeout = &poll;
         } else if (set->publishing) {
+            size_t i;
             set->publishing->max_body_size = DV_MAX_BODY;
             set->publishing->validate_message_type = 1;
+            /* the topics it announced: checks of their half messages come here */
+            for (i = 0; i < c->npub; i++) free(c->pub_topics[i]);
+            free(c->pub_topics);
+            c->npub = 0;
+            c->pub_topics = mql_xcalloc(set->publishing->n_topics + 1, sizeof(*c->pub_topics));
+            for (i = 0; i < set->publishing->n_topics; i++)
+                if (set->publishing->topics[i] && set->publishing->topics[i]->name)
+                    c->pub_topics[c->npub++] = mql_strdup(set->publishing->topics[i]->name);
+            dv_producer_add(s, c);
         }
         out.status = &st;
         out.command_case = APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND_SETTINGS;
@@ -397,6 +507,7 @@ void dv_dispatch(dv_server *s, dv_call *c) {
     case M_TELEMETRY: dv_on_telemetry(s, c); break;
     case M_TERMINATE: on_terminate(s, c); break;
     case M_CHANGE: on_change(s, c); break;
+    case M_END_TRANSACTION: on_end_transaction(s, c); break;
     default: dv_finish(c, GRPC_STATUS_UNIMPLEMENTED); break;
     }
 }

@@ -23,6 +23,7 @@ static const struct { const char *path; method m; } methods[] = {
     {PFX "AckMessage", M_ACK},         {PFX "Telemetry", M_TELEMETRY},
     {PFX "NotifyClientTermination", M_TERMINATE},
     {PFX "ChangeInvisibleDuration", M_CHANGE},
+    {PFX "EndTransaction", M_END_TRANSACTION},
 };
 
 static void request_new(dv_server *s);
@@ -214,6 +215,7 @@ static void tick(dv_server *s) {
         c->next = NULL;
         dv_dispatch(s, c);   /* a long poll it cannot answer yet lists it again */
     }
+    if (!s->faults.paused) dv_check_transactions(s, now);
 }
 
 dv_server *dv_server_new(const char *listen, int *port) {
@@ -245,6 +247,7 @@ dv_server *dv_server_new(const char *listen, int *port) {
     }
     *port = s->port;
     dv_store_init(&s->store);
+    dv_half_init(&s->halves);
     pthread_mutex_init(&s->mu, NULL);
     dv_faults_init(&s->faults);
     s->seed = 12345;
@@ -288,15 +291,21 @@ pthread_mutex_t *dv_server_lock(dv_server *s) { return &s->mu; }
 dv_faults *dv_server_faults(dv_server *s) { return &s->faults; }
 
 void dv_server_stats(dv_server *s, char *buf, size_t len) {
+    const dv_halves *h = &s->halves;
     snprintf(buf, len,
              "calls=%llu sent=%llu delivered=%llu acks=%llu changes=%llu topics=%zu clients=%zu"
-             " gzip=%llu corrupt_digest=%llu bomb=%llu malformed=%llu truncated_frame=%llu",
+             " gzip=%llu corrupt_digest=%llu bomb=%llu malformed=%llu truncated_frame=%llu"
+             " tx_open=%zu tx_begun=%llu tx_committed=%llu tx_rolled_back=%llu tx_checks=%llu"
+             " tx_dropped=%llu tx_ends_lost=%llu",
              (unsigned long long)s->served, (unsigned long long)s->sent,
              (unsigned long long)s->received, (unsigned long long)s->acks,
              (unsigned long long)s->changes, s->store.ntopics, s->nclients,
              (unsigned long long)s->wire.gzip, (unsigned long long)s->wire.corrupt,
              (unsigned long long)s->wire.bomb, (unsigned long long)s->wire.malformed,
-             (unsigned long long)s->wire.truncated);
+             (unsigned long long)s->wire.truncated, h->n, (unsigned long long)h->begun,
+             (unsigned long long)h->committed, (unsigned long long)h->rolled_back,
+             (unsigned long long)h->checks, (unsigned long long)h->dropped,
+             (unsigned long long)h->ends_lost);
 }
 
 void dv_server_run(dv_server *s, volatile int *stop) {
@@ -331,6 +340,8 @@ void dv_server_free(dv_server *s) {
     for (i = 0; i < s->nclients; i++) free(s->clients[i].id);
     free(s->clients);
     dv_store_free(&s->store);
+    dv_half_free(&s->halves);
+    free(s->producers);
     pthread_mutex_destroy(&s->mu);
     free(s);
     grpc_shutdown();
@@ -371,6 +382,8 @@ void dv_server_reset(dv_server *s) {
     s->nclients = 0;
     dv_store_free(&s->store);
     dv_store_init(&s->store);
+    dv_half_free(&s->halves);
+    dv_half_init(&s->halves);
     dv_faults_init(&s->faults);
     pthread_mutex_unlock(&s->mu);
 }

@@ -113,7 +113,44 @@ static void read_settings(mql_telemetry_reply *out, const Apache__Rocketmq__V2__
     }
 }
 
-void mql_telemetry_decode(mql_telemetry_reply *out, const uint8_t *data, size_t len) {
+/* RocketMQ's ClientActivity/GrpcClientChannel.processCheckTransaction sends the
+ * half message as stored and the proxy's transaction id; the official clients
+ * answer it with EndTransaction (source SERVER_CHECK). */
+static void read_orphan(mql_telemetry_reply *out,
+                        const Apache__Rocketmq__V2__RecoverOrphanedTransactionCommand *o, size_t max_body) {
+    const pb_message *pm = o->message;
+    const Apache__Rocketmq__V2__SystemProperties *sp = pm ? pm->system_properties : NULL;
+    const Apache__Rocketmq__V2__Digest *dg = sp ? sp->body_digest : NULL;
+    mql_body_status st;
+    if (!pm || !sp || !o->transaction_id || !*o->transaction_id) {
+        out->orphan_bad = "no_transaction_id";
+        return;
+    }
+    mql_message_fields_from_pb(&out->orphan, pm);
+    if (!out->orphan.id || !*out->orphan.id || !out->orphan.topic || !*out->orphan.topic) {
+        out->orphan_bad = !out->orphan.id || !*out->orphan.id ? "no_message_id" : "no_topic";
+        mql_message_clear(&out->orphan);
+        return;
+    }
+    st = mql_body_decode(sp->body_encoding, dg ? dg->type : 0, dg ? dg->checksum : NULL,
+                         pm->body.data, pm->body.len, max_body, &out->orphan.body, &out->orphan.body_len);
+    if (st != MQL_BODY_OK) {
+        out->orphan_bad = mql_body_status_name(st);
+        mql_message_clear(&out->orphan);
+        return;
+    }
+    out->orphan_transaction_id = mql_strdup(o->transaction_id);
+    out->has_orphan = 1;
+}
+
+void mql_telemetry_clear(mql_telemetry_reply *out) {
+    mql_message_clear(&out->orphan);
+    free(out->orphan_transaction_id);
+    out->orphan_transaction_id = NULL;
+    out->has_orphan = 0;
+}
+
+void mql_telemetry_decode(mql_telemetry_reply *out, const uint8_t *data, size_t len, size_t max_body) {
     Apache__Rocketmq__V2__TelemetryCommand *cmd;
     memset(out, 0, sizeof(*out));
     cmd = (void *)protobuf_c_message_unpack(&apache__rocketmq__v2__telemetry_command__descriptor,
@@ -128,5 +165,9 @@ void mql_telemetry_decode(mql_telemetry_reply *out, const uint8_t *data, size_t 
         read_settings(out, cmd->settings);
     if (cmd->command_case == APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND_RECONNECT_ENDPOINTS_COMMAND)
         out->reconnect_endpoints = 1;
+    if (cmd->command_case ==
+            APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND_RECOVER_ORPHANED_TRANSACTION_COMMAND &&
+        cmd->recover_orphaned_transaction_command)
+        read_orphan(out, cmd->recover_orphaned_transaction_command, max_body);
     protobuf_c_message_free_unpacked(&cmd->base, NULL);
 }

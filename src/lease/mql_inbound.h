@@ -57,8 +57,18 @@ typedef struct mql_telemetry_reply {
     int fifo;
     int64_t max_body_size;      /* publishing; 0 when absent or negative */
     int reconnect_endpoints;    /* a ReconnectEndpointsCommand (apis 2.1.x) */
+    /* RecoverOrphanedTransactionCommand: has_orphan with the half message (its
+     * body verified and inflated) and the transaction id, both owned by out
+     * (mql_telemetry_clear); orphan_bad (a static reason) when the command
+     * came without a message id, topic or transaction id, or a bad body */
+    int has_orphan;
+    mql_message orphan;
+    char *orphan_transaction_id;
+    const char *orphan_bad;
 } mql_telemetry_reply;
 
-void mql_telemetry_decode(mql_telemetry_reply *out, const uint8_t *data, size_t len);
+/* max_body bounds an orphan's body after inflation. */
+void mql_telemetry_decode(mql_telemetry_reply *out, const uint8_t *data, size_t len, size_t max_body);
+void mql_telemetry_clear(mql_telemetry_reply *out);
 
 #endif /* MQL_INBOUND_H */

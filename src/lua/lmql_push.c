@@ -128,6 +128,8 @@ static int same_shape(const mql_message *a, const mql_message *b) {
 
 /* The shape of msgs[i]: the table of an earlier message of the batch with the
  * same shape (from the shapes array at the top of the stack), else a new one. */
+static void push_new_shape(lua_State *L, const mql_message *m);
+
 static void push_shape(lua_State *L, const mql_message *msgs, size_t i) {
     const mql_message *m = &msgs[i];
     size_t j;
@@ -137,6 +139,10 @@ static void push_shape(lua_State *L, const mql_message *msgs, size_t i) {
             return;
         }
     }
+    push_new_shape(L, m);
+}
+
+static void push_new_shape(lua_State *L, const mql_message *m) {
     lua_createtable(L, 0, 7);
     lmql_set_str(L, "topic", m->topic);
     lmql_set_str(L, "tag", m->tag);
@@ -182,6 +188,17 @@ static void push_event(lua_State *L, const mql_event *ev) {
         lmql_set_int(L, "renewals", ev->lease_renewals);
         return;
     }
+    if (ev->kind == MQL_EV_ORPHAN) {
+        /* { kind = "orphan", transaction_id, message, shape }: the proxy asks
+         * about a half message (shape as for a received message) */
+        lmql_set_str(L, "kind", "orphan");
+        lmql_set_str(L, "transaction_id", ev->transaction_id);
+        push_message(L, &ev->msgs[0]);
+        lua_setfield(L, -2, "message");
+        push_new_shape(L, &ev->msgs[0]);
+        lua_setfield(L, -2, "shape");
+        return;
+    }
     lmql_set_str(L, "kind", "op");
     lmql_set_int(L, "op", (lua_Integer)ev->op);
     lmql_push_result_fields(L, &ev->result);
@@ -202,6 +219,7 @@ static void push_event(lua_State *L, const mql_event *ev) {
         lmql_set_str(L, "message_id", ev->message_id);
         lmql_set_int(L, "offset", (lua_Integer)ev->offset);
         lmql_set_str(L, "recall_handle", ev->recall_handle);
+        if (ev->transaction_id) lmql_set_str(L, "transaction_id", ev->transaction_id);
     }
     if (ev->reply) {
         lmql_push_reply(L, ev->reply);

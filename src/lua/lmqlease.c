@@ -206,7 +206,7 @@ static int l_let_expire(lua_State *L) {
 }
 
 /* client:send(topic, body, tag, keys, properties, message_group, deliver_at_ms, delay_ms,
- * trace_context, priority): config.lua has checked every argument (and that at most one of
+ * trace_context, priority, transaction, recovery_ms): config.lua has checked every argument (and that at most one of
  * message_group, deliver_at_ms and delay_ms is set); deliver_at_ms is wall-clock ms since the epoch, delay_ms is
  * counted from now on this host's wall clock, as the official clients do. */
 static int l_send(lua_State *L) {
@@ -230,6 +230,8 @@ static int l_send(lua_State *L) {
         o.has_priority = 1;
         o.priority = (int32_t)luaL_checkinteger(L, 11);
     }
+    o.transaction = lua_toboolean(L, 12);   /* a half message (producer:begin) */
+    o.recovery_ms = (int64_t)luaL_optinteger(L, 13, 0);
     if (lua_istable(L, 5)) {
         o.nkeys = lua_rawlen(L, 5);
         o.keys = lua_newuserdata(L, (o.nkeys ? o.nkeys : 1) * sizeof(*o.keys));
@@ -269,6 +271,18 @@ static int l_recall(lua_State *L) {
     mql_client *c = lmql_check_client(L);
     const char *topic = luaL_checkstring(L, 2);
     return push_op(L, mql_client_recall(c, topic, luaL_checkstring(L, 3)));
+}
+
+/* client:end_transaction(topic, message_id, transaction_id, commit, from_check, trace_context) */
+static int l_end_transaction(lua_State *L) {
+    mql_client *c = lmql_check_client(L);
+    const char *topic = luaL_checkstring(L, 2);
+    const char *message_id = luaL_checkstring(L, 3);
+    const char *transaction_id = luaL_checkstring(L, 4);
+    int commit = lua_toboolean(L, 5), from_check = lua_toboolean(L, 6);
+    const char *trace = luaL_optstring(L, 7, NULL);
+    return push_op(L, mql_client_end_transaction(c, topic, message_id, transaction_id, commit,
+                                                 from_check, trace));
 }
 
 static int l_route(lua_State *L) {
@@ -372,6 +386,7 @@ static int l_metrics(lua_State *L) {
     lmql_set_int(L, "budget_nack", (lua_Integer)m.budget_nack);
     lmql_set_int(L, "sent_ok", (lua_Integer)m.sent_ok);
     lmql_set_int(L, "sent_fail", (lua_Integer)m.sent_fail);
+    lmql_set_int(L, "orphan_checks", (lua_Integer)m.orphan_checks);
     lmql_set_int(L, "reconnects", (lua_Integer)m.reconnects);
     lmql_set_int(L, "releases_held", (lua_Integer)m.releases_held);
     lmql_set_int(L, "events_dropped", (lua_Integer)m.events_dropped);
@@ -505,6 +520,7 @@ static const luaL_Reg client_methods[] = {
     {"events", l_events},   {"fd", l_fd},         {"id", l_id},
     {"receive", l_receive}, {"ack", l_ack},       {"nack", l_nack},
     {"let_expire", l_let_expire}, {"send", l_send}, {"recall", l_recall}, {"terminate", l_terminate},
+    {"end_transaction", l_end_transaction},
     {"route", l_route}, {"nack_all", l_nack_all}, {"cancel_receives", l_cancel_receives},
     {"lease", l_lease},     {"metrics", l_metrics}, {"dead_letter", l_dead_letter},
     {"close", l_close},     {"closed", l_closed}, {NULL, NULL}};

@@ -15,6 +15,7 @@
  *                   nack-all at shutdown; how any lease leaves the table
  *   mql_change.c    ChangeInvisibleDuration, which a renewal and a nack both send
  *   mql_producer.c  the producer's one job: SendMessage
+ *   mql_transaction.c  a half message's end: EndTransaction
  *   mql_client.c    the public API (mql_client.h) above them all: new/free,
  *                   the thread and its timers, and each operation the host
  *                   starts, which takes c->mu and hands over to its stage
@@ -23,7 +24,8 @@
  * only the public API, from above it):
  *
  *   mql_client.c   -> mql_session.c, mql_receive.c, mql_renew.c, mql_release.c,
- *                     mql_producer.c (the host's operations, the thread's timers)
+ *                     mql_producer.c, mql_transaction.c (the host's operations,
+ *                     the thread's timers)
  *   mql_session.c  -> mql_release.c, mql_renew.c (the releases and renewals
  *                     held for a reconnect go out once the new proxy has our
  *                     settings)
@@ -33,7 +35,7 @@
  *   mql_renew.c    -> mql_release.c (a lost lease ends, the releases deferred
  *                     behind a renewal go out), mql_change.c (a renewal)
  *   mql_release.c  -> mql_change.c (a nack)
- *   mql_producer.c, mql_change.c -> no other stage
+ *   mql_producer.c, mql_transaction.c, mql_change.c -> no other stage
  *   every stage    -> mql_base.c (a call started, its end dispatched to
  *                     its ops), which stands on mql_call.c; the stages use
  *                     mql_call.c directly too, for a reply decoded, a status
@@ -76,6 +78,7 @@
 #define MQL_M_CHANGE "/apache.rocketmq.v2.MessagingService/ChangeInvisibleDuration"
 #define MQL_M_DLQ "/apache.rocketmq.v2.MessagingService/ForwardMessageToDeadLetterQueue"
 #define MQL_M_RECALL "/apache.rocketmq.v2.MessagingService/RecallMessage"
+#define MQL_M_END_TRANSACTION "/apache.rocketmq.v2.MessagingService/EndTransaction"
 
 /* What a call does when it ends, given by the stage that starts it (as
  * hiredis passes a redisCallbackFn with each command): on_message for each

@@ -22,6 +22,7 @@
 #include "mql_base.h"
 #include "mql_body.h"
 #include "mql_producer.h"
+#include "mql_transaction.h"
 #include "mql_receive.h"
 #include "mql_release.h"
 #include "mql_renew.h"
@@ -432,6 +433,17 @@ uint64_t mql_client_recall(mql_client *c, const char *topic, const char *handle)
     uint64_t op;
     pthread_mutex_lock(&c->mu);
     if (!refuses(c, MQL_PRODUCER, "recall", &op)) op = mql_producer_recall(c, topic, handle);
+    pthread_mutex_unlock(&c->mu);
+    return op;
+}
+
+uint64_t mql_client_end_transaction(mql_client *c, const char *topic, const char *message_id,
+                                    const char *transaction_id, int commit, int from_check,
+                                    const char *trace_context) {
+    uint64_t op;
+    pthread_mutex_lock(&c->mu);
+    if (!refuses(c, MQL_PRODUCER, "end_transaction", &op))
+        op = mql_transaction_end(c, topic, message_id, transaction_id, commit, from_check, trace_context);
     pthread_mutex_unlock(&c->mu);
     return op;
 }

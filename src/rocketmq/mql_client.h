@@ -70,6 +70,11 @@ uint64_t mql_client_send(mql_client *c, const char *topic, const uint8_t *body, 
 /* RecallMessage (RocketMQ 5.3.2+): takes back a delay message not delivered yet,
  * by the recall handle its send answered. A proxy without it answers UNIMPLEMENTED. */
 uint64_t mql_client_recall(mql_client *c, const char *topic, const char *handle);
+/* Ends a half message (mql_transaction.h): commit or roll back, from_check
+ * when it answers the proxy's RecoverOrphanedTransactionCommand. */
+uint64_t mql_client_end_transaction(mql_client *c, const char *topic, const char *message_id,
+                                    const char *transaction_id, int commit, int from_check,
+                                    const char *trace_context);
 uint64_t mql_client_terminate(mql_client *c);
 /* QueryRoute for a topic: OK if the proxy knows it (TOPIC_NOT_FOUND else). */
 uint64_t mql_client_route(mql_client *c, const char *topic);

@@ -87,6 +87,8 @@ typedef struct mql_send_opts {
     const char *trace_context;   /* SystemProperties.trace_context (a W3C traceparent); NULL: none */
     int has_priority;            /* SystemProperties.priority (PRIORITY topics, RocketMQ 5.4+) */
     int32_t priority;            /* 0 and up, higher first */
+    int transaction;             /* a half message (TRANSACTION type): invisible until ended */
+    int64_t recovery_ms;         /* transaction: orphaned_transaction_recovery_duration; 0: the broker's */
 } mql_send_opts;
 /* Snapshot of one lease (mql_client_lease_info). */
 typedef struct mql_lease_info {

@@ -1,5 +1,5 @@
-/* mql_producer.c -- the producer's job: SendMessage, and RecallMessage to take
- * a sent delay message back.
+/* mql_producer.c -- the producer's job: SendMessage (half messages too), and
+ * RecallMessage to take a sent delay message back.
  *
  * A message id is minted here in the layout of the official clients (so ids
  * from mqlease and from Java producers look alike in dashboards), and each
@@ -52,6 +52,7 @@ uint64_t mql_producer_send(mql_client *c, const char *topic_name, const uint8_t 
     Apache__Rocketmq__V2__Message__UserPropertiesEntry *pstore, **pptrs;
     Google__Protobuf__Timestamp born = GOOGLE__PROTOBUF__TIMESTAMP__INIT;
     Google__Protobuf__Timestamp deliver = GOOGLE__PROTOBUF__TIMESTAMP__INIT;
+    Google__Protobuf__Duration recovery = GOOGLE__PROTOBUF__DURATION__INIT;
     mql_pb_resource topic;
     char id[35];
     int64_t now = mql_wall_ms();
@@ -79,7 +80,17 @@ uint64_t mql_producer_send(mql_client *c, const char *topic_name, const uint8_t 
     sp.body_encoding = APACHE__ROCKETMQ__V2__ENCODING__IDENTITY;
     /* the proxy checks the type against the topic's message.type attribute */
     sp.message_type = APACHE__ROCKETMQ__V2__MESSAGE_TYPE__NORMAL;
-    if (o->message_group) {
+    if (o->transaction) {
+        /* a half message: the proxy's SendMessageActivity marks it
+         * TRANSACTION_PREPARED, and the topic names the producer group the
+         * broker's check asks (ClientActivity.registerProducer) */
+        sp.message_type = APACHE__ROCKETMQ__V2__MESSAGE_TYPE__TRANSACTION;
+        if (o->recovery_ms > 0) {
+            /* PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS: no check before it passes */
+            mql_set_duration(&recovery, o->recovery_ms);
+            sp.orphaned_transaction_recovery_duration = &recovery;
+        }
+    } else if (o->message_group) {
         sp.message_group = (char *)o->message_group;
         sp.message_type = APACHE__ROCKETMQ__V2__MESSAGE_TYPE__FIFO;
     } else if (o->delivery_ms > 0) {
@@ -125,6 +136,7 @@ static void on_send_done(mql_client *c, mql_call *call) {
         ev->message_id = mql_strdup(e->message_id ? e->message_id : "");
         ev->offset = e->offset;
         if (e->recall_handle && e->recall_handle[0]) ev->recall_handle = mql_strdup(e->recall_handle);
+        if (e->transaction_id && *e->transaction_id) ev->transaction_id = mql_strdup(e->transaction_id);
     } else if (ev->result.ok) {
         mql_result_fail(&ev->result, "PROTOCOL", "SendMessage: the server sent no entry");
     }

@@ -42,6 +42,8 @@
 #include "mql_inbound.h"
 
 #define HEARTBEAT_EVERY_MS 10000
+/* an orphan's body after inflation: the proxy's own inbound limit */
+#define MQL_ORPHAN_MAX_BODY (130u * 1024 * 1024)
 
 /* What each of the session's calls does when it ends (mql_call_ops). */
 static void on_route_done(mql_client *c, mql_call *call);
@@ -470,6 +472,31 @@ static void telemetry_open(mql_client *c) {
             mql_now_ms() + (c->reconnect_call_ms ? c->reconnect_call_ms : c->request_timeout_ms);
 }
 
+/* The proxy asks about a half message left open (the broker's check found it
+ * older than transactionTimeOut): the host's checker answers it with
+ * EndTransaction (mql_transaction.c). The event takes the message and the
+ * transaction id from t. A consumer never gets one: the proxy sends checks
+ * only to producers of the topic (ClientActivity.registerProducer). */
+static void telemetry_orphan(mql_client *c, mql_telemetry_reply *t) {
+    mql_event *ev;
+    if (!t->has_orphan || c->type != MQL_PRODUCER) {
+        mql_metrics_error(&c->metrics, "orphan", t->orphan_bad ? t->orphan_bad : "not_a_producer");
+        mql_telemetry_clear(t);
+        return;
+    }
+    ev = mql_event_new(MQL_EV_ORPHAN, 0);
+    mql_result_ok(&ev->result);
+    ev->msgs = mql_xcalloc(1, sizeof(*ev->msgs));
+    ev->msgs[0] = t->orphan;   /* moved: t no longer owns it */
+    ev->nmsgs = 1;
+    ev->transaction_id = t->orphan_transaction_id;
+    memset(&t->orphan, 0, sizeof(t->orphan));
+    t->orphan_transaction_id = NULL;
+    t->has_orphan = 0;
+    c->metrics.orphan_checks++;
+    mql_events_push(&c->events, ev);
+}
+
 /* The frame is read by mql_telemetry_decode (mql_inbound.h), which the fuzzer drives too. */
 static void on_telemetry_message(mql_client *c, mql_call *call, grpc_byte_buffer *reply) {
     mql_telemetry_reply t;
@@ -477,9 +504,14 @@ static void on_telemetry_message(mql_client *c, mql_call *call, grpc_byte_buffer
     mql_result r;
     (void)call;
     if (mql_read_all(reply, &slice) < 0) return;
-    mql_telemetry_decode(&t, GRPC_SLICE_START_PTR(slice), GRPC_SLICE_LENGTH(slice));
+    mql_telemetry_decode(&t, GRPC_SLICE_START_PTR(slice), GRPC_SLICE_LENGTH(slice),
+                         MQL_ORPHAN_MAX_BODY);
     grpc_slice_unref(slice);
     if (!t.decoded) return;
+    if (t.has_orphan || t.orphan_bad) {
+        telemetry_orphan(c, &t);
+        return;
+    }
     if (t.has_settings && !(t.has_status && !t.status.ok) && c->type == MQL_CONSUMER) {
         /* what the group is: ordered or not, and how often and when a failed
          * message may be tried again; the host reads both from the metrics */

@@ -76,6 +76,10 @@ local DEFS = {
     help = "deliver this many seconds from now (the topic must be DELAY)" },
   priority = { kind = "number", send = "priority", arg = "N",
     help = "message priority, an integer >= 0, higher received first (the topic must be PRIORITY, RocketMQ 5.4+)" },
+  transaction = { kind = "choice", arg = "MODE", values = { "commit", "rollback", "check" },
+    help = "send each message as a transaction (the topic must be TRANSACTION): commit it, roll it back, or leave it open until the broker's check asks, and answer commit" },
+  ["check-timeout"] = { kind = "number", arg = "SECONDS", default = "120", range = { min = 1, max = 3600 },
+    help = "with --transaction check: seconds to wait for the broker's checks of the messages sent" },
   quiet = { kind = "flag", help = "no progress or summary line on stderr" },
   progress = { kind = "number", arg = "SECONDS", default = "2", range = { min = 0, max = 3600 },
     help = "seconds between progress lines on stderr (0: none)" },
@@ -111,7 +115,7 @@ local COMMANDS = {
       .. "{\"body\":, \"tag\":, \"keys\":, \"properties\":, \"message_group\":, \"delay\":, \"priority\":, \"trace_context\":} "
       .. "whose fields win over the flags, and each message sent prints {\"id\":, \"offset\":, \"recall_handle\":}.",
     options = with_connect({ "topic", "tag", "key", "prop", "message-group", "delay", "priority", "trace-context", "file",
-                "progress", "quiet", "json" }),
+                "transaction", "check-timeout", "progress", "quiet", "json" }),
     arguments = { { "body", "message body, or - for stdin", "?" } } },
   { name = "recall", summary = "Take back a delay message before it is delivered (RocketMQ 5.3.2+).",
     description = "HANDLE is the recall handle 'mqlease send' printed for the message. Prints the "
@@ -119,7 +123,7 @@ local COMMANDS = {
     options = with_connect({ "topic" }),
     arguments = { { "handle", "the recall handle of the send" } } },
   { name = "peek", summary = "Show messages without consuming them: receive, print, give back.",
-    description = "Prints id, delivery attempt, tag, keys, properties and the start of the body; "
+    description = "Prints id, delivery attempt, message type, tag, keys, properties and the start of the body; "
       .. "every message is given back (nack, no delay) before exit, so it is delivered again "
       .. "(its delivery attempt grows by one). With --json: one object per message, every field "
       .. "of m:totable() (keys and properties left out when empty).",
@@ -383,6 +387,10 @@ local function relate(command, opts, env)
     end
     if opts.priority and (opts["message-group"] or opts.delay) then
       return ("give either option '--priority' or option '--%s', not both"):format(opts.delay and "delay" or "message-group")
+    end
+    if opts.transaction and (opts["message-group"] or opts.delay or opts.priority) then
+      return ("option '--transaction' makes TRANSACTION messages: not with option '--%s'"):format(
+        opts["message-group"] and "message-group" or opts.delay and "delay" or "priority")
     end
   end
 end

@@ -21,16 +21,16 @@ function _M.preview(body)
   return ('"%s"... (%d bytes)'):format(escape(body:sub(1, PREVIEW)), #body)
 end
 
--- One line per message: id, attempt, tag, keys, properties, body preview, each
--- escaped (the producer chose every one of them, the id too).
+-- One line per message: id, attempt, type, tag, keys, properties, body
+-- preview, each escaped (the producer chose every one of them, the id too).
 function _M.format(m)
   local props = {}
   for k, v in pairs(m.properties or {}) do props[#props + 1] = escape(k) .. "=" .. escape(v) end
   sort(props)
   local keys = {}
   for i, k in ipairs(m.keys or {}) do keys[i] = escape(k) end
-  return ("%s\tattempt=%d\ttag=%s\tkeys=%s\tprops=%s\tbody=%s"):format(escape(m.id), m.delivery_attempt or 0,
-    m.tag and escape(m.tag) or "-", #keys > 0 and concat(keys, ",") or "-",
+  return ("%s\tattempt=%d\ttype=%s\ttag=%s\tkeys=%s\tprops=%s\tbody=%s"):format(escape(m.id), m.delivery_attempt or 0,
+    m.message_type and escape(m.message_type) or "-", m.tag and escape(m.tag) or "-", #keys > 0 and concat(keys, ",") or "-",
     #props > 0 and concat(props, ",") or "-", _M.preview(m.body))
 end
 

@@ -2,7 +2,9 @@
 -- one message, or one per line of stdin, and prints each message id on stdout.
 -- A progress line goes to stderr every few seconds of a long send, a summary
 -- line at the end (--quiet: neither). It stops at the first failure, so every
--- id printed was sent and nothing after it was.
+-- id printed was sent and nothing after it was. --transaction sends each
+-- message as a transaction and commits it, rolls it back, or (check) leaves
+-- it open and answers the broker's check of it with commit.
 
 local mqlease = require "mqlease"
 local config = require "mqlease.config"
@@ -116,9 +118,24 @@ function _M.main(opts)
     for _, kv in ipairs(opts.prop) do send_opts.properties[kv[1]] = kv[2] end
   end
 
+  local mode = opts.transaction
+  local open_ids, waiting = {}, 0   -- --transaction check: the ids not asked about yet
+  local checker
+  if mode then
+    checker = function(m)
+      if open_ids[m.id] then
+        open_ids[m.id] = nil
+        waiting = waiting - 1
+        if not opts.quiet then io.stderr:write(("mqlease send: the broker checked %s: commit\n"):format(m.id)) end
+        return "commit"
+      end
+      return "unknown"   -- another producer's, or an earlier run's: not ours to decide
+    end
+  end
+
   local producer, code
   producer, err, code = mqlease.producer { endpoints = opts.endpoints, namespace = opts.namespace,
-    tls = opts.tls, credentials = opts.credentials }
+    tls = opts.tls, credentials = opts.credentials, topics = mode and { opts.topic } or nil, checker = checker }
   if not producer then
     io.stderr:write(("mqlease send: cannot start the producer: %s (%s)\n"):format(tostring(err), tostring(code)))
     return EXIT.failure
@@ -135,7 +152,24 @@ function _M.main(opts)
         break
       end
     end
-    local id, offset, handle = producer:send(opts.topic, body, this_opts)
+    -- on success id, offset and (a delay message on 5.3.2+) its recall handle;
+    -- on failure nil, message, code
+    local id, offset, handle
+    if mode and (this_opts.message_group or this_opts.delay or this_opts.priority) then
+      io.stderr:write(("mqlease send: message %d: option '--transaction' makes TRANSACTION messages: no %s\n")
+        :format(n + 1, this_opts.message_group and "message_group" or this_opts.delay and "delay" or "priority"))
+      failed, status = true, EXIT.usage
+      break
+    end
+    if mode then
+      id, offset, handle = _M.transact(producer, mode, opts.topic, body, this_opts)
+      if id and mode == "check" then
+        open_ids[id] = true
+        waiting = waiting + 1
+      end
+    else
+      id, offset, handle = producer:send(opts.topic, body, this_opts)
+    end
     if not id then
       io.stderr:write(("mqlease send: message %d not sent: %s (%s)\n"):format(n + 1, tostring(offset), tostring(handle)))
       failed, status = true, EXIT.failure
@@ -150,9 +184,33 @@ function _M.main(opts)
     io.stdout:flush()
     report.step(n)
   end
+  if mode == "check" and waiting > 0 then
+    -- the broker asks after its transactionTimeOut, then every transactionCheckInterval
+    local deadline = mqlease.now() + opts["check-timeout"]
+    while waiting > 0 and mqlease.now() < deadline do producer:poll(1) end
+    if waiting > 0 then
+      io.stderr:write(("mqlease send: %d message(s) not checked within %s s: the broker will ask again\n")
+        :format(waiting, opts["check-timeout"]))
+      status = EXIT.failure
+    end
+  end
   producer:close()
   report.finish(n, opts.topic, failed)
   return status
+end
+
+-- One message as a transaction: begin, then commit or roll back (mode
+-- "commit", "rollback"), or leave it open ("check"). Returns the message id
+-- and its offset, or nil, message, code.
+function _M.transact(producer, mode, topic, body, send_opts)
+  local tx, err, code = producer:begin(topic, body, send_opts)
+  if not tx then return nil, err, code end
+  if mode ~= "check" then
+    local ok
+    if mode == "commit" then ok, err, code = tx:commit() else ok, err, code = tx:rollback() end
+    if not ok then return nil, ("%s of %s failed: %s"):format(mode, tx.message_id, tostring(err)), code end
+  end
+  return tx.message_id, tx.offset
 end
 
 return _M

@@ -2875,3 +2875,63 @@ const ProtobufCEnumDescriptor apache__rocketmq__v2__language__descriptor =
   apache__rocketmq__v2__language__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
+static const ProtobufCEnumValue apache__rocketmq__v2__transaction_resolution__enum_values_by_number[3] =
+{
+  { "TRANSACTION_RESOLUTION_UNSPECIFIED", "APACHE__ROCKETMQ__V2__TRANSACTION_RESOLUTION__TRANSACTION_RESOLUTION_UNSPECIFIED", 0 },
+  { "COMMIT", "APACHE__ROCKETMQ__V2__TRANSACTION_RESOLUTION__COMMIT", 1 },
+  { "ROLLBACK", "APACHE__ROCKETMQ__V2__TRANSACTION_RESOLUTION__ROLLBACK", 2 },
+};
+static const ProtobufCIntRange apache__rocketmq__v2__transaction_resolution__value_ranges[] = {
+{0, 0},{0, 3}
+};
+static const ProtobufCEnumValueIndex apache__rocketmq__v2__transaction_resolution__enum_values_by_name[3] =
+{
+  { "COMMIT", 1 },
+  { "ROLLBACK", 2 },
+  { "TRANSACTION_RESOLUTION_UNSPECIFIED", 0 },
+};
+const ProtobufCEnumDescriptor apache__rocketmq__v2__transaction_resolution__descriptor =
+{
+  PROTOBUF_C__ENUM_DESCRIPTOR_MAGIC,
+  "apache.rocketmq.v2.TransactionResolution",
+  "TransactionResolution",
+  "Apache__Rocketmq__V2__TransactionResolution",
+  "apache.rocketmq.v2",
+  3,
+  apache__rocketmq__v2__transaction_resolution__enum_values_by_number,
+  3,
+  apache__rocketmq__v2__transaction_resolution__enum_values_by_name,
+  1,
+  apache__rocketmq__v2__transaction_resolution__value_ranges,
+  NULL,NULL,NULL,NULL   /* reserved[1234] */
+};
+static const ProtobufCEnumValue apache__rocketmq__v2__transaction_source__enum_values_by_number[3] =
+{
+  { "SOURCE_UNSPECIFIED", "APACHE__ROCKETMQ__V2__TRANSACTION_SOURCE__SOURCE_UNSPECIFIED", 0 },
+  { "SOURCE_CLIENT", "APACHE__ROCKETMQ__V2__TRANSACTION_SOURCE__SOURCE_CLIENT", 1 },
+  { "SOURCE_SERVER_CHECK", "APACHE__ROCKETMQ__V2__TRANSACTION_SOURCE__SOURCE_SERVER_CHECK", 2 },
+};
+static const ProtobufCIntRange apache__rocketmq__v2__transaction_source__value_ranges[] = {
+{0, 0},{0, 3}
+};
+static const ProtobufCEnumValueIndex apache__rocketmq__v2__transaction_source__enum_values_by_name[3] =
+{
+  { "SOURCE_CLIENT", 1 },
+  { "SOURCE_SERVER_CHECK", 2 },
+  { "SOURCE_UNSPECIFIED", 0 },
+};
+const ProtobufCEnumDescriptor apache__rocketmq__v2__transaction_source__descriptor =
+{
+  PROTOBUF_C__ENUM_DESCRIPTOR_MAGIC,
+  "apache.rocketmq.v2.TransactionSource",
+  "TransactionSource",
+  "Apache__Rocketmq__V2__TransactionSource",
+  "apache.rocketmq.v2",
+  3,
+  apache__rocketmq__v2__transaction_source__enum_values_by_number,
+  3,
+  apache__rocketmq__v2__transaction_source__enum_values_by_name,
+  1,
+  apache__rocketmq__v2__transaction_source__value_ranges,
+  NULL,NULL,NULL,NULL   /* reserved[1234] */
+};

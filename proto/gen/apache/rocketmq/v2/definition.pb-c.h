@@ -163,6 +163,21 @@ typedef enum _Apache__Rocketmq__V2__Language {
   APACHE__ROCKETMQ__V2__LANGUAGE__NODE_JS = 8
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(APACHE__ROCKETMQ__V2__LANGUAGE)
 } Apache__Rocketmq__V2__Language;
+/*
+ * Transactional messages (EndTransaction in service.proto).
+ */
+typedef enum _Apache__Rocketmq__V2__TransactionResolution {
+  APACHE__ROCKETMQ__V2__TRANSACTION_RESOLUTION__TRANSACTION_RESOLUTION_UNSPECIFIED = 0,
+  APACHE__ROCKETMQ__V2__TRANSACTION_RESOLUTION__COMMIT = 1,
+  APACHE__ROCKETMQ__V2__TRANSACTION_RESOLUTION__ROLLBACK = 2
+    PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(APACHE__ROCKETMQ__V2__TRANSACTION_RESOLUTION)
+} Apache__Rocketmq__V2__TransactionResolution;
+typedef enum _Apache__Rocketmq__V2__TransactionSource {
+  APACHE__ROCKETMQ__V2__TRANSACTION_SOURCE__SOURCE_UNSPECIFIED = 0,
+  APACHE__ROCKETMQ__V2__TRANSACTION_SOURCE__SOURCE_CLIENT = 1,
+  APACHE__ROCKETMQ__V2__TRANSACTION_SOURCE__SOURCE_SERVER_CHECK = 2
+    PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(APACHE__ROCKETMQ__V2__TRANSACTION_SOURCE)
+} Apache__Rocketmq__V2__TransactionSource;
 
 /* --- messages --- */
 
@@ -938,6 +953,8 @@ extern const ProtobufCEnumDescriptor    apache__rocketmq__v2__client_type__descr
 extern const ProtobufCEnumDescriptor    apache__rocketmq__v2__encoding__descriptor;
 extern const ProtobufCEnumDescriptor    apache__rocketmq__v2__code__descriptor;
 extern const ProtobufCEnumDescriptor    apache__rocketmq__v2__language__descriptor;
+extern const ProtobufCEnumDescriptor    apache__rocketmq__v2__transaction_resolution__descriptor;
+extern const ProtobufCEnumDescriptor    apache__rocketmq__v2__transaction_source__descriptor;
 extern const ProtobufCMessageDescriptor apache__rocketmq__v2__filter_expression__descriptor;
 extern const ProtobufCMessageDescriptor apache__rocketmq__v2__retry_policy__descriptor;
 extern const ProtobufCMessageDescriptor apache__rocketmq__v2__exponential_backoff__descriptor;

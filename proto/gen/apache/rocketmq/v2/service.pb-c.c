@@ -1042,6 +1042,141 @@ void   apache__rocketmq__v2__recall_message_response__free_unpacked
   assert(message->base.descriptor == &apache__rocketmq__v2__recall_message_response__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   apache__rocketmq__v2__end_transaction_request__init
+                     (Apache__Rocketmq__V2__EndTransactionRequest         *message)
+{
+  static const Apache__Rocketmq__V2__EndTransactionRequest init_value = APACHE__ROCKETMQ__V2__END_TRANSACTION_REQUEST__INIT;
+  *message = init_value;
+}
+size_t apache__rocketmq__v2__end_transaction_request__get_packed_size
+                     (const Apache__Rocketmq__V2__EndTransactionRequest *message)
+{
+  assert(message->base.descriptor == &apache__rocketmq__v2__end_transaction_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t apache__rocketmq__v2__end_transaction_request__pack
+                     (const Apache__Rocketmq__V2__EndTransactionRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &apache__rocketmq__v2__end_transaction_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t apache__rocketmq__v2__end_transaction_request__pack_to_buffer
+                     (const Apache__Rocketmq__V2__EndTransactionRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &apache__rocketmq__v2__end_transaction_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Apache__Rocketmq__V2__EndTransactionRequest *
+       apache__rocketmq__v2__end_transaction_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Apache__Rocketmq__V2__EndTransactionRequest *)
+     protobuf_c_message_unpack (&apache__rocketmq__v2__end_transaction_request__descriptor,
+                                allocator, len, data);
+}
+void   apache__rocketmq__v2__end_transaction_request__free_unpacked
+                     (Apache__Rocketmq__V2__EndTransactionRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &apache__rocketmq__v2__end_transaction_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   apache__rocketmq__v2__end_transaction_response__init
+                     (Apache__Rocketmq__V2__EndTransactionResponse         *message)
+{
+  static const Apache__Rocketmq__V2__EndTransactionResponse init_value = APACHE__ROCKETMQ__V2__END_TRANSACTION_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t apache__rocketmq__v2__end_transaction_response__get_packed_size
+                     (const Apache__Rocketmq__V2__EndTransactionResponse *message)
+{
+  assert(message->base.descriptor == &apache__rocketmq__v2__end_transaction_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t apache__rocketmq__v2__end_transaction_response__pack
+                     (const Apache__Rocketmq__V2__EndTransactionResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &apache__rocketmq__v2__end_transaction_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t apache__rocketmq__v2__end_transaction_response__pack_to_buffer
+                     (const Apache__Rocketmq__V2__EndTransactionResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &apache__rocketmq__v2__end_transaction_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Apache__Rocketmq__V2__EndTransactionResponse *
+       apache__rocketmq__v2__end_transaction_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Apache__Rocketmq__V2__EndTransactionResponse *)
+     protobuf_c_message_unpack (&apache__rocketmq__v2__end_transaction_response__descriptor,
+                                allocator, len, data);
+}
+void   apache__rocketmq__v2__end_transaction_response__free_unpacked
+                     (Apache__Rocketmq__V2__EndTransactionResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &apache__rocketmq__v2__end_transaction_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   apache__rocketmq__v2__recover_orphaned_transaction_command__init
+                     (Apache__Rocketmq__V2__RecoverOrphanedTransactionCommand         *message)
+{
+  static const Apache__Rocketmq__V2__RecoverOrphanedTransactionCommand init_value = APACHE__ROCKETMQ__V2__RECOVER_ORPHANED_TRANSACTION_COMMAND__INIT;
+  *message = init_value;
+}
+size_t apache__rocketmq__v2__recover_orphaned_transaction_command__get_packed_size
+                     (const Apache__Rocketmq__V2__RecoverOrphanedTransactionCommand *message)
+{
+  assert(message->base.descriptor == &apache__rocketmq__v2__recover_orphaned_transaction_command__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t apache__rocketmq__v2__recover_orphaned_transaction_command__pack
+                     (const Apache__Rocketmq__V2__RecoverOrphanedTransactionCommand *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &apache__rocketmq__v2__recover_orphaned_transaction_command__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t apache__rocketmq__v2__recover_orphaned_transaction_command__pack_to_buffer
+                     (const Apache__Rocketmq__V2__RecoverOrphanedTransactionCommand *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &apache__rocketmq__v2__recover_orphaned_transaction_command__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Apache__Rocketmq__V2__RecoverOrphanedTransactionCommand *
+       apache__rocketmq__v2__recover_orphaned_transaction_command__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Apache__Rocketmq__V2__RecoverOrphanedTransactionCommand *)
+     protobuf_c_message_unpack (&apache__rocketmq__v2__recover_orphaned_transaction_command__descriptor,
+                                allocator, len, data);
+}
+void   apache__rocketmq__v2__recover_orphaned_transaction_command__free_unpacked
+                     (Apache__Rocketmq__V2__RecoverOrphanedTransactionCommand *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &apache__rocketmq__v2__recover_orphaned_transaction_command__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 static const ProtobufCFieldDescriptor apache__rocketmq__v2__query_route_request__field_descriptors[2] =
 {
   {
@@ -2014,7 +2149,7 @@ const ProtobufCMessageDescriptor apache__rocketmq__v2__reconnect_endpoints_comma
   (ProtobufCMessageInit) apache__rocketmq__v2__reconnect_endpoints_command__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor apache__rocketmq__v2__telemetry_command__field_descriptors[3] =
+static const ProtobufCFieldDescriptor apache__rocketmq__v2__telemetry_command__field_descriptors[4] =
 {
   {
     "status",
@@ -2041,6 +2176,18 @@ static const ProtobufCFieldDescriptor apache__rocketmq__v2__telemetry_command__f
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
   {
+    "recover_orphaned_transaction_command",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Apache__Rocketmq__V2__TelemetryCommand, command_case),
+    offsetof(Apache__Rocketmq__V2__TelemetryCommand, recover_orphaned_transaction_command),
+    &apache__rocketmq__v2__recover_orphaned_transaction_command__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
     "reconnect_endpoints_command",
     8,
     PROTOBUF_C_LABEL_NONE,
@@ -2054,15 +2201,17 @@ static const ProtobufCFieldDescriptor apache__rocketmq__v2__telemetry_command__f
   },
 };
 static const unsigned apache__rocketmq__v2__telemetry_command__field_indices_by_name[] = {
-  2,   /* field[2] = reconnect_endpoints_command */
+  3,   /* field[3] = reconnect_endpoints_command */
+  2,   /* field[2] = recover_orphaned_transaction_command */
   1,   /* field[1] = settings */
   0,   /* field[0] = status */
 };
-static const ProtobufCIntRange apache__rocketmq__v2__telemetry_command__number_ranges[2 + 1] =
+static const ProtobufCIntRange apache__rocketmq__v2__telemetry_command__number_ranges[3 + 1] =
 {
   { 1, 0 },
-  { 8, 2 },
-  { 0, 3 }
+  { 5, 2 },
+  { 8, 3 },
+  { 0, 4 }
 };
 const ProtobufCMessageDescriptor apache__rocketmq__v2__telemetry_command__descriptor =
 {
@@ -2072,10 +2221,10 @@ const ProtobufCMessageDescriptor apache__rocketmq__v2__telemetry_command__descri
   "Apache__Rocketmq__V2__TelemetryCommand",
   "apache.rocketmq.v2",
   sizeof(Apache__Rocketmq__V2__TelemetryCommand),
-  3,
+  4,
   apache__rocketmq__v2__telemetry_command__field_descriptors,
   apache__rocketmq__v2__telemetry_command__field_indices_by_name,
-  2,  apache__rocketmq__v2__telemetry_command__number_ranges,
+  3,  apache__rocketmq__v2__telemetry_command__number_ranges,
   (ProtobufCMessageInit) apache__rocketmq__v2__telemetry_command__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
@@ -2396,5 +2545,197 @@ const ProtobufCMessageDescriptor apache__rocketmq__v2__recall_message_response__
   apache__rocketmq__v2__recall_message_response__field_indices_by_name,
   1,  apache__rocketmq__v2__recall_message_response__number_ranges,
   (ProtobufCMessageInit) apache__rocketmq__v2__recall_message_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor apache__rocketmq__v2__end_transaction_request__field_descriptors[6] =
+{
+  {
+    "topic",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Apache__Rocketmq__V2__EndTransactionRequest, topic),
+    &apache__rocketmq__v2__resource__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "message_id",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Apache__Rocketmq__V2__EndTransactionRequest, message_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "transaction_id",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Apache__Rocketmq__V2__EndTransactionRequest, transaction_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "resolution",
+    4,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Apache__Rocketmq__V2__EndTransactionRequest, resolution),
+    &apache__rocketmq__v2__transaction_resolution__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "source",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Apache__Rocketmq__V2__EndTransactionRequest, source),
+    &apache__rocketmq__v2__transaction_source__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "trace_context",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Apache__Rocketmq__V2__EndTransactionRequest, trace_context),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned apache__rocketmq__v2__end_transaction_request__field_indices_by_name[] = {
+  1,   /* field[1] = message_id */
+  3,   /* field[3] = resolution */
+  4,   /* field[4] = source */
+  0,   /* field[0] = topic */
+  5,   /* field[5] = trace_context */
+  2,   /* field[2] = transaction_id */
+};
+static const ProtobufCIntRange apache__rocketmq__v2__end_transaction_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 6 }
+};
+const ProtobufCMessageDescriptor apache__rocketmq__v2__end_transaction_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "apache.rocketmq.v2.EndTransactionRequest",
+  "EndTransactionRequest",
+  "Apache__Rocketmq__V2__EndTransactionRequest",
+  "apache.rocketmq.v2",
+  sizeof(Apache__Rocketmq__V2__EndTransactionRequest),
+  6,
+  apache__rocketmq__v2__end_transaction_request__field_descriptors,
+  apache__rocketmq__v2__end_transaction_request__field_indices_by_name,
+  1,  apache__rocketmq__v2__end_transaction_request__number_ranges,
+  (ProtobufCMessageInit) apache__rocketmq__v2__end_transaction_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor apache__rocketmq__v2__end_transaction_response__field_descriptors[1] =
+{
+  {
+    "status",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Apache__Rocketmq__V2__EndTransactionResponse, status),
+    &apache__rocketmq__v2__status__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned apache__rocketmq__v2__end_transaction_response__field_indices_by_name[] = {
+  0,   /* field[0] = status */
+};
+static const ProtobufCIntRange apache__rocketmq__v2__end_transaction_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor apache__rocketmq__v2__end_transaction_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "apache.rocketmq.v2.EndTransactionResponse",
+  "EndTransactionResponse",
+  "Apache__Rocketmq__V2__EndTransactionResponse",
+  "apache.rocketmq.v2",
+  sizeof(Apache__Rocketmq__V2__EndTransactionResponse),
+  1,
+  apache__rocketmq__v2__end_transaction_response__field_descriptors,
+  apache__rocketmq__v2__end_transaction_response__field_indices_by_name,
+  1,  apache__rocketmq__v2__end_transaction_response__number_ranges,
+  (ProtobufCMessageInit) apache__rocketmq__v2__end_transaction_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor apache__rocketmq__v2__recover_orphaned_transaction_command__field_descriptors[2] =
+{
+  {
+    "message",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Apache__Rocketmq__V2__RecoverOrphanedTransactionCommand, message),
+    &apache__rocketmq__v2__message__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "transaction_id",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Apache__Rocketmq__V2__RecoverOrphanedTransactionCommand, transaction_id),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned apache__rocketmq__v2__recover_orphaned_transaction_command__field_indices_by_name[] = {
+  0,   /* field[0] = message */
+  1,   /* field[1] = transaction_id */
+};
+static const ProtobufCIntRange apache__rocketmq__v2__recover_orphaned_transaction_command__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 2 }
+};
+const ProtobufCMessageDescriptor apache__rocketmq__v2__recover_orphaned_transaction_command__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "apache.rocketmq.v2.RecoverOrphanedTransactionCommand",
+  "RecoverOrphanedTransactionCommand",
+  "Apache__Rocketmq__V2__RecoverOrphanedTransactionCommand",
+  "apache.rocketmq.v2",
+  sizeof(Apache__Rocketmq__V2__RecoverOrphanedTransactionCommand),
+  2,
+  apache__rocketmq__v2__recover_orphaned_transaction_command__field_descriptors,
+  apache__rocketmq__v2__recover_orphaned_transaction_command__field_indices_by_name,
+  1,  apache__rocketmq__v2__recover_orphaned_transaction_command__number_ranges,
+  (ProtobufCMessageInit) apache__rocketmq__v2__recover_orphaned_transaction_command__init,
   NULL,NULL,NULL    /* reserved[123] */
 };

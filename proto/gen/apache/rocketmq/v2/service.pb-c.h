@@ -41,6 +41,9 @@ typedef struct Apache__Rocketmq__V2__ChangeInvisibleDurationRequest Apache__Rock
 typedef struct Apache__Rocketmq__V2__ChangeInvisibleDurationResponse Apache__Rocketmq__V2__ChangeInvisibleDurationResponse;
 typedef struct Apache__Rocketmq__V2__RecallMessageRequest Apache__Rocketmq__V2__RecallMessageRequest;
 typedef struct Apache__Rocketmq__V2__RecallMessageResponse Apache__Rocketmq__V2__RecallMessageResponse;
+typedef struct Apache__Rocketmq__V2__EndTransactionRequest Apache__Rocketmq__V2__EndTransactionRequest;
+typedef struct Apache__Rocketmq__V2__EndTransactionResponse Apache__Rocketmq__V2__EndTransactionResponse;
+typedef struct Apache__Rocketmq__V2__RecoverOrphanedTransactionCommand Apache__Rocketmq__V2__RecoverOrphanedTransactionCommand;
 
 
 /* --- enums --- */
@@ -262,6 +265,7 @@ struct  Apache__Rocketmq__V2__ReconnectEndpointsCommand
 typedef enum {
   APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND__NOT_SET = 0,
   APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND_SETTINGS = 2,
+  APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND_RECOVER_ORPHANED_TRANSACTION_COMMAND = 5,
   APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND_RECONNECT_ENDPOINTS_COMMAND = 8
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND__CASE)
 } Apache__Rocketmq__V2__TelemetryCommand__CommandCase;
@@ -273,6 +277,10 @@ struct  Apache__Rocketmq__V2__TelemetryCommand
   Apache__Rocketmq__V2__TelemetryCommand__CommandCase command_case;
   union {
     Apache__Rocketmq__V2__Settings *settings;
+    /*
+     * transactional messages: the proxy asks the producer about a half message
+     */
+    Apache__Rocketmq__V2__RecoverOrphanedTransactionCommand *recover_orphaned_transaction_command;
     Apache__Rocketmq__V2__ReconnectEndpointsCommand *reconnect_endpoints_command;
   };
 };
@@ -348,6 +356,46 @@ struct  Apache__Rocketmq__V2__RecallMessageResponse
 };
 #define APACHE__ROCKETMQ__V2__RECALL_MESSAGE_RESPONSE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&apache__rocketmq__v2__recall_message_response__descriptor) \
+    , NULL, (char *)protobuf_c_empty_string }
+
+
+/*
+ * Transactional messages: ending a half message (MessagingService/EndTransaction), and the
+ * proxy's question about one left open, pushed over Telemetry.
+ */
+struct  Apache__Rocketmq__V2__EndTransactionRequest
+{
+  ProtobufCMessage base;
+  Apache__Rocketmq__V2__Resource *topic;
+  char *message_id;
+  char *transaction_id;
+  Apache__Rocketmq__V2__TransactionResolution resolution;
+  Apache__Rocketmq__V2__TransactionSource source;
+  char *trace_context;
+};
+#define APACHE__ROCKETMQ__V2__END_TRANSACTION_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&apache__rocketmq__v2__end_transaction_request__descriptor) \
+    , NULL, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, APACHE__ROCKETMQ__V2__TRANSACTION_RESOLUTION__TRANSACTION_RESOLUTION_UNSPECIFIED, APACHE__ROCKETMQ__V2__TRANSACTION_SOURCE__SOURCE_UNSPECIFIED, (char *)protobuf_c_empty_string }
+
+
+struct  Apache__Rocketmq__V2__EndTransactionResponse
+{
+  ProtobufCMessage base;
+  Apache__Rocketmq__V2__Status *status;
+};
+#define APACHE__ROCKETMQ__V2__END_TRANSACTION_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&apache__rocketmq__v2__end_transaction_response__descriptor) \
+    , NULL }
+
+
+struct  Apache__Rocketmq__V2__RecoverOrphanedTransactionCommand
+{
+  ProtobufCMessage base;
+  Apache__Rocketmq__V2__Message *message;
+  char *transaction_id;
+};
+#define APACHE__ROCKETMQ__V2__RECOVER_ORPHANED_TRANSACTION_COMMAND__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&apache__rocketmq__v2__recover_orphaned_transaction_command__descriptor) \
     , NULL, (char *)protobuf_c_empty_string }
 
 
@@ -788,6 +836,63 @@ Apache__Rocketmq__V2__RecallMessageResponse *
 void   apache__rocketmq__v2__recall_message_response__free_unpacked
                      (Apache__Rocketmq__V2__RecallMessageResponse *message,
                       ProtobufCAllocator *allocator);
+/* Apache__Rocketmq__V2__EndTransactionRequest methods */
+void   apache__rocketmq__v2__end_transaction_request__init
+                     (Apache__Rocketmq__V2__EndTransactionRequest         *message);
+size_t apache__rocketmq__v2__end_transaction_request__get_packed_size
+                     (const Apache__Rocketmq__V2__EndTransactionRequest   *message);
+size_t apache__rocketmq__v2__end_transaction_request__pack
+                     (const Apache__Rocketmq__V2__EndTransactionRequest   *message,
+                      uint8_t             *out);
+size_t apache__rocketmq__v2__end_transaction_request__pack_to_buffer
+                     (const Apache__Rocketmq__V2__EndTransactionRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Apache__Rocketmq__V2__EndTransactionRequest *
+       apache__rocketmq__v2__end_transaction_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   apache__rocketmq__v2__end_transaction_request__free_unpacked
+                     (Apache__Rocketmq__V2__EndTransactionRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Apache__Rocketmq__V2__EndTransactionResponse methods */
+void   apache__rocketmq__v2__end_transaction_response__init
+                     (Apache__Rocketmq__V2__EndTransactionResponse         *message);
+size_t apache__rocketmq__v2__end_transaction_response__get_packed_size
+                     (const Apache__Rocketmq__V2__EndTransactionResponse   *message);
+size_t apache__rocketmq__v2__end_transaction_response__pack
+                     (const Apache__Rocketmq__V2__EndTransactionResponse   *message,
+                      uint8_t             *out);
+size_t apache__rocketmq__v2__end_transaction_response__pack_to_buffer
+                     (const Apache__Rocketmq__V2__EndTransactionResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Apache__Rocketmq__V2__EndTransactionResponse *
+       apache__rocketmq__v2__end_transaction_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   apache__rocketmq__v2__end_transaction_response__free_unpacked
+                     (Apache__Rocketmq__V2__EndTransactionResponse *message,
+                      ProtobufCAllocator *allocator);
+/* Apache__Rocketmq__V2__RecoverOrphanedTransactionCommand methods */
+void   apache__rocketmq__v2__recover_orphaned_transaction_command__init
+                     (Apache__Rocketmq__V2__RecoverOrphanedTransactionCommand         *message);
+size_t apache__rocketmq__v2__recover_orphaned_transaction_command__get_packed_size
+                     (const Apache__Rocketmq__V2__RecoverOrphanedTransactionCommand   *message);
+size_t apache__rocketmq__v2__recover_orphaned_transaction_command__pack
+                     (const Apache__Rocketmq__V2__RecoverOrphanedTransactionCommand   *message,
+                      uint8_t             *out);
+size_t apache__rocketmq__v2__recover_orphaned_transaction_command__pack_to_buffer
+                     (const Apache__Rocketmq__V2__RecoverOrphanedTransactionCommand   *message,
+                      ProtobufCBuffer     *buffer);
+Apache__Rocketmq__V2__RecoverOrphanedTransactionCommand *
+       apache__rocketmq__v2__recover_orphaned_transaction_command__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   apache__rocketmq__v2__recover_orphaned_transaction_command__free_unpacked
+                     (Apache__Rocketmq__V2__RecoverOrphanedTransactionCommand *message,
+                      ProtobufCAllocator *allocator);
 /* --- per-message closures --- */
 
 typedef void (*Apache__Rocketmq__V2__QueryRouteRequest_Closure)
@@ -859,6 +964,15 @@ typedef void (*Apache__Rocketmq__V2__RecallMessageRequest_Closure)
 typedef void (*Apache__Rocketmq__V2__RecallMessageResponse_Closure)
                  (const Apache__Rocketmq__V2__RecallMessageResponse *message,
                   void *closure_data);
+typedef void (*Apache__Rocketmq__V2__EndTransactionRequest_Closure)
+                 (const Apache__Rocketmq__V2__EndTransactionRequest *message,
+                  void *closure_data);
+typedef void (*Apache__Rocketmq__V2__EndTransactionResponse_Closure)
+                 (const Apache__Rocketmq__V2__EndTransactionResponse *message,
+                  void *closure_data);
+typedef void (*Apache__Rocketmq__V2__RecoverOrphanedTransactionCommand_Closure)
+                 (const Apache__Rocketmq__V2__RecoverOrphanedTransactionCommand *message,
+                  void *closure_data);
 
 /* --- services --- */
 
@@ -888,6 +1002,9 @@ extern const ProtobufCMessageDescriptor apache__rocketmq__v2__change_invisible_d
 extern const ProtobufCMessageDescriptor apache__rocketmq__v2__change_invisible_duration_response__descriptor;
 extern const ProtobufCMessageDescriptor apache__rocketmq__v2__recall_message_request__descriptor;
 extern const ProtobufCMessageDescriptor apache__rocketmq__v2__recall_message_response__descriptor;
+extern const ProtobufCMessageDescriptor apache__rocketmq__v2__end_transaction_request__descriptor;
+extern const ProtobufCMessageDescriptor apache__rocketmq__v2__end_transaction_response__descriptor;
+extern const ProtobufCMessageDescriptor apache__rocketmq__v2__recover_orphaned_transaction_command__descriptor;
 
 PROTOBUF_C__END_DECLS
 

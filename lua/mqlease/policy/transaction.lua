@@ -1,0 +1,275 @@
+-- mqlease.policy.transaction_checker: consume-transform-produce exactly once.
+--
+-- A handler under mqlease.policy.exactly_once that sends what its message
+-- caused (topic A in, topic B out) sends it as a transaction, and the
+-- transaction commits only once the message's effect is recorded: its done
+-- marker (see mqlease.policy). Three pieces, one object:
+--
+--   local t = mqlease.policy.transaction_checker { redis = R }
+--   local p = mqlease.producer { endpoints = E, topics = { "B" }, checker = t }
+--   mqlease.run(consumer_of_A, function(m, lease)
+--     assert(t:begin(p, m, "B", transform(m.body)))   -- half message(s): invisible
+--     return true
+--   end, { policy = t:policy(mqlease.policy.exactly_once { redis = R }) })
+--
+-- t:begin sends a half message that names its source message and the run of
+-- the handler that sent it (the exactly-once lock's owner, unique per run),
+-- in properties mqlease.source and mqlease.run. After the exactly-once policy
+-- wrote the done marker and answers "ack", t:policy claims the source's
+-- output for that run -- SET <prefix>{<id>}:tx P:<run> NX, in one script with a
+-- look at the done marker -- and commits the run's transactions if the claim
+-- is the run's, or rolls them back if another run's is. A handler that fails
+-- rolls its transactions back at once. Everything else (the process dies
+-- after begin, or after the done marker, or a commit fails) is left to the
+-- broker's checks, which t answers as the producer's checker from the same
+-- keys: the claim is this run's -> "commit", once it is claim_grace old
+-- (before, "unknown": whoever took it is committing, and a second commit
+-- would deliver the message twice); another run's -> "rollback"; no claim
+-- but the done marker is there (the run died between the marker and its
+-- claim, or is slow) -> the check claims it for this run (C:<run>) and
+-- commits, and the run's own claim then sees it and commits nothing; no done marker
+-- yet -> "unknown" (the run may still finish; if it never does the broker
+-- drops the half message after transactionCheckMax checks, and the
+-- redelivered message's run sends its own). So of all the runs a message
+-- gets, exactly one run's messages are committed, once the message is done.
+--
+-- The producer's checks are answered by p:poll(). Under mqlease.run in plain
+-- Lua (mqlease's own scheduler), t:policy starts a task beside the handlers
+-- that polls the producer for as long as the run lasts; in every loop it also
+-- calls p:poll(0) (without waiting) after each message it ends. In another
+-- loop (nginx, cqueues) a worker that may sit idle for longer than the
+-- broker's checks last (transactionCheckMax × transactionCheckInterval)
+-- polls p from a light thread or coroutine of its own as well.
+
+local redis_mod = require "mqlease.redis"
+local policy = require "mqlease.policy"
+local scheduler_adapter = require "mqlease.loop.scheduler"
+
+local type, error, tostring, pcall, pairs, ipairs, setmetatable, rawget =
+  type, error, tostring, pcall, pairs, ipairs, setmetatable, rawget
+local floor = math.floor
+
+local _M = {}
+
+local methods = {}
+local mt = { __name = "mqlease.policy.transaction_checker", __index = methods }
+
+-- The property names a half message carries (user properties, so every
+-- client sees them).
+local SOURCE, RUN = "mqlease.source", "mqlease.run"
+_M.SOURCE, _M.RUN = SOURCE, RUN
+
+-- Claims the output of a source message for run ARGV[1] when its done marker
+-- (KEYS[1]) is there, unless a run has it already. The claim (KEYS[2], kept
+-- ARGV[2] seconds) says who took it: "P:<run>" the run's policy, which then
+-- commits, or "C:<run>" a check, which commits itself (ARGV[4], "P" or "C",
+-- says who asks). Every commit makes the broker write the message
+-- (EndTransactionProcessor), so one claim gets one commit:
+--   -> 1 commit: the claim is this run's, taken now, or (a check) older than
+--        ARGV[3] seconds (its age is what its TTL lost): its commit was lost
+--   -> 2 roll back: another run's claim
+--   -> 3 (a check) unknown: this run's claim, younger than ARGV[3]: its
+--        taker is committing it right now
+--   -> 4 (the policy) nothing: a check claimed it for this run and committed
+--   -> 0 no done marker and no claim: the run may still finish
+local CLAIM = [[
+local claim = redis.call('get', KEYS[2])
+local mine = ARGV[4] .. ':' .. ARGV[1]
+if claim then
+  if string.sub(claim, 3) ~= ARGV[1] then return 2 end
+  if ARGV[4] == 'P' then
+    if claim == mine then return 1 end
+    return 4
+  end
+  if tonumber(ARGV[2]) - redis.call('ttl', KEYS[2]) < tonumber(ARGV[3]) then return 3 end
+  return 1
+end
+if redis.call('exists', KEYS[1]) == 0 then return 0 end
+redis.call('set', KEYS[2], mine, 'EX', ARGV[2])
+return 1
+]]
+_M.script = CLAIM
+
+local defaults = { redis = "127.0.0.1:6379", prefix = "mqlease:", claim_ttl = 7 * 86400, claim_grace = 15,
+  recovery = false }
+
+local function check_options(opts)
+  opts = opts or {}
+  if type(opts) ~= "table" then error("mqlease.policy.transaction_checker: options table expected", 3) end
+  local o = {}
+  for k, v in pairs(opts) do
+    if defaults[k] == nil then
+      error(("mqlease.policy.transaction_checker: unknown option '%s'"):format(tostring(k)), 3)
+    end
+    o[k] = v
+  end
+  for k, v in pairs(defaults) do if o[k] == nil then o[k] = v end end
+  if type(o.prefix) ~= "string" then
+    error("mqlease.policy.transaction_checker: option 'prefix' must be a string (the exactly-once policy's)", 3)
+  end
+  if type(o.claim_ttl) ~= "number" or o.claim_ttl ~= o.claim_ttl or o.claim_ttl < 1 or o.claim_ttl == math.huge then
+    error("mqlease.policy.transaction_checker: option 'claim_ttl' must be at least 1 second", 3)
+  end
+  if o.recovery ~= false and (type(o.recovery) ~= "number" or o.recovery ~= o.recovery or o.recovery < 1
+    or o.recovery > 3600 or o.recovery ~= math.floor(o.recovery)) then
+    error("mqlease.policy.transaction_checker: option 'recovery' must be whole seconds from 1 to 3600", 3)
+  end
+  if type(o.claim_grace) ~= "number" or o.claim_grace ~= o.claim_grace or o.claim_grace < 0 or o.claim_grace >= o.claim_ttl then
+    error("mqlease.policy.transaction_checker: option 'claim_grace' must be 0 or more seconds, less than 'claim_ttl'", 3)
+  end
+  if not (type(o.redis) == "table" and o.redis.call) then
+    local ok, err = pcall(redis_mod.check, o.redis)
+    if not ok then
+      error("mqlease.policy.transaction_checker: option 'redis': " .. tostring(err):gsub("^[^:]*:%d+: ", ""), 3)
+    end
+  end
+  return o
+end
+
+function _M.new(opts)
+  local o = check_options(opts)
+  return setmetatable({
+    _o = o,
+    _r = type(o.redis) == "table" and o.redis.call and o.redis or nil,
+    _claim_ttl = tostring(floor(o.claim_ttl)),
+    _runs = setmetatable({}, { __mode = "k" }),   -- message -> { producer =, txs = { tx, ... } }
+    _pollers = setmetatable({}, { __mode = "k" }), -- scheduler -> { [producer] = true }: a poll task runs
+  }, mt)
+end
+
+local function client(self)
+  local r = rawget(self, "_r")
+  if not r then
+    r = redis_mod.new(self._o.redis)
+    self._r = r
+  end
+  return r
+end
+
+-- CLAIM for source id and run, asked by who ("P" the policy, "C" a check):
+-- 0 to 4 (above), or nil, err.
+local function claim(self, id, run, who)
+  -- the exactly-once policy's done marker, and the claim beside it (same hash tag)
+  local done = policy.keys(id, self._o.prefix).done
+  local tx_key = self._o.prefix .. "{" .. id .. "}:tx"
+  local got, err = client(self):eval(CLAIM, { done, tx_key },
+    { run, self._claim_ttl, tostring(self._o.claim_grace), who })
+  if got == nil then return nil, err end
+  return got
+end
+
+-- Sends body to topic through producer p as a half message caused by m (a
+-- message a handler under the exactly-once policy runs). opts: p:begin's;
+-- its properties get mqlease.source and mqlease.run. Returns the transaction,
+-- or nil, err, code. Raises outside the exactly-once policy (no lock owner).
+function methods:begin(p, m, topic, body, opts)
+  local lease = m.lease
+  local run = lease and rawget(lease, "lock_owner")
+  if type(run) ~= "string" then
+    error("mqlease.policy.transaction_checker: begin needs a message run under mqlease.policy.exactly_once (its lock owner names the run)", 2)
+  end
+  local o, props = {}, {}
+  for k, v in pairs(opts or {}) do o[k] = v end
+  for k, v in pairs(o.properties or {}) do props[k] = v end
+  props[SOURCE], props[RUN] = m.id, run
+  o.properties = props
+  -- recovery (check immunity), when given: RocketMQ 5.2's check puts a copy of
+  -- every half message it meets within its immunity back into the half queue,
+  -- and a commit then leaves that copy to be checked again (a second
+  -- delivery when answered "commit"); without it the check leaves half
+  -- messages younger than transactionTimeOut alone, so a run that commits
+  -- within transactionTimeOut never meets a check
+  if o.recovery == nil and self._o.recovery then o.recovery = self._o.recovery end
+  local tx, err, code = p:begin(topic, body, o)
+  if not tx then return nil, err, code end
+  local entry = self._runs[m]
+  if not entry or entry.run ~= run then
+    entry = { producer = p, run = run, txs = {} }
+    self._runs[m] = entry
+  end
+  entry.txs[#entry.txs + 1] = tx
+  return tx
+end
+
+-- Ends every open transaction of entry: commit (true) or rollback (false).
+local function end_all(entry, commit)
+  for _, tx in ipairs(entry.txs) do
+    if tx.state == "open" then
+      if commit then tx:commit() else tx:rollback() end
+    end
+  end
+end
+
+-- Under mqlease's own scheduler (mqlease.run in plain Lua), a task of it that
+-- polls producer p while p is open: checks are answered when no message comes.
+-- The run ends without waiting for it (its loop stops when the run is done).
+local function ensure_poller(self, p)
+  local sched = scheduler_adapter.current()
+  if not sched or not sched.spawn then return end
+  local polled = self._pollers[sched]
+  if not polled then
+    polled = setmetatable({}, { __mode = "k" })
+    self._pollers[sched] = polled
+  end
+  if polled[p] then return end
+  polled[p] = true
+  sched:spawn(function()
+    while not rawget(p, "_closed") do
+      if not pcall(p.poll, p, 1) then break end
+    end
+    polled[p] = nil
+  end)
+end
+
+-- Wraps a policy (mqlease.policy.exactly_once's): after it, the message's
+-- transactions end as the header of this file says, and the producer's
+-- checks that came meanwhile are answered.
+function methods:policy(inner)
+  if type(inner) ~= "function" then
+    error("bad argument #1 to 'policy' (the exactly-once policy expected, got " .. type(inner) .. ")", 2)
+  end
+  return function(m, lease, handler)
+    local handler_ok
+    local function run_handler(hm, hl)
+      local ok, res, err = pcall(handler, hm, hl)
+      handler_ok = ok and res and true or false
+      if not ok then error(res, 0) end
+      return res, err
+    end
+    local action, delay, err, after = inner(m, lease, run_handler)
+    local entry = self._runs[m]
+    if entry then
+      self._runs[m] = nil
+      if handler_ok == false then
+        -- the handler failed: its output is not the message's
+        end_all(entry, false)
+      elseif action == "ack" then
+        -- the done marker is written: claim the output for this run
+        local got = claim(self, m.id, entry.run, "P")
+        if got == 1 then end_all(entry, true)
+        elseif got == 2 then end_all(entry, false) end
+        -- 4: a check committed them; nil: Redis did not answer, the checks decide
+      end
+      entry.producer:poll(0)
+      ensure_poller(self, entry.producer)
+    end
+    return action, delay, err, after
+  end
+end
+
+-- The producer's checker: the answer for a half message this helper sent
+-- (see the header); "unknown" for one without mqlease.source/mqlease.run, or
+-- when Redis does not answer (the broker asks again).
+function methods:check(m)
+  local props = m.properties or {}
+  local source, run = props[SOURCE], props[RUN]
+  if type(source) ~= "string" or type(run) ~= "string" then return "unknown" end
+  local got = claim(self, source, run, "C")
+  if got == 1 then return "commit" end
+  if got == 2 then return "rollback" end
+  return "unknown"
+end
+
+mt.__call = function(self, m) return self:check(m) end
+
+return _M

@@ -1,0 +1,242 @@
+-- mqlease.transaction: a producer's transactions -- the object producer:begin
+-- returns, and the checks the proxy sends about half messages left open.
+--
+-- A transaction is one half message: SendMessage with the TRANSACTION type
+-- stores it invisible, and EndTransaction commits it (the broker delivers it
+-- then) or rolls it back (never delivered). A half message nobody ends (its
+-- producer died between begin and commit) is found by the broker's check
+-- service once it is older than transactionTimeOut (broker.conf), which asks
+-- a producer of the topic (the proxy sends RecoverOrphanedTransactionCommand
+-- over the Telemetry stream of a client that announced the topic in its
+-- settings: ClientActivity.registerProducer). The producer's checker answers:
+-- "commit" and "rollback" go back as EndTransaction (source SERVER_CHECK),
+-- "unknown" (or a checker that raises) sends nothing, and the broker asks
+-- again after transactionCheckInterval, up to transactionCheckMax times
+-- (then it drops the message), as the official clients' TransactionChecker.
+--
+-- A check may come for a transaction its producer has just ended: the broker
+-- writes the op message that marks a half message ended in batches
+-- (transactionOpBatchInterval, 3 s by default), and a check that runs before
+-- the batch does not see it. Answering "commit" again would make the broker
+-- write the message a second time (EndTransactionProcessor commits whatever
+-- the check answers), so a producer remembers the transactions it ended (the
+-- last ENDED_KEPT of them) and answers a check that comes within ENDED_QUIET
+-- seconds of the end with nothing, without asking its checker: the op
+-- message ends the broker's checks. A check that comes later means the end
+-- never reached the broker (a proxy in cluster mode passes EndTransaction on
+-- one-way, and answers OK before the broker has it): the producer sends the
+-- same end again, still without asking the checker. A check that comes while
+-- the producer's own end of it is in flight is answered with nothing too.
+--
+-- The checker never runs inside the core or inside the router's pump: a
+-- check waits in the producer's queue until producer:poll runs it in the
+-- caller's coroutine, so it may wait for Redis or anything else in the
+-- caller's loop.
+
+local core = require "mqlease.core"
+local loop = require "mqlease.loop"
+local message = require "mqlease.message"
+
+local setmetatable, rawget, type, error, pcall, tostring, pairs =
+  setmetatable, rawget, type, error, pcall, tostring, pairs
+local remove = table.remove
+local now = core.now
+
+local _M = {}
+
+local tx_methods = {}
+local tx_mt = { __name = "mqlease.transaction", __index = tx_methods }
+
+local ANSWERS = { commit = true, rollback = true, unknown = true }
+local ENDED_KEPT = 4096
+local ENDED_QUIET = 6
+
+-- The counters of one producer (mqlease.metrics reads them by name).
+local function new_counters()
+  return { tx_begun = 0, tx_commit_ok = 0, tx_commit_fail = 0, tx_rollback_ok = 0, tx_rollback_fail = 0,
+    tx_check_commit = 0, tx_check_rollback = 0, tx_check_unknown = 0, tx_check_error = 0,
+    tx_check_end_fail = 0, tx_check_already_ended = 0, tx_check_resent = 0 }
+end
+
+-- Gives producer p its transaction state, from its checked options o.
+function _M.attach(p, o)
+  local topics = {}
+  for _, t in pairs(o.topics or {}) do topics[t] = true end
+  p._tx_topics = topics
+  p._checker = o.checker
+  p._checks = {}
+  p._tx = new_counters()
+  p._ended, p._ended_ring, p._ended_at = {}, {}, 0
+  p._ending = {}   -- transaction id -> true while its EndTransaction is in flight
+  p._router.on_orphan = function(ev)
+    local q = p._checks
+    q[#q + 1] = ev
+  end
+end
+
+-- Raises when p cannot begin a transaction on topic (wrong use).
+function _M.check_can_begin(p, topic)
+  if not p._checker then
+    error("mqlease.producer: begin needs option 'checker' (it answers the broker's checks of half messages left open)", 3)
+  end
+  if not p._tx_topics[topic] then
+    error(("mqlease.producer: begin on topic '%s', which is not in option 'topics' (the proxy sends its checks only to producers that announced the topic)"):format(topic), 3)
+  end
+end
+
+-- The transaction of a half message the send answered (ev).
+function _M.begun(p, topic, ev, trace_context)
+  p._tx.tx_begun = p._tx.tx_begun + 1
+  if not ev.transaction_id then
+    -- the proxy answers every half message with one (SendMessageActivity)
+    return nil, "SendMessage: the proxy sent no transaction id for a half message", "PROTOCOL"
+  end
+  return setmetatable({ producer = p, topic = topic, message_id = ev.message_id, offset = ev.offset,
+    transaction_id = ev.transaction_id, _trace = trace_context, state = "open" }, tx_mt)
+end
+
+-- Remembers that p ended transaction_id with commit (a boolean), and when
+-- (the last ENDED_KEPT of them).
+local function remember_ended(p, transaction_id, commit)
+  local known = p._ended[transaction_id]
+  if known then
+    known.at = now()
+    return
+  end
+  local at = p._ended_at % ENDED_KEPT + 1
+  local ring = p._ended_ring
+  if ring[at] then p._ended[ring[at]] = nil end
+  ring[at] = transaction_id
+  p._ended[transaction_id] = { commit = commit, at = now() }
+  p._ended_at = at
+end
+
+-- EndTransaction for message_id of topic, waited for; true or nil, message, code.
+local function end_tx(p, topic, message_id, transaction_id, commit, from_check, trace)
+  if rawget(p, "_closed") then return nil, "the producer is closed", "CLOSED" end
+  local router = p._router
+  p._ending[transaction_id] = true
+  local ok, err, code = router:call(router.client:end_transaction(topic, message_id, transaction_id,
+    commit, from_check, trace))
+  p._ending[transaction_id] = nil
+  if not ok then return nil, err, code end
+  remember_ended(p, transaction_id, commit)
+  return true
+end
+
+local function finish(self, commit)
+  local what = commit and "commit" or "rollback"
+  local state = self.state
+  if state ~= "open" then
+    error(("mqlease.transaction: %s after %s (message %s)"):format(what,
+      state == "committed" and "commit" or "rollback", tostring(self.message_id)), 3)
+  end
+  local p = self.producer
+  local ok, err, code = end_tx(p, self.topic, self.message_id, self.transaction_id, commit, false, self._trace)
+  local c = p._tx
+  if ok then
+    self.state = commit and "committed" or "rolled_back"
+    if commit then c.tx_commit_ok = c.tx_commit_ok + 1 else c.tx_rollback_ok = c.tx_rollback_ok + 1 end
+    return true
+  end
+  -- still open: the caller may end it again, or the broker's check will ask
+  if commit then c.tx_commit_fail = c.tx_commit_fail + 1 else c.tx_rollback_fail = c.tx_rollback_fail + 1 end
+  return nil, err, code
+end
+
+-- Commits the half message: the broker delivers it. true, or nil, message,
+-- code (the transaction stays open: end it again, or let the checker answer).
+function tx_methods:commit()
+  return finish(self, true)
+end
+
+-- Rolls the half message back: it is never delivered.
+function tx_methods:rollback()
+  return finish(self, false)
+end
+
+tx_mt.__tostring = function(self)
+  return ("mqlease.transaction(%s, %s, %s)"):format(self.topic, tostring(self.message_id), self.state)
+end
+
+-- The half message of a check as the checker sees it: a plain table with the
+-- fields of a received message (mqlease.message's names) and transaction_id.
+local function check_view(ev)
+  local m, shape = ev.message, ev.shape or {}
+  local S = message.SLOTS
+  return { id = m[S.id], body = m[S.body], born_at = m[S.born_at], store_at = m[S.store_at],
+    topic = shape.topic, tag = shape.tag, born_host = shape.born_host, store_host = shape.store_host,
+    message_type = shape.message_type, keys = m.keys or {}, properties = m.properties or {},
+    trace_context = m.trace_context, transaction_id = ev.transaction_id }
+end
+
+-- Runs p's checker for one check; nil, or the error it raised.
+local function run_check(p, ev)
+  local c = p._tx
+  local ended = p._ended[ev.transaction_id]
+  if p._ending[ev.transaction_id] or (ended and now() - ended.at < ENDED_QUIET) then
+    -- being ended here right now, or just ended
+    c.tx_check_already_ended = c.tx_check_already_ended + 1
+    return nil
+  end
+  local view = check_view(ev)
+  if ended then
+    -- ended here long enough ago that the broker should know: it did not hear
+    c.tx_check_resent = c.tx_check_resent + 1
+    if not end_tx(p, view.topic, view.id, view.transaction_id, ended.commit, true, view.trace_context) then
+      c.tx_check_end_fail = c.tx_check_end_fail + 1
+    end
+    return nil
+  end
+  local ok, answer = pcall(p._checker, view)
+  if not ok then
+    c.tx_check_error = c.tx_check_error + 1
+    return tostring(answer)
+  end
+  if not ANSWERS[answer] then
+    c.tx_check_error = c.tx_check_error + 1
+    error(("mqlease.producer: the checker answered %s for message %s: it must return \"commit\", \"rollback\" or \"unknown\""):format(
+      type(answer) == "string" and ("%q"):format(answer) or tostring(answer), tostring(view.id)), 4)
+  end
+  c["tx_check_" .. answer] = c["tx_check_" .. answer] + 1
+  if answer == "unknown" then return nil end
+  local done = end_tx(p, view.topic, view.id, view.transaction_id, answer == "commit", true, view.trace_context)
+  if not done then c.tx_check_end_fail = c.tx_check_end_fail + 1 end
+  return nil
+end
+
+-- producer:poll (see mqlease.producer).
+function _M.poll(p, timeout)
+  if timeout ~= nil and (type(timeout) ~= "number" or timeout ~= timeout or timeout < 0) then
+    error(("bad argument #1 to 'poll' (timeout: seconds expected, got %s)"):format(tostring(timeout)), 3)
+  end
+  if rawget(p, "_closed") then return 0 end
+  local router, q = p._router, p._checks
+  local deadline = now() + (timeout or 0)
+  router:pump()
+  while #q == 0 and now() < deadline and not rawget(p, "_closed") do
+    loop.wait(router.client:fd(), deadline)
+    router:pump()
+  end
+  local n, last_err = 0, nil
+  while #q > 0 and not rawget(p, "_closed") do
+    local ev = remove(q, 1)
+    n = n + 1
+    if not p._checker then
+      p._tx.tx_check_error = p._tx.tx_check_error + 1
+      last_err = "mqlease.producer: the proxy asked about a half message and the producer has no checker"
+    else
+      last_err = run_check(p, ev) or last_err
+    end
+  end
+  return n, last_err
+end
+
+-- The raw metrics table m of producer p with its transaction counters added.
+function _M.metrics(p, m)
+  for k, v in pairs(p._tx) do m[k] = v end
+  m.tx_checks_waiting = #p._checks
+  return m
+end
+
+return _M

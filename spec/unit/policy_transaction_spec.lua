@@ -1,0 +1,188 @@
+-- mqlease.policy.transaction_checker: which run's half messages commit. A
+-- fake Redis runs the claim script's logic over a table (and can be down), a
+-- fake producer records what each transaction was told; the real policy
+-- (the exactly-once one) is on the real broker in transaction_cpt_spec.
+local mqlease = require "mqlease"
+local tc_mod = require "mqlease.policy.transaction"
+
+-- A Redis stand-in: eval of the claim script only (its logic, in Lua), over
+-- store, with a clock of its own (r.now, seconds) for the claim's age;
+-- down = true makes every call fail as an unreachable server does.
+local function fake_redis()
+  local r = { store = {}, set_at = {}, now = 0, down = false, evals = 0 }
+  function r.call() error("not used") end
+  function r:eval(script, keys, args)
+    assert.equal(tc_mod.script, script)
+    self.evals = self.evals + 1
+    if self.down then return nil, "connection refused", "UNAVAILABLE" end
+    local run, grace, who = args[1], tonumber(args[3]), args[4]
+    local claim = self.store[keys[2]]
+    if claim then
+      if claim:sub(3) ~= run then return 2 end
+      if who == "P" then return claim == who .. ":" .. run and 1 or 4 end
+      if self.now - self.set_at[keys[2]] < grace then return 3 end
+      return 1
+    end
+    if not self.store[keys[1]] then return 0 end
+    self.store[keys[2]], self.set_at[keys[2]] = who .. ":" .. run, self.now
+    return 1
+  end
+  return r
+end
+
+-- A producer stand-in whose transactions record their end.
+local function fake_producer()
+  local p = { begun = {}, polls = 0 }
+  function p:begin(topic, body, opts)
+    local tx = { topic = topic, body = body, opts = opts, state = "open" }
+    function tx:commit() self.state = "committed"; return true end
+    function tx:rollback() self.state = "rolled_back"; return true end
+    self.begun[#self.begun + 1] = tx
+    return tx
+  end
+  function p:poll() self.polls = self.polls + 1; return 0 end
+  return p
+end
+
+-- A message of run `run` (its exactly-once lock owner).
+local function message(id, run)
+  return { id = id, lease = { lock_owner = run } }
+end
+
+-- What the exactly-once policy does around a handler, reduced to its outcome:
+-- runs it, then (success) writes the done marker into r and answers "ack".
+local function eo_like(r, prefix)
+  return function(m, lease, handler)
+    local ok, res = pcall(handler, m, lease)
+    if not (ok and res) then return "nack" end
+    r.store[prefix .. "{" .. m.id .. "}:done"] = "1"
+    return "ack"
+  end
+end
+
+describe("mqlease.policy.transaction_checker", function()
+  it("commits a run's half messages once its done marker is written and its claim is taken", function()
+    local r, p = fake_redis(), fake_producer()
+    local t = mqlease.policy.transaction_checker { redis = r }
+    local m = message("M1", "run-a")
+    local policy = t:policy(eo_like(r, "mqlease:"))
+    local action = policy(m, m.lease, function(hm)
+      assert(t:begin(p, hm, "B", "out-1", { tag = "x", properties = { k = "v" } }))
+      assert(t:begin(p, hm, "B", "out-2"))
+      return true
+    end)
+    assert.equal("ack", action)
+    assert.equal(2, #p.begun)
+    for _, tx in ipairs(p.begun) do assert.equal("committed", tx.state) end
+    assert.same({ k = "v", ["mqlease.source"] = "M1", ["mqlease.run"] = "run-a" }, p.begun[1].opts.properties)
+    assert.equal("x", p.begun[1].opts.tag)
+    assert.is_nil(p.begun[1].opts.recovery)   -- the broker's transactionTimeOut (see the option)
+    assert.equal("P:run-a", r.store["mqlease:{M1}:tx"])
+    assert.equal(1, p.polls)
+    -- a check of them: unknown while the run may be committing them, then commit;
+    -- of another run's, rollback
+    local a = { properties = { ["mqlease.source"] = "M1", ["mqlease.run"] = "run-a" } }
+    assert.equal("unknown", t(a))
+    r.now = 15
+    assert.equal("commit", t(a))
+    assert.equal("rollback", t({ properties = { ["mqlease.source"] = "M1", ["mqlease.run"] = "run-b" } }))
+  end)
+
+  it("rolls back at once what a failed handler sent", function()
+    local r, p = fake_redis(), fake_producer()
+    local t = mqlease.policy.transaction_checker { redis = r }
+    local m = message("M2", "run-a")
+    local action = t:policy(eo_like(r, "mqlease:"))(m, m.lease, function(hm)
+      assert(t:begin(p, hm, "B", "out"))
+      error("handler broke")
+    end)
+    assert.equal("nack", action)
+    assert.equal("rolled_back", p.begun[1].state)
+    assert.is_nil(r.store["mqlease:{M2}:tx"])
+  end)
+
+  it("rolls back a run whose message another run claimed first", function()
+    local r, p = fake_redis(), fake_producer()
+    local t = mqlease.policy.transaction_checker { redis = r }
+    r.store["mqlease:{M3}:tx"], r.set_at["mqlease:{M3}:tx"] = "C:run-other", 0
+    local m = message("M3", "run-a")
+    t:policy(eo_like(r, "mqlease:"))(m, m.lease, function(hm)
+      assert(t:begin(p, hm, "B", "out"))
+      return true
+    end)
+    assert.equal("rolled_back", p.begun[1].state)
+  end)
+
+  it("answers checks from the done marker and the claim: unknown, claimed by the check, rolled back", function()
+    local r = fake_redis()
+    local t = mqlease.policy.transaction_checker { redis = r, prefix = "pfx:" }
+    local a = { properties = { ["mqlease.source"] = "M4", ["mqlease.run"] = "run-a" } }
+    local b = { properties = { ["mqlease.source"] = "M4", ["mqlease.run"] = "run-b" } }
+    -- no done marker yet: the run may still finish
+    assert.equal("unknown", t:check(a))
+    assert.is_nil(r.store["pfx:{M4}:tx"])
+    -- done, nobody claimed (the run died between its marker and its claim): the first check claims
+    r.store["pfx:{M4}:done"] = "1"
+    assert.equal("commit", t:check(b))
+    assert.equal("C:run-b", r.store["pfx:{M4}:tx"])
+    assert.equal("rollback", t:check(a))
+    -- asked again at once: its commit is on its way; after claim_grace, committed again
+    assert.equal("unknown", t:check(b))
+    r.now = 16
+    assert.equal("commit", t:check(b))
+    -- not one of ours, and Redis down: ask again later
+    assert.equal("unknown", t:check({ properties = {} }))
+    r.down = true
+    assert.equal("unknown", t:check(a))
+  end)
+
+  it("leaves the transactions to the checks when Redis does not answer the claim", function()
+    local r, p = fake_redis(), fake_producer()
+    local t = mqlease.policy.transaction_checker { redis = r }
+    local m = message("M5", "run-a")
+    local inner = eo_like(r, "mqlease:")
+    t:policy(function(...)
+      local action = inner(...)
+      r.down = true
+      return action
+    end)(m, m.lease, function(hm)
+      assert(t:begin(p, hm, "B", "out"))
+      return true
+    end)
+    assert.equal("open", p.begun[1].state)
+  end)
+
+  it("commits nothing from the run when a check claimed its output first (the check committed)", function()
+    local r, p = fake_redis(), fake_producer()
+    local t = mqlease.policy.transaction_checker { redis = r }
+    local m = message("M6", "run-a")
+    t:policy(eo_like(r, "mqlease:"))(m, m.lease, function(hm)
+      assert(t:begin(p, hm, "B", "out"))
+      -- between the done marker and the run's claim, a check of this half message
+      r.store["mqlease:{M6}:done"] = "1"
+      assert.equal("commit", t:check({ properties = { ["mqlease.source"] = "M6", ["mqlease.run"] = "run-a" } }))
+      return true
+    end)
+    assert.equal("open", p.begun[1].state)
+    assert.equal("C:run-a", r.store["mqlease:{M6}:tx"])
+  end)
+
+  it("raises on wrong use, naming the option or the call", function()
+    assert.has_error(function() mqlease.policy.transaction_checker { nope = 1 } end,
+      "mqlease.policy.transaction_checker: unknown option 'nope'")
+    assert.has_error(function() mqlease.policy.transaction_checker { claim_ttl = 0 } end,
+      "mqlease.policy.transaction_checker: option 'claim_ttl' must be at least 1 second")
+    assert.has_error(function() mqlease.policy.transaction_checker { recovery = 0.5 } end,
+      "mqlease.policy.transaction_checker: option 'recovery' must be whole seconds from 1 to 3600")
+    local t2 = mqlease.policy.transaction_checker { redis = fake_redis(), recovery = 60 }
+    local p2, m2 = fake_producer(), message("M7", "run-a")
+    assert(t2:begin(p2, m2, "B", "out"))
+    assert.equal(60, p2.begun[1].opts.recovery)
+    assert.has_error(function() mqlease.policy.transaction_checker { claim_grace = -1 } end,
+      "mqlease.policy.transaction_checker: option 'claim_grace' must be 0 or more seconds, less than 'claim_ttl'")
+    local t = mqlease.policy.transaction_checker { redis = fake_redis() }
+    assert.error_matches(function() t:begin(fake_producer(), { id = "X", lease = {} }, "B", "b") end,
+      "begin needs a message run under mqlease.policy.exactly_once")
+    assert.error_matches(function() t:policy(nil) end, "the exactly%-once policy expected")
+  end)
+end)
