@@ -85,12 +85,16 @@ local rss0, lua0 = status_kb("VmRSS"), collectgarbage("count")
 -- messages that do not exist, which kept the fill open 5 s past its end while the first
 -- renewals ran (20,000 leases: 5.4 s to receive instead of 0.6).
 local RECEIVERS = 4
+-- BENCH_FILL_S: stop receiving after that many seconds (900). A consumer that holds more
+-- leases than it can renew on time holds its receives (renewals first): its fill stops
+-- where the renewals keep up, and this bounds how long the row waits for the rest.
+local fill_s = tonumber(os.getenv("BENCH_FILL_S") or "900")
 local held, t0 = {}, mqlease.now()
 local asked = 0   -- messages asked for by the receives in flight
 local tasks = require("mqlease.scheduler").new(function(_, err) error(err) end)
 for _ = 1, RECEIVERS do
   tasks:spawn(function()
-    while mqlease.now() - t0 < 900 do
+    while mqlease.now() - t0 < fill_s do
       -- nothing left to ask for: the receives in flight cover the rest (one that
       -- comes back short asks again in its own loop)
       local want = math.min(32, count - #held - asked)
@@ -168,8 +172,10 @@ print(json({
   rss_kb = status_kb("VmHWM"),
   broker_cpu_us_per_renewal = (not broker or spin > 0 or renewals == 0) and -1 or (bcpu1 - bcpu0) * 1e6 / renewals,
   broker_rss_kb = broker_rss_kb,
+  receives_held = m.receives_held or 0, receives_held_empty = m.receives_held_empty or 0,
+  queue_age_max_ms = (m.renew_queue_age_max_seconds or 0) * 1000,
 }, { "count", "acked", "invisible_s", "hold_s", "spin_s", "receive_s", "wait_s", "renewals",
   "renewals_hold", "renewals_per_s", "renew_fail", "uncertain", "expired", "lateness_p50_ms",
   "lateness_p99_ms", "lateness_max_ms", "lateness_window_p99_ms", "renew_p50_ms", "renew_p99_ms", "bytes_per_lease",
   "lua_bytes_per_lease", "cpu_us_per_renewal", "rss_kb", "broker_cpu_us_per_renewal",
-  "broker_rss_kb" }))
+  "broker_rss_kb", "receives_held", "receives_held_empty", "queue_age_max_ms" }))

@@ -64,6 +64,10 @@ local COUNTERS = {
     { { nil, "reconnects" } } },
   { "mqlease_releases_held_total", "Acks, nacks and dead letters held while the session moved to another proxy, sent once it had our settings (or after one request timeout, or when their lease could wait no longer).",
     { { nil, "releases_held" } } },
+  { "mqlease_receives_held_total", "Receives held, unsent, while the renewals were behind (renewals first).",
+    { { nil, "receives_held" } } },
+  { "mqlease_receives_held_empty_total", "Held receives answered empty: no whole long poll fitted in what the receive promised any more.",
+    { { nil, "receives_held_empty" } } },
   { "mqlease_events_dropped_total", "Core events Lua could not take (out of memory): skipped, their leases nacked, their waiters told INTERNAL.",
     { { nil, "events_dropped" } } },
 }
@@ -351,6 +355,14 @@ function _M.text(c, labels)
     line("# HELP mqlease_invisible_seconds The invisible duration the next receive and renewal ask for (moves with invisible = \"auto\").")
     line("# TYPE mqlease_invisible_seconds gauge")
     line(format("mqlease_invisible_seconds%s %s", label(nil, base), num(m.invisible_seconds)))
+  end
+  if m.renew_queue_age_seconds then
+    line("# HELP mqlease_renew_queue_age_seconds Age of the oldest renewal due and not yet sent, at the renewal thread's last pass.")
+    line("# TYPE mqlease_renew_queue_age_seconds gauge")
+    line(format("mqlease_renew_queue_age_seconds%s %s", label(nil, base), num(m.renew_queue_age_seconds)))
+    line("# HELP mqlease_renew_queue_age_max_seconds The most that age has been.")
+    line("# TYPE mqlease_renew_queue_age_max_seconds gauge")
+    line(format("mqlease_renew_queue_age_max_seconds%s %s", label(nil, base), num(m.renew_queue_age_max_seconds)))
   end
   if m.retry_policy then
     line("# HELP mqlease_retry_max_attempts Delivery attempts the group's retry policy allows (the server's Settings: retryMaxTimes + 1).")

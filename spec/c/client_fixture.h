@@ -16,6 +16,7 @@
 #include "mql_base.h"
 #include "mql_change.h"
 #include "mql_client.h"
+#include "mql_receive.h"
 #include "mql_release.h"
 #include "mql_renew.h"
 #include "mql_session.h"
@@ -56,6 +57,7 @@ static void fixture_client_finish(mql_client *c, mql_call *extra) {
     mql_call *call;
     grpc_event ev;
     if (extra) mql_call_cancel(extra);
+    mql_receive_end_waiting(c, "CLOSED", "receive: the client is closed");
     for (call = c->calls; call; call = call->next) mql_call_cancel(call);
     mql_call_channel_unref(c->access);
     grpc_completion_queue_shutdown(c->cq);

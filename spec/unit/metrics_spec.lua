@@ -57,6 +57,18 @@ describe("mqlease.metrics.text", function()
     assert.equal(1, prom.value(samples, "mqlease_session_state", '{state="ready"}'))
   end)
 
+  it("carries renewals first: held receives and the due queue's age", function()
+    local with = { inflight = 0, session_state = "ready", receives_held = 9, receives_held_empty = 4,
+      renew_queue_age_seconds = 0.25, renew_queue_age_max_seconds = 1.5 }
+    local types, samples = prom.parse(mqlease.metrics.text(fake(with)))
+    assert.equal("counter", types.mqlease_receives_held_total)
+    assert.equal("gauge", types.mqlease_renew_queue_age_seconds)
+    assert.equal(9, prom.value(samples, "mqlease_receives_held_total"))
+    assert.equal(4, prom.value(samples, "mqlease_receives_held_empty_total"))
+    assert.equal(0.25, prom.value(samples, "mqlease_renew_queue_age_seconds"))
+    assert.equal(1.5, prom.value(samples, "mqlease_renew_queue_age_max_seconds"))
+  end)
+
   it("renders histograms as cumulative buckets ending in +Inf, with sum and count", function()
     local _, samples = prom.parse(mqlease.metrics.text(fake(raw)))
     local n = "mqlease_renew_latency_seconds"

@@ -61,6 +61,10 @@ typedef struct mql_metrics {
     uint64_t dead_letter_fail;
     uint64_t reconnects;        /* next endpoint at start, Telemetry re-opened */
     uint64_t releases_held;     /* releases held until a reconnected proxy had our settings */
+    uint64_t receives_held;     /* receives held while the renewals were behind */
+    uint64_t receives_held_empty;   /* ... of them answered empty (no time left for a poll) */
+    int64_t renew_queue_age_ms; /* the oldest due renewal's age at the last timer pass */
+    int64_t renew_queue_age_max_ms; /* the most it has been */
     uint64_t events_dropped;    /* events the host could not take (mql_client_event_dropped) */
     int session_state;          /* mql_client_state, set when copied out */
     int64_t invisible_ms;       /* what the next receive asks for, set when copied out */

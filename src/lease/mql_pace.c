@@ -63,6 +63,11 @@ int64_t mql_pace_slack_ms(const mql_pace *p) {
     return slack < MQL_PACE_SLACK_MAX_MS ? slack : MQL_PACE_SLACK_MAX_MS;
 }
 
+int64_t mql_pace_behind_ms(const mql_pace *p) {
+    int64_t t = p->every_ms / 400;
+    return t > MQL_PACE_BEHIND_MIN_MS ? t : MQL_PACE_BEHIND_MIN_MS;
+}
+
 int mql_pace_may_start(const mql_pace *p, int inflight) {
     return inflight < p->max_inflight ? p->max_inflight - inflight : 0;
 }

@@ -26,6 +26,13 @@
  *                   request timeout measures the broker, not a queue of our
  *                   own making in front of one HTTP/2 connection.
  *
+ *   behind         the oldest renewal due and not yet sent is older than
+ *                   max(50 ms, every/400): the receive side then holds its
+ *                   receives until the renewals catch up (mql_receive.c),
+ *                   so a fill never takes the time the renewals it made due
+ *                   need. every/400 is a quarter of a percent of the period;
+ *                   50 ms is the slack's cap, what a renewal may come early.
+ *
  * The p99 comes from a small histogram of power-of-two milliseconds whose
  * counts are halved every PACE_DECAY samples, so it follows the broker.
  */
@@ -38,6 +45,8 @@
 #define MQL_PACE_MAX_INFLIGHT 256   /* renewals in flight at once */
 #define MQL_PACE_P99_FACTOR 4       /* margin >= K x p99 latency */
 #define MQL_PACE_SLACK_MAX_MS 50    /* renewals up to this much early go out together */
+#define MQL_PACE_BEHIND_MIN_MS 50   /* renewals are behind past max(this, every/400) */
+#define MQL_PACE_BEHIND_BACKLOG 32  /* ... or when this many went out that late in one pass */
 
 typedef struct mql_pace {
     int64_t invisible_ms;           /* what each renewal extends the deadline to */
@@ -68,6 +77,8 @@ int64_t mql_pace_next_at(const mql_pace *p, int64_t sent_ms, int64_t deadline_ms
  * thread for several renewals instead of one each (every/64, at most
  * MQL_PACE_SLACK_MAX_MS). The next renewal snaps back to the lease's phase. */
 int64_t mql_pace_slack_ms(const mql_pace *p);
+/* How late the oldest due renewal may be before the renewals are behind. */
+int64_t mql_pace_behind_ms(const mql_pace *p);
 /* How many renewals may start now, with inflight already out. */
 int mql_pace_may_start(const mql_pace *p, int inflight);
 /* One observed renewal latency (request to reply). */

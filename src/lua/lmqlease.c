@@ -390,6 +390,12 @@ static int l_metrics(lua_State *L) {
     lmql_set_int(L, "reconnects", (lua_Integer)m.reconnects);
     lmql_set_int(L, "releases_held", (lua_Integer)m.releases_held);
     lmql_set_int(L, "events_dropped", (lua_Integer)m.events_dropped);
+    lmql_set_int(L, "receives_held", (lua_Integer)m.receives_held);
+    lmql_set_int(L, "receives_held_empty", (lua_Integer)m.receives_held_empty);
+    lua_pushnumber(L, (lua_Number)m.renew_queue_age_ms / 1000.0);
+    lua_setfield(L, -2, "renew_queue_age_seconds");
+    lua_pushnumber(L, (lua_Number)m.renew_queue_age_max_ms / 1000.0);
+    lua_setfield(L, -2, "renew_queue_age_max_seconds");
     lmql_set_str(L, "session_state", m.session_state == MQL_CLIENT_READY ? "ready"
                                 : m.session_state == MQL_CLIENT_STARTING ? "starting"
                                 : m.session_state == MQL_CLIENT_FAILED ? "failed"

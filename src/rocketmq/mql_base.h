@@ -98,6 +98,16 @@ typedef struct mql_release mql_release;
  * and leave. A producer's part is the few fields it mints message ids and
  * announces topics with. Both live in every client; the type says which one
  * is in use. */
+/* A receive the host asked for while the renewals were behind (mql_receive.c). */
+typedef struct mql_receive_wait {
+    struct mql_receive_wait *next;
+    uint64_t op;
+    int batch;
+    int64_t await_ms;
+    size_t max_bytes;
+    int64_t since_ms;           /* when the host asked */
+} mql_receive_wait;
+
 typedef struct mql_consumer_part {
     char *group, *topic, *filter;
     int filter_sql;
@@ -117,6 +127,9 @@ typedef struct mql_consumer_part {
     mql_pace pace;              /* renewal pacing (mql_renew.c) */
     mql_anchor anchor;          /* the broker's clock against ours (mql_receive.c) */
     int renew_inflight;         /* renewals in flight */
+    int renew_behind;           /* the last timer pass found the renewals behind (mql_renew.c) */
+    int64_t renew_queue_age_ms; /* its oldest due renewal's age */
+    mql_receive_wait *waiting;  /* receives held for the renewals, oldest first (mql_receive.c) */
     uint64_t *renew_held;       /* leases whose renewal waits for the session's reconnect */
     size_t nrenew_held, renew_held_cap;   /* (mql_renew.c) */
     mql_release *deferred;      /* releases waiting for a renewal's reply, or held

@@ -60,7 +60,9 @@ static int64_t run_timers(mql_client *c, int64_t now) {
     int64_t wake = now + MAX_IDLE_WAIT_MS;
     if (c->stopping) return now + 50;
     wake = mql_session_timers(c, now, wake);
-    return mql_renew_timers(c, now, wake);
+    wake = mql_renew_timers(c, now, wake);
+    /* after the renewals: a held receive goes out only once they caught up */
+    return mql_receive_timers(c, now, wake);
 }
 
 static void *thread_main(void *arg) {
@@ -251,6 +253,7 @@ static void client_stop(mql_client *c) {
     }
     c->stopping = 1;
     for (call = c->calls; call; call = call->next) mql_call_cancel(call);
+    mql_receive_end_waiting(c, "CLOSED", "receive: the client is closed");
     /* releases held for a reconnect fail CLOSED now: nothing will send them */
     mql_release_run_deferred(c);
     pthread_mutex_unlock(&c->mu);

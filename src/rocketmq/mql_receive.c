@@ -18,6 +18,16 @@
  * silent nack), so the order of a FIFO group is kept and no lease is held that
  * the host did not ask for.
  *
+ * Renewals first (mql_pace.h, "behind"). A receive the host asks for while
+ * the renewals are behind waits, unsent, until they catch up: the fill must
+ * not take the time of the renewals it made due, which with a short invisible
+ * duration is lost leases. It still ends within what a receive promises, its
+ * long poll (at least the proxy's 5 s) and a request timeout from the host's
+ * call: caught up while a whole poll still fits (at least 5 s of its await
+ * left), it goes out with the await it has left; caught up later, or still
+ * behind once its long poll has passed, it is answered empty, as a poll that
+ * found nothing, and the host's next receive asks afresh.
+ *
  * Every function here runs with c->mu held unless it says otherwise.
  */
 #include "mql_receive.h"
@@ -174,7 +184,8 @@ static void on_receive_done(mql_client *c, mql_call *call) {
     mql_events_push(&c->events, ev);
 }
 
-uint64_t mql_receive_start(mql_client *c, int batch, int64_t await_ms, size_t max_bytes) {
+static uint64_t receive_send(mql_client *c, uint64_t op, int batch, int64_t await_ms,
+                             size_t max_bytes) {
     mql_consumer_part *cs = &c->consumer;
     Apache__Rocketmq__V2__ReceiveMessageRequest req =
         APACHE__ROCKETMQ__V2__RECEIVE_MESSAGE_REQUEST__INIT;
@@ -185,9 +196,7 @@ uint64_t mql_receive_start(mql_client *c, int batch, int64_t await_ms, size_t ma
     Google__Protobuf__Duration invisible, poll;
     receive_ctx *rx;
     mql_call *call;
-    uint64_t op;
 
-    op = ++c->next_op;
     mql_set_resource(&group, c->namespace_, cs->group);
     mql_set_resource(&topic, c->namespace_, cs->topic);
     broker.name = cs->broker_name;
@@ -222,13 +231,77 @@ uint64_t mql_receive_start(mql_client *c, int batch, int64_t await_ms, size_t ma
         free(call->ctx);
         mql_base_unlink(c, call);
         mql_call_free(call);
-        op = mql_base_post_refusal(c, "INTERNAL", "receive: grpc refused to start the call");
+        mql_result r;
+        mql_result_fail(&r, "INTERNAL", "receive: grpc refused to start the call");
+        mql_base_post_op(c, op, &r);
     }
     return op;
 }
 
+uint64_t mql_receive_start(mql_client *c, int batch, int64_t await_ms, size_t max_bytes) {
+    mql_consumer_part *cs = &c->consumer;
+    uint64_t op = ++c->next_op;
+    mql_receive_wait *w, **tail;
+    if (!mql_renew_behind(c) && !cs->waiting) return receive_send(c, op, batch, await_ms, max_bytes);
+    /* behind, or others wait already (they go first) */
+    w = mql_xcalloc(1, sizeof(*w));
+    w->op = op;
+    w->batch = batch;
+    w->await_ms = await_ms;
+    w->max_bytes = max_bytes;
+    w->since_ms = mql_now_ms();
+    for (tail = &cs->waiting; *tail; tail = &(*tail)->next) {}
+    *tail = w;
+    c->metrics.receives_held++;
+    return op;
+}
+
+/* A held receive answered without a call: empty (ok), or code. */
+static void wait_end(mql_client *c, mql_receive_wait *w, const char *code, const char *msg) {
+    mql_result r;
+    if (code) mql_result_fail(&r, code, "%s", msg);
+    else mql_result_ok(&r);
+    if (!code) c->metrics.receives_held_empty++;
+    mql_base_post_op(c, w->op, &r);
+    free(w);
+}
+
+int64_t mql_receive_timers(mql_client *c, int64_t now, int64_t wake) {
+    mql_consumer_part *cs = &c->consumer;
+    int behind = mql_renew_behind(c);
+    mql_receive_wait *w, **at = &cs->waiting;
+    while ((w = *at)) {
+        int64_t waited = now - w->since_ms;
+        int64_t poll = w->await_ms > MIN_PROXY_POLL_MS ? w->await_ms : MIN_PROXY_POLL_MS;
+        if (!behind || waited >= poll) {
+            *at = w->next;
+            /* a whole poll still fits in what the host was promised */
+            if (!behind && (waited <= 0 || w->await_ms - waited >= MIN_PROXY_POLL_MS)) {
+                receive_send(c, w->op, w->batch, w->await_ms - (waited > 0 ? waited : 0),
+                             w->max_bytes);
+                free(w);
+            } else {
+                wait_end(c, w, NULL, NULL);
+            }
+            continue;
+        }
+        if (w->since_ms + poll < wake) wake = w->since_ms + poll;
+        at = &w->next;
+    }
+    return wake;
+}
+
+void mql_receive_end_waiting(mql_client *c, const char *code, const char *msg) {
+    mql_receive_wait *w;
+    while ((w = c->consumer.waiting)) {
+        c->consumer.waiting = w->next;
+        wait_end(c, w, code, msg);
+    }
+}
+
 void mql_receive_cancel_all(mql_client *c) {
     mql_call *call;
+    mql_receive_end_waiting(c, "CANCELLED", "receive: cancelled");
     for (call = c->calls; call; call = call->next)
         if (call->ops == &receive_ops) mql_call_cancel(call);
 }

@@ -9,7 +9,13 @@
 /* A ReceiveMessage for the host (mql_client_receive, which says what batch
  * and max_bytes bound): the op of its event. */
 uint64_t mql_receive_start(mql_client *c, int batch, int64_t await_ms, size_t max_bytes);
-/* Cancels every receive in flight (they finish with CANCELLED). */
+/* The receives held while the renewals were behind: each goes out once they
+ * have caught up, or is answered empty when no whole poll fits any more;
+ * returns the earlier of wake and the next such moment. */
+int64_t mql_receive_timers(mql_client *c, int64_t now, int64_t wake);
+/* Ends every held receive with code (the client closes). */
+void mql_receive_end_waiting(mql_client *c, const char *code, const char *msg);
+/* Cancels every receive in flight and every one held (they finish with CANCELLED). */
 void mql_receive_cancel_all(mql_client *c);
 
 #endif /* MQL_RECEIVE_H */

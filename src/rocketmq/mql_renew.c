@@ -280,19 +280,49 @@ out:
     mql_release_run_deferred(c);
 }
 
+/* How late a due renewal is at now (0: not a renewal, or not due). */
+static int64_t due_age(const mql_client *c, const mql_lease *l, int64_t now) {
+    return l && l->timer_ms < now && wants_renewal(c, l, now) ? now - l->timer_ms : 0;
+}
+
+/* The pass's verdict on the due queue (mql_pace.h, "behind"): its age, the
+ * later of the oldest renewal at the pass's start and the oldest still
+ * waiting at its end; behind when the one still waiting is past the
+ * threshold, or when the pass itself sent a backlog that late. One renewal
+ * sent late alone (the thread woke late) holds no receive. */
+static void note_queue(mql_client *c, int64_t start_age, int64_t end_age, int late_sent) {
+    mql_consumer_part *cs = &c->consumer;
+    int64_t limit = mql_pace_behind_ms(&cs->pace);
+    cs->renew_queue_age_ms = start_age > end_age ? start_age : end_age;
+    cs->renew_behind = end_age > limit || late_sent >= MQL_PACE_BEHIND_BACKLOG;
+    c->metrics.renew_queue_age_ms = cs->renew_queue_age_ms;
+    if (cs->renew_queue_age_ms > c->metrics.renew_queue_age_max_ms)
+        c->metrics.renew_queue_age_max_ms = cs->renew_queue_age_ms;
+}
+
+int mql_renew_behind(const mql_client *c) {
+    return c->consumer.renew_behind;
+}
+
 int64_t mql_renew_timers(mql_client *c, int64_t now, int64_t wake) {
     mql_consumer_part *cs = &c->consumer;
-    int64_t early = now + mql_pace_slack_ms(&cs->pace);
+    int64_t early = now + mql_pace_slack_ms(&cs->pace), limit = mql_pace_behind_ms(&cs->pace);
+    int64_t start_age = due_age(c, mql_lease_next(&cs->leases), now);
+    int late_sent = 0;
     mql_lease *l;
     while ((l = mql_lease_next(&cs->leases))) {
         int renewal = wants_renewal(c, l, now);
         /* due timers, and renewals due within the slack (only those: a
          * deadline check must not come early) */
         if (l->timer_ms > (renewal ? early : now)) break;
-        if (renewal && mql_pace_may_start(&cs->pace, cs->renew_inflight) == 0)
+        if (renewal && mql_pace_may_start(&cs->pace, cs->renew_inflight) == 0) {
+            note_queue(c, start_age, due_age(c, l, now), late_sent);
             return now + RENEW_BLOCKED_WAKE_MS < wake ? now + RENEW_BLOCKED_WAKE_MS : wake;
+        }
+        if (renewal && now - l->timer_ms > limit) late_sent++;
         lease_timer(c, l, now);
     }
+    note_queue(c, start_age, 0, late_sent);
     if ((l = mql_lease_next(&cs->leases)) && l->timer_ms < wake) wake = l->timer_ms;
     return wake;
 }
