@@ -12,7 +12,7 @@ local N, KILLS = 1000, 10
 describe("consume-transform-produce through transactions", function()
   local input = env.topic("cpt_in")
   local output = env.name("cpt_out")
-  env.sh(("bash spec/support/rocketmq.sh topics %s:TRANSACTION"):format(output))
+  env.sh(("bash mk/rocketmq.sh topics %s:TRANSACTION"):format(output))
   local group = env.group(env.name("g_cpt"))
   local reader_group = env.name("g_cpt_reader")
   local redis = "127.0.0.1:" .. env.redis_port

@@ -21,7 +21,7 @@ end
 
 describe("transactions with the official Java client", function()
   local topic = env.name("tx_java")
-  env.sh(("bash spec/support/rocketmq.sh topics %s:TRANSACTION"):format(topic))
+  env.sh(("bash mk/rocketmq.sh topics %s:TRANSACTION"):format(topic))
   local producer
 
   setup(function()
@@ -66,7 +66,7 @@ describe("transactions with the official Java client", function()
   it("is read by a Java SimpleConsumer: committed messages, not rolled-back ones", function()
     -- a topic of its own: the Java group reads nothing of the other test's
     local topic2 = env.name("tx_java2")
-    env.sh(("bash spec/support/rocketmq.sh topics %s:TRANSACTION"):format(topic2))
+    env.sh(("bash mk/rocketmq.sh topics %s:TRANSACTION"):format(topic2))
     producer:close()
     producer = env.producer { topics = { topic2 }, checker = function() return "unknown" end }
     topic = topic2

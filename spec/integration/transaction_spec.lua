@@ -3,7 +3,7 @@
 -- that died is resolved by the checker of the producer that comes after it
 -- (the broker asks over Telemetry: RecoverOrphanedTransactionCommand). The
 -- harness makes the broker check every 2 s for half messages older than 3 s
--- (spec/support/rocketmq.sh, docs/testing.md).
+-- (mk/rocketmq.sh, docs/testing.md).
 local mqlease = require "mqlease"
 local env = require "support.env"
 local read, wait_for = env.read, env.wait_for
@@ -11,7 +11,7 @@ local read, wait_for = env.read, env.wait_for
 -- A TRANSACTION topic of this run.
 local function tx_topic(base)
   local name = env.name(base)
-  env.sh(("bash spec/support/rocketmq.sh topics %s:TRANSACTION"):format(name))
+  env.sh(("bash mk/rocketmq.sh topics %s:TRANSACTION"):format(name))
   return name
 end
 
