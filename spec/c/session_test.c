@@ -14,6 +14,7 @@
 
 #include "mql_call.h"
 #include "mql_base.h"
+#include "mql_endpoint.h"
 #include "mql_session.h"
 #include "mql_test.h"
 
@@ -217,7 +218,7 @@ static void channels_have_no_retry_layer_and_keep_their_limits(void) {
     const grpc_arg *a;
     size_t n;
     memset(&c, 0, sizeof(c));
-    n = mql_session_channel_args(&c, args);
+    n = mql_endpoint_channel_args(&c, args);
     CHECK(n <= MQL_CHANNEL_ARGS_MAX);
     a = arg_named(args, n, GRPC_ARG_ENABLE_RETRIES);
     CHECK(a && a->type == GRPC_ARG_INTEGER && a->value.integer == 0);
@@ -231,7 +232,7 @@ static void channels_have_no_retry_layer_and_keep_their_limits(void) {
     CHECK(arg_named(args, n, GRPC_SSL_TARGET_NAME_OVERRIDE_ARG) == NULL);
     c.tls = 1;
     c.tls_server_name = "proxy.example";
-    n = mql_session_channel_args(&c, args);
+    n = mql_endpoint_channel_args(&c, args);
     CHECK(n <= MQL_CHANNEL_ARGS_MAX);
     a = arg_named(args, n, GRPC_SSL_TARGET_NAME_OVERRIDE_ARG);
     CHECK(a && a->type == GRPC_ARG_STRING && strcmp(a->value.string, "proxy.example") == 0);
@@ -280,7 +281,7 @@ static void a_timed_out_route_is_asked_again_of_the_same_proxy(void) {
     c.consumer.filter = "*";
     c.endpoint = c.host = NULL;
     c.endpoint_list = "127.0.0.1:1;127.0.0.1:2";
-    CHECK(mql_session_endpoints_init(&c, err, sizeof(err)) == 0);
+    CHECK(mql_endpoint_list_init(&c, err, sizeof(err)) == 0);
     mql_backoff_init(&c.reconnect, 200, 10000);
     c.state = MQL_CLIENT_READY;
     c.reconnecting = 1;
@@ -340,7 +341,7 @@ static void a_replaced_channel_keeps_the_calls_in_flight_on_it(void) {
     snprintf(list, sizeof(list), "127.0.0.1:%d;127.0.0.1:%d", p1, p2);
     c.endpoint = c.host = NULL;
     c.endpoint_list = list;
-    CHECK(mql_session_endpoints_init(&c, err, sizeof(err)) == 0);
+    CHECK(mql_endpoint_list_init(&c, err, sizeof(err)) == 0);
     mql_call_channel_unref(c.access);
     c.access = c.broker = mql_call_channel_new(grpc_channel_create(c.endpoint, cr, NULL));
     grpc_channel_credentials_release(cr);

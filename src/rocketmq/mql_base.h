@@ -7,7 +7,9 @@
  *                   and the ops a finished call runs (mql_call_ops), the
  *                   events it posts to the host
  *   mql_session.c   before any message: route, Telemetry settings, heartbeat,
- *                   endpoints, channels, terminate
+ *                   reconnecting, terminate
+ *   mql_endpoint.c  how the proxy is reached: the endpoint list, the one in
+ *                   use, its channels (plaintext or TLS)
  *   mql_receive.c   where a message enters: ReceiveMessage turns each message
  *                   into a lease in the table
  *   mql_renew.c     where its lease lives: timers, budget, renewal
@@ -35,7 +37,9 @@
  *   mql_renew.c    -> mql_release.c (a lost lease ends, the releases deferred
  *                     behind a renewal go out), mql_change.c (a renewal)
  *   mql_release.c  -> mql_change.c (a nack)
- *   mql_producer.c, mql_transaction.c, mql_change.c -> no other stage
+ *   mql_session.c, mql_client.c -> mql_endpoint.c (the endpoint in use, a
+ *                     move to the next, the channels to it)
+ *   mql_producer.c, mql_transaction.c, mql_change.c, mql_endpoint.c -> no other stage
  *   every stage    -> mql_base.c (a call started, its end dispatched to
  *                     its ops), which stands on mql_call.c; the stages use
  *                     mql_call.c directly too, for a reply decoded, a status

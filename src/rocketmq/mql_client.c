@@ -26,6 +26,7 @@
 #include "mql_receive.h"
 #include "mql_release.h"
 #include "mql_renew.h"
+#include "mql_endpoint.h"
 #include "mql_session.h"
 
 #include <grpc/support/time.h>
@@ -195,7 +196,7 @@ mql_client *mql_client_new(const mql_config *cfg, uint64_t *start_op, char *err,
     uint32_t salt = 0;
 
     copy_config(c, cfg);
-    if (mql_session_endpoints_init(c, err, errlen) < 0) {
+    if (mql_endpoint_list_init(c, err, errlen) < 0) {
         client_free_fields(c);
         free(c);
         return NULL;
@@ -230,7 +231,7 @@ mql_client *mql_client_new(const mql_config *cfg, uint64_t *start_op, char *err,
     mql_absl_quiet();
     grpc_init();
     c->cq = grpc_completion_queue_create_for_next(NULL);
-    c->access = mql_session_channel_new(c, c->endpoint);
+    c->access = mql_endpoint_channel_new(c, c->endpoint);
     c->broker = c->access;
     c->thread_started = mql_thread_start(&c->thread, thread_main, c) == 0;
     mql_signals_restore(&old);

@@ -9,9 +9,9 @@
  * give messages back: with auto_renew off the proxy tracks no handles of
  * ours; close nacks them.)
  *
- * The session also owns how we reach the proxy: the channels (plaintext or
- * TLS, same port) and the endpoint list, tried in order while the start fails
- * for want of a connection.
+ * The session decides when to move to another endpoint of the list (tried in
+ * order while the start fails for want of a connection, and on a lost proxy);
+ * how an endpoint is reached, its channels plaintext or TLS, is mql_endpoint.c.
  *
  * Reconnecting. A started session whose Telemetry stream ends has lost its
  * proxy (a killed proxy's sockets are reset at once, so this is prompt). After
@@ -31,6 +31,7 @@
  * Every function here runs with c->mu held unless it says otherwise.
  */
 #include "mql_session.h"
+#include "mql_endpoint.h"
 #include "mql_release.h"
 #include "mql_renew.h"
 
@@ -58,99 +59,6 @@ static const mql_call_ops telemetry_ops = {.on_message = on_telemetry_message,
 static const mql_call_ops heartbeat_ops = {.on_done = on_heartbeat_done};
 static const mql_call_ops terminate_ops = {.on_done = on_terminate_done};
 
-static int is_ipv4(const char *h) {
-    int dots = 0;
-    for (; *h; h++) {
-        if (*h == '.') dots++;
-        else if (*h < '0' || *h > '9') return 0;
-    }
-    return dots == 3;
-}
-
-/* Endpoints as the proxy wants them: the scheme must never be UNSPECIFIED. */
-typedef struct endpoints_buf {
-    Apache__Rocketmq__V2__Endpoints ep;
-    Apache__Rocketmq__V2__Address addr;
-    Apache__Rocketmq__V2__Address *addrs[1];
-} endpoints_buf;
-
-static void set_endpoints(endpoints_buf *b, const char *host, int port) {
-    apache__rocketmq__v2__endpoints__init(&b->ep);
-    apache__rocketmq__v2__address__init(&b->addr);
-    b->ep.scheme = is_ipv4(host) ? APACHE__ROCKETMQ__V2__ADDRESS_SCHEME__IPv4
-                                 : APACHE__ROCKETMQ__V2__ADDRESS_SCHEME__DOMAIN_NAME;
-    b->addr.host = (char *)host;
-    b->addr.port = port;
-    b->addrs[0] = &b->addr;
-    b->ep.n_addresses = 1;
-    b->ep.addresses = b->addrs;
-}
-
-
-/* ------------------------------------------------------------ endpoints */
-
-/* Takes entry i of c->endpoint_list (entries split by ';', blanks around them
- * dropped) as the endpoint in use; -1 and err if it is not host:port. */
-static int endpoint_use(mql_client *c, size_t i, char *err, size_t errlen) {
-    const char *p = c->endpoint_list, *end, *colon;
-    size_t n, k;
-    long port;
-    char *tail;
-    for (k = 0;; k++, p = end + 1) {
-        while (*p == ' ' || *p == '\t') p++;
-        end = strchr(p, ';');
-        if (!end) end = p + strlen(p);
-        if (k == i) break;
-        if (!*end) {
-            snprintf(err, errlen, "endpoints: no entry %zu", i + 1);
-            return -1;
-        }
-    }
-    n = (size_t)(end - p);
-    while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t')) n--;
-    colon = memrchr(p, ':', n);
-    if (!colon || colon == p) {
-        snprintf(err, errlen, "endpoints: expected host:port, got '%.*s'", (int)(n > 200 ? 200 : n), p);
-        return -1;
-    }
-    port = strtol(colon + 1, &tail, 10);
-    if (tail != p + n || tail == colon + 1 || port <= 0 || port > 65535) {
-        snprintf(err, errlen, "endpoints: bad port in '%.*s'", (int)(n > 200 ? 200 : n), p);
-        return -1;
-    }
-    free(c->endpoint);
-    free(c->host);
-    c->endpoint = mql_xmalloc(n + 1);
-    memcpy(c->endpoint, p, n);
-    c->endpoint[n] = '\0';
-    c->host = mql_xmalloc((size_t)(colon - p) + 1);
-    memcpy(c->host, p, (size_t)(colon - p));
-    c->host[colon - p] = '\0';
-    c->port = (int)port;
-    c->endpoint_at = i;
-    return 0;
-}
-
-int mql_session_endpoints_init(mql_client *c, char *err, size_t errlen) {
-    size_t i, n = 1;
-    const char *p;
-    for (p = c->endpoint_list; *p; p++) n += *p == ';';
-    /* checks them all, from the last, and ends on the first */
-    for (i = n; i-- > 0;)
-        if (endpoint_use(c, i, err, errlen) < 0) return -1;
-    c->nendpoints = n;
-    return 0;
-}
-
-/* New channels to the endpoint in use. The old ones live on until the last
- * call in flight on them ends (mql_channel): grpc_channel_destroy would fail
- * the receives, acks and renewals still out on them ("Channel Destroyed"). */
-static void channels_renew(mql_client *c) {
-    if (c->broker != c->access) mql_call_channel_unref(c->broker);
-    mql_call_channel_unref(c->access);
-    c->access = c->broker = mql_session_channel_new(c, c->endpoint);
-}
-
 /* A started session lost its proxy (code: how): try again after the next backoff. */
 static void reconnect_later(mql_client *c, const char *code) {
     if (c->stopping || c->state != MQL_CLIENT_READY) return;
@@ -167,8 +75,8 @@ static int start_next_endpoint(mql_client *c, const mql_result *r) {
     char err[MQL_ERRLEN];
     if (c->stopping || c->endpoint_at + 1 >= c->nendpoints) return 0;
     if (strcmp(r->code, "UNAVAILABLE") != 0 && strcmp(r->code, "TIMEOUT") != 0) return 0;
-    if (endpoint_use(c, c->endpoint_at + 1, err, sizeof(err)) < 0) return 0;
-    channels_renew(c);
+    if (mql_endpoint_use(c, c->endpoint_at + 1, err, sizeof(err)) < 0) return 0;
+    mql_endpoint_channels_renew(c);
     c->metrics.reconnects++;
     mql_metrics_error(&c->metrics, "start", r->code);
     mql_session_begin(c);
@@ -211,7 +119,7 @@ static int reconnect_endpoints(mql_client *c, int done) {
     if (c->stopping || c->state != MQL_CLIENT_READY) return 0;
     c->reconnecting = 1;
     c->metrics.reconnects++;
-    channels_renew(c);
+    mql_endpoint_channels_renew(c);
     if (c->type != MQL_CONSUMER || route_start(c, c->consumer.topic, 0, c->request_timeout_ms) < 0)
         telemetry_open(c);
     return 1;
@@ -222,9 +130,9 @@ static int reconnect_endpoints(mql_client *c, int done) {
 static int route_start(mql_client *c, const char *topic_name, uint64_t op, int64_t timeout_ms) {
     Apache__Rocketmq__V2__QueryRouteRequest req = APACHE__ROCKETMQ__V2__QUERY_ROUTE_REQUEST__INIT;
     mql_pb_resource topic;
-    endpoints_buf ep;
+    mql_endpoint_buf ep;
     mql_set_resource(&topic, c->namespace_, topic_name);
-    set_endpoints(&ep, c->host, c->port);
+    mql_endpoint_describe(&ep, c->host, c->port);
     req.topic = &topic;
     req.endpoints = &ep.ep;
     return mql_base_unary(c, mql_base_call(c, c->access, MQL_M_QUERY_ROUTE,
@@ -251,84 +159,6 @@ static int queue_readable(const Apache__Rocketmq__V2__MessageQueue *q) {
     return q->broker && q->broker->id == 0 &&
            (q->permission == APACHE__ROCKETMQ__V2__PERMISSION__READ ||
             q->permission == APACHE__ROCKETMQ__V2__PERMISSION__READ_WRITE);
-}
-
-/* TLS credentials as configured. The proxy serves TLS and plaintext on one
- * port (its ProxyAndTlsProtocolNegotiator), so tls only changes how we dial.
- * grpc's TLS options, not its SSL ones: only they can skip the check of the
- * proxy's certificate (insecure), which the official Java client does by
- * default (trust-all) and a proxy in test mode needs (self-signed). */
-static grpc_channel_credentials *tls_credentials(const mql_client *c) {
-    grpc_tls_credentials_options *o = grpc_tls_credentials_options_create();
-    grpc_tls_identity_pairs *pairs = NULL;
-    if (c->tls_cert_pem && c->tls_key_pem) {
-        pairs = grpc_tls_identity_pairs_create();
-        grpc_tls_identity_pairs_add_pair(pairs, c->tls_key_pem, c->tls_cert_pem);
-    }
-    if (c->tls_ca_pem || pairs) {
-        /* the provider copies the CA and takes the pairs */
-        grpc_tls_certificate_provider *p =
-            grpc_tls_certificate_provider_static_data_create(c->tls_ca_pem, pairs);
-        grpc_tls_credentials_options_set_certificate_provider(o, p);
-        grpc_tls_certificate_provider_release(p);
-        if (c->tls_ca_pem) grpc_tls_credentials_options_watch_root_certs(o);
-        if (pairs) grpc_tls_credentials_options_watch_identity_key_cert_pairs(o);
-    }
-    if (c->tls_insecure) {
-        grpc_tls_certificate_verifier *v = grpc_tls_certificate_verifier_no_op_create();
-        grpc_tls_credentials_options_set_verify_server_cert(o, 0);
-        grpc_tls_credentials_options_set_certificate_verifier(o, v);
-        grpc_tls_certificate_verifier_release(v);
-        grpc_tls_credentials_options_set_check_call_host(o, 0);
-    }
-    return grpc_tls_credentials_create(o);   /* takes o */
-}
-
-static grpc_arg int_arg(const char *key, int value) {
-    grpc_arg a;
-    a.type = GRPC_ARG_INTEGER;
-    a.key = (char *)key;
-    a.value.integer = value;
-    return a;
-}
-
-size_t mql_session_channel_args(const mql_client *c, grpc_arg args[MQL_CHANNEL_ARGS_MAX]) {
-    size_t n = 0;
-    args[n++] = int_arg(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
-                        130 * 1024 * 1024);   /* the proxy's own inbound limit */
-    args[n++] = int_arg(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
-    /* grpc's own reconnection backs off up to 120 s by default: a proxy back
-     * after a restart would stay unused for up to two minutes. Our cap. */
-    args[n++] = int_arg(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, MQL_BACKOFF_CAP_MS);
-    /* grpc's retry layer copies every call's headers and message in case it
-     * must resend them, and without a retry policy (none is configured) it
-     * would only resend a call the proxy never saw (a "transparent" retry).
-     * mqlease retries each call on its own terms: a renewal within its
-     * budget, a receive in its loop; a failed send or ack is the caller's to
-     * see. Without the layer a renewal costs about 20 µs of CPU instead of
-     * 24 (issue 24, bench/README.md). */
-    args[n++] = int_arg(GRPC_ARG_ENABLE_RETRIES, 0);
-    /* per-call counters for a channelz service that nothing here serves */
-    args[n++] = int_arg(GRPC_ARG_ENABLE_CHANNELZ, 0);
-    if (c->tls && c->tls_server_name) {
-        args[n].type = GRPC_ARG_STRING;
-        args[n].key = GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
-        args[n++].value.string = c->tls_server_name;
-    }
-    return n;
-}
-
-mql_channel *mql_session_channel_new(const mql_client *c, const char *target) {
-    grpc_channel_credentials *cr =
-        c->tls ? tls_credentials(c) : grpc_insecure_credentials_create();
-    grpc_arg args[MQL_CHANNEL_ARGS_MAX];
-    grpc_channel_args ca;
-    grpc_channel *ch;
-    ca.num_args = mql_session_channel_args(c, args);
-    ca.args = args;
-    ch = grpc_channel_create(target, cr, &ca);
-    grpc_channel_credentials_release(cr);
-    return mql_call_channel_new(ch);
 }
 
 static void on_route_done(mql_client *c, mql_call *call) {
@@ -361,7 +191,7 @@ static void on_route_done(mql_client *c, mql_call *call) {
                          ep->addresses[0]->port);
                 if (strcmp(target, c->endpoint) != 0) {
                     if (c->broker != c->access) mql_call_channel_unref(c->broker);
-                    c->broker = mql_session_channel_new(c, target);
+                    c->broker = mql_endpoint_channel_new(c, target);
                 }
             }
         }
@@ -394,10 +224,10 @@ static void telemetry_send_settings(mql_client *c) {
     Apache__Rocketmq__V2__ExponentialBackoff backoff = APACHE__ROCKETMQ__V2__EXPONENTIAL_BACKOFF__INIT;
     mql_pb_resource group, topic, *pub_topics[64], pub_topic_store[64];
     Google__Protobuf__Duration timeout, poll, b_init, b_max;
-    endpoints_buf ep;
+    mql_endpoint_buf ep;
     size_t i;
 
-    set_endpoints(&ep, c->host, c->port);
+    mql_endpoint_describe(&ep, c->host, c->port);
     mql_set_duration(&timeout, c->request_timeout_ms);
     s.access_point = &ep.ep;
     s.request_timeout = &timeout;
@@ -646,8 +476,8 @@ static void reconnect_now(mql_client *c) {
     c->metrics.reconnects++;
     mql_session_retry_plan(c->nendpoints, c->reconnect_code, c->request_timeout_ms, &at,
                            &c->reconnect_call_ms);
-    if (at != c->endpoint_at && endpoint_use(c, at, err, sizeof(err)) == 0) {
-        channels_renew(c);
+    if (at != c->endpoint_at && mql_endpoint_use(c, at, err, sizeof(err)) == 0) {
+        mql_endpoint_channels_renew(c);
         c->reconnect_route = 1;
     }
     if (c->type == MQL_CONSUMER && c->reconnect_route &&

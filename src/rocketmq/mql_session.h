@@ -1,24 +1,15 @@
 /* mql_session.h -- what a client does before and around any message (see
- * mql_session.c): endpoints, channels, route, Telemetry settings, heartbeat,
- * reconnecting, terminate. Runs with c->mu held unless it says otherwise.
+ * mql_session.c): route, Telemetry settings, heartbeat, reconnecting (moving
+ * between endpoints: mql_endpoint.h), terminate. Runs with c->mu held unless
+ * it says otherwise.
  */
 #ifndef MQL_SESSION_H
 #define MQL_SESSION_H
 
 #include "mql_base.h"
 
-/* Checks every entry of c->endpoint_list and takes the first; -1 and err if
- * one is not host:port. Runs before the thread, without c->mu. */
-int mql_session_endpoints_init(mql_client *c, char *err, size_t errlen);
 /* Starts the session: QueryRoute (a consumer) or Telemetry (a producer). */
 void mql_session_begin(mql_client *c);
-/* The arguments of every channel a client opens (at most
- * MQL_CHANNEL_ARGS_MAX), and their number. */
-#define MQL_CHANNEL_ARGS_MAX 6
-size_t mql_session_channel_args(const mql_client *c, grpc_arg args[MQL_CHANNEL_ARGS_MAX]);
-/* A channel to target with the client's channel arguments and credentials
- * (plaintext, or TLS as configured). */
-mql_channel *mql_session_channel_new(const mql_client *c, const char *target);
 /* Where a session that lost its proxy tries next, after an attempt (or the
  * lost stream) failed with code: at is the endpoint in use of n, call_ms the
  * deadline of the attempt's first calls (0: request_ms), both updated.
