@@ -4,10 +4,12 @@
  *
  * Input: byte 0 picks the wire cases of deliveries (bit 0 gzip, 1 gzip
  * framing, 2-3 digest type, 4 corrupt digest, 5 malformed, 6 truncated frame,
- * 7 time scale 0.001); then records [rpc][len hi][len lo][len bytes]: rpc % 9
+ * 7 time scale 0.001); then records [rpc][len hi][len lo][len bytes]: rpc % 10
  * picks the RPC (8: one the broker does not serve), bit 7 sends it as a client
  * that never sent settings. Every input starts from a reset broker with topic
- * "t" and a consumer "fuzz" in group "g" that has sent its settings.
+ * "t" and a consumer "fuzz" in group "g" that has sent its settings, and ends
+ * with the transaction checks run until every half message left open is
+ * dropped (no producer stream is there to be asked).
  *
  * Built with -DDV_FUZZ_WRITE_SEEDS it is instead a program that writes the
  * seed corpus (spec/fuzz/corpus/dv_request/) into the directory it is given.
@@ -18,14 +20,17 @@
 #include <string.h>
 
 #include "apache/rocketmq/v2/service.pb-c.h"
+#include "dv_call.h"
 #include "dv_server.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static const char *const rpcs[] = {"QueryRoute", "Heartbeat", "SendMessage", "ReceiveMessage",
                                    "AckMessage", "Telemetry", "NotifyClientTermination",
-                                   "ChangeInvisibleDuration", "PullMessage"};
-enum { R_ROUTE, R_HEARTBEAT, R_SEND, R_RECEIVE, R_ACK, R_TELEMETRY, R_TERMINATE, R_CHANGE };
+                                   "ChangeInvisibleDuration", "PullMessage", "EndTransaction"};
+#define NRPCS (sizeof(rpcs) / sizeof(rpcs[0]))
+enum { R_ROUTE, R_HEARTBEAT, R_SEND, R_RECEIVE, R_ACK, R_TELEMETRY, R_TERMINATE, R_CHANGE,
+       R_UNSERVED, R_END_TRANSACTION };
 
 static uint8_t *pack(const ProtobufCMessage *m, size_t *n) {
     uint8_t *out;
@@ -63,6 +68,17 @@ static void set_wire_cases(dv_server *s, uint8_t bits) {
     if (bits & 128) f->time_scale = 0.001;
 }
 
+/* Each pass of the broker's check asks about (or, past tx_check_max checks,
+ * drops) every half message whose check is due; at the end of time every one
+ * is due at every pass. */
+static void check_transactions_to_the_end(dv_server *s) {
+    int k, passes = dv_server_faults(s)->tx_check_max + 1;
+    pthread_mutex_lock(dv_server_lock(s));
+    for (k = 0; k < passes; k++) dv_check_transactions(s, INT64_MAX);
+    if (s->halves.n != 0) abort();
+    pthread_mutex_unlock(dv_server_lock(s));
+}
+
 static dv_server *srv;
 static uint8_t *settings;
 static size_t settings_len;
@@ -85,9 +101,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         size_t len = (size_t)data[i + 1] << 8 | data[i + 2];
         i += 3;
         if (len > size - i) len = size - i;
-        dv_server_handle(srv, rpcs[(rpc & 127) % 9], rpc & 128 ? "stranger" : "fuzz", data + i, len);
+        dv_server_handle(srv, rpcs[(rpc & 127) % NRPCS], rpc & 128 ? "stranger" : "fuzz", data + i, len);
         i += len;
     }
+    check_transactions_to_the_end(srv);
     return 0;
 }
 
@@ -157,6 +174,37 @@ static void add_receive(seed *sd, int64_t invisible_s, int64_t poll_s) {
     req.invisible_duration = &inv;
     req.long_polling_timeout = &poll;
     add(sd, R_RECEIVE, &req.base);
+}
+
+/* A half message (TRANSACTION type); the broker names its transactions
+ * DVTX<16 digits> counting from 1 after a reset. */
+static void add_half(seed *sd, const char *id, const char *body) {
+    Apache__Rocketmq__V2__SendMessageRequest req = APACHE__ROCKETMQ__V2__SEND_MESSAGE_REQUEST__INIT;
+    Apache__Rocketmq__V2__Message m = APACHE__ROCKETMQ__V2__MESSAGE__INIT, *ms[1] = {&m};
+    Apache__Rocketmq__V2__SystemProperties sp = APACHE__ROCKETMQ__V2__SYSTEM_PROPERTIES__INIT;
+    Google__Protobuf__Duration recovery = GOOGLE__PROTOBUF__DURATION__INIT;
+    sp.message_id = (char *)id;
+    sp.message_type = APACHE__ROCKETMQ__V2__MESSAGE_TYPE__TRANSACTION;
+    recovery.seconds = 1;
+    sp.orphaned_transaction_recovery_duration = &recovery;
+    m.topic = &topic_t;
+    m.system_properties = &sp;
+    m.body.data = (uint8_t *)body;
+    m.body.len = strlen(body);
+    req.n_messages = 1;
+    req.messages = ms;
+    add(sd, R_SEND, &req.base);
+}
+
+static void add_end(seed *sd, const char *id, const char *tx,
+                    Apache__Rocketmq__V2__TransactionResolution how) {
+    Apache__Rocketmq__V2__EndTransactionRequest req = APACHE__ROCKETMQ__V2__END_TRANSACTION_REQUEST__INIT;
+    req.topic = &topic_t;
+    req.message_id = (char *)id;
+    req.transaction_id = (char *)tx;
+    req.resolution = how;
+    req.source = APACHE__ROCKETMQ__V2__TRANSACTION_SOURCE__SOURCE_CLIENT;
+    add(sd, R_END_TRANSACTION, &req.base);
 }
 
 static void add_ack(seed *sd, const char *handle) {
@@ -259,6 +307,22 @@ int main(int argc, char **argv) {
     sd.buf[sd.n++] = 0;
     add_settings_with_policies(&sd);
     write_seed(argv[1], "settings-with-policies", &sd);
+    /* committed, rolled back, ended twice, an empty id, an unknown one, one
+     * left open for the checks; then the committed one is received */
+    sd.n = 0;
+    sd.buf[sd.n++] = 0;
+    add_half(&sd, "m1", "commit me");
+    add_half(&sd, "m2", "roll me back");
+    add_half(&sd, "m3", "left open");
+    add_end(&sd, "m1", "DVTX0000000000000001", APACHE__ROCKETMQ__V2__TRANSACTION_RESOLUTION__COMMIT);
+    add_end(&sd, "m2", "DVTX0000000000000002", APACHE__ROCKETMQ__V2__TRANSACTION_RESOLUTION__ROLLBACK);
+    add_end(&sd, "m1", "DVTX0000000000000001", APACHE__ROCKETMQ__V2__TRANSACTION_RESOLUTION__ROLLBACK);
+    add_end(&sd, "m1", "", APACHE__ROCKETMQ__V2__TRANSACTION_RESOLUTION__COMMIT);
+    add_end(&sd, "m9", "DVTX9999999999999999", APACHE__ROCKETMQ__V2__TRANSACTION_RESOLUTION__COMMIT);
+    add_end(&sd, "m3", "DVTX0000000000000003",
+            APACHE__ROCKETMQ__V2__TRANSACTION_RESOLUTION__TRANSACTION_RESOLUTION_UNSPECIFIED);
+    add_receive(&sd, 30, 0);
+    write_seed(argv[1], "transactions", &sd);
     return 0;
 }
 #endif
