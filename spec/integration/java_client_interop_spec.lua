@@ -15,23 +15,10 @@ local PRIORITY = tonumber(major) > 5 or tonumber(major) == 5 and tonumber(minor)
 local PRIORITY_TYPE = (tonumber(major) == 5 and tonumber(minor) == 4) and "NORMAL" or "PRIORITY"
 
 local function java(args)
-  return assert(io.popen("bash spec/support/java-client.sh " .. table.concat(args, " ") .. " 2>/dev/null"))
+  return assert(io.popen("bash spec/support/java-peer.sh client52 " .. table.concat(args, " ") .. " 2>/dev/null"))
 end
 
-local function decode_lines(text)
-  local out = {}
-  for line in text:gmatch("[^\n]+") do
-    if line:sub(1, 1) == "{" then out[#out + 1] = cjson.decode(line) end
-  end
-  return out
-end
-
-local function sorted(t)
-  local c = {}
-  for i, v in ipairs(t or {}) do c[i] = v end
-  table.sort(c)
-  return c
-end
+local decode_lines, sorted = env.json_lines, env.sorted
 
 local function null(v)
   if v == cjson.null then return nil end
@@ -102,7 +89,7 @@ describe("interop with rocketmq-client-java 5.2.0 on RocketMQ " .. VERSION, func
     local pc = PRIORITY and listen(prio, env.name("g_j52_in_p"))
     local dc = listen(delay, env.name("g_j52_in_d"))
     local fc = listen(fifo, orderly)
-    local sent = decode_lines(env.sh(("bash spec/support/java-client.sh produce %s %s %s %s")
+    local sent = decode_lines(env.sh(("bash spec/support/java-peer.sh client52 produce %s %s %s %s")
       :format(env.endpoints, prio, delay, fifo)))
     assert.equal(PRIORITY and 11 or 7, #sent)
     local by_id, want = {}, { [prio] = 0, [delay] = 0, [fifo] = 0 }

@@ -6,7 +6,7 @@ local mqlease = require "mqlease"
 local env = require "support.env"
 
 local function java(args)
-  return assert(io.popen("bash spec/support/tx-java.sh " .. table.concat(args, " ") .. " 2>/dev/null"))
+  return assert(io.popen("bash spec/support/java-peer.sh tx " .. table.concat(args, " ") .. " 2>/dev/null"))
 end
 
 -- Lines of p until one equals last (included); the rest stays unread.

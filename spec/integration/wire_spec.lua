@@ -33,23 +33,10 @@ local function create_topics(specs)
 end
 
 local function java(args)
-  return assert(io.popen("bash spec/support/wire-java.sh " .. table.concat(args, " ") .. " 2>/dev/null"))
+  return assert(io.popen("bash spec/support/java-peer.sh wire " .. table.concat(args, " ") .. " 2>/dev/null"))
 end
 
-local function decode_lines(lines)
-  local out = {}
-  for _, line in ipairs(lines) do
-    if line:sub(1, 1) == "{" then out[#out + 1] = cjson.decode(line) end
-  end
-  return out
-end
-
-local function sorted(t)
-  local c = {}
-  for i, v in ipairs(t) do c[i] = v end
-  table.sort(c)
-  return c
-end
+local decode_lines, sorted = env.json_lines, env.sorted
 
 describe("wire fidelity with the Java clients on RocketMQ " .. VERSION, function()
   local run = env.run_id

@@ -131,6 +131,30 @@ function _M.count(text, pattern)
   return n
 end
 
+-- The JSON objects among a peer's output lines (a string, or a list of lines);
+-- other lines (a JVM's warnings) are skipped.
+function _M.json_lines(output)
+  local cjson = require "cjson"
+  local out = {}
+  local function take(line)
+    if line:sub(1, 1) == "{" then out[#out + 1] = cjson.decode(line) end
+  end
+  if type(output) == "string" then
+    for line in output:gmatch("[^\n]+") do take(line) end
+  else
+    for _, line in ipairs(output) do take(line) end
+  end
+  return out
+end
+
+-- A sorted copy of list t (nil: an empty list), for comparing keys as sets.
+function _M.sorted(t)
+  local c = {}
+  for i, v in ipairs(t or {}) do c[i] = v end
+  table.sort(c)
+  return c
+end
+
 -- Runs a shell command; returns its stdout, failing the spec if it fails.
 function _M.sh(cmd)
   local p = assert(io.popen(cmd .. " 2>/tmp/mqlease-spec-stderr"))

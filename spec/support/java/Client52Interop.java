@@ -11,7 +11,7 @@
 //       the FIFO topic poll once, print READY, then print one JSON line per message they read
 //       (acked, in the order read) until COUNT came or 90 s passed, and DONE.
 //
-// Run by spec/support/java-client.sh with the single-file source launcher; nothing is built.
+// Run by spec/support/java-peer.sh client52 with the single-file source launcher; nothing is built.
 import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
 import java.time.Duration;

@@ -9,7 +9,7 @@
 //       A SimpleConsumer of GROUP polls once, prints READY, then "got <id> <type-less body>"
 //       for each message it reads (acking it) until COUNT came or 60 s passed, then DONE.
 //
-// Run by spec/support/tx-java.sh with the single-file source launcher; nothing is built.
+// Run by spec/support/java-peer.sh tx with the single-file source launcher; nothing is built.
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.*;

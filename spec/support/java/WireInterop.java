@@ -12,7 +12,7 @@
 //       prints READY, then prints one JSON line per message each of them reads (COUNT each,
 //       or until 90 s pass) and DONE.
 //
-// Run by spec/support/wire-java.sh with the single-file source launcher; nothing is built.
+// Run by spec/support/java-peer.sh wire with the single-file source launcher; nothing is built.
 import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
 import java.time.Duration;
