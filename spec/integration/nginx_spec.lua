@@ -383,4 +383,120 @@ http {
     server:wait_gone(30)
     env.sh("rm -rf " .. server.prefix)
   end)
+
+  it("sends transactions from a request and answers the broker's checks from a light thread", function()
+    assert(exists(MODULES .. "/ngx_http_lua_module.so"),
+      "nginx's Lua module is missing: apt-get install nginx libnginx-mod-http-lua (make deps)")
+    assert(exists("build/luajit/mqlease/core.so"), "the LuaJIT build is missing: make luajit")
+    local repo = env.sh("pwd"):gsub("%s+$", "")
+    local topic = env.name("nginx_tx")
+    env.sh(("bash mk/rocketmq.sh topics %s:TRANSACTION"):format(topic))
+    local redis_addr = "127.0.0.1:" .. env.redis_port
+    local prefix = "mqlease:" .. env.run_id .. ":ngx_tx:"
+    local port = PORT + 2
+    -- One worker's producer, made in a timer (a producer waits on its core,
+    -- which init_worker cannot); its checker answers from Redis what the spec
+    -- decided for each body, and counts the questions. A light thread polls.
+    local conf = ([[
+worker_processes 1;
+daemon on;
+pid logs/nginx.pid;
+error_log logs/error.log notice;
+load_module @MODULES@/ndk_http_module.so;
+load_module @MODULES@/ngx_http_lua_module.so;
+thread_pool mqlease threads=4;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  client_body_temp_path @PREFIX@/tmp_body;
+  proxy_temp_path @PREFIX@/tmp_proxy;
+  fastcgi_temp_path @PREFIX@/tmp_fastcgi;
+  uwsgi_temp_path @PREFIX@/tmp_uwsgi;
+  scgi_temp_path @PREFIX@/tmp_scgi;
+  lua_package_path "@REPO@/lua/?.lua;@REPO@/lua/?/init.lua;@EXTRA_LUA@;;";
+  lua_package_cpath "@REPO@/build/luajit/?.so;;";
+  init_worker_by_lua_block {
+    ngx.timer.at(0, function()
+      local mqlease = require "mqlease"
+      local redis = mqlease.redis("@REDIS@")
+      local p = assert(mqlease.producer {
+        endpoints = "@ENDPOINTS@", topics = { "@TOPIC@" },
+        checker = function(m)
+          assert(redis:call("HINCRBY", "@KEYS@asked", m.body, 1))
+          local answer = redis:call("HGET", "@KEYS@answer", m.body)
+          return answer ~= ngx.null and answer or "unknown"
+        end,
+      })
+      package.loaded["spec.tx_producer"] = p
+      while not ngx.worker.exiting() do p:poll(1) end
+      p:close()
+    end)
+  }
+  server {
+    listen 127.0.0.1:@PORT@;
+    location = /ping { content_by_lua_block { ngx.say("pong") } }
+    location = /begin { content_by_lua_block {
+      local p = package.loaded["spec.tx_producer"]
+      if not p then return ngx.exit(503) end
+      local tx, err, code = p:begin("@TOPIC@", ngx.var.arg_body)
+      if not tx then ngx.status = 500; ngx.say(code, " ", err); return end
+      local ok, e, c = true, nil, nil
+      if ngx.var.arg_end == "commit" then ok, e, c = tx:commit()
+      elseif ngx.var.arg_end == "rollback" then ok, e, c = tx:rollback() end
+      if not ok then ngx.status = 500; ngx.say(c, " ", e); return end
+      ngx.say("ok ", tx.message_id)
+    } }
+  }
+}
+]]):gsub("@(%u[%u_]*)@", {
+      MODULES = MODULES, REPO = repo, EXTRA_LUA = EXTRA_LUA, ENDPOINTS = env.endpoints, TOPIC = topic,
+      REDIS = redis_addr, KEYS = prefix, PORT = tostring(port),
+    })
+    local r = mqlease.redis(redis_addr)
+    local server = new_nginx(conf, "-tx")
+    finally(function()
+      server:stop()
+      r:close()
+    end)
+    server:start()
+    -- the producer is up once /begin stops answering 503
+    local function begin(body, how)
+      local out = env.sh(clean(("curl -s --max-time 10 -w ' %%{http_code}' 'http://127.0.0.1:%d/begin?body=%s&end=%s'")
+        :format(port, body, how)))
+      return out
+    end
+    env.wait_for(function() return not begin("warmup", "rollback"):match("503$") end, 30, "the producer in the worker")
+    -- what the checker will answer for the ones left open
+    assert(r:call("HSET", prefix .. "answer", "open_commit", "commit", "open_rollback", "rollback"))
+    for _, case in ipairs { { "committed", "commit" }, { "rolled_back", "rollback" },
+                            { "open_commit", "open" }, { "open_rollback", "open" } } do
+      local out = begin(case[1], case[2])
+      assert.truthy(out:match("^ok %S+\n 200$"), case[1] .. ": " .. out)
+    end
+    -- a consumer of the spec's reads what the broker delivers
+    local c = env.consumer { group = env.name("g_nginx_tx"), topic = topic, await = 2, invisible = 20 }
+    local seen = {}
+    env.collect(c, 60, function(m)
+      seen[m.body] = (seen[m.body] or 0) + 1
+      assert.equal("TRANSACTION", m.message_type)
+      assert(m:ack())
+    end, function() return seen.committed and seen.open_commit end, 2)
+    -- a check of a message just committed would come now: give it the time of one more check round
+    env.collect(c, 5, function(m)
+      seen[m.body] = (seen[m.body] or 0) + 1
+      assert(m:ack())
+    end, function() return false end, 2)
+    c:close()
+    assert.same({ committed = 1, open_commit = 1 }, seen)
+    -- the worker's checker was asked about both open ones (and answered them)
+    local asked = assert(r:call("HGETALL", prefix .. "asked"))
+    local n = {}
+    for i = 1, #asked, 2 do n[asked[i]] = tonumber(asked[i + 1]) end
+    assert.is_true((n.open_commit or 0) >= 1, "open_commit was never asked")
+    assert.is_true((n.open_rollback or 0) >= 1, "open_rollback was never asked")
+    assert.equal("pong\n", curl("/ping", port))
+    assert(server:signal("QUIT"), "nginx -s quit failed")
+    server:wait_gone(30)
+    env.sh("rm -rf " .. server.prefix)
+  end)
 end)
