@@ -137,13 +137,21 @@ static void write_seed(const char *dir, const char *name, const seed *sd) {
 static Apache__Rocketmq__V2__Resource topic_t = APACHE__ROCKETMQ__V2__RESOURCE__INIT,
                                       group_g = APACHE__ROCKETMQ__V2__RESOURCE__INIT;
 
-static void add_send(seed *sd, const char *id, const char *body, int64_t deliver_s) {
+/* A send of message id; half: a half message (TRANSACTION type), whose
+ * transaction the broker names DVTX<16 digits>, counting from 1 after a reset. */
+static void add_message(seed *sd, const char *id, const char *body, int64_t deliver_s, int half) {
     Apache__Rocketmq__V2__SendMessageRequest req = APACHE__ROCKETMQ__V2__SEND_MESSAGE_REQUEST__INIT;
     Apache__Rocketmq__V2__Message m = APACHE__ROCKETMQ__V2__MESSAGE__INIT, *ms[1] = {&m};
     Apache__Rocketmq__V2__SystemProperties sp = APACHE__ROCKETMQ__V2__SYSTEM_PROPERTIES__INIT;
     Google__Protobuf__Timestamp at = GOOGLE__PROTOBUF__TIMESTAMP__INIT;
+    Google__Protobuf__Duration recovery = GOOGLE__PROTOBUF__DURATION__INIT;
     sp.message_id = (char *)id;
     sp.tag = "a";
+    if (half) {
+        sp.message_type = APACHE__ROCKETMQ__V2__MESSAGE_TYPE__TRANSACTION;
+        recovery.seconds = 1;
+        sp.orphaned_transaction_recovery_duration = &recovery;
+    }
     if (deliver_s) {
         at.seconds = deliver_s;
         sp.delivery_timestamp = &at;
@@ -156,6 +164,14 @@ static void add_send(seed *sd, const char *id, const char *body, int64_t deliver
     req.n_messages = 1;
     req.messages = ms;
     add(sd, R_SEND, &req.base);
+}
+
+static void add_send(seed *sd, const char *id, const char *body, int64_t deliver_s) {
+    add_message(sd, id, body, deliver_s, 0);
+}
+
+static void add_half(seed *sd, const char *id, const char *body) {
+    add_message(sd, id, body, 0, 1);
 }
 
 static void add_receive(seed *sd, int64_t invisible_s, int64_t poll_s) {
@@ -174,26 +190,6 @@ static void add_receive(seed *sd, int64_t invisible_s, int64_t poll_s) {
     req.invisible_duration = &inv;
     req.long_polling_timeout = &poll;
     add(sd, R_RECEIVE, &req.base);
-}
-
-/* A half message (TRANSACTION type); the broker names its transactions
- * DVTX<16 digits> counting from 1 after a reset. */
-static void add_half(seed *sd, const char *id, const char *body) {
-    Apache__Rocketmq__V2__SendMessageRequest req = APACHE__ROCKETMQ__V2__SEND_MESSAGE_REQUEST__INIT;
-    Apache__Rocketmq__V2__Message m = APACHE__ROCKETMQ__V2__MESSAGE__INIT, *ms[1] = {&m};
-    Apache__Rocketmq__V2__SystemProperties sp = APACHE__ROCKETMQ__V2__SYSTEM_PROPERTIES__INIT;
-    Google__Protobuf__Duration recovery = GOOGLE__PROTOBUF__DURATION__INIT;
-    sp.message_id = (char *)id;
-    sp.message_type = APACHE__ROCKETMQ__V2__MESSAGE_TYPE__TRANSACTION;
-    recovery.seconds = 1;
-    sp.orphaned_transaction_recovery_duration = &recovery;
-    m.topic = &topic_t;
-    m.system_properties = &sp;
-    m.body.data = (uint8_t *)body;
-    m.body.len = strlen(body);
-    req.n_messages = 1;
-    req.messages = ms;
-    add(sd, R_SEND, &req.base);
 }
 
 static void add_end(seed *sd, const char *id, const char *tx,

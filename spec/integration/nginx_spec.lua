@@ -31,6 +31,35 @@ end
 
 local alive = env.alive
 
+-- What every configuration here starts with: the modules, the thread pool
+-- the waits use, temp paths under the prefix, and the checkout's Lua and
+-- LuaJIT build first on the paths. render() puts it where @HEAD@ stands.
+local HEAD = [[
+daemon on;
+pid logs/nginx.pid;
+error_log logs/error.log notice;
+load_module @MODULES@/ndk_http_module.so;
+load_module @MODULES@/ngx_http_lua_module.so;
+thread_pool mqlease threads=4;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  client_body_temp_path @PREFIX@/tmp_body;
+  proxy_temp_path @PREFIX@/tmp_proxy;
+  fastcgi_temp_path @PREFIX@/tmp_fastcgi;
+  uwsgi_temp_path @PREFIX@/tmp_uwsgi;
+  scgi_temp_path @PREFIX@/tmp_scgi;
+  lua_package_path "@REPO@/lua/?.lua;@REPO@/lua/?/init.lua;@EXTRA_LUA@;;";
+  lua_package_cpath "@REPO@/build/luajit/?.so;;";]]
+
+-- conf with HEAD in it and every @NAME@ of vars (and of the paths above)
+-- replaced; @PREFIX@ is left for new_nginx.
+local function render(conf, vars)
+  local all = { MODULES = MODULES, EXTRA_LUA = EXTRA_LUA, REPO = (env.sh("pwd"):gsub("%s+$", "")) }
+  for k, v in pairs(vars) do all[k] = v end
+  return (conf:gsub("@HEAD@", function() return HEAD end):gsub("@(%u[%u_]*)@", all))
+end
+
 -- ------------------------------------------------------------ nginx control
 
 local nginx = {}
@@ -134,31 +163,15 @@ describe("mqlease inside nginx workers", function()
     assert(exists(MODULES .. "/ngx_http_lua_module.so"),
       "nginx's Lua module is missing: apt-get install nginx libnginx-mod-http-lua (make deps)")
     assert(exists("build/luajit/mqlease/core.so"), "the LuaJIT build is missing: make luajit")
-    local repo = env.sh("pwd"):gsub("%s+$", "")
     local topic = env.topic("nginx")
     local group = env.name("g_nginx")
     local redis_addr = "127.0.0.1:" .. env.redis_port
     local prefix = "mqlease:" .. env.run_id .. ":ngx:"
     local runs_key = prefix .. "runs"
 
-    local conf = ([[
+    local conf = render([[
 worker_processes 2;
-daemon on;
-pid logs/nginx.pid;
-error_log logs/error.log notice;
-load_module @MODULES@/ndk_http_module.so;
-load_module @MODULES@/ngx_http_lua_module.so;
-thread_pool mqlease threads=4;
-events { worker_connections 1024; }
-http {
-  access_log off;
-  client_body_temp_path @PREFIX@/tmp_body;
-  proxy_temp_path @PREFIX@/tmp_proxy;
-  fastcgi_temp_path @PREFIX@/tmp_fastcgi;
-  uwsgi_temp_path @PREFIX@/tmp_uwsgi;
-  scgi_temp_path @PREFIX@/tmp_scgi;
-  lua_package_path "@REPO@/lua/?.lua;@REPO@/lua/?/init.lua;@EXTRA_LUA@;;";
-  lua_package_cpath "@REPO@/build/luajit/?.so;;";
+@HEAD@
   lua_shared_dict mqlease_metrics 1m;
   init_worker_by_lua_block {
     local mqlease = require "mqlease"
@@ -187,8 +200,8 @@ http {
     location = /live { content_by_lua_block { require("mqlease.ngx").leases_page() } }
   }
 }
-]]):gsub("@(%u[%u_]*)@", {
-      MODULES = MODULES, REPO = repo, EXTRA_LUA = EXTRA_LUA, ENDPOINTS = env.endpoints, GROUP = group, TOPIC = topic,
+]], {
+      ENDPOINTS = env.endpoints, GROUP = group, TOPIC = topic,
       REDIS = redis_addr, RUNS = runs_key, PREFIX_KEYS = prefix, PORT = tostring(PORT),
     })
 
@@ -310,28 +323,12 @@ http {
     assert(exists(MODULES .. "/ngx_http_lua_module.so"),
       "nginx's Lua module is missing: apt-get install nginx libnginx-mod-http-lua (make deps)")
     assert(exists("build/luajit/mqlease/core.so"), "the LuaJIT build is missing: make luajit")
-    local repo = env.sh("pwd"):gsub("%s+$", "")
     local topic = env.topic("nginx_four")
     local group = env.name("g_nginx_four")
     local port = PORT + 1
-    local conf = ([[
+    local conf = render([[
 worker_processes 4;
-daemon on;
-pid logs/nginx.pid;
-error_log logs/error.log notice;
-load_module @MODULES@/ndk_http_module.so;
-load_module @MODULES@/ngx_http_lua_module.so;
-thread_pool mqlease threads=4;
-events { worker_connections 1024; }
-http {
-  access_log off;
-  client_body_temp_path @PREFIX@/tmp_body;
-  proxy_temp_path @PREFIX@/tmp_proxy;
-  fastcgi_temp_path @PREFIX@/tmp_fastcgi;
-  uwsgi_temp_path @PREFIX@/tmp_uwsgi;
-  scgi_temp_path @PREFIX@/tmp_scgi;
-  lua_package_path "@REPO@/lua/?.lua;@REPO@/lua/?/init.lua;@EXTRA_LUA@;;";
-  lua_package_cpath "@REPO@/build/luajit/?.so;;";
+@HEAD@
   lua_shared_dict mqlease_metrics 1m;
   init_worker_by_lua_block {
     require("mqlease.ngx").start {
@@ -346,8 +343,8 @@ http {
     location = /metrics { content_by_lua_block { require("mqlease.ngx").metrics() } }
   }
 }
-]]):gsub("@(%u[%u_]*)@", {
-      MODULES = MODULES, REPO = repo, EXTRA_LUA = EXTRA_LUA, ENDPOINTS = env.endpoints, GROUP = group, TOPIC = topic,
+]], {
+      ENDPOINTS = env.endpoints, GROUP = group, TOPIC = topic,
       PORT = tostring(port),
     })
     local server = new_nginx(conf, "-four")
@@ -388,7 +385,6 @@ http {
     assert(exists(MODULES .. "/ngx_http_lua_module.so"),
       "nginx's Lua module is missing: apt-get install nginx libnginx-mod-http-lua (make deps)")
     assert(exists("build/luajit/mqlease/core.so"), "the LuaJIT build is missing: make luajit")
-    local repo = env.sh("pwd"):gsub("%s+$", "")
     local topic = env.name("nginx_tx")
     env.sh(("bash mk/rocketmq.sh topics %s:TRANSACTION"):format(topic))
     local redis_addr = "127.0.0.1:" .. env.redis_port
@@ -397,24 +393,9 @@ http {
     -- One worker's producer, made in a timer (a producer waits on its core,
     -- which init_worker cannot); its checker answers from Redis what the spec
     -- decided for each body, and counts the questions. A light thread polls.
-    local conf = ([[
+    local conf = render([[
 worker_processes 1;
-daemon on;
-pid logs/nginx.pid;
-error_log logs/error.log notice;
-load_module @MODULES@/ndk_http_module.so;
-load_module @MODULES@/ngx_http_lua_module.so;
-thread_pool mqlease threads=4;
-events { worker_connections 1024; }
-http {
-  access_log off;
-  client_body_temp_path @PREFIX@/tmp_body;
-  proxy_temp_path @PREFIX@/tmp_proxy;
-  fastcgi_temp_path @PREFIX@/tmp_fastcgi;
-  uwsgi_temp_path @PREFIX@/tmp_uwsgi;
-  scgi_temp_path @PREFIX@/tmp_scgi;
-  lua_package_path "@REPO@/lua/?.lua;@REPO@/lua/?/init.lua;@EXTRA_LUA@;;";
-  lua_package_cpath "@REPO@/build/luajit/?.so;;";
+@HEAD@
   init_worker_by_lua_block {
     ngx.timer.at(0, function()
       local mqlease = require "mqlease"
@@ -448,8 +429,8 @@ http {
     } }
   }
 }
-]]):gsub("@(%u[%u_]*)@", {
-      MODULES = MODULES, REPO = repo, EXTRA_LUA = EXTRA_LUA, ENDPOINTS = env.endpoints, TOPIC = topic,
+]], {
+      ENDPOINTS = env.endpoints, TOPIC = topic,
       REDIS = redis_addr, KEYS = prefix, PORT = tostring(port),
     })
     local r = mqlease.redis(redis_addr)
