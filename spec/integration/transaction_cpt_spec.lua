@@ -47,7 +47,13 @@ describe("consume-transform-produce through transactions", function()
     local list = {}
     for i = 1, N do list[i] = "order-" .. i end
     local results, failed = p:send_many(input, list)
-    assert.equal(0, failed)
+    local codes = {}
+    for _, r in ipairs(results) do
+      if not r.ok then codes[r.code .. ": " .. tostring(r.err)] = (codes[r.code .. ": " .. tostring(r.err)] or 0) + 1 end
+    end
+    local why = {}
+    for k, n in pairs(codes) do why[#why + 1] = n .. " x " .. k end
+    assert.equal(0, failed, "sends failed: " .. table.concat(why, "; "))
     local inputs = {}
     for i, r in ipairs(results) do inputs[r.message_id] = list[i] end
     p:close()
