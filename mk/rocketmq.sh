@@ -22,6 +22,10 @@
 #                                      JVM; returns once every topic is routable via namesrv
 #   rocketmq.sh groups [--orderly] [--if-absent] NAME...   create consumer groups only
 #                                      (--if-absent: leave a group that exists as it is)
+#   rocketmq.sh lite-group NAME:PARENT...  5.5+: consumer groups bound to the LITE topic PARENT
+#                                      (create the topic with `topics PARENT:LITE`)
+#   rocketmq.sh broker-config KEY=VALUE...  change BrokerConfig keys of the running broker
+#                                      (as `mqadmin updateBrokerConfig`; lost on restart)
 #
 # Environment (all optional):
 #   ROCKETMQ_VERSION       5.2.0 (rocketmq-proxy 5.1.4 is not resolvable from our registry;
@@ -569,5 +573,7 @@ case $cmd in
   env) cmd_env ;;
   topics) run_admin "$@" ;;
   groups) cmd_groups "$@" ;;
+  lite-group) run_admin $(printf -- '--lite-group %s ' "$@") ;;
+  broker-config) run_admin $(printf -- '--broker-config %s ' "$@") ;;
   *) usage ;;
 esac
