@@ -241,6 +241,12 @@ transactionCheckInterval=$TX_CHECK_INTERVAL_MS
 transactionCheckMax=$TX_CHECK_MAX
 transactionOpBatchInterval=500
 EOF
+  # 5.5+ lite topics (RIP-83): a lite topic is a light message queue, "%LMQ%$<parent>$<lite>",
+  # that the store fills by multi-dispatch; both switches are off by default
+  # (MessageStoreConfig), and without them a lite message reaches no lite consumer.
+  if version_at_least 5.5.0; then
+    printf 'enableLmq=true\nenableMultiDispatch=true\n' >>"$RUN/broker.conf"
+  fi
   # Proxy: the gRPC port must be fixed because local-mode routes echo it back to clients;
   # a 2 s route refresh shortens the proxy's negative cache for topics created late;
   # grpcShutdownTimeSeconds (default 30) bounds how long SIGTERM waits for open client streams.
