@@ -22,6 +22,10 @@
 #                                      JVM; returns once every topic is routable via namesrv
 #   rocketmq.sh groups [--orderly] [--if-absent] NAME...   create consumer groups only
 #                                      (--if-absent: leave a group that exists as it is)
+#   rocketmq.sh lite-group NAME:PARENT...  5.5+: consumer groups bound to the LITE topic PARENT
+#                                      (create the topic with `topics PARENT:LITE`)
+#   rocketmq.sh broker-config KEY=VALUE...  change BrokerConfig keys of the running broker
+#                                      (as `mqadmin updateBrokerConfig`; lost on restart)
 #
 # Environment (all optional):
 #   ROCKETMQ_VERSION       5.2.0 (rocketmq-proxy 5.1.4 is not resolvable from our registry;
@@ -237,6 +241,12 @@ transactionCheckInterval=$TX_CHECK_INTERVAL_MS
 transactionCheckMax=$TX_CHECK_MAX
 transactionOpBatchInterval=500
 EOF
+  # 5.5+ lite topics (RIP-83): a lite topic is a light message queue, "%LMQ%$<parent>$<lite>",
+  # that the store fills by multi-dispatch; both switches are off by default
+  # (MessageStoreConfig), and without them a lite message reaches no lite consumer.
+  if version_at_least 5.5.0; then
+    printf 'enableLmq=true\nenableMultiDispatch=true\n' >>"$RUN/broker.conf"
+  fi
   # Proxy: the gRPC port must be fixed because local-mode routes echo it back to clients;
   # a 2 s route refresh shortens the proxy's negative cache for topics created late;
   # grpcShutdownTimeSeconds (default 30) bounds how long SIGTERM waits for open client streams.
@@ -569,5 +579,7 @@ case $cmd in
   env) cmd_env ;;
   topics) run_admin "$@" ;;
   groups) cmd_groups "$@" ;;
+  lite-group) run_admin $(printf -- '--lite-group %s ' "$@") ;;
+  broker-config) run_admin $(printf -- '--broker-config %s ' "$@") ;;
   *) usage ;;
 esac

@@ -66,6 +66,8 @@ _M.consumer = {
   filter = { kind = "string", default = "*",
     doc = "tag expression (`\"*\"`, `\"TagA || TagB\"`), or SQL92 when `filter_type = \"sql\"`" },
   filter_type = { kind = "enum", values = { "tag", "sql" }, default = "tag", doc = "how `filter` is read" },
+  lite_topics = { kind = "strings", default_doc = "nil (not a lite consumer)",
+    doc = "RocketMQ 5.5+: `topic` is a LITE topic and the consumer receives from these lite topics under it (`{}`: none yet; `c:subscribe_lite`, `c:unsubscribe_lite` change the set); `group` must be bound to `topic` ([lite topics](api.md#lite-topics))" },
   invisible = { kind = "invisible", default = 30, min = MIN_INVISIBLE, max = MAX_INVISIBLE, unit = "s",
     doc = "lease length: seconds each receive and each renewal hides the message. RocketMQ's proxy refuses a receive under its `minInvisibleTimeMillsForRecv` (10 s unless configured lower; the receive returns `nil, err, \"ILLEGAL_INVISIBLE_TIME\"`); the dev broker's is `--min-invisible-ms`. `\"auto\"`: follow the handler times ([`auto_invisible`](api.md#invisible--auto))" },
   auto_invisible = { kind = "auto_invisible",
@@ -395,12 +397,14 @@ local MAX_EPOCH_SECONDS = 1e11
 
 -- The send options, as the command line shares them (the message's part; the
 -- routing part, topic, is a name as in the consumer options).
-_M.SEND_OPTIONS = { "delay", "deliver_at", "keys", "message_group", "priority", "properties", "tag",
+_M.SEND_OPTIONS = { "delay", "deliver_at", "keys", "lite_topic", "message_group", "priority", "properties", "tag",
   "timeout", "trace_context" }
 
 -- SystemProperties.priority is an int32 (apache/rocketmq-apis 2.1.x); the broker maps
 -- priority n to queue min(n, queues - 1) of a PRIORITY topic (SendMessageProcessor, 5.4+).
 local MAX_PRIORITY = 2147483647
+-- ProxyConfig.maxLiteTopicSize's default (5.5.0): the proxy refuses a longer lite topic
+local MAX_LITE_TOPIC = 64
 
 -- The message for a bad value of send option k, or nil: "option 'k' must be ...".
 function _M.send_problem(k, v)
@@ -450,6 +454,11 @@ function _M.send_problem(k, v)
       return ("option 'priority' must be an integer from 0 to %d, higher first (got %s)")
         :format(MAX_PRIORITY, describe(v))
     end
+  elseif k == "lite_topic" then
+    if type(v) ~= "string" or not v:match(NAME_PATTERN) or #v > MAX_LITE_TOPIC then
+      return ("option 'lite_topic' must be a topic name of at most %d characters (got %s)")
+        :format(MAX_LITE_TOPIC, describe(v))
+    end
   elseif k == "trace_context" then
     local ok, why = trace.parse(v)
     if not ok then
@@ -482,6 +491,11 @@ function _M.send_options_problem(opts, skip)
   local other = timed or opts.message_group ~= nil and "message_group" or nil
   if opts.priority ~= nil and other then
     return ("options 'priority' and '%s' exclude each other"):format(other)
+  end
+  -- a LITE topic takes plain messages only (TopicMessageType LITE)
+  other = other or opts.priority ~= nil and "priority" or nil
+  if opts.lite_topic ~= nil and other then
+    return ("options 'lite_topic' and '%s' exclude each other"):format(other)
   end
 end
 

@@ -17,6 +17,8 @@ local setmetatable, rawget, type, error, ipairs, pairs, tostring =
   setmetatable, rawget, type, error, ipairs, pairs, tostring
 local floor = math.floor
 
+local LITE_SET = 2   -- LiteSubscriptionAction.COMPLETE_ADD: the whole set, at start
+
 local _M = {}
 
 local consumer_methods = {}
@@ -39,6 +41,11 @@ function _M.new(opts)
   local args = config.client_core("mqlease.consumer", o)
   args.group, args.topic, args.filter = o.group, o.topic, o.filter
   args.filter_sql = o.filter_type == "sql"
+  args.lite = o.lite_topics ~= nil
+  for _, name in ipairs(o.lite_topics or {}) do
+    local problem = config.send_problem("lite_topic", name)
+    if problem then error("mqlease.consumer: option 'lite_topics': " .. problem, 2) end
+  end
   if o.invisible == "auto" then
     local a = o.auto_invisible
     args.invisible_auto = true
@@ -60,11 +67,54 @@ function _M.new(opts)
   local client, start_op = core.consumer(args)
   local router, err, code = router_mod.start(client, start_op, o.start_timeout, "mqlease.consumer")
   if not router then return nil, err, code end
+  if o.lite_topics and #o.lite_topics > 0 then
+    local ev = router:result(client:sync_lite(LITE_SET, o.lite_topics))
+    if not ev.ok then
+      router:result(client:terminate())
+      router:close()
+      return nil, ev.err, ev.code
+    end
+  end
   return setmetatable({
     group = o.group, topic = o.topic, options = config.kept(o),
     _router = router, _closed = false, _counters = {},
     _shapes = setmetatable({}, { __mode = "v" }),   -- shape key -> message metatable
   }, consumer_mt)
+end
+
+-- apache.rocketmq.v2.LiteSubscriptionAction
+local LITE_ADD, LITE_REMOVE = 0, 1
+
+local function sync_lite(self, fn, action, names)
+  if type(names) == "string" then names = { names } end
+  if type(names) ~= "table" or #names == 0 then
+    error(("bad argument #1 to '%s' (a lite topic or an array of them expected)"):format(fn), 3)
+  end
+  for _, name in ipairs(names) do
+    local problem = config.send_problem("lite_topic", name)
+    if problem then error(("bad argument #1 to '%s' (%s)"):format(fn, problem), 3) end
+  end
+  if not self.options.lite_topics then
+    error(("%s: the consumer is not a lite consumer (option 'lite_topics')"):format(fn), 3)
+  end
+  if closed_guard(self) then return nil, "the consumer is closed", "CLOSED" end
+  local router = self._router
+  local ev = router:result(router.client:sync_lite(action, names))
+  if not ev.ok then return nil, ev.err, ev.code end
+  return true
+end
+
+-- Lite consumers (option lite_topics, RocketMQ 5.5+): adds lite topics (a name or an
+-- array) to what the consumer receives from (SyncLiteSubscription PARTIAL_ADD).
+-- true, or nil, message, code (LITE_SUBSCRIPTION_QUOTA_EXCEEDED, ILLEGAL_LITE_TOPIC, ...).
+function consumer_methods:subscribe_lite(names)
+  return sync_lite(self, "subscribe_lite", LITE_ADD, names)
+end
+
+-- Removes lite topics from the subscription (PARTIAL_REMOVE): their messages are no longer
+-- delivered to this consumer; leases already held stay held.
+function consumer_methods:unsubscribe_lite(names)
+  return sync_lite(self, "unsubscribe_lite", LITE_REMOVE, names)
 end
 
 -- Receives up to n messages (default: the batch option), long-polling up to

@@ -161,7 +161,7 @@ end
 local FIELDS = {
   -- the message's own
   "id", "body", "offset", "born_at", "store_at", "delivery_timestamp", "trace_context", "message_group",
-  "priority",
+  "priority", "lite_topic",
   -- its shape's
   "topic", "tag", "born_host", "store_host", "message_type", "queue_id", "delivery_attempt",
 }

@@ -96,7 +96,7 @@ local function start_send(self, topic, body, opts, recovery)
   local slot = { topic = topic, started = now(), ev = nil }
   local op = self._router.client:send(topic, body, opts.tag, keys, opts.properties,
     opts.message_group, deliver_at, delay, opts.trace_context, opts.priority, recovery ~= nil,
-    recovery and floor(recovery * 1000) or nil)
+    recovery and floor(recovery * 1000) or nil, opts.lite_topic)
   self._flight[op] = slot
   self._flying = self._flying + 1
   return slot
@@ -120,7 +120,8 @@ end
 -- FIFO), delay (seconds from now) or deliver_at (epoch seconds) (a DELAY message: the
 -- topic's message.type must be DELAY); trace_context, a W3C traceparent (see
 -- mqlease.trace); priority, an integer >= 0 (a PRIORITY topic, RocketMQ 5.4+: higher
--- is received first). Returns the message id, the queue offset and the recall handle
+-- is received first); lite_topic, a lite topic under topic (a LITE topic, RocketMQ 5.5).
+-- Returns the message id, the queue offset and the recall handle
 -- (a delay message on a 5.3.2+ proxy; nil else), or nil, message, code. Waits for a free slot first when max_inflight
 -- sends are in flight (from other coroutines).
 function methods:send(topic, body, opts)

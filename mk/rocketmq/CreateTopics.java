@@ -12,6 +12,11 @@
 //      --orderly-group NAME consumer group with consumeMessageOrderly (FIFO delivery)
 //      --group-if-absent NAME  consumer group, unless the broker has one of that name
 //                           already (which it keeps as it is, e.g. orderly)
+//      --lite-group NAME:PARENT  5.5+: consumer group bound to the LITE topic PARENT
+//                           (SubscriptionGroupAttributes "lite.bind.topic"): the proxy's
+//                           ClientProcessor.validateLiteMode refuses a lite consumer without it
+//      --broker-config KEY=VALUE  set a BrokerConfig key at run time (updateBrokerConfig, as
+//                           `mqadmin updateBrokerConfig` does)
 // With no ARG it only makes sure the broker is registered with the name server (used by
 // `rocketmq.sh start`).
 //
@@ -73,6 +78,40 @@ public class CreateTopics {
             }
             for (int i = 2; i < args.length; i++) {
                 String a = args[i];
+                if (a.equals("--broker-config") || a.equals("--lite-group")) {
+                    if (i + 1 >= args.length) {
+                        System.err.println(a + " needs a value");
+                        failures++;
+                        break;
+                    }
+                    String v = args[++i];
+                    int sep = v.indexOf(a.equals("--lite-group") ? ':' : '=');
+                    if (sep <= 0) {
+                        System.err.println(a + " " + v + ": FAILED: want " + (a.equals("--lite-group") ? "NAME:PARENT" : "KEY=VALUE"));
+                        failures++;
+                        continue;
+                    }
+                    try {
+                        if (a.equals("--lite-group")) {
+                            SubscriptionGroupConfig g = new SubscriptionGroupConfig();
+                            g.setGroupName(v.substring(0, sep));
+                            Map<String, String> attrs = new HashMap<>();
+                            attrs.put("+lite.bind.topic", v.substring(sep + 1));
+                            g.setAttributes(attrs);
+                            admin.createAndUpdateSubscriptionGroupConfig(broker, g);
+                            System.out.println("group " + v.substring(0, sep) + ": created on " + broker + " (lite, bound to " + v.substring(sep + 1) + ")");
+                        } else {
+                            Properties p = new Properties();
+                            p.setProperty(v.substring(0, sep), v.substring(sep + 1));
+                            admin.updateBrokerConfig(broker, p);
+                            System.out.println("broker " + broker + ": " + v);
+                        }
+                    } catch (Exception e) {
+                        System.err.println(a + " " + v + ": FAILED: " + e);
+                        failures++;
+                    }
+                    continue;
+                }
                 if (a.equals("--group") || a.equals("--orderly-group") || a.equals("--group-if-absent")) {
                     if (i + 1 >= args.length) {
                         System.err.println(a + " needs a name");

@@ -140,6 +140,22 @@ static void reads_a_priority_and_writes_an_explicit_zero(void) {
     mql_frame_clear(&f);
 }
 
+/* SystemProperties.lite_topic (field 21, apis 2.1.x, RocketMQ 5.5 LITE topics): kept when
+ * sent, NULL when not (an older proxy, or a message of another type). */
+static void reads_the_lite_topic(void) {
+    fixture fx;
+    mql_frame f;
+    fixture_init(&fx, "hi");
+    decode(&f, &fx.resp.base, 100);
+    CHECK(f.kind == MQL_FRAME_MESSAGE && f.msg.lite_topic == NULL);
+    mql_frame_clear(&f);
+    fx.sp.lite_topic = "order-42";
+    decode(&f, &fx.resp.base, 100);
+    CHECK(f.kind == MQL_FRAME_MESSAGE && f.msg.lite_topic && strcmp(f.msg.lite_topic, "order-42") == 0);
+    CHECK(strcmp(f.msg.topic, "T1") == 0);
+    mql_frame_clear(&f);
+}
+
 static void inflates_a_gzip_body_whose_digest_covers_the_wire_bytes(void) {
     static const char zhello[] = "\x78\x9c\xcb\x48\xcd\xc9\xc9\x07\x00\x06\x2c\x02\x15";
     char hex[16];
@@ -439,6 +455,7 @@ static void reads_an_orphaned_transaction_check(void) {
 int main(void) {
     RUN(copies_every_system_property);
     RUN(reads_a_priority_and_writes_an_explicit_zero);
+    RUN(reads_the_lite_topic);
     RUN(inflates_a_gzip_body_whose_digest_covers_the_wire_bytes);
     RUN(calls_a_digest_mismatch_corrupted_and_keeps_what_a_release_needs);
     RUN(calls_a_message_without_identity_malformed);

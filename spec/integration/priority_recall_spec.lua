@@ -141,6 +141,26 @@ describe("recall on RocketMQ " .. VERSION, function()
       p:close()
       c:close()
     end)
+
+    -- The harness starts the broker with recallMessageEnable=true; RecallMessageProcessor
+    -- reads BrokerConfig.isRecallMessageEnable() per request, so updateBrokerConfig turns it
+    -- off (and on again) without a restart.
+    it("answers RECALL_DISABLED while the broker's recallMessageEnable is false", function()
+      local topic = env.name("recall_off")
+      env.sh(("bash mk/rocketmq.sh topics %s:DELAY"):format(topic))
+      local p = env.producer { topics = { topic } }
+      local sent, _, handle = assert(p:send(topic, "off", { delay = 600 }))
+      assert.is_string(handle)
+      env.sh("bash mk/rocketmq.sh broker-config recallMessageEnable=false")
+      local ok, id, err, code = pcall(p.recall, p, topic, handle)
+      env.sh("bash mk/rocketmq.sh broker-config recallMessageEnable=true")
+      assert.is_true(ok, id)
+      assert.is_nil(id)
+      assert.equal("RECALL_DISABLED", code, err)
+      -- on again: the same handle recalls the message
+      assert.equal(sent, assert(p:recall(topic, handle)))
+      p:close()
+    end)
   else
     it("gives no recall handle, and a recall fails UNSUPPORTED", function()
       local topic = env.name("recall")

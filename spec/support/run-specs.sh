@@ -29,11 +29,14 @@ SECOND_VERSION=${MQLEASE_SECOND_ROCKETMQ:-5.5.0}
 # of the conformance spec (no broker in it): the pass must keep the suite
 # under 40 minutes.
 # priority_recall_spec proves on it what 5.3.2+ and 5.4+ added (30 s on 5.5.0), and
-# java_client_interop_spec the Java client of today with priority messages (70 s).
+# java_client_interop_spec the Java client of today with priority messages (70 s),
+# lite_topic_spec lite topics (5.5+) on a cluster-mode RocketMQ of its own (36 s of specs, its
+# four JVMs' start and stop 3 minutes more on a loaded box).
 SECOND_SPECS=(spec/integration/conformance_spec.lua spec/integration/roundtrip_spec.lua
   spec/integration/nack_spec.lua spec/integration/lease_spec.lua spec/integration/wire_spec.lua
   spec/integration/fifo_spec.lua spec/integration/priority_recall_spec.lua
-  spec/integration/java_client_interop_spec.lua spec/integration/transaction_spec.lua)
+  spec/integration/java_client_interop_spec.lua spec/integration/transaction_spec.lua
+  spec/integration/lite_topic_spec.lua)
 SECOND_FILTER_OUT='mqlease%-devbroker'
 # Spec files of the first version that spend their time waiting on the broker's
 # clocks (retry delays, redelivery, FIFO handlers that sleep, dev broker leases)

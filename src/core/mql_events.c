@@ -16,6 +16,7 @@ void mql_message_clear(mql_message *m) {
     free(m->store_host);
     free(m->trace_context);
     free(m->receipt_handle);
+    free(m->lite_topic);
     for (i = 0; i < m->nkeys; i++) free(m->keys[i]);
     free(m->keys);
     for (i = 0; i < m->nprops; i++) {

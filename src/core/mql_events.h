@@ -36,6 +36,7 @@ typedef struct mql_message {
     char *store_host;
     char *trace_context;
     char *receipt_handle;  /* the handle it was delivered with (the lease keeps the latest) */
+    char *lite_topic;      /* its lite topic under topic (LITE topics, RocketMQ 5.5), else NULL */
     char **keys;
     size_t nkeys;
     mql_kv *props;

@@ -71,6 +71,7 @@ static void copy_system_properties(mql_message *out, const Apache__Rocketmq__V2_
     out->store_host = dup_nonempty(sp->store_host);
     out->trace_context = dup_nonempty(sp->trace_context);
     out->receipt_handle = dup_nonempty(sp->receipt_handle);
+    out->lite_topic = dup_nonempty(sp->lite_topic);
     out->nkeys = sp->n_keys;
     out->keys = mql_xcalloc(sp->n_keys, sizeof(char *));
     for (i = 0; i < sp->n_keys; i++) out->keys[i] = mql_strdup(sp->keys[i] ? sp->keys[i] : "");

@@ -75,7 +75,7 @@ enum {
 static void push_message(lua_State *L, const mql_message *m) {
     size_t i;
     int n = (m->delivery_ms != 0) + (m->trace_context != NULL) + (m->message_group != NULL)
-          + (m->nkeys > 0) + (m->nprops > 0) + (m->has_priority != 0);
+          + (m->nkeys > 0) + (m->nprops > 0) + (m->has_priority != 0) + (m->lite_topic != NULL);
     lua_createtable(L, MSG_SLOTS, n);
     if (m->id) {
         lua_pushstring(L, m->id);
@@ -97,6 +97,7 @@ static void push_message(lua_State *L, const mql_message *m) {
     lmql_set_str(L, "trace_context", m->trace_context);
     lmql_set_str(L, "message_group", m->message_group);
     if (m->has_priority) lmql_set_int(L, "priority", m->priority);
+    lmql_set_str(L, "lite_topic", m->lite_topic);
     if (m->nkeys > 0) {
         lua_createtable(L, (int)m->nkeys, 0);
         for (i = 0; i < m->nkeys; i++) {

@@ -77,6 +77,7 @@ static int new_client(lua_State *L, mql_client_type type) {
     cfg.topic = lmql_opt_string(L, 1, "topic");
     cfg.filter = lmql_opt_string(L, 1, "filter");
     cfg.filter_sql = lmql_opt_bool(L, 1, "filter_sql", 0);
+    cfg.lite = lmql_opt_bool(L, 1, "lite", 0);
     cfg.invisible_ms = lmql_opt_int(L, 1, "invisible_ms", 30000);
     cfg.invisible_auto = lmql_opt_bool(L, 1, "invisible_auto", 0);
     cfg.auto_min_ms = lmql_opt_int(L, 1, "auto_min_ms", 10000);
@@ -206,7 +207,7 @@ static int l_let_expire(lua_State *L) {
 }
 
 /* client:send(topic, body, tag, keys, properties, message_group, deliver_at_ms, delay_ms,
- * trace_context, priority, transaction, recovery_ms): config.lua has checked every argument (and that at most one of
+ * trace_context, priority, transaction, recovery_ms, lite_topic): config.lua has checked every argument (and that at most one of
  * message_group, deliver_at_ms and delay_ms is set); deliver_at_ms is wall-clock ms since the epoch, delay_ms is
  * counted from now on this host's wall clock, as the official clients do. */
 static int l_send(lua_State *L) {
@@ -232,6 +233,7 @@ static int l_send(lua_State *L) {
     }
     o.transaction = lua_toboolean(L, 12);   /* a half message (producer:begin) */
     o.recovery_ms = (int64_t)luaL_optinteger(L, 13, 0);
+    o.lite_topic = luaL_optstring(L, 14, NULL);
     if (lua_istable(L, 5)) {
         o.nkeys = lua_rawlen(L, 5);
         o.keys = lua_newuserdata(L, (o.nkeys ? o.nkeys : 1) * sizeof(*o.keys));
@@ -264,6 +266,24 @@ static int l_send(lua_State *L) {
     o.nprops = nprops;
     op = mql_client_send(c, topic, (const uint8_t *)body, len, &o);
     return push_op(L, op);
+}
+
+/* client:sync_lite(action, {lite topic, ...}) -> op: SyncLiteSubscription (mql_lite.h);
+ * action is apache.rocketmq.v2.LiteSubscriptionAction (0 add, 1 remove, 2 set, 3 clear). */
+static int l_sync_lite(lua_State *L) {
+    mql_client *c = lmql_check_client(L);
+    int action = (int)luaL_checkinteger(L, 2);
+    const char **names;
+    size_t n, i;
+    luaL_checktype(L, 3, LUA_TTABLE);
+    n = lua_rawlen(L, 3);
+    names = lua_newuserdata(L, (n ? n : 1) * sizeof(*names));   /* Lua owns it: a raise leaks nothing */
+    for (i = 0; i < n; i++) {
+        lua_rawgeti(L, 3, (int)i + 1);
+        names[i] = luaL_checkstring(L, -1);   /* the table keeps it referenced */
+        lua_pop(L, 1);
+    }
+    return push_op(L, mql_client_sync_lite(c, action, names, n));
 }
 
 /* client:recall(topic, recall_handle) -> op */
@@ -525,7 +545,7 @@ static int l_sleep(lua_State *L) {
 static const luaL_Reg client_methods[] = {
     {"events", l_events},   {"fd", l_fd},         {"id", l_id},
     {"receive", l_receive}, {"ack", l_ack},       {"nack", l_nack},
-    {"let_expire", l_let_expire}, {"send", l_send}, {"recall", l_recall}, {"terminate", l_terminate},
+    {"let_expire", l_let_expire}, {"send", l_send}, {"recall", l_recall}, {"sync_lite", l_sync_lite}, {"terminate", l_terminate},
     {"end_transaction", l_end_transaction},
     {"route", l_route}, {"nack_all", l_nack_all}, {"cancel_receives", l_cancel_receives},
     {"lease", l_lease},     {"metrics", l_metrics}, {"dead_letter", l_dead_letter},

@@ -16,6 +16,8 @@
  *   mql_release.c   where it leaves: ack, nack, dead letter, let expire,
  *                   nack-all at shutdown; how any lease leaves the table
  *   mql_change.c    ChangeInvisibleDuration, which a renewal and a nack both send
+ *   mql_lite.c      lite topics (RocketMQ 5.5): SyncLiteSubscription, and the lite
+ *                   topic a lease's requests carry
  *   mql_producer.c  the producer's one job: SendMessage
  *   mql_transaction.c  a half message's end: EndTransaction
  *   mql_client.c    the public API (mql_client.h) above them all: new/free,
@@ -25,7 +27,7 @@
  * Who calls whom, always downwards (mql_shutdown.c, the signal watcher, uses
  * only the public API, from above it):
  *
- *   mql_client.c   -> mql_session.c, mql_receive.c, mql_renew.c, mql_release.c,
+ *   mql_client.c   -> mql_session.c, mql_receive.c, mql_renew.c, mql_release.c, mql_lite.c,
  *                     mql_producer.c, mql_transaction.c (the host's operations,
  *                     the thread's timers)
  *   mql_session.c  -> mql_release.c, mql_renew.c (the releases and renewals
@@ -39,7 +41,9 @@
  *   mql_release.c  -> mql_change.c (a nack)
  *   mql_session.c, mql_client.c -> mql_endpoint.c (the endpoint in use, a
  *                     move to the next, the channels to it)
- *   mql_producer.c, mql_transaction.c, mql_change.c, mql_endpoint.c -> no other stage
+ *   mql_session.c, mql_receive.c, mql_release.c, mql_change.c -> mql_lite.c
+ *   mql_producer.c, mql_transaction.c, mql_change.c, mql_lite.c,
+ *                     mql_endpoint.c -> no other stage
  *   every stage    -> mql_base.c (a call started, its end dispatched to
  *                     its ops), which stands on mql_call.c; the stages use
  *                     mql_call.c directly too, for a reply decoded, a status
@@ -82,6 +86,7 @@
 #define MQL_M_CHANGE "/apache.rocketmq.v2.MessagingService/ChangeInvisibleDuration"
 #define MQL_M_DLQ "/apache.rocketmq.v2.MessagingService/ForwardMessageToDeadLetterQueue"
 #define MQL_M_RECALL "/apache.rocketmq.v2.MessagingService/RecallMessage"
+#define MQL_M_SYNC_LITE "/apache.rocketmq.v2.MessagingService/SyncLiteSubscription"
 #define MQL_M_END_TRANSACTION "/apache.rocketmq.v2.MessagingService/EndTransaction"
 
 /* What a call does when it ends, given by the stage that starts it (as
@@ -115,6 +120,7 @@ typedef struct mql_receive_wait {
 typedef struct mql_consumer_part {
     char *group, *topic, *filter;
     int filter_sql;
+    int lite;                   /* a lite consumer (mql_lite.h) */
     char *broker_name;          /* the route's broker: receives name it */
     int64_t invisible_ms;       /* what the next receive and renewal ask for */
     int64_t renew_every_ms;     /* follows invisible_ms unless configured */

@@ -10,6 +10,7 @@
  * Every function here runs with c->mu held.
  */
 #include "mql_change.h"
+#include "mql_lite.h"
 
 int mql_change_start(mql_client *c, mql_lease *l, int64_t duration_ms,
                      const mql_call_ops *ops, uint64_t op, void *ctx) {
@@ -17,8 +18,13 @@ int mql_change_start(mql_client *c, mql_lease *l, int64_t duration_ms,
         APACHE__ROCKETMQ__V2__CHANGE_INVISIBLE_DURATION_REQUEST__INIT;
     mql_pb_resource group, topic;
     Google__Protobuf__Duration d;
+    char parent[MQL_TOPIC_NAME_MAX];
+    const char *lite;
     mql_set_resource(&group, c->namespace_, c->consumer.group);
-    mql_set_resource(&topic, c->namespace_, mql_lease_topic(&c->consumer.leases, l));
+    mql_set_resource(&topic, c->namespace_,
+                     mql_lite_split(mql_lease_topic(&c->consumer.leases, l), parent,
+                                    sizeof(parent), &lite));
+    req.lite_topic = (char *)lite;
     mql_set_duration(&d, duration_ms);
     req.group = &group;
     req.topic = &topic;

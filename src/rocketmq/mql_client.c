@@ -23,6 +23,7 @@
 #include "mql_body.h"
 #include "mql_producer.h"
 #include "mql_transaction.h"
+#include "mql_lite.h"
 #include "mql_receive.h"
 #include "mql_release.h"
 #include "mql_renew.h"
@@ -142,6 +143,7 @@ static void copy_consumer_config(mql_consumer_part *cs, const mql_config *cfg) {
     cs->topic = dup_or_empty(cfg->topic);
     cs->filter = mql_strdup(cfg->filter && *cfg->filter ? cfg->filter : "*");
     cs->filter_sql = cfg->filter_sql;
+    cs->lite = cfg->lite;
     cs->invisible_ms = cfg->invisible_ms;
     cs->renew = cfg->renew;
     cs->renew_every_fixed = cfg->renew_every_ms > 0;
@@ -437,6 +439,17 @@ uint64_t mql_client_recall(mql_client *c, const char *topic, const char *handle)
     uint64_t op;
     pthread_mutex_lock(&c->mu);
     if (!refuses(c, MQL_PRODUCER, "recall", &op)) op = mql_producer_recall(c, topic, handle);
+    pthread_mutex_unlock(&c->mu);
+    return op;
+}
+
+uint64_t mql_client_sync_lite(mql_client *c, int action, const char *const *names, size_t n) {
+    uint64_t op;
+    pthread_mutex_lock(&c->mu);
+    if (!refuses(c, MQL_CONSUMER, "sync_lite", &op)) {
+        if (c->consumer.lite) op = mql_lite_sync(c, action, names, n);
+        else op = mql_base_post_refusal(c, "NOT_LITE", "sync_lite: the consumer is not a lite consumer");
+    }
     pthread_mutex_unlock(&c->mu);
     return op;
 }

@@ -70,6 +70,11 @@ uint64_t mql_client_send(mql_client *c, const char *topic, const uint8_t *body, 
 /* RecallMessage (RocketMQ 5.3.2+): takes back a delay message not delivered yet,
  * by the recall handle its send answered. A proxy without it answers UNIMPLEMENTED. */
 uint64_t mql_client_recall(mql_client *c, const char *topic, const char *handle);
+
+/* SyncLiteSubscription (RocketMQ 5.5, lite consumers only): action (an
+ * apache.rocketmq.v2.LiteSubscriptionAction) on the lite topics names[0..n) under
+ * the consumer's topic. A proxy without it answers UNIMPLEMENTED. */
+uint64_t mql_client_sync_lite(mql_client *c, int action, const char *const *names, size_t n);
 /* Ends a half message (mql_transaction.h): commit or roll back, from_check
  * when it answers the proxy's RecoverOrphanedTransactionCommand. */
 uint64_t mql_client_end_transaction(mql_client *c, const char *topic, const char *message_id,

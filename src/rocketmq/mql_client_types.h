@@ -47,6 +47,8 @@ typedef struct mql_config {
     const char *topic;
     const char *filter;          /* tag expression, "*" for all */
     int filter_sql;              /* 1: filter is SQL92 */
+    int lite;                    /* 1: topic is a LITE topic (RocketMQ 5.5, RIP-83): the client
+                                    registers as LITE_PUSH_CONSUMER (mql_lite.h) */
     int64_t invisible_ms;        /* invisible duration of each receive and renewal (auto: the start) */
     int invisible_auto;          /* 1: follow the handler times (mql_auto.h) */
     int64_t auto_min_ms, auto_max_ms;
@@ -89,6 +91,7 @@ typedef struct mql_send_opts {
     int32_t priority;            /* 0 and up, higher first */
     int transaction;             /* a half message (TRANSACTION type): invisible until ended */
     int64_t recovery_ms;         /* transaction: orphaned_transaction_recovery_duration; 0: the broker's */
+    const char *lite_topic;      /* SystemProperties.lite_topic (a LITE topic, RocketMQ 5.5); NULL: none */
 } mql_send_opts;
 /* Snapshot of one lease (mql_client_lease_info). */
 typedef struct mql_lease_info {

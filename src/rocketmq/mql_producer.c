@@ -100,6 +100,7 @@ uint64_t mql_producer_send(mql_client *c, const char *topic_name, const uint8_t 
     }
     /* RIP-80 (5.4+): the broker stores it in queue min(priority, queues - 1) of a
      * PRIORITY topic and drops it on other topics (SendMessageProcessor) */
+    if (o->lite_topic) sp.lite_topic = (char *)o->lite_topic;   /* RIP-83 (5.5) */
     if (o->has_priority) {
         sp.n_priority = 1;
         sp.priority = (int32_t *)&o->priority;

@@ -34,6 +34,7 @@
 #include "mql_renew.h"
 #include "mql_release.h"
 #include "mql_session.h"
+#include "mql_lite.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -69,8 +70,10 @@ static mql_lease *lease_begin(mql_client *c, const receive_ctx *rx, const mql_me
     mql_consumer_part *cs = &c->consumer;
     int64_t now = mql_now_ms(), pop_ms = 0, floor_ms;
     int has_pop = mql_handle_pop_ms(m->receipt_handle, &pop_ms);
-    mql_lease *l = mql_lease_add(&cs->leases, m->id, m->topic, m->receipt_handle, now,
-                                 rx->invisible_ms);
+    char *key = m->lite_topic ? mql_lite_key(m->topic, m->lite_topic) : NULL;   /* mql_lite.h */
+    mql_lease *l = mql_lease_add(&cs->leases, m->id, key ? key : m->topic, m->receipt_handle,
+                                 now, rx->invisible_ms);
+    free(key);
     /* the broker counts from its pop, which came before this frame (mql_anchor.h) */
     l->deadline_ms = mql_anchor_deadline(&cs->anchor, rx->start_ms, now, has_pop, pop_ms,
                                          rx->invisible_ms);

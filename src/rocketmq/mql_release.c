@@ -25,6 +25,7 @@
  */
 #include "mql_release.h"
 #include "mql_change.h"
+#include "mql_lite.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -168,7 +169,8 @@ static void ack_send(mql_client *c, mql_release *rel) {
     mql_pb_resource group, topic;
     mql_call *call;
     size_t i, n = 0;
-    const char *topic_name = NULL;
+    const char *topic_name = NULL, *lite;
+    char parent[MQL_TOPIC_NAME_MAX];
     mql_result r;
     store = mql_xcalloc(rel->n, sizeof(*store));
     entries = mql_xcalloc(rel->n, sizeof(*entries));
@@ -180,7 +182,9 @@ static void ack_send(mql_client *c, mql_release *rel) {
         store[n].message_id = l->message_id;
         store[n].receipt_handle = l->handle;   /* the newest: renewals are done by now */
         entries[n] = &store[n];
-        topic_name = mql_lease_topic(&cs->leases, l);
+        /* a lite lease: the parent as the request's topic, its lite topic per entry */
+        topic_name = mql_lite_split(mql_lease_topic(&cs->leases, l), parent, sizeof(parent), &lite);
+        store[n].lite_topic = (char *)lite;
         n++;
     }
     mql_set_resource(&group, c->namespace_, cs->group);
@@ -328,9 +332,14 @@ static int dead_letter_start(mql_client *c, const mql_release *rel, mql_lease *l
     Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueRequest req =
         APACHE__ROCKETMQ__V2__FORWARD_MESSAGE_TO_DEAD_LETTER_QUEUE_REQUEST__INIT;
     mql_pb_resource group, topic;
+    char parent[MQL_TOPIC_NAME_MAX];
+    const char *lite;
     (void)rel;
     mql_set_resource(&group, c->namespace_, c->consumer.group);
-    mql_set_resource(&topic, c->namespace_, mql_lease_topic(&c->consumer.leases, l));
+    mql_set_resource(&topic, c->namespace_,
+                     mql_lite_split(mql_lease_topic(&c->consumer.leases, l), parent,
+                                    sizeof(parent), &lite));
+    req.lite_topic = (char *)lite;
     req.group = &group;
     req.topic = &topic;
     req.receipt_handle = l->handle;

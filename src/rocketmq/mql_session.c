@@ -34,6 +34,7 @@
 #include "mql_endpoint.h"
 #include "mql_release.h"
 #include "mql_renew.h"
+#include "mql_lite.h"
 
 #include <grpc/grpc_security.h>
 #include <stdio.h>
@@ -237,7 +238,7 @@ static void telemetry_send_settings(mql_client *c) {
     ua.hostname = c->hostname;
     s.user_agent = &ua;
     if (c->type == MQL_CONSUMER) {
-        s.client_type = APACHE__ROCKETMQ__V2__CLIENT_TYPE__SIMPLE_CONSUMER;
+        s.client_type = mql_lite_client_type(c);
         mql_set_resource(&group, c->namespace_, cs->group);
         mql_set_resource(&topic, c->namespace_, cs->topic);
         fe.type = cs->filter_sql ? APACHE__ROCKETMQ__V2__FILTER_TYPE__SQL
@@ -397,7 +398,7 @@ static void heartbeat_start(mql_client *c) {
     if (c->type == MQL_CONSUMER) {
         mql_set_resource(&group, c->namespace_, c->consumer.group);
         req.group = &group;
-        req.client_type = APACHE__ROCKETMQ__V2__CLIENT_TYPE__SIMPLE_CONSUMER;
+        req.client_type = mql_lite_client_type(c);
     } else {
         req.client_type = APACHE__ROCKETMQ__V2__CLIENT_TYPE__PRODUCER;
     }

@@ -1539,7 +1539,7 @@ const ProtobufCMessageDescriptor apache__rocketmq__v2__digest__descriptor =
   (ProtobufCMessageInit) apache__rocketmq__v2__digest__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor apache__rocketmq__v2__system_properties__field_descriptors[21] =
+static const ProtobufCFieldDescriptor apache__rocketmq__v2__system_properties__field_descriptors[22] =
 {
   {
     "tag",
@@ -1782,6 +1782,18 @@ static const ProtobufCFieldDescriptor apache__rocketmq__v2__system_properties__f
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
   {
+    "lite_topic",
+    21,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Apache__Rocketmq__V2__SystemProperties, lite_topic),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
     "priority",
     22,
     PROTOBUF_C_LABEL_REPEATED,
@@ -1804,11 +1816,12 @@ static const unsigned apache__rocketmq__v2__system_properties__field_indices_by_
   10,   /* field[10] = delivery_timestamp */
   14,   /* field[14] = invisible_duration */
   1,   /* field[1] = keys */
+  20,   /* field[20] = lite_topic */
   16,   /* field[16] = message_group */
   2,   /* field[2] = message_id */
   5,   /* field[5] = message_type */
   18,   /* field[18] = orphaned_transaction_recovery_duration */
-  20,   /* field[20] = priority */
+  21,   /* field[21] = priority */
   12,   /* field[12] = queue_id */
   13,   /* field[13] = queue_offset */
   11,   /* field[11] = receipt_handle */
@@ -1817,11 +1830,10 @@ static const unsigned apache__rocketmq__v2__system_properties__field_indices_by_
   0,   /* field[0] = tag */
   17,   /* field[17] = trace_context */
 };
-static const ProtobufCIntRange apache__rocketmq__v2__system_properties__number_ranges[2 + 1] =
+static const ProtobufCIntRange apache__rocketmq__v2__system_properties__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 22, 20 },
-  { 0, 21 }
+  { 0, 22 }
 };
 const ProtobufCMessageDescriptor apache__rocketmq__v2__system_properties__descriptor =
 {
@@ -1831,10 +1843,10 @@ const ProtobufCMessageDescriptor apache__rocketmq__v2__system_properties__descri
   "Apache__Rocketmq__V2__SystemProperties",
   "apache.rocketmq.v2",
   sizeof(Apache__Rocketmq__V2__SystemProperties),
-  21,
+  22,
   apache__rocketmq__v2__system_properties__field_descriptors,
   apache__rocketmq__v2__system_properties__field_indices_by_name,
-  2,  apache__rocketmq__v2__system_properties__number_ranges,
+  1,  apache__rocketmq__v2__system_properties__number_ranges,
   (ProtobufCMessageInit) apache__rocketmq__v2__system_properties__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
@@ -2645,20 +2657,24 @@ const ProtobufCEnumDescriptor apache__rocketmq__v2__digest_type__descriptor =
   apache__rocketmq__v2__digest_type__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCEnumValue apache__rocketmq__v2__client_type__enum_values_by_number[5] =
+static const ProtobufCEnumValue apache__rocketmq__v2__client_type__enum_values_by_number[7] =
 {
   { "CLIENT_TYPE_UNSPECIFIED", "APACHE__ROCKETMQ__V2__CLIENT_TYPE__CLIENT_TYPE_UNSPECIFIED", 0 },
   { "PRODUCER", "APACHE__ROCKETMQ__V2__CLIENT_TYPE__PRODUCER", 1 },
   { "PUSH_CONSUMER", "APACHE__ROCKETMQ__V2__CLIENT_TYPE__PUSH_CONSUMER", 2 },
   { "SIMPLE_CONSUMER", "APACHE__ROCKETMQ__V2__CLIENT_TYPE__SIMPLE_CONSUMER", 3 },
   { "PULL_CONSUMER", "APACHE__ROCKETMQ__V2__CLIENT_TYPE__PULL_CONSUMER", 4 },
+  { "LITE_PUSH_CONSUMER", "APACHE__ROCKETMQ__V2__CLIENT_TYPE__LITE_PUSH_CONSUMER", 5 },
+  { "LITE_SIMPLE_CONSUMER", "APACHE__ROCKETMQ__V2__CLIENT_TYPE__LITE_SIMPLE_CONSUMER", 6 },
 };
 static const ProtobufCIntRange apache__rocketmq__v2__client_type__value_ranges[] = {
-{0, 0},{0, 5}
+{0, 0},{0, 7}
 };
-static const ProtobufCEnumValueIndex apache__rocketmq__v2__client_type__enum_values_by_name[5] =
+static const ProtobufCEnumValueIndex apache__rocketmq__v2__client_type__enum_values_by_name[7] =
 {
   { "CLIENT_TYPE_UNSPECIFIED", 0 },
+  { "LITE_PUSH_CONSUMER", 5 },
+  { "LITE_SIMPLE_CONSUMER", 6 },
   { "PRODUCER", 1 },
   { "PULL_CONSUMER", 4 },
   { "PUSH_CONSUMER", 2 },
@@ -2671,12 +2687,44 @@ const ProtobufCEnumDescriptor apache__rocketmq__v2__client_type__descriptor =
   "ClientType",
   "Apache__Rocketmq__V2__ClientType",
   "apache.rocketmq.v2",
-  5,
+  7,
   apache__rocketmq__v2__client_type__enum_values_by_number,
-  5,
+  7,
   apache__rocketmq__v2__client_type__enum_values_by_name,
   1,
   apache__rocketmq__v2__client_type__value_ranges,
+  NULL,NULL,NULL,NULL   /* reserved[1234] */
+};
+static const ProtobufCEnumValue apache__rocketmq__v2__lite_subscription_action__enum_values_by_number[4] =
+{
+  { "PARTIAL_ADD", "APACHE__ROCKETMQ__V2__LITE_SUBSCRIPTION_ACTION__PARTIAL_ADD", 0 },
+  { "PARTIAL_REMOVE", "APACHE__ROCKETMQ__V2__LITE_SUBSCRIPTION_ACTION__PARTIAL_REMOVE", 1 },
+  { "COMPLETE_ADD", "APACHE__ROCKETMQ__V2__LITE_SUBSCRIPTION_ACTION__COMPLETE_ADD", 2 },
+  { "COMPLETE_REMOVE", "APACHE__ROCKETMQ__V2__LITE_SUBSCRIPTION_ACTION__COMPLETE_REMOVE", 3 },
+};
+static const ProtobufCIntRange apache__rocketmq__v2__lite_subscription_action__value_ranges[] = {
+{0, 0},{0, 4}
+};
+static const ProtobufCEnumValueIndex apache__rocketmq__v2__lite_subscription_action__enum_values_by_name[4] =
+{
+  { "COMPLETE_ADD", 2 },
+  { "COMPLETE_REMOVE", 3 },
+  { "PARTIAL_ADD", 0 },
+  { "PARTIAL_REMOVE", 1 },
+};
+const ProtobufCEnumDescriptor apache__rocketmq__v2__lite_subscription_action__descriptor =
+{
+  PROTOBUF_C__ENUM_DESCRIPTOR_MAGIC,
+  "apache.rocketmq.v2.LiteSubscriptionAction",
+  "LiteSubscriptionAction",
+  "Apache__Rocketmq__V2__LiteSubscriptionAction",
+  "apache.rocketmq.v2",
+  4,
+  apache__rocketmq__v2__lite_subscription_action__enum_values_by_number,
+  4,
+  apache__rocketmq__v2__lite_subscription_action__enum_values_by_name,
+  1,
+  apache__rocketmq__v2__lite_subscription_action__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
 static const ProtobufCEnumValue apache__rocketmq__v2__encoding__enum_values_by_number[3] =
@@ -2709,7 +2757,7 @@ const ProtobufCEnumDescriptor apache__rocketmq__v2__encoding__descriptor =
   apache__rocketmq__v2__encoding__value_ranges,
   NULL,NULL,NULL,NULL   /* reserved[1234] */
 };
-static const ProtobufCEnumValue apache__rocketmq__v2__code__enum_values_by_number[50] =
+static const ProtobufCEnumValue apache__rocketmq__v2__code__enum_values_by_number[53] =
 {
   { "CODE_UNSPECIFIED", "APACHE__ROCKETMQ__V2__CODE__CODE_UNSPECIFIED", 0 },
   { "OK", "APACHE__ROCKETMQ__V2__CODE__OK", 20000 },
@@ -2734,6 +2782,7 @@ static const ProtobufCEnumValue apache__rocketmq__v2__code__enum_values_by_numbe
   { "CLIENT_ID_REQUIRED", "APACHE__ROCKETMQ__V2__CODE__CLIENT_ID_REQUIRED", 40017 },
   { "ILLEGAL_POLLING_TIME", "APACHE__ROCKETMQ__V2__CODE__ILLEGAL_POLLING_TIME", 40018 },
   { "ILLEGAL_OFFSET", "APACHE__ROCKETMQ__V2__CODE__ILLEGAL_OFFSET", 40019 },
+  { "ILLEGAL_LITE_TOPIC", "APACHE__ROCKETMQ__V2__CODE__ILLEGAL_LITE_TOPIC", 40020 },
   { "UNAUTHORIZED", "APACHE__ROCKETMQ__V2__CODE__UNAUTHORIZED", 40100 },
   { "PAYMENT_REQUIRED", "APACHE__ROCKETMQ__V2__CODE__PAYMENT_REQUIRED", 40200 },
   { "FORBIDDEN", "APACHE__ROCKETMQ__V2__CODE__FORBIDDEN", 40300 },
@@ -2748,6 +2797,8 @@ static const ProtobufCEnumValue apache__rocketmq__v2__code__enum_values_by_numbe
   { "MESSAGE_BODY_EMPTY", "APACHE__ROCKETMQ__V2__CODE__MESSAGE_BODY_EMPTY", 41302 },
   { "PRECONDITION_FAILED", "APACHE__ROCKETMQ__V2__CODE__PRECONDITION_FAILED", 42800 },
   { "TOO_MANY_REQUESTS", "APACHE__ROCKETMQ__V2__CODE__TOO_MANY_REQUESTS", 42900 },
+  { "LITE_TOPIC_QUOTA_EXCEEDED", "APACHE__ROCKETMQ__V2__CODE__LITE_TOPIC_QUOTA_EXCEEDED", 42901 },
+  { "LITE_SUBSCRIPTION_QUOTA_EXCEEDED", "APACHE__ROCKETMQ__V2__CODE__LITE_SUBSCRIPTION_QUOTA_EXCEEDED", 42902 },
   { "REQUEST_HEADER_FIELDS_TOO_LARGE", "APACHE__ROCKETMQ__V2__CODE__REQUEST_HEADER_FIELDS_TOO_LARGE", 43100 },
   { "MESSAGE_PROPERTIES_TOO_LARGE", "APACHE__ROCKETMQ__V2__CODE__MESSAGE_PROPERTIES_TOO_LARGE", 43101 },
   { "INTERNAL_ERROR", "APACHE__ROCKETMQ__V2__CODE__INTERNAL_ERROR", 50000 },
@@ -2763,22 +2814,23 @@ static const ProtobufCEnumValue apache__rocketmq__v2__code__enum_values_by_numbe
   { "FAILED_TO_CONSUME_MESSAGE", "APACHE__ROCKETMQ__V2__CODE__FAILED_TO_CONSUME_MESSAGE", 60000 },
 };
 static const ProtobufCIntRange apache__rocketmq__v2__code__value_ranges[] = {
-{0, 0},{20000, 1},{30000, 2},{40000, 3},{40100, 23},{40200, 24},{40300, 25},{40400, 26},{40800, 31},{41300, 32},{42800, 35},{42900, 36},{43100, 37},{50000, 39},{50100, 42},{50400, 43},{50500, 46},{60000, 49},{0, 50}
+{0, 0},{20000, 1},{30000, 2},{40000, 3},{40100, 24},{40200, 25},{40300, 26},{40400, 27},{40800, 32},{41300, 33},{42800, 36},{42900, 37},{43100, 40},{50000, 42},{50100, 45},{50400, 46},{50500, 49},{60000, 52},{0, 53}
 };
-static const ProtobufCEnumValueIndex apache__rocketmq__v2__code__enum_values_by_name[50] =
+static const ProtobufCEnumValueIndex apache__rocketmq__v2__code__enum_values_by_name[53] =
 {
   { "BAD_REQUEST", 3 },
   { "CLIENT_ID_REQUIRED", 20 },
   { "CODE_UNSPECIFIED", 0 },
-  { "CONSUMER_GROUP_NOT_FOUND", 29 },
-  { "FAILED_TO_CONSUME_MESSAGE", 49 },
-  { "FORBIDDEN", 25 },
-  { "HA_NOT_AVAILABLE", 41 },
+  { "CONSUMER_GROUP_NOT_FOUND", 30 },
+  { "FAILED_TO_CONSUME_MESSAGE", 52 },
+  { "FORBIDDEN", 26 },
+  { "HA_NOT_AVAILABLE", 44 },
   { "ILLEGAL_ACCESS_POINT", 4 },
   { "ILLEGAL_CONSUMER_GROUP", 6 },
   { "ILLEGAL_DELIVERY_TIME", 15 },
   { "ILLEGAL_FILTER_EXPRESSION", 13 },
   { "ILLEGAL_INVISIBLE_TIME", 14 },
+  { "ILLEGAL_LITE_TOPIC", 23 },
   { "ILLEGAL_MESSAGE_GROUP", 9 },
   { "ILLEGAL_MESSAGE_ID", 12 },
   { "ILLEGAL_MESSAGE_KEY", 8 },
@@ -2787,36 +2839,38 @@ static const ProtobufCEnumValueIndex apache__rocketmq__v2__code__enum_values_by_
   { "ILLEGAL_OFFSET", 22 },
   { "ILLEGAL_POLLING_TIME", 21 },
   { "ILLEGAL_TOPIC", 5 },
-  { "INTERNAL_ERROR", 39 },
-  { "INTERNAL_SERVER_ERROR", 40 },
+  { "INTERNAL_ERROR", 42 },
+  { "INTERNAL_SERVER_ERROR", 43 },
   { "INVALID_RECEIPT_HANDLE", 16 },
   { "INVALID_TRANSACTION_ID", 11 },
-  { "MASTER_PERSISTENCE_TIMEOUT", 44 },
-  { "MESSAGE_BODY_EMPTY", 34 },
-  { "MESSAGE_BODY_TOO_LARGE", 33 },
+  { "LITE_SUBSCRIPTION_QUOTA_EXCEEDED", 39 },
+  { "LITE_TOPIC_QUOTA_EXCEEDED", 38 },
+  { "MASTER_PERSISTENCE_TIMEOUT", 47 },
+  { "MESSAGE_BODY_EMPTY", 35 },
+  { "MESSAGE_BODY_TOO_LARGE", 34 },
   { "MESSAGE_CORRUPTED", 19 },
-  { "MESSAGE_NOT_FOUND", 27 },
-  { "MESSAGE_PROPERTIES_TOO_LARGE", 38 },
+  { "MESSAGE_NOT_FOUND", 28 },
+  { "MESSAGE_PROPERTIES_TOO_LARGE", 41 },
   { "MESSAGE_PROPERTY_CONFLICT_WITH_TYPE", 17 },
   { "MULTIPLE_RESULTS", 2 },
-  { "NOT_FOUND", 26 },
-  { "NOT_IMPLEMENTED", 42 },
-  { "OFFSET_NOT_FOUND", 30 },
+  { "NOT_FOUND", 27 },
+  { "NOT_IMPLEMENTED", 45 },
+  { "OFFSET_NOT_FOUND", 31 },
   { "OK", 1 },
-  { "PAYLOAD_TOO_LARGE", 32 },
-  { "PAYMENT_REQUIRED", 24 },
-  { "PRECONDITION_FAILED", 35 },
-  { "PROXY_TIMEOUT", 43 },
-  { "REQUEST_HEADER_FIELDS_TOO_LARGE", 37 },
-  { "REQUEST_TIMEOUT", 31 },
-  { "SLAVE_PERSISTENCE_TIMEOUT", 45 },
-  { "TOO_MANY_REQUESTS", 36 },
-  { "TOPIC_NOT_FOUND", 28 },
-  { "UNAUTHORIZED", 23 },
+  { "PAYLOAD_TOO_LARGE", 33 },
+  { "PAYMENT_REQUIRED", 25 },
+  { "PRECONDITION_FAILED", 36 },
+  { "PROXY_TIMEOUT", 46 },
+  { "REQUEST_HEADER_FIELDS_TOO_LARGE", 40 },
+  { "REQUEST_TIMEOUT", 32 },
+  { "SLAVE_PERSISTENCE_TIMEOUT", 48 },
+  { "TOO_MANY_REQUESTS", 37 },
+  { "TOPIC_NOT_FOUND", 29 },
+  { "UNAUTHORIZED", 24 },
   { "UNRECOGNIZED_CLIENT_TYPE", 18 },
-  { "UNSUPPORTED", 46 },
-  { "VERIFY_FIFO_MESSAGE_UNSUPPORTED", 48 },
-  { "VERSION_UNSUPPORTED", 47 },
+  { "UNSUPPORTED", 49 },
+  { "VERIFY_FIFO_MESSAGE_UNSUPPORTED", 51 },
+  { "VERSION_UNSUPPORTED", 50 },
 };
 const ProtobufCEnumDescriptor apache__rocketmq__v2__code__descriptor =
 {
@@ -2825,9 +2879,9 @@ const ProtobufCEnumDescriptor apache__rocketmq__v2__code__descriptor =
   "Code",
   "Apache__Rocketmq__V2__Code",
   "apache.rocketmq.v2",
-  50,
+  53,
   apache__rocketmq__v2__code__enum_values_by_number,
-  50,
+  53,
   apache__rocketmq__v2__code__enum_values_by_name,
   18,
   apache__rocketmq__v2__code__value_ranges,

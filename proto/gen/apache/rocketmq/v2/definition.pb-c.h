@@ -89,9 +89,26 @@ typedef enum _Apache__Rocketmq__V2__ClientType {
   APACHE__ROCKETMQ__V2__CLIENT_TYPE__PRODUCER = 1,
   APACHE__ROCKETMQ__V2__CLIENT_TYPE__PUSH_CONSUMER = 2,
   APACHE__ROCKETMQ__V2__CLIENT_TYPE__SIMPLE_CONSUMER = 3,
-  APACHE__ROCKETMQ__V2__CLIENT_TYPE__PULL_CONSUMER = 4
+  APACHE__ROCKETMQ__V2__CLIENT_TYPE__PULL_CONSUMER = 4,
+  /*
+   * apache/rocketmq-apis 2.1.x (RocketMQ 5.5, RIP-83). The 5.5.0 proxy pops lite topics only
+   * for LITE_PUSH_CONSUMER (ReceiveMessageActivity -> popLiteMessage); LITE_SIMPLE_CONSUMER
+   * registers as a plain clustering consumer (ClientActivity.buildMessageModel).
+   */
+  APACHE__ROCKETMQ__V2__CLIENT_TYPE__LITE_PUSH_CONSUMER = 5,
+  APACHE__ROCKETMQ__V2__CLIENT_TYPE__LITE_SIMPLE_CONSUMER = 6
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(APACHE__ROCKETMQ__V2__CLIENT_TYPE)
 } Apache__Rocketmq__V2__ClientType;
+/*
+ * apache/rocketmq-apis 2.1.x: what SyncLiteSubscription does with lite_topic_set
+ */
+typedef enum _Apache__Rocketmq__V2__LiteSubscriptionAction {
+  APACHE__ROCKETMQ__V2__LITE_SUBSCRIPTION_ACTION__PARTIAL_ADD = 0,
+  APACHE__ROCKETMQ__V2__LITE_SUBSCRIPTION_ACTION__PARTIAL_REMOVE = 1,
+  APACHE__ROCKETMQ__V2__LITE_SUBSCRIPTION_ACTION__COMPLETE_ADD = 2,
+  APACHE__ROCKETMQ__V2__LITE_SUBSCRIPTION_ACTION__COMPLETE_REMOVE = 3
+    PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(APACHE__ROCKETMQ__V2__LITE_SUBSCRIPTION_ACTION)
+} Apache__Rocketmq__V2__LiteSubscriptionAction;
 typedef enum _Apache__Rocketmq__V2__Encoding {
   APACHE__ROCKETMQ__V2__ENCODING__ENCODING_UNSPECIFIED = 0,
   APACHE__ROCKETMQ__V2__ENCODING__IDENTITY = 1,
@@ -122,6 +139,10 @@ typedef enum _Apache__Rocketmq__V2__Code {
   APACHE__ROCKETMQ__V2__CODE__CLIENT_ID_REQUIRED = 40017,
   APACHE__ROCKETMQ__V2__CODE__ILLEGAL_POLLING_TIME = 40018,
   APACHE__ROCKETMQ__V2__CODE__ILLEGAL_OFFSET = 40019,
+  /*
+   * apache/rocketmq-apis 2.1.x (RIP-83)
+   */
+  APACHE__ROCKETMQ__V2__CODE__ILLEGAL_LITE_TOPIC = 40020,
   APACHE__ROCKETMQ__V2__CODE__UNAUTHORIZED = 40100,
   APACHE__ROCKETMQ__V2__CODE__PAYMENT_REQUIRED = 40200,
   APACHE__ROCKETMQ__V2__CODE__FORBIDDEN = 40300,
@@ -136,6 +157,11 @@ typedef enum _Apache__Rocketmq__V2__Code {
   APACHE__ROCKETMQ__V2__CODE__MESSAGE_BODY_EMPTY = 41302,
   APACHE__ROCKETMQ__V2__CODE__PRECONDITION_FAILED = 42800,
   APACHE__ROCKETMQ__V2__CODE__TOO_MANY_REQUESTS = 42900,
+  /*
+   * apache/rocketmq-apis 2.1.x (RIP-83)
+   */
+  APACHE__ROCKETMQ__V2__CODE__LITE_TOPIC_QUOTA_EXCEEDED = 42901,
+  APACHE__ROCKETMQ__V2__CODE__LITE_SUBSCRIPTION_QUOTA_EXCEEDED = 42902,
   APACHE__ROCKETMQ__V2__CODE__REQUEST_HEADER_FIELDS_TOO_LARGE = 43100,
   APACHE__ROCKETMQ__V2__CODE__MESSAGE_PROPERTIES_TOO_LARGE = 43101,
   APACHE__ROCKETMQ__V2__CODE__INTERNAL_ERROR = 50000,
@@ -349,15 +375,19 @@ struct  Apache__Rocketmq__V2__SystemProperties
    * (SendMessageActivity) reads it only when present (hasPriority), and priority 0 is a valid
    * priority that proto3 without `optional` would never write. An unpacked repeated int32 is
    * the same bytes on the wire as a present singular one (tag 22, varint); a reader of the
-   * singular field keeps the last element. mqlease writes at most one. lite_topic = 21 is not
-   * spoken.
+   * singular field keeps the last element. mqlease writes at most one.
    */
   size_t n_priority;
   int32_t *priority;
+  /*
+   * apache/rocketmq-apis 2.1.x (RocketMQ 5.5, RIP-83): the lite topic under a LITE topic
+   * (upstream `optional string lite_topic = 21`; empty is never a lite topic)
+   */
+  char *lite_topic;
 };
 #define APACHE__ROCKETMQ__V2__SYSTEM_PROPERTIES__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&apache__rocketmq__v2__system_properties__descriptor) \
-    , (char *)protobuf_c_empty_string, 0,NULL, (char *)protobuf_c_empty_string, NULL, APACHE__ROCKETMQ__V2__ENCODING__ENCODING_UNSPECIFIED, APACHE__ROCKETMQ__V2__MESSAGE_TYPE__MESSAGE_TYPE_UNSPECIFIED, NULL, (char *)protobuf_c_empty_string, NULL, (char *)protobuf_c_empty_string, NULL, (char *)protobuf_c_empty_string, 0, 0, NULL, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, NULL, NULL, 0,NULL }
+    , (char *)protobuf_c_empty_string, 0,NULL, (char *)protobuf_c_empty_string, NULL, APACHE__ROCKETMQ__V2__ENCODING__ENCODING_UNSPECIFIED, APACHE__ROCKETMQ__V2__MESSAGE_TYPE__MESSAGE_TYPE_UNSPECIFIED, NULL, (char *)protobuf_c_empty_string, NULL, (char *)protobuf_c_empty_string, NULL, (char *)protobuf_c_empty_string, 0, 0, NULL, 0, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, NULL, NULL, 0,NULL, (char *)protobuf_c_empty_string }
 
 
 struct  Apache__Rocketmq__V2__DeadLetterQueue
@@ -950,6 +980,7 @@ extern const ProtobufCEnumDescriptor    apache__rocketmq__v2__address_scheme__de
 extern const ProtobufCEnumDescriptor    apache__rocketmq__v2__message_type__descriptor;
 extern const ProtobufCEnumDescriptor    apache__rocketmq__v2__digest_type__descriptor;
 extern const ProtobufCEnumDescriptor    apache__rocketmq__v2__client_type__descriptor;
+extern const ProtobufCEnumDescriptor    apache__rocketmq__v2__lite_subscription_action__descriptor;
 extern const ProtobufCEnumDescriptor    apache__rocketmq__v2__encoding__descriptor;
 extern const ProtobufCEnumDescriptor    apache__rocketmq__v2__code__descriptor;
 extern const ProtobufCEnumDescriptor    apache__rocketmq__v2__language__descriptor;

@@ -727,6 +727,51 @@ void   apache__rocketmq__v2__reconnect_endpoints_command__free_unpacked
   assert(message->base.descriptor == &apache__rocketmq__v2__reconnect_endpoints_command__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
+void   apache__rocketmq__v2__notify_unsubscribe_lite_command__init
+                     (Apache__Rocketmq__V2__NotifyUnsubscribeLiteCommand         *message)
+{
+  static const Apache__Rocketmq__V2__NotifyUnsubscribeLiteCommand init_value = APACHE__ROCKETMQ__V2__NOTIFY_UNSUBSCRIBE_LITE_COMMAND__INIT;
+  *message = init_value;
+}
+size_t apache__rocketmq__v2__notify_unsubscribe_lite_command__get_packed_size
+                     (const Apache__Rocketmq__V2__NotifyUnsubscribeLiteCommand *message)
+{
+  assert(message->base.descriptor == &apache__rocketmq__v2__notify_unsubscribe_lite_command__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t apache__rocketmq__v2__notify_unsubscribe_lite_command__pack
+                     (const Apache__Rocketmq__V2__NotifyUnsubscribeLiteCommand *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &apache__rocketmq__v2__notify_unsubscribe_lite_command__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t apache__rocketmq__v2__notify_unsubscribe_lite_command__pack_to_buffer
+                     (const Apache__Rocketmq__V2__NotifyUnsubscribeLiteCommand *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &apache__rocketmq__v2__notify_unsubscribe_lite_command__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Apache__Rocketmq__V2__NotifyUnsubscribeLiteCommand *
+       apache__rocketmq__v2__notify_unsubscribe_lite_command__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Apache__Rocketmq__V2__NotifyUnsubscribeLiteCommand *)
+     protobuf_c_message_unpack (&apache__rocketmq__v2__notify_unsubscribe_lite_command__descriptor,
+                                allocator, len, data);
+}
+void   apache__rocketmq__v2__notify_unsubscribe_lite_command__free_unpacked
+                     (Apache__Rocketmq__V2__NotifyUnsubscribeLiteCommand *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &apache__rocketmq__v2__notify_unsubscribe_lite_command__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
 void   apache__rocketmq__v2__telemetry_command__init
                      (Apache__Rocketmq__V2__TelemetryCommand         *message)
 {
@@ -950,6 +995,96 @@ void   apache__rocketmq__v2__change_invisible_duration_response__free_unpacked
   if(!message)
     return;
   assert(message->base.descriptor == &apache__rocketmq__v2__change_invisible_duration_response__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   apache__rocketmq__v2__sync_lite_subscription_request__init
+                     (Apache__Rocketmq__V2__SyncLiteSubscriptionRequest         *message)
+{
+  static const Apache__Rocketmq__V2__SyncLiteSubscriptionRequest init_value = APACHE__ROCKETMQ__V2__SYNC_LITE_SUBSCRIPTION_REQUEST__INIT;
+  *message = init_value;
+}
+size_t apache__rocketmq__v2__sync_lite_subscription_request__get_packed_size
+                     (const Apache__Rocketmq__V2__SyncLiteSubscriptionRequest *message)
+{
+  assert(message->base.descriptor == &apache__rocketmq__v2__sync_lite_subscription_request__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t apache__rocketmq__v2__sync_lite_subscription_request__pack
+                     (const Apache__Rocketmq__V2__SyncLiteSubscriptionRequest *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &apache__rocketmq__v2__sync_lite_subscription_request__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t apache__rocketmq__v2__sync_lite_subscription_request__pack_to_buffer
+                     (const Apache__Rocketmq__V2__SyncLiteSubscriptionRequest *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &apache__rocketmq__v2__sync_lite_subscription_request__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Apache__Rocketmq__V2__SyncLiteSubscriptionRequest *
+       apache__rocketmq__v2__sync_lite_subscription_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Apache__Rocketmq__V2__SyncLiteSubscriptionRequest *)
+     protobuf_c_message_unpack (&apache__rocketmq__v2__sync_lite_subscription_request__descriptor,
+                                allocator, len, data);
+}
+void   apache__rocketmq__v2__sync_lite_subscription_request__free_unpacked
+                     (Apache__Rocketmq__V2__SyncLiteSubscriptionRequest *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &apache__rocketmq__v2__sync_lite_subscription_request__descriptor);
+  protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
+}
+void   apache__rocketmq__v2__sync_lite_subscription_response__init
+                     (Apache__Rocketmq__V2__SyncLiteSubscriptionResponse         *message)
+{
+  static const Apache__Rocketmq__V2__SyncLiteSubscriptionResponse init_value = APACHE__ROCKETMQ__V2__SYNC_LITE_SUBSCRIPTION_RESPONSE__INIT;
+  *message = init_value;
+}
+size_t apache__rocketmq__v2__sync_lite_subscription_response__get_packed_size
+                     (const Apache__Rocketmq__V2__SyncLiteSubscriptionResponse *message)
+{
+  assert(message->base.descriptor == &apache__rocketmq__v2__sync_lite_subscription_response__descriptor);
+  return protobuf_c_message_get_packed_size ((const ProtobufCMessage*)(message));
+}
+size_t apache__rocketmq__v2__sync_lite_subscription_response__pack
+                     (const Apache__Rocketmq__V2__SyncLiteSubscriptionResponse *message,
+                      uint8_t       *out)
+{
+  assert(message->base.descriptor == &apache__rocketmq__v2__sync_lite_subscription_response__descriptor);
+  return protobuf_c_message_pack ((const ProtobufCMessage*)message, out);
+}
+size_t apache__rocketmq__v2__sync_lite_subscription_response__pack_to_buffer
+                     (const Apache__Rocketmq__V2__SyncLiteSubscriptionResponse *message,
+                      ProtobufCBuffer *buffer)
+{
+  assert(message->base.descriptor == &apache__rocketmq__v2__sync_lite_subscription_response__descriptor);
+  return protobuf_c_message_pack_to_buffer ((const ProtobufCMessage*)message, buffer);
+}
+Apache__Rocketmq__V2__SyncLiteSubscriptionResponse *
+       apache__rocketmq__v2__sync_lite_subscription_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data)
+{
+  return (Apache__Rocketmq__V2__SyncLiteSubscriptionResponse *)
+     protobuf_c_message_unpack (&apache__rocketmq__v2__sync_lite_subscription_response__descriptor,
+                                allocator, len, data);
+}
+void   apache__rocketmq__v2__sync_lite_subscription_response__free_unpacked
+                     (Apache__Rocketmq__V2__SyncLiteSubscriptionResponse *message,
+                      ProtobufCAllocator *allocator)
+{
+  if(!message)
+    return;
+  assert(message->base.descriptor == &apache__rocketmq__v2__sync_lite_subscription_response__descriptor);
   protobuf_c_message_free_unpacked ((ProtobufCMessage*)message, allocator);
 }
 void   apache__rocketmq__v2__recall_message_request__init
@@ -1651,7 +1786,7 @@ const ProtobufCMessageDescriptor apache__rocketmq__v2__receive_message_response_
   (ProtobufCMessageInit) apache__rocketmq__v2__receive_message_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor apache__rocketmq__v2__ack_message_entry__field_descriptors[2] =
+static const ProtobufCFieldDescriptor apache__rocketmq__v2__ack_message_entry__field_descriptors[3] =
 {
   {
     "message_id",
@@ -1677,15 +1812,28 @@ static const ProtobufCFieldDescriptor apache__rocketmq__v2__ack_message_entry__f
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "lite_topic",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Apache__Rocketmq__V2__AckMessageEntry, lite_topic),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned apache__rocketmq__v2__ack_message_entry__field_indices_by_name[] = {
+  2,   /* field[2] = lite_topic */
   0,   /* field[0] = message_id */
   1,   /* field[1] = receipt_handle */
 };
 static const ProtobufCIntRange apache__rocketmq__v2__ack_message_entry__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 2 }
+  { 0, 3 }
 };
 const ProtobufCMessageDescriptor apache__rocketmq__v2__ack_message_entry__descriptor =
 {
@@ -1695,7 +1843,7 @@ const ProtobufCMessageDescriptor apache__rocketmq__v2__ack_message_entry__descri
   "Apache__Rocketmq__V2__AckMessageEntry",
   "apache.rocketmq.v2",
   sizeof(Apache__Rocketmq__V2__AckMessageEntry),
-  2,
+  3,
   apache__rocketmq__v2__ack_message_entry__field_descriptors,
   apache__rocketmq__v2__ack_message_entry__field_indices_by_name,
   1,  apache__rocketmq__v2__ack_message_entry__number_ranges,
@@ -1881,7 +2029,7 @@ const ProtobufCMessageDescriptor apache__rocketmq__v2__ack_message_response__des
   (ProtobufCMessageInit) apache__rocketmq__v2__ack_message_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor apache__rocketmq__v2__forward_message_to_dead_letter_queue_request__field_descriptors[6] =
+static const ProtobufCFieldDescriptor apache__rocketmq__v2__forward_message_to_dead_letter_queue_request__field_descriptors[7] =
 {
   {
     "group",
@@ -1955,10 +2103,23 @@ static const ProtobufCFieldDescriptor apache__rocketmq__v2__forward_message_to_d
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "lite_topic",
+    7,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueRequest, lite_topic),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned apache__rocketmq__v2__forward_message_to_dead_letter_queue_request__field_indices_by_name[] = {
   4,   /* field[4] = delivery_attempt */
   0,   /* field[0] = group */
+  6,   /* field[6] = lite_topic */
   5,   /* field[5] = max_delivery_attempts */
   3,   /* field[3] = message_id */
   2,   /* field[2] = receipt_handle */
@@ -1967,7 +2128,7 @@ static const unsigned apache__rocketmq__v2__forward_message_to_dead_letter_queue
 static const ProtobufCIntRange apache__rocketmq__v2__forward_message_to_dead_letter_queue_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 6 }
+  { 0, 7 }
 };
 const ProtobufCMessageDescriptor apache__rocketmq__v2__forward_message_to_dead_letter_queue_request__descriptor =
 {
@@ -1977,7 +2138,7 @@ const ProtobufCMessageDescriptor apache__rocketmq__v2__forward_message_to_dead_l
   "Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueRequest",
   "apache.rocketmq.v2",
   sizeof(Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueRequest),
-  6,
+  7,
   apache__rocketmq__v2__forward_message_to_dead_letter_queue_request__field_descriptors,
   apache__rocketmq__v2__forward_message_to_dead_letter_queue_request__field_indices_by_name,
   1,  apache__rocketmq__v2__forward_message_to_dead_letter_queue_request__number_ranges,
@@ -2149,7 +2310,45 @@ const ProtobufCMessageDescriptor apache__rocketmq__v2__reconnect_endpoints_comma
   (ProtobufCMessageInit) apache__rocketmq__v2__reconnect_endpoints_command__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor apache__rocketmq__v2__telemetry_command__field_descriptors[4] =
+static const ProtobufCFieldDescriptor apache__rocketmq__v2__notify_unsubscribe_lite_command__field_descriptors[1] =
+{
+  {
+    "lite_topic",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Apache__Rocketmq__V2__NotifyUnsubscribeLiteCommand, lite_topic),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned apache__rocketmq__v2__notify_unsubscribe_lite_command__field_indices_by_name[] = {
+  0,   /* field[0] = lite_topic */
+};
+static const ProtobufCIntRange apache__rocketmq__v2__notify_unsubscribe_lite_command__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor apache__rocketmq__v2__notify_unsubscribe_lite_command__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "apache.rocketmq.v2.NotifyUnsubscribeLiteCommand",
+  "NotifyUnsubscribeLiteCommand",
+  "Apache__Rocketmq__V2__NotifyUnsubscribeLiteCommand",
+  "apache.rocketmq.v2",
+  sizeof(Apache__Rocketmq__V2__NotifyUnsubscribeLiteCommand),
+  1,
+  apache__rocketmq__v2__notify_unsubscribe_lite_command__field_descriptors,
+  apache__rocketmq__v2__notify_unsubscribe_lite_command__field_indices_by_name,
+  1,  apache__rocketmq__v2__notify_unsubscribe_lite_command__number_ranges,
+  (ProtobufCMessageInit) apache__rocketmq__v2__notify_unsubscribe_lite_command__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor apache__rocketmq__v2__telemetry_command__field_descriptors[5] =
 {
   {
     "status",
@@ -2199,8 +2398,21 @@ static const ProtobufCFieldDescriptor apache__rocketmq__v2__telemetry_command__f
     0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "notify_unsubscribe_lite_command",
+    9,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    offsetof(Apache__Rocketmq__V2__TelemetryCommand, command_case),
+    offsetof(Apache__Rocketmq__V2__TelemetryCommand, notify_unsubscribe_lite_command),
+    &apache__rocketmq__v2__notify_unsubscribe_lite_command__descriptor,
+    NULL,
+    0 | PROTOBUF_C_FIELD_FLAG_ONEOF,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned apache__rocketmq__v2__telemetry_command__field_indices_by_name[] = {
+  4,   /* field[4] = notify_unsubscribe_lite_command */
   3,   /* field[3] = reconnect_endpoints_command */
   2,   /* field[2] = recover_orphaned_transaction_command */
   1,   /* field[1] = settings */
@@ -2211,7 +2423,7 @@ static const ProtobufCIntRange apache__rocketmq__v2__telemetry_command__number_r
   { 1, 0 },
   { 5, 2 },
   { 8, 3 },
-  { 0, 4 }
+  { 0, 5 }
 };
 const ProtobufCMessageDescriptor apache__rocketmq__v2__telemetry_command__descriptor =
 {
@@ -2221,7 +2433,7 @@ const ProtobufCMessageDescriptor apache__rocketmq__v2__telemetry_command__descri
   "Apache__Rocketmq__V2__TelemetryCommand",
   "apache.rocketmq.v2",
   sizeof(Apache__Rocketmq__V2__TelemetryCommand),
-  4,
+  5,
   apache__rocketmq__v2__telemetry_command__field_descriptors,
   apache__rocketmq__v2__telemetry_command__field_indices_by_name,
   3,  apache__rocketmq__v2__telemetry_command__number_ranges,
@@ -2304,7 +2516,7 @@ const ProtobufCMessageDescriptor apache__rocketmq__v2__notify_client_termination
   (ProtobufCMessageInit) apache__rocketmq__v2__notify_client_termination_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
-static const ProtobufCFieldDescriptor apache__rocketmq__v2__change_invisible_duration_request__field_descriptors[5] =
+static const ProtobufCFieldDescriptor apache__rocketmq__v2__change_invisible_duration_request__field_descriptors[6] =
 {
   {
     "group",
@@ -2366,10 +2578,23 @@ static const ProtobufCFieldDescriptor apache__rocketmq__v2__change_invisible_dur
     0,             /* flags */
     0,NULL,NULL    /* reserved1,reserved2, etc */
   },
+  {
+    "lite_topic",
+    6,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_STRING,
+    0,   /* quantifier_offset */
+    offsetof(Apache__Rocketmq__V2__ChangeInvisibleDurationRequest, lite_topic),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
 };
 static const unsigned apache__rocketmq__v2__change_invisible_duration_request__field_indices_by_name[] = {
   0,   /* field[0] = group */
   3,   /* field[3] = invisible_duration */
+  5,   /* field[5] = lite_topic */
   4,   /* field[4] = message_id */
   2,   /* field[2] = receipt_handle */
   1,   /* field[1] = topic */
@@ -2377,7 +2602,7 @@ static const unsigned apache__rocketmq__v2__change_invisible_duration_request__f
 static const ProtobufCIntRange apache__rocketmq__v2__change_invisible_duration_request__number_ranges[1 + 1] =
 {
   { 1, 0 },
-  { 0, 5 }
+  { 0, 6 }
 };
 const ProtobufCMessageDescriptor apache__rocketmq__v2__change_invisible_duration_request__descriptor =
 {
@@ -2387,7 +2612,7 @@ const ProtobufCMessageDescriptor apache__rocketmq__v2__change_invisible_duration
   "Apache__Rocketmq__V2__ChangeInvisibleDurationRequest",
   "apache.rocketmq.v2",
   sizeof(Apache__Rocketmq__V2__ChangeInvisibleDurationRequest),
-  5,
+  6,
   apache__rocketmq__v2__change_invisible_duration_request__field_descriptors,
   apache__rocketmq__v2__change_invisible_duration_request__field_indices_by_name,
   1,  apache__rocketmq__v2__change_invisible_duration_request__number_ranges,
@@ -2443,6 +2668,134 @@ const ProtobufCMessageDescriptor apache__rocketmq__v2__change_invisible_duration
   apache__rocketmq__v2__change_invisible_duration_response__field_indices_by_name,
   1,  apache__rocketmq__v2__change_invisible_duration_response__number_ranges,
   (ProtobufCMessageInit) apache__rocketmq__v2__change_invisible_duration_response__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor apache__rocketmq__v2__sync_lite_subscription_request__field_descriptors[5] =
+{
+  {
+    "action",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_ENUM,
+    0,   /* quantifier_offset */
+    offsetof(Apache__Rocketmq__V2__SyncLiteSubscriptionRequest, action),
+    &apache__rocketmq__v2__lite_subscription_action__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "topic",
+    2,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Apache__Rocketmq__V2__SyncLiteSubscriptionRequest, topic),
+    &apache__rocketmq__v2__resource__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "group",
+    3,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Apache__Rocketmq__V2__SyncLiteSubscriptionRequest, group),
+    &apache__rocketmq__v2__resource__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "lite_topic_set",
+    4,
+    PROTOBUF_C_LABEL_REPEATED,
+    PROTOBUF_C_TYPE_STRING,
+    offsetof(Apache__Rocketmq__V2__SyncLiteSubscriptionRequest, n_lite_topic_set),
+    offsetof(Apache__Rocketmq__V2__SyncLiteSubscriptionRequest, lite_topic_set),
+    NULL,
+    &protobuf_c_empty_string,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+  {
+    "version",
+    5,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_INT64,
+    0,   /* quantifier_offset */
+    offsetof(Apache__Rocketmq__V2__SyncLiteSubscriptionRequest, version),
+    NULL,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned apache__rocketmq__v2__sync_lite_subscription_request__field_indices_by_name[] = {
+  0,   /* field[0] = action */
+  2,   /* field[2] = group */
+  3,   /* field[3] = lite_topic_set */
+  1,   /* field[1] = topic */
+  4,   /* field[4] = version */
+};
+static const ProtobufCIntRange apache__rocketmq__v2__sync_lite_subscription_request__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 5 }
+};
+const ProtobufCMessageDescriptor apache__rocketmq__v2__sync_lite_subscription_request__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "apache.rocketmq.v2.SyncLiteSubscriptionRequest",
+  "SyncLiteSubscriptionRequest",
+  "Apache__Rocketmq__V2__SyncLiteSubscriptionRequest",
+  "apache.rocketmq.v2",
+  sizeof(Apache__Rocketmq__V2__SyncLiteSubscriptionRequest),
+  5,
+  apache__rocketmq__v2__sync_lite_subscription_request__field_descriptors,
+  apache__rocketmq__v2__sync_lite_subscription_request__field_indices_by_name,
+  1,  apache__rocketmq__v2__sync_lite_subscription_request__number_ranges,
+  (ProtobufCMessageInit) apache__rocketmq__v2__sync_lite_subscription_request__init,
+  NULL,NULL,NULL    /* reserved[123] */
+};
+static const ProtobufCFieldDescriptor apache__rocketmq__v2__sync_lite_subscription_response__field_descriptors[1] =
+{
+  {
+    "status",
+    1,
+    PROTOBUF_C_LABEL_NONE,
+    PROTOBUF_C_TYPE_MESSAGE,
+    0,   /* quantifier_offset */
+    offsetof(Apache__Rocketmq__V2__SyncLiteSubscriptionResponse, status),
+    &apache__rocketmq__v2__status__descriptor,
+    NULL,
+    0,             /* flags */
+    0,NULL,NULL    /* reserved1,reserved2, etc */
+  },
+};
+static const unsigned apache__rocketmq__v2__sync_lite_subscription_response__field_indices_by_name[] = {
+  0,   /* field[0] = status */
+};
+static const ProtobufCIntRange apache__rocketmq__v2__sync_lite_subscription_response__number_ranges[1 + 1] =
+{
+  { 1, 0 },
+  { 0, 1 }
+};
+const ProtobufCMessageDescriptor apache__rocketmq__v2__sync_lite_subscription_response__descriptor =
+{
+  PROTOBUF_C__MESSAGE_DESCRIPTOR_MAGIC,
+  "apache.rocketmq.v2.SyncLiteSubscriptionResponse",
+  "SyncLiteSubscriptionResponse",
+  "Apache__Rocketmq__V2__SyncLiteSubscriptionResponse",
+  "apache.rocketmq.v2",
+  sizeof(Apache__Rocketmq__V2__SyncLiteSubscriptionResponse),
+  1,
+  apache__rocketmq__v2__sync_lite_subscription_response__field_descriptors,
+  apache__rocketmq__v2__sync_lite_subscription_response__field_indices_by_name,
+  1,  apache__rocketmq__v2__sync_lite_subscription_response__number_ranges,
+  (ProtobufCMessageInit) apache__rocketmq__v2__sync_lite_subscription_response__init,
   NULL,NULL,NULL    /* reserved[123] */
 };
 static const ProtobufCFieldDescriptor apache__rocketmq__v2__recall_message_request__field_descriptors[2] =

@@ -34,11 +34,14 @@ typedef struct Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueResponse Apa
 typedef struct Apache__Rocketmq__V2__HeartbeatRequest Apache__Rocketmq__V2__HeartbeatRequest;
 typedef struct Apache__Rocketmq__V2__HeartbeatResponse Apache__Rocketmq__V2__HeartbeatResponse;
 typedef struct Apache__Rocketmq__V2__ReconnectEndpointsCommand Apache__Rocketmq__V2__ReconnectEndpointsCommand;
+typedef struct Apache__Rocketmq__V2__NotifyUnsubscribeLiteCommand Apache__Rocketmq__V2__NotifyUnsubscribeLiteCommand;
 typedef struct Apache__Rocketmq__V2__TelemetryCommand Apache__Rocketmq__V2__TelemetryCommand;
 typedef struct Apache__Rocketmq__V2__NotifyClientTerminationRequest Apache__Rocketmq__V2__NotifyClientTerminationRequest;
 typedef struct Apache__Rocketmq__V2__NotifyClientTerminationResponse Apache__Rocketmq__V2__NotifyClientTerminationResponse;
 typedef struct Apache__Rocketmq__V2__ChangeInvisibleDurationRequest Apache__Rocketmq__V2__ChangeInvisibleDurationRequest;
 typedef struct Apache__Rocketmq__V2__ChangeInvisibleDurationResponse Apache__Rocketmq__V2__ChangeInvisibleDurationResponse;
+typedef struct Apache__Rocketmq__V2__SyncLiteSubscriptionRequest Apache__Rocketmq__V2__SyncLiteSubscriptionRequest;
+typedef struct Apache__Rocketmq__V2__SyncLiteSubscriptionResponse Apache__Rocketmq__V2__SyncLiteSubscriptionResponse;
 typedef struct Apache__Rocketmq__V2__RecallMessageRequest Apache__Rocketmq__V2__RecallMessageRequest;
 typedef struct Apache__Rocketmq__V2__RecallMessageResponse Apache__Rocketmq__V2__RecallMessageResponse;
 typedef struct Apache__Rocketmq__V2__EndTransactionRequest Apache__Rocketmq__V2__EndTransactionRequest;
@@ -159,10 +162,15 @@ struct  Apache__Rocketmq__V2__AckMessageEntry
   ProtobufCMessage base;
   char *message_id;
   char *receipt_handle;
+  /*
+   * apache/rocketmq-apis 2.1.x (RocketMQ 5.5, RIP-83): the lite topic of a message received
+   * from a LITE topic (the proxy's AckMessageActivity reads it when present).
+   */
+  char *lite_topic;
 };
 #define APACHE__ROCKETMQ__V2__ACK_MESSAGE_ENTRY__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&apache__rocketmq__v2__ack_message_entry__descriptor) \
-    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
+    , (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
 
 
 struct  Apache__Rocketmq__V2__AckMessageRequest
@@ -211,10 +219,14 @@ struct  Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueRequest
   char *message_id;
   int32_t delivery_attempt;
   int32_t max_delivery_attempts;
+  /*
+   * apache/rocketmq-apis 2.1.x: the lite topic, as on AckMessageEntry
+   */
+  char *lite_topic;
 };
 #define APACHE__ROCKETMQ__V2__FORWARD_MESSAGE_TO_DEAD_LETTER_QUEUE_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&apache__rocketmq__v2__forward_message_to_dead_letter_queue_request__descriptor) \
-    , NULL, NULL, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0 }
+    , NULL, NULL, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string, 0, 0, (char *)protobuf_c_empty_string }
 
 
 struct  Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueResponse
@@ -262,11 +274,25 @@ struct  Apache__Rocketmq__V2__ReconnectEndpointsCommand
     , (char *)protobuf_c_empty_string }
 
 
+/*
+ * apache/rocketmq-apis 2.1.x (RocketMQ 5.5, RIP-83)
+ */
+struct  Apache__Rocketmq__V2__NotifyUnsubscribeLiteCommand
+{
+  ProtobufCMessage base;
+  char *lite_topic;
+};
+#define APACHE__ROCKETMQ__V2__NOTIFY_UNSUBSCRIBE_LITE_COMMAND__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&apache__rocketmq__v2__notify_unsubscribe_lite_command__descriptor) \
+    , (char *)protobuf_c_empty_string }
+
+
 typedef enum {
   APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND__NOT_SET = 0,
   APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND_SETTINGS = 2,
   APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND_RECOVER_ORPHANED_TRANSACTION_COMMAND = 5,
-  APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND_RECONNECT_ENDPOINTS_COMMAND = 8
+  APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND_RECONNECT_ENDPOINTS_COMMAND = 8,
+  APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND_NOTIFY_UNSUBSCRIBE_LITE_COMMAND = 9
     PROTOBUF_C__FORCE_ENUM_TO_BE_INT_SIZE(APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND__CASE)
 } Apache__Rocketmq__V2__TelemetryCommand__CommandCase;
 
@@ -282,6 +308,11 @@ struct  Apache__Rocketmq__V2__TelemetryCommand
      */
     Apache__Rocketmq__V2__RecoverOrphanedTransactionCommand *recover_orphaned_transaction_command;
     Apache__Rocketmq__V2__ReconnectEndpointsCommand *reconnect_endpoints_command;
+    /*
+     * apache/rocketmq-apis 2.1.x: the server dropped a lite topic from this client's
+     * lite subscription
+     */
+    Apache__Rocketmq__V2__NotifyUnsubscribeLiteCommand *notify_unsubscribe_lite_command;
   };
 };
 #define APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__INIT \
@@ -317,10 +348,14 @@ struct  Apache__Rocketmq__V2__ChangeInvisibleDurationRequest
   char *receipt_handle;
   Google__Protobuf__Duration *invisible_duration;
   char *message_id;
+  /*
+   * apache/rocketmq-apis 2.1.x: the lite topic, as on AckMessageEntry
+   */
+  char *lite_topic;
 };
 #define APACHE__ROCKETMQ__V2__CHANGE_INVISIBLE_DURATION_REQUEST__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&apache__rocketmq__v2__change_invisible_duration_request__descriptor) \
-    , NULL, NULL, (char *)protobuf_c_empty_string, NULL, (char *)protobuf_c_empty_string }
+    , NULL, NULL, (char *)protobuf_c_empty_string, NULL, (char *)protobuf_c_empty_string, (char *)protobuf_c_empty_string }
 
 
 struct  Apache__Rocketmq__V2__ChangeInvisibleDurationResponse
@@ -332,6 +367,36 @@ struct  Apache__Rocketmq__V2__ChangeInvisibleDurationResponse
 #define APACHE__ROCKETMQ__V2__CHANGE_INVISIBLE_DURATION_RESPONSE__INIT \
  { PROTOBUF_C_MESSAGE_INIT (&apache__rocketmq__v2__change_invisible_duration_response__descriptor) \
     , NULL, (char *)protobuf_c_empty_string }
+
+
+/*
+ * apache/rocketmq-apis 2.1.x (RocketMQ 5.5, RIP-83): the lite topics a LITE_PUSH_CONSUMER
+ * receives from (MessagingService/SyncLiteSubscription; ClientActivity.syncLiteSubscription).
+ * offset_option = 6 (where a new lite subscription starts) is not spoken.
+ */
+struct  Apache__Rocketmq__V2__SyncLiteSubscriptionRequest
+{
+  ProtobufCMessage base;
+  Apache__Rocketmq__V2__LiteSubscriptionAction action;
+  Apache__Rocketmq__V2__Resource *topic;
+  Apache__Rocketmq__V2__Resource *group;
+  size_t n_lite_topic_set;
+  char **lite_topic_set;
+  int64_t version;
+};
+#define APACHE__ROCKETMQ__V2__SYNC_LITE_SUBSCRIPTION_REQUEST__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&apache__rocketmq__v2__sync_lite_subscription_request__descriptor) \
+    , APACHE__ROCKETMQ__V2__LITE_SUBSCRIPTION_ACTION__PARTIAL_ADD, NULL, NULL, 0,NULL, 0 }
+
+
+struct  Apache__Rocketmq__V2__SyncLiteSubscriptionResponse
+{
+  ProtobufCMessage base;
+  Apache__Rocketmq__V2__Status *status;
+};
+#define APACHE__ROCKETMQ__V2__SYNC_LITE_SUBSCRIPTION_RESPONSE__INIT \
+ { PROTOBUF_C_MESSAGE_INIT (&apache__rocketmq__v2__sync_lite_subscription_response__descriptor) \
+    , NULL }
 
 
 /*
@@ -703,6 +768,25 @@ Apache__Rocketmq__V2__ReconnectEndpointsCommand *
 void   apache__rocketmq__v2__reconnect_endpoints_command__free_unpacked
                      (Apache__Rocketmq__V2__ReconnectEndpointsCommand *message,
                       ProtobufCAllocator *allocator);
+/* Apache__Rocketmq__V2__NotifyUnsubscribeLiteCommand methods */
+void   apache__rocketmq__v2__notify_unsubscribe_lite_command__init
+                     (Apache__Rocketmq__V2__NotifyUnsubscribeLiteCommand         *message);
+size_t apache__rocketmq__v2__notify_unsubscribe_lite_command__get_packed_size
+                     (const Apache__Rocketmq__V2__NotifyUnsubscribeLiteCommand   *message);
+size_t apache__rocketmq__v2__notify_unsubscribe_lite_command__pack
+                     (const Apache__Rocketmq__V2__NotifyUnsubscribeLiteCommand   *message,
+                      uint8_t             *out);
+size_t apache__rocketmq__v2__notify_unsubscribe_lite_command__pack_to_buffer
+                     (const Apache__Rocketmq__V2__NotifyUnsubscribeLiteCommand   *message,
+                      ProtobufCBuffer     *buffer);
+Apache__Rocketmq__V2__NotifyUnsubscribeLiteCommand *
+       apache__rocketmq__v2__notify_unsubscribe_lite_command__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   apache__rocketmq__v2__notify_unsubscribe_lite_command__free_unpacked
+                     (Apache__Rocketmq__V2__NotifyUnsubscribeLiteCommand *message,
+                      ProtobufCAllocator *allocator);
 /* Apache__Rocketmq__V2__TelemetryCommand methods */
 void   apache__rocketmq__v2__telemetry_command__init
                      (Apache__Rocketmq__V2__TelemetryCommand         *message);
@@ -797,6 +881,44 @@ Apache__Rocketmq__V2__ChangeInvisibleDurationResponse *
                       const uint8_t       *data);
 void   apache__rocketmq__v2__change_invisible_duration_response__free_unpacked
                      (Apache__Rocketmq__V2__ChangeInvisibleDurationResponse *message,
+                      ProtobufCAllocator *allocator);
+/* Apache__Rocketmq__V2__SyncLiteSubscriptionRequest methods */
+void   apache__rocketmq__v2__sync_lite_subscription_request__init
+                     (Apache__Rocketmq__V2__SyncLiteSubscriptionRequest         *message);
+size_t apache__rocketmq__v2__sync_lite_subscription_request__get_packed_size
+                     (const Apache__Rocketmq__V2__SyncLiteSubscriptionRequest   *message);
+size_t apache__rocketmq__v2__sync_lite_subscription_request__pack
+                     (const Apache__Rocketmq__V2__SyncLiteSubscriptionRequest   *message,
+                      uint8_t             *out);
+size_t apache__rocketmq__v2__sync_lite_subscription_request__pack_to_buffer
+                     (const Apache__Rocketmq__V2__SyncLiteSubscriptionRequest   *message,
+                      ProtobufCBuffer     *buffer);
+Apache__Rocketmq__V2__SyncLiteSubscriptionRequest *
+       apache__rocketmq__v2__sync_lite_subscription_request__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   apache__rocketmq__v2__sync_lite_subscription_request__free_unpacked
+                     (Apache__Rocketmq__V2__SyncLiteSubscriptionRequest *message,
+                      ProtobufCAllocator *allocator);
+/* Apache__Rocketmq__V2__SyncLiteSubscriptionResponse methods */
+void   apache__rocketmq__v2__sync_lite_subscription_response__init
+                     (Apache__Rocketmq__V2__SyncLiteSubscriptionResponse         *message);
+size_t apache__rocketmq__v2__sync_lite_subscription_response__get_packed_size
+                     (const Apache__Rocketmq__V2__SyncLiteSubscriptionResponse   *message);
+size_t apache__rocketmq__v2__sync_lite_subscription_response__pack
+                     (const Apache__Rocketmq__V2__SyncLiteSubscriptionResponse   *message,
+                      uint8_t             *out);
+size_t apache__rocketmq__v2__sync_lite_subscription_response__pack_to_buffer
+                     (const Apache__Rocketmq__V2__SyncLiteSubscriptionResponse   *message,
+                      ProtobufCBuffer     *buffer);
+Apache__Rocketmq__V2__SyncLiteSubscriptionResponse *
+       apache__rocketmq__v2__sync_lite_subscription_response__unpack
+                     (ProtobufCAllocator  *allocator,
+                      size_t               len,
+                      const uint8_t       *data);
+void   apache__rocketmq__v2__sync_lite_subscription_response__free_unpacked
+                     (Apache__Rocketmq__V2__SyncLiteSubscriptionResponse *message,
                       ProtobufCAllocator *allocator);
 /* Apache__Rocketmq__V2__RecallMessageRequest methods */
 void   apache__rocketmq__v2__recall_message_request__init
@@ -943,6 +1065,9 @@ typedef void (*Apache__Rocketmq__V2__HeartbeatResponse_Closure)
 typedef void (*Apache__Rocketmq__V2__ReconnectEndpointsCommand_Closure)
                  (const Apache__Rocketmq__V2__ReconnectEndpointsCommand *message,
                   void *closure_data);
+typedef void (*Apache__Rocketmq__V2__NotifyUnsubscribeLiteCommand_Closure)
+                 (const Apache__Rocketmq__V2__NotifyUnsubscribeLiteCommand *message,
+                  void *closure_data);
 typedef void (*Apache__Rocketmq__V2__TelemetryCommand_Closure)
                  (const Apache__Rocketmq__V2__TelemetryCommand *message,
                   void *closure_data);
@@ -957,6 +1082,12 @@ typedef void (*Apache__Rocketmq__V2__ChangeInvisibleDurationRequest_Closure)
                   void *closure_data);
 typedef void (*Apache__Rocketmq__V2__ChangeInvisibleDurationResponse_Closure)
                  (const Apache__Rocketmq__V2__ChangeInvisibleDurationResponse *message,
+                  void *closure_data);
+typedef void (*Apache__Rocketmq__V2__SyncLiteSubscriptionRequest_Closure)
+                 (const Apache__Rocketmq__V2__SyncLiteSubscriptionRequest *message,
+                  void *closure_data);
+typedef void (*Apache__Rocketmq__V2__SyncLiteSubscriptionResponse_Closure)
+                 (const Apache__Rocketmq__V2__SyncLiteSubscriptionResponse *message,
                   void *closure_data);
 typedef void (*Apache__Rocketmq__V2__RecallMessageRequest_Closure)
                  (const Apache__Rocketmq__V2__RecallMessageRequest *message,
@@ -995,11 +1126,14 @@ extern const ProtobufCMessageDescriptor apache__rocketmq__v2__forward_message_to
 extern const ProtobufCMessageDescriptor apache__rocketmq__v2__heartbeat_request__descriptor;
 extern const ProtobufCMessageDescriptor apache__rocketmq__v2__heartbeat_response__descriptor;
 extern const ProtobufCMessageDescriptor apache__rocketmq__v2__reconnect_endpoints_command__descriptor;
+extern const ProtobufCMessageDescriptor apache__rocketmq__v2__notify_unsubscribe_lite_command__descriptor;
 extern const ProtobufCMessageDescriptor apache__rocketmq__v2__telemetry_command__descriptor;
 extern const ProtobufCMessageDescriptor apache__rocketmq__v2__notify_client_termination_request__descriptor;
 extern const ProtobufCMessageDescriptor apache__rocketmq__v2__notify_client_termination_response__descriptor;
 extern const ProtobufCMessageDescriptor apache__rocketmq__v2__change_invisible_duration_request__descriptor;
 extern const ProtobufCMessageDescriptor apache__rocketmq__v2__change_invisible_duration_response__descriptor;
+extern const ProtobufCMessageDescriptor apache__rocketmq__v2__sync_lite_subscription_request__descriptor;
+extern const ProtobufCMessageDescriptor apache__rocketmq__v2__sync_lite_subscription_response__descriptor;
 extern const ProtobufCMessageDescriptor apache__rocketmq__v2__recall_message_request__descriptor;
 extern const ProtobufCMessageDescriptor apache__rocketmq__v2__recall_message_response__descriptor;
 extern const ProtobufCMessageDescriptor apache__rocketmq__v2__end_transaction_request__descriptor;
