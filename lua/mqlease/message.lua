@@ -72,7 +72,8 @@ local function message_pairs(m)
   for _, k in ipairs(OWN) do t[k] = m[k] end
   local extras = core_extras(m)
   if extras then
-    for k, v in pairs(extras) do t[k] = v end
+    -- (a long body's string sits there under a light userdata of the core's)
+    for k, v in pairs(extras) do if type(k) ~= "userdata" then t[k] = v end end
   end
   return next, t, nil
 end

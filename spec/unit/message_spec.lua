@@ -226,5 +226,17 @@ describe("mqlease.message", function()
     assert.equal("changed", m.body)
     m.body = nil
     assert.equal("own", m.body)
+    -- a long body (kept as a string of its own) the same
+    local long = ("L"):rep(4096)
+    m = receive(consumer, router, { id = "01D3", body = long, offset = 1, born_at = 1, lease = 43 }, SHAPE)
+    m.body = "short"
+    assert.equal("short", m.body)
+    m.body = nil
+    assert.equal(long, m.body)
+    if HAS_PAIRS then
+      local n = 0
+      for k in pairs(m) do assert.is_string(k); n = n + 1 end
+      assert.equal(5, n)   -- id, body, offset, born_at, lease
+    end
   end)
 end)

@@ -14,7 +14,10 @@
  *
  * m.id and m.body make their strings when read (an id is a short string,
  * interned: the same string each time; a body is copied each time: read it
- * into a local). What few messages have (keys, properties, message_group,
+ * into a local). A body longer than MESSAGE_INLINE_BODY is a Lua string from
+ * the start instead, kept in the message's table (below) under a key of its
+ * own: no copy per read where a copy would cost, and its table's bytes are
+ * small beside such a body. What few messages have (keys, properties, message_group,
  * trace_context, delivery_timestamp, priority), the lease object once made
  * and whatever a user sets on a message live in a table of its own, the
  * userdata's user value (its environment on LuaJIT), made only for a message
@@ -30,6 +33,11 @@
 #include <string.h>
 
 #define MESSAGE_NO_ID UINT16_MAX
+#define MESSAGE_INLINE_BODY 1024   /* bytes: a longer body is a Lua string (see above) */
+
+/* the key of a long body in the message's table (a light userdata: no name a
+ * user may set, and pairs skips it) */
+static const char message_body_key = 0;
 
 typedef struct lmql_message {
     lua_Integer lease_id;   /* the core's lease id */
@@ -39,6 +47,7 @@ typedef struct lmql_message {
     uint32_t body_len;
     uint16_t id_len;        /* characters of the id, MESSAGE_NO_ID without one */
     uint8_t id_packed;      /* 1: the id is in text as id_len / 2 bytes (hex digits) */
+    uint8_t body_out;       /* 1: the body is a string in the message's table, not in text */
     char text[];            /* the id (raw, or packed), then the body */
 } lmql_message;
 
@@ -123,18 +132,19 @@ static lmql_message *message_new(lua_State *L, lua_Integer lease_id, int64_t off
                                  int64_t born_ms, int64_t store_ms, const char *id,
                                  const char *body, size_t body_len) {
     size_t id_len = id ? strlen(id) : 0, i;
-    int packed = id && message_id_packs(id, id_len);
+    int packed = id && message_id_packs(id, id_len), out = body_len > MESSAGE_INLINE_BODY;
     size_t id_bytes;
     lmql_message *m;
     if (id && id_len >= MESSAGE_NO_ID) luaL_error(L, "mqlease: a message id of %d characters", (int)id_len);
     if (body_len > UINT32_MAX) luaL_error(L, "mqlease: a message body of %d bytes or more", (int)UINT32_MAX);
     id_bytes = !id ? 0 : packed ? id_len / 2 : id_len;
-    m = message_newud(L, offsetof(lmql_message, text) + id_bytes + body_len);
+    m = message_newud(L, offsetof(lmql_message, text) + id_bytes + (out ? 0 : body_len));
     m->lease_id = lease_id;
     m->offset = offset;
     m->born_ms = born_ms;
     m->store_ms = store_ms;
-    m->body_len = (uint32_t)body_len;
+    m->body_len = out ? 0 : (uint32_t)body_len;
+    m->body_out = (uint8_t)out;
     m->id_len = id ? (uint16_t)id_len : MESSAGE_NO_ID;
     m->id_packed = (uint8_t)packed;
     if (packed) {
@@ -143,7 +153,15 @@ static lmql_message *message_new(lua_State *L, lua_Integer lease_id, int64_t off
     } else if (id) {
         memcpy(m->text, id, id_len);
     }
-    if (body_len) memcpy(m->text + id_bytes, body, body_len);
+    if (out) {
+        message_extras(L, -1);
+        lua_pushlightuserdata(L, (void *)&message_body_key);
+        lua_pushlstring(L, body, body_len);
+        lua_rawset(L, -3);
+        lua_pop(L, 1);
+    } else if (body_len) {
+        memcpy(m->text + id_bytes, body, body_len);
+    }
     return m;
 }
 
@@ -177,15 +195,22 @@ static void message_push_id(lua_State *L, const lmql_message *m) {
     lua_pushlstring(L, buf, m->id_len);
 }
 
-/* Pushes the message's own field k (a name of length n); 0 if k is none of them. */
-static int message_push_own(lua_State *L, const lmql_message *m, const char *k, size_t n) {
+/* Pushes the own field k (a name of length n) of the message m at idx; 0 if k
+ * is none of them. */
+static int message_push_own(lua_State *L, int idx, const lmql_message *m, const char *k, size_t n) {
     switch (n) {
     case 2:
         if (memcmp(k, "id", 2) == 0) { message_push_id(L, m); return 1; }
         break;
     case 4:
         if (memcmp(k, "body", 4) == 0) {
-            lua_pushlstring(L, m->text + message_id_bytes(m), m->body_len);
+            if (!m->body_out) {
+                lua_pushlstring(L, m->text + message_id_bytes(m), m->body_len);
+            } else if (message_get_extras(L, idx)) {
+                lua_pushlightuserdata(L, (void *)&message_body_key);
+                lua_rawget(L, -2);
+                lua_remove(L, -2);
+            }
             return 1;
         }
         break;
@@ -274,7 +299,7 @@ static int message_index(lua_State *L) {
         lua_pop(L, 1);
     }
     lua_pop(L, 1);
-    if (k && message_push_own(L, m, k, n)) return 1;
+    if (k && message_push_own(L, 1, m, k, n)) return 1;
     if (k && n == 5 && memcmp(k, "lease", 5) == 0) {
         lua_pushvalue(L, lua_upvalueindex(2));
         lua_pushvalue(L, 1);
@@ -336,7 +361,7 @@ static int l_message_own(lua_State *L) {
     lmql_message *m = message_check(L, 1, 0);
     size_t n;
     const char *k = luaL_checklstring(L, 2, &n);
-    if (!message_push_own(L, m, k, n)) lua_pushnil(L);
+    if (!message_push_own(L, 1, m, k, n)) lua_pushnil(L);
     return 1;
 }
 
