@@ -144,7 +144,7 @@ $(BUILD)/check/dv_%: spec/c/dv_%.c spec/c/mql_test.h $(CHECK_LIB) $(call objs,sa
 	  $(call objs,san,$(DV_CHECK_SRC)) $(CHECK_LIB) $(LIBS)
 
 # spec/c/lmql_*_test.c test the binding's conversions to Lua values on a Lua 5.4 state of their own.
-LMQL_CHECK_SRC = src/lua/lmql_push.c
+LMQL_CHECK_SRC = src/lua/lmql_push.c src/lua/lmql_message.c
 $(BUILD)/check/lmql_%: spec/c/lmql_%.c $(wildcard spec/c/*.h) $(CHECK_LIB) $(call objs,san,$(LMQL_CHECK_SRC))
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(PKG_CFLAGS) $(INC_TESTS) -Isrc/lua -I$(LUA_INC) $(CFLAGS_WARN) $(SAN_FLAGS) \

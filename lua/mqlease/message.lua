@@ -3,30 +3,32 @@
 -- let_expire. Each waits for the broker's answer in the caller's loop and
 -- returns true, or nil, message, code.
 --
--- A message is held by the million, so its table is small. The fields every
--- message has (id, body, offset, born_at, store_at, lease) sit in its array
--- part, by slot (SLOTS below, in the order src/lua/lmql_push.c sets them): 16
--- bytes a slot where a hash node costs 24 and the hash part rounds up to a
--- power of two. The fields most messages of a consumer share (topic, tag,
--- hosts, type, queue, delivery attempt) come from a shape the core hands
--- beside it. Each shape gets one metatable, shared by every message of that
--- shape, whose __index finds a slot by its name, else the shape's field (a
--- weak cache in the consumer finds the metatable again, and lets it go with
--- its last message). The fields few messages have (keys, properties,
--- message_group, trace_context, delivery_timestamp) and whatever a user sets
--- on a message live in its hash part under their names and are read raw; so
--- does the lease object once made (the lease slot keeps the core's lease id,
--- see mqlease.lease). A read through __index calls a function (about 40 ns on
--- Lua 5.4, where a raw read is about 10): code of ours that reads a field
--- more than once a message reads it into a local.
--- pairs(m) lists the own fields by name where __pairs is honoured (Lua 5.4):
+-- A message is held by the million, so it is one userdata of the core
+-- (src/lua/lmql_message.c): its own fields (id, body, offset, born_at,
+-- store_at and the core's lease id) in its bytes, read through __index, which
+-- makes m.id and m.body as strings when read (m.body a copy each time: code of
+-- ours that reads a field more than once a message reads it into a local). The
+-- fields most messages of a consumer share (topic, tag, hosts, type, queue,
+-- delivery attempt) come from a shape the core hands beside it. Each shape gets
+-- one metatable, shared by every message of that shape, whose __index (made in
+-- C, with the shape as an upvalue) finds the message's own field, else the
+-- shape's (a weak cache in the consumer finds the metatable again, and lets it
+-- go with its last message). The fields few messages have (keys, properties,
+-- message_group, trace_context, delivery_timestamp, priority), the lease
+-- object once made (see mqlease.lease) and whatever a user sets on a message
+-- live in a table of the message's own, made only for a message that needs
+-- one (core.message_extras). pairs(m) lists the own fields by name where
+-- __pairs is honoured (Lua 5.4; LuaJIT has no pairs for a userdata):
 -- m:totable() gives them all.
 
+local core = require "mqlease.core"
 local lease_mod = require "mqlease.lease"
 
-local setmetatable, rawget, rawset, type, error, tostring, pairs, ipairs, next =
-  setmetatable, rawget, rawset, type, error, tostring, pairs, ipairs, next
+local setmetatable, rawget, type, error, tostring, pairs, ipairs, next =
+  setmetatable, rawget, type, error, tostring, pairs, ipairs, next
 local floor = math.floor
+local core_lease_id, core_extras, core_bind = core.message_lease_id, core.message_extras, core.message_bind
+local core_index, core_newindex = core.message_index, core.message_newindex
 
 local _M = {}
 
@@ -35,7 +37,7 @@ _M.methods = methods
 local message_mt = { __index = methods }
 
 -- Messages without keys or properties share one read-only empty table each
--- instead of holding two of their own (112 bytes a message in Lua 5.4).
+-- instead of holding two of their own.
 local function read_only(what)
   return setmetatable({}, {
     __newindex = function() error("mqlease.message: " .. what .. " is read-only", 2) end,
@@ -54,65 +56,64 @@ local function shape_part(v)
   return #v .. ":" .. v
 end
 
--- The slots of a message's own fields, by name (see the top of this file).
+-- The slots of a half message's own fields in the table the core hands a
+-- transaction check (src/lua/lmql_push.c's push_message, by this order).
 local NAMES = { "id", "body", "offset", "born_at", "store_at", "lease" }
 local SLOTS = {}
 for i, k in ipairs(NAMES) do SLOTS[k] = i end
 _M.SLOTS = SLOTS
 local LEASE = SLOTS.lease
-local NSLOTS = #NAMES
 
--- pairs(m) as when every own field had its name: the slots by name, then the
--- hash part (keys, properties, a user's fields) without the slots' numbers.
-local function next_field(m, k)
-  local i = k == nil and 0 or (type(k) == "string" and rawget(SLOTS, k))
-  if i then
-    while i < NSLOTS do
-      i = i + 1
-      local name = NAMES[i]
-      local v = m[name]
-      if v ~= nil then return name, v end
-    end
-    k = nil
-  end
-  repeat
-    k = next(m, k)
-  until k == nil or not ((type(k) == "number" and k >= 1 and k <= NSLOTS and k % 1 == 0)
-    or (type(k) == "string" and SLOTS[k]))
-  if k == nil then return nil end
-  return k, rawget(m, k)
-end
+-- The own fields pairs(m) lists, before those of the message's own table.
+local OWN = { "id", "body", "offset", "born_at", "store_at", "lease" }
 
 local function message_pairs(m)
-  return next_field, m, nil
+  local t = {}
+  for _, k in ipairs(OWN) do t[k] = m[k] end
+  local extras = core_extras(m)
+  if extras then
+    -- (a long body's string sits there under a light userdata of the core's)
+    for k, v in pairs(extras) do if type(k) ~= "userdata" then t[k] = v end end
+  end
+  return next, t, nil
 end
 
--- The lease object of m, made from the core's lease id in its lease slot the
--- first time it is asked for (see the top of mqlease.lease). It goes into the
--- hash part under its name, so every later m.lease (mqlease.run and the
--- methods below read it a few times a message) is a plain read, not a call
--- of __index; the slot keeps the id.
+-- The lease object of m, made from the core's lease id the first time it is
+-- asked for (see the top of mqlease.lease). It goes into the message's own
+-- table under its name, so every later m.lease (mqlease.run and the methods
+-- below read it a few times a message) finds it there.
 local function lease_of(m, consumer)
-  local lease = lease_mod.new(rawget(consumer, "_router"), consumer, rawget(m, LEASE), m)
-  rawset(m, "lease", lease)
+  local lease = lease_mod.new(rawget(consumer, "_router"), consumer, core_lease_id(m), m)
+  core_extras(m, true).lease = lease
   return lease
 end
 
 -- The core's lease id of message m, without making its lease object (a
--- stand-in message may carry its lease by name).
+-- stand-in message, a table, may carry it in its lease slot or its lease).
 function _M.lease_id(m)
-  local id = rawget(m, LEASE)
-  if id == nil then
-    local lease = m.lease
-    id = lease and rawget(lease, "id")
+  local id = core_lease_id(m)
+  if id == nil and type(m) == "table" then
+    id = rawget(m, LEASE)
+    if id == nil then
+      local lease = m.lease
+      id = lease and rawget(lease, "id")
+    end
   end
   return id
 end
 
--- A message nobody references any more: its lease is given back (the
--- finalizer of its table on Lua 5.4, of its proxy on LuaJIT).
+-- The lease object of message m if one was made, else nil (never makes one).
+function _M.made_lease(m)
+  if type(m) == "table" then return rawget(m, "lease") end
+  local extras = core_lease_id(m) and core_extras(m)
+  return extras and rawget(extras, "lease")
+end
+local made_lease = _M.made_lease
+
+-- A message nobody references any more: its lease is given back (its
+-- finalizer, on Lua 5.4 and LuaJIT alike).
 local function give_back(consumer, m)
-  lease_mod.collect(consumer, rawget(m, LEASE), rawget(m, "lease"))
+  lease_mod.collect(consumer, core_lease_id(m), made_lease(m))
 end
 
 -- The metatable of the messages of one shape, from consumer's weak cache.
@@ -126,34 +127,26 @@ function _M.shape_mt(consumer, shape)
     shape.consumer, shape.keys, shape.properties = consumer, NO_KEYS, NO_PROPERTIES
     setmetatable(shape, message_mt)
     mt = { __name = "mqlease.message", __tostring = message_tostring, __pairs = message_pairs,
-      __index = function(m, k)
-        local i = SLOTS[k]
-        if i == nil then return shape[k] end
-        if i == LEASE then return lease_of(m, consumer) end
-        -- not rawget: a function call costs more than the plain read (a slot left
-        -- nil, store_at's, comes back here once as a number and finds nothing)
-        return m[i]
-      end,
+      __index = core_index(shape, function(m) return lease_of(m, consumer) end),
+      __newindex = core_newindex,
       __gc = function(m) give_back(consumer, m) end }
     cache[key] = mt
   end
   return mt
 end
 
-local newproxy = newproxy   -- Lua 5.1/LuaJIT: tables have no __gc, a proxy userdata does
-
--- A message from the core's table m (its lease slot: the core's lease id),
--- registered with router so that the core's lease events reach its lease.
+-- A message from the core's userdata m, registered with router so that the
+-- core's lease events reach its lease.
 function _M.wrap(router, consumer, m, mt)
-  router.leases[rawget(m, LEASE)] = m
-  if newproxy then
-    -- in the slot after the lease (src/lua/lmql_push.c makes it on LuaJIT)
-    local proxy = newproxy(true)
-    getmetatable(proxy).__gc = function() give_back(consumer, m) end
-    rawset(m, LEASE + 1, proxy)
-  end
-  return setmetatable(m, mt)
+  core_bind(m, mt)
+  router.leases[core_lease_id(m)] = m
+  return m
 end
+
+-- A message made from a table of its fields (id, body, offset, born_at,
+-- store_at, lease: the core's lease id, and any other), as the core would
+-- hand it over: for fakes and specs without a broker.
+_M.new = core.message_new
 
 -- Every field a handler may read, in a plain table of its own: strings,
 -- numbers, and fresh keys and properties tables. The lease and the consumer

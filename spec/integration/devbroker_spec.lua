@@ -130,7 +130,7 @@ describe("mqlease-devbroker", function()
     local c, p = pair { invisible = 10 }
     assert(p:send("t1", "held across"))
     local m = assert(c:receive(1))[1]
-    assert.is_table(m)
+    assert.is_userdata(m)   -- a message of the core (src/lua/lmql_message.c)
     local before = c:metrics()
     assert.matches("^ok", dv.control("reconnect"))
     env.wait_for(function()

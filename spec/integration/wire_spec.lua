@@ -69,7 +69,7 @@ describe("wire fidelity with the Java clients on RocketMQ " .. VERSION, function
     for _, s in ipairs(sent) do
       local what = s.client .. "/" .. s.case
       local m = got[s.id]
-      assert.is_table(m, what .. ": not received (id " .. s.id .. ")")
+      assert.is_userdata(m, what .. ": not received (id " .. s.id .. ")")
       assert.equal(s.topic, m.topic, what)
       assert.equal(s.length, #m.body, what .. ": body length")
       assert.equal(s.md5, md5(m.body), what .. ": body MD5")

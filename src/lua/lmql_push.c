@@ -210,7 +210,7 @@ static void push_event(lua_State *L, const mql_event *ev) {
         for (i = 0; i < ev->nmsgs; i++) {
             push_shape(L, ev->msgs, i);
             lua_rawseti(L, -2, (int)i + 1);
-            push_message(L, &ev->msgs[i]);
+            lmql_message_push(L, &ev->msgs[i]);
             lua_rawseti(L, -3, (int)i + 1);
         }
         lua_setfield(L, -3, "shapes");

@@ -572,6 +572,7 @@ LUALIB_API int luaopen_mqlease_core(lua_State *L) {
     lmql_open_signals(L);
     lmql_open_redis(L);
     luaL_newlib(L, module_functions);
+    lmql_open_message(L);
     LMQL_PUSH_NULL(L);
     lua_setfield(L, -2, "null");
     lua_pushstring(L, MQL_VERSION);

@@ -2,7 +2,7 @@
  *
  * The binding is the only part of the project that includes lua.h, split by
  * what it binds: lmqlease.c (the module, consumers and producers, waiting),
- * lmql_push.c (core values -> Lua values), lmql_redis.c (core.redis),
+ * lmql_push.c (core values -> Lua values), lmql_message.c (a received message), lmql_redis.c (core.redis),
  * lmql_signals.c (core.watch_signals) and lmql_exec.c (core.exec). No C thread of the core ever calls
  * into these files: they run on the Lua thread only.
  */
@@ -49,6 +49,11 @@ typedef struct lmql_event_hooks {
  * made is skipped (an op's waiter gets an INTERNAL error in its place). */
 void lmql_push_events(lua_State *L, mql_event *list, const lmql_event_hooks *hooks,
                       void *owner);
+
+/* lmql_message.c: a received message as a userdata (no metatable yet), and
+ * the module's message_* functions, into the table on top of the stack. */
+void lmql_message_push(lua_State *L, const mql_message *m);
+void lmql_open_message(lua_State *L);
 
 /* lmql_signals.c and lmql_redis.c: their metatables and constructors. */
 void lmql_open_signals(lua_State *L);

@@ -22,6 +22,7 @@ local live = require "mqlease.live"
 local retry = require "mqlease.retry"
 local policy_mod = require "mqlease.policy"
 local lease_mod = require "mqlease.lease"
+local message = require "mqlease.message"
 local life_mod = require "mqlease.run.life"
 local sequencer = require "mqlease.run.sequencer"
 local waiter_mod = require "mqlease.run.waiter"
@@ -213,7 +214,7 @@ function _M.run(consumer, handler, o, sched, probe)
   -- its lock only until the lock's TTL (the policy unlocks it if the
   -- handler ever ends)
   for _, m in ipairs(life:unsettled()) do
-    local lease = rawget(m, "lease")
+    local lease = message.made_lease(m)
     if type(lease) == "table" then lease_mod.drop_lock(lease) end
   end
   consumer:close()
