@@ -111,7 +111,13 @@ typedef struct mql_receive_wait {
 typedef struct mql_consumer_part {
     char *group, *topic, *filter;
     int filter_sql;
-    char *broker_name;          /* the route's broker: receives name it */
+    /* The route's readable brokers (master queues, each name once, in route
+     * order): the receives take turns naming them, as the Java client's
+     * SubscriptionLoadBalancer does. The proxy pops from the broker a receive
+     * names (ReceiveMessageActivity.ReceiveMessageQueueSelector), so a
+     * consumer that named one broker never saw the others' messages. */
+    char **brokers;
+    size_t nbrokers, next_broker;
     int64_t invisible_ms;       /* what the next receive and renewal ask for */
     int64_t renew_every_ms;     /* follows invisible_ms unless configured */
     int renew_every_fixed;      /* renew_every was configured */

@@ -253,6 +253,24 @@ static int queue_readable(const Apache__Rocketmq__V2__MessageQueue *q) {
             q->permission == APACHE__ROCKETMQ__V2__PERMISSION__READ_WRITE);
 }
 
+/* The route's readable brokers, each name once, in route order: what the
+ * receives take turns naming (mql_base.h). Replaces the list of an earlier
+ * route; the turn carries on where it was. */
+static void take_brokers(mql_consumer_part *cs, const Apache__Rocketmq__V2__QueryRouteResponse *resp) {
+    size_t i, j, n = 0;
+    char **names = mql_xcalloc(resp->n_message_queues, sizeof(char *));
+    for (i = 0; i < resp->n_message_queues; i++) {
+        const Apache__Rocketmq__V2__MessageQueue *q = resp->message_queues[i];
+        if (!queue_readable(q) || !q->broker->name) continue;
+        for (j = 0; j < n && strcmp(names[j], q->broker->name) != 0; j++) {}
+        if (j == n) names[n++] = mql_strdup(q->broker->name);
+    }
+    for (i = 0; i < cs->nbrokers; i++) free(cs->brokers[i]);
+    free(cs->brokers);
+    cs->brokers = names;
+    cs->nbrokers = n;
+}
+
 /* TLS credentials as configured. The proxy serves TLS and plaintext on one
  * port (its ProxyAndTlsProtocolNegotiator), so tls only changes how we dial.
  * grpc's TLS options, not its SSL ones: only they can skip the check of the
@@ -353,8 +371,7 @@ static void on_route_done(mql_client *c, mql_call *call) {
                             cs->topic);
         } else {
             const Apache__Rocketmq__V2__Endpoints *ep = q->broker->endpoints;
-            free(cs->broker_name);
-            cs->broker_name = mql_strdup(q->broker->name);
+            take_brokers(cs, resp);
             if (ep && ep->n_addresses > 0) {
                 char target[300];
                 snprintf(target, sizeof(target), "%s:%d", ep->addresses[0]->host,
