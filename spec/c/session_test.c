@@ -201,6 +201,43 @@ static void a_route_of_two_brokers_keeps_both_readable_masters(void) {
     client_finish(&c);
 }
 
+/* The route is asked again every 30 s (the Java client's route cache): a
+ * broker that was down when the consumer started, or joined the topic later,
+ * is received from once the route lists it. The refresh changes only the
+ * brokers: no Telemetry stream, no event for the host. */
+static void the_route_is_refreshed_and_brings_a_broker_that_joined(void) {
+    mql_client c;
+    mql_call *route;
+    client_init(&c, MQL_CONSUMER);
+    c.consumer.group = "g";
+    c.consumer.topic = "t";
+    c.consumer.filter = "*";
+    c.state = MQL_CLIENT_READY;
+    c.consumer.brokers = mql_xcalloc(1, sizeof(char *));
+    c.consumer.brokers[0] = mql_strdup("broker-a");
+    c.consumer.nbrokers = 1;
+    c.route_refresh_at = 1000;
+    mql_session_timers(&c, 999, 5000);
+    CHECK(c.calls == NULL);   /* not due yet */
+    CHECK(mql_session_timers(&c, 1000, 90000) <= 1000 + 30000);
+    CHECK(c.calls != NULL && strcmp(c.calls->method, MQL_M_QUERY_ROUTE) == 0);
+    CHECK(c.route_refresh_at == 1000 + 30000);
+    if (!c.calls) return;
+    route = mql_call_new(c.access, c.cq, MQL_M_QUERY_ROUTE, 1000, &c.id);
+    route->owner = &c;
+    route->ops = c.calls->ops;
+    route->op = c.calls->op;
+    route->status = GRPC_STATUS_OK;
+    route->recv_buf = two_broker_route_reply();
+    route->ops->on_done(&c, route);
+    CHECK(c.consumer.nbrokers == 2);
+    CHECK(c.consumer.nbrokers == 2 && strcmp(c.consumer.brokers[1], "broker-b") == 0);
+    CHECK(c.telemetry == NULL);
+    CHECK(mql_events_take(&c.events) == NULL);
+    mql_call_free(route);
+    client_finish(&c);
+}
+
 static uint64_t errors_of(const mql_client *c, const char *op, const char *code) {
     int i;
     for (i = 0; i < c->metrics.nerrors; i++)
@@ -478,6 +515,7 @@ int main(void) {
     RUN(channels_have_no_retry_layer_and_keep_their_limits);
     RUN(a_route_reply_after_close_opens_no_telemetry_stream);
     RUN(a_route_of_two_brokers_keeps_both_readable_masters);
+    RUN(the_route_is_refreshed_and_brings_a_broker_that_joined);
     RUN(a_reconnect_whose_settings_never_come_back_is_given_up);
     RUN(a_given_up_stream_is_counted_once);
     RUN(only_a_connection_failure_moves_to_the_next_endpoint);

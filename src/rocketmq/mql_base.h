@@ -191,6 +191,7 @@ struct mql_client {
     int64_t reconnect_call_ms;  /* 0: request_timeout; the deadline of an attempt's first call */
     int reconnect_route;        /* the next attempt asks for the route first */
     int64_t heartbeat_at;       /* 0: not scheduled */
+    int64_t route_refresh_at;   /* a consumer's next QueryRoute for its brokers; 0: none */
     int stopping;               /* set once by close: no call starts from then on */
     int stopped;                /* the thread is joined and grpc is torn down */
     int refs;                   /* the host's one, plus one per signal watcher */
