@@ -28,8 +28,8 @@
 # SimpleConsumer (CPU seconds per 10,000 messages of each client process).
 #
 # BENCH_PARTS picks what runs: "lease" (part 2), "replay" (part 3), "eo" (part 4),
-# "workers" (part 5), "send" (sends in flight, below), "throughput" and "java" (part 1: the
-# backlog throughput, and the produce/consume/hold table); default all seven.
+# "workers" (part 5), "send" (sends in flight, below), "brokers" (below), "throughput" and
+# "java" (part 1: the backlog throughput, and the produce/consume/hold table); default all eight.
 # 3. The incident replay (bench/replay.lua) on its own dev broker: four scenarios (fixed
 #    window, 10x window, renewal + exactly-once, invisible = "auto" + exactly-once), three
 #    workers, one killed; BENCH_RUNS runs one after another. REPLAY_PRODUCE (20 s) of
@@ -38,6 +38,9 @@
 #    5000) pre-loaded messages of BENCH_SIZE bytes on its own dev broker, plain and with
 #    mqlease.policy.exactly_once on the Redis of part 3 (the same one), one after the
 #    other in each of BENCH_RUNS runs: msg/s, client CPU and redis-server CPU per message.
+# brokers: 1, 2, 4 worker processes of mqlease.run over two brokers of a real RocketMQ cluster
+#    (bench/brokers.sh: its own namesrv, broker-a, broker-b and two cluster-mode proxies);
+#    msg/s, client CPU and the servers' CPU per message. Not in QUICK=1 (five JVMs boot).
 # send: mqlease one at a time, from coroutines and by send_many, and the Java client's
 #    sendAsync, on the real RocketMQ (bench/bench.lua send, Bench.java sendasync).
 # QUICK=1 is BENCH_PARTS="lease workers replay eo send" with one run per row, no 1,000,000
@@ -57,7 +60,7 @@ HOLD_BIG=${BENCH_HOLD_BIG:-1000}
 OUT=${BENCH_OUT:-bench/results.md}
 QUICK=${QUICK:-0}
 if [[ $QUICK == 1 ]]; then RUNS=${BENCH_RUNS:-1}; PARTS=${BENCH_PARTS:-lease workers replay eo send}
-else RUNS=${BENCH_RUNS:-3}; PARTS=${BENCH_PARTS:-lease workers replay eo send throughput java}; fi
+else RUNS=${BENCH_RUNS:-3}; PARTS=${BENCH_PARTS:-lease workers replay eo send brokers throughput java}; fi
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 ROCKETMQ=0
 if [[ $QUICK == 1 ]]; then LEASES=${BENCH_LEASES:-1000 10000 100000}; WORKERS=${BENCH_WORKERS:-1 2 4}
@@ -74,6 +77,8 @@ eo_results=$(mktemp)
 export BENCH_EO=$eo_results           # ... and the exactly-once table from this
 send_results=$(mktemp)
 export BENCH_SEND=$send_results       # and the sends-in-flight table from this one
+brokers_results=$(mktemp)
+export BENCH_BROKERS=$brokers_results # and the two-broker workers table from this one
 DV_PID=
 REDIS_PID=
 cleanup() {
@@ -87,8 +92,9 @@ cleanup() {
     cat "$replay_results" >>"$BENCH_RAW/replay"
     cat "$eo_results" >>"$BENCH_RAW/eo"
     cat "$send_results" >>"$BENCH_RAW/send"
+    cat "$brokers_results" >>"$BENCH_RAW/brokers"
   fi
-  rm -f "$results" "$lease_results" "$replay_results" "$eo_results" "$send_results"
+  rm -f "$results" "$lease_results" "$replay_results" "$eo_results" "$send_results" "$brokers_results"
 }
 trap cleanup EXIT
 
@@ -269,6 +275,7 @@ done
 stop_devbroker
 }
 if part send; then part_send; fi
+if part brokers; then BENCH_RUNS=$RUNS bash bench/brokers.sh >>"$brokers_results"; fi
 if ! part throughput && ! part java; then
   lua5.4 bench/table.lua "$results" "$COUNT" "$SIZE" "$HOLD" "$HOLD_S" "$HOLD_BIG" "$lease_results" | tee "$OUT"
   exit 0

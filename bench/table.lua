@@ -225,3 +225,5 @@ if os.getenv("BENCH_REPLAY") then assert(loadfile("bench/replay_table.lua"))(os.
 if os.getenv("BENCH_EO") then assert(loadfile("bench/table_eo.lua"))(os.getenv("BENCH_EO")) end
 -- sends in flight (bench/all.sh part send)
 if os.getenv("BENCH_SEND") then assert(loadfile("bench/table_send.lua"))(os.getenv("BENCH_SEND")) end
+-- workers over two brokers (bench/all.sh part brokers)
+if os.getenv("BENCH_BROKERS") then assert(loadfile("bench/table_brokers.lua"))(os.getenv("BENCH_BROKERS")) end

@@ -12,6 +12,12 @@
 #                                      after it died, keeping namesrv and the store (for chaos
 #                                      specs that kill it)
 #   rocketmq.sh kill-proxy N           cluster mode: SIGKILL proxy N (1 or 2) and wait until it is gone
+#   rocketmq.sh kill-broker a|b        cluster mode: SIGKILL broker-a or broker-b (b: MQLEASE_BROKERS=2)
+#                                      and wait until it is gone (namesrv drops it when its
+#                                      connection closes)
+#   rocketmq.sh restart-broker a|b     cluster mode: start that broker again on its own store (a
+#                                      killed one recovers its commit log, consumer offsets and pop
+#                                      checkpoints); returns once it is registered with namesrv
 #   rocketmq.sh status                 exit 0 if the gRPC port answers
 #   rocketmq.sh env                    print MQLEASE_ENDPOINTS=... lines (cluster mode: both
 #                                      proxies, "a:p;b:p")
@@ -51,6 +57,11 @@
 #                                  serves gRPC on MQLEASE_GRPC_PORT, proxy 2 on MQLEASE_GRPC_PORT2
 #                                  (default GRPC_PORT+2; remoting MQLEASE_REMOTING_PORT2, default
 #                                  REMOTING_PORT+2). Use it on an instance of your own.
+#   MQLEASE_BROKERS        1       cluster mode: 2 starts a second broker JVM, broker-b (same
+#                                  cluster DefaultCluster, its own brokerName, store $RUN/store-b
+#                                  and ports); `topics` then creates every topic with 4 queues on
+#                                  EACH broker (8 in the route) and every group on both.
+#   MQLEASE_BROKER_B_PORT  BROKER_PORT+10   broker-b's port (it also binds PORT-2 and PORT+1)
 # Ports are deliberately not RocketMQ's defaults (9876/10911/8081/8080) so a developer's own
 # RocketMQ keeps working next to the tests. namesrv and the broker bind 127.0.0.1; the gRPC,
 # proxy-remoting and HA ports bind the wildcard (RocketMQ 5.2.0 has no setting for them).
@@ -76,8 +87,17 @@ ACL=${MQLEASE_ACL:-0}
 CLUSTER=${MQLEASE_CLUSTER:-0}
 GRPC_PORT2=${MQLEASE_GRPC_PORT2:-$((GRPC_PORT + 2))}
 REMOTING_PORT2=${MQLEASE_REMOTING_PORT2:-$((REMOTING_PORT + 2))}
-# JVMs of this run dir, in the order they are stopped (proxies before the broker before namesrv)
-if [[ $CLUSTER == 1 ]]; then JVMS=(proxy1 proxy2 broker namesrv); else JVMS=(proxy namesrv); fi
+BROKERS=${MQLEASE_BROKERS:-1}
+BROKER_B_PORT=${MQLEASE_BROKER_B_PORT:-$((BROKER_PORT + 10))}
+[[ $BROKERS == 1 || $BROKERS == 2 ]] || { echo "rocketmq: error: MQLEASE_BROKERS must be 1 or 2" >&2; exit 1; }
+[[ $BROKERS == 1 || $CLUSTER == 1 ]] || { echo "rocketmq: error: MQLEASE_BROKERS=2 needs cluster mode (MQLEASE_CLUSTER=1)" >&2; exit 1; }
+# JVMs of this run dir, in the order they are stopped (proxies before the brokers before namesrv)
+if [[ $CLUSTER == 1 && $BROKERS == 2 ]]; then JVMS=(proxy1 proxy2 broker broker-b namesrv)
+elif [[ $CLUSTER == 1 ]]; then JVMS=(proxy1 proxy2 broker namesrv)
+else JVMS=(proxy namesrv); fi
+# host:port of every broker, comma-separated: what CreateTopics creates topics and groups on
+BROKER_ADDRS=$HOST:$BROKER_PORT
+[[ $BROKERS != 2 ]] || BROKER_ADDRS="$BROKER_ADDRS,$HOST:$BROKER_B_PORT"
 ACL_JSON=''
 
 # JDK 17 flags: the store casts mmapped buffers to sun.nio.ch.DirectBuffer on shutdown and on
@@ -199,6 +219,33 @@ wait_for() {
   done
 }
 
+# write_broker_conf FILE BROKER_NAME PORT STORE_DIR: a broker's config (the keys: write_configs)
+write_broker_conf() {
+  cat >"$1" <<EOF
+brokerClusterName=DefaultCluster
+brokerName=$2
+brokerId=0
+brokerRole=ASYNC_MASTER
+flushDiskType=ASYNC_FLUSH
+brokerIP1=$HOST
+brokerIP2=$HOST
+bindAddress=$HOST
+listenPort=$3
+storePathRootDir=$4
+storePathCommitLog=$4/commitlog
+autoCreateSubscriptionGroup=true
+mappedFileSizeCommitLog=67108864
+maxHashSlotNum=10000
+maxIndexNum=40000
+diskMaxUsedSpaceRatio=95
+recallMessageEnable=true
+transactionTimeOut=$TX_TIMEOUT_MS
+transactionCheckInterval=$TX_CHECK_INTERVAL_MS
+transactionCheckMax=$TX_CHECK_MAX
+transactionOpBatchInterval=500
+EOF
+}
+
 write_configs() {
   # Name server: the port is only settable through the properties file.
   cat >"$RUN/namesrv.conf" <<EOF
@@ -218,34 +265,14 @@ EOF
   # up to MQLEASE_TX_CHECK_MAX times (BrokerConfig's 15) before the broker drops the message.
   # The op messages that mark half messages ended are written every 0.5 s instead of 3 s
   # (transactionOpBatchInterval), so a check rarely meets a transaction just ended.
-  cat >"$RUN/broker.conf" <<EOF
-brokerClusterName=DefaultCluster
-brokerName=broker-a
-brokerId=0
-brokerRole=ASYNC_MASTER
-flushDiskType=ASYNC_FLUSH
-brokerIP1=$HOST
-brokerIP2=$HOST
-bindAddress=$HOST
-listenPort=$BROKER_PORT
-storePathRootDir=$RUN/store
-storePathCommitLog=$RUN/store/commitlog
-autoCreateSubscriptionGroup=true
-mappedFileSizeCommitLog=67108864
-maxHashSlotNum=10000
-maxIndexNum=40000
-diskMaxUsedSpaceRatio=95
-recallMessageEnable=true
-transactionTimeOut=$TX_TIMEOUT_MS
-transactionCheckInterval=$TX_CHECK_INTERVAL_MS
-transactionCheckMax=$TX_CHECK_MAX
-transactionOpBatchInterval=500
-EOF
+  write_broker_conf "$RUN/broker.conf" broker-a "$BROKER_PORT" "$RUN/store"
+  [[ $BROKERS != 2 ]] || write_broker_conf "$RUN/broker-b.conf" broker-b "$BROKER_B_PORT" "$RUN/store-b"
   # 5.5+ lite topics (RIP-83): a lite topic is a light message queue, "%LMQ%$<parent>$<lite>",
   # that the store fills by multi-dispatch; both switches are off by default
   # (MessageStoreConfig), and without them a lite message reaches no lite consumer.
   if version_at_least 5.5.0; then
     printf 'enableLmq=true\nenableMultiDispatch=true\n' >>"$RUN/broker.conf"
+    [[ $BROKERS != 2 ]] || printf 'enableLmq=true\nenableMultiDispatch=true\n' >>"$RUN/broker-b.conf"
   fi
   # Proxy: the gRPC port must be fixed because local-mode routes echo it back to clients;
   # a 2 s route refresh shortens the proxy's negative cache for topics created late;
@@ -323,6 +350,7 @@ cmd_start() {
   local p
   local ports=("$NS_PORT" "$BROKER_PORT" $((BROKER_PORT - 2)) $((BROKER_PORT + 1)) "$GRPC_PORT" "$REMOTING_PORT")
   [[ $CLUSTER != 1 ]] || ports+=("$GRPC_PORT2" "$REMOTING_PORT2")
+  [[ $BROKERS != 2 ]] || ports+=("$BROKER_B_PORT" $((BROKER_B_PORT - 2)) $((BROKER_B_PORT + 1)))
   local free_by=$((SECONDS + 10))
   for p in "${ports[@]}"; do
     # Right after a stop (the next run's start) a port of the JVM just stopped may answer for
@@ -337,9 +365,9 @@ cmd_start() {
   local t0=$EPOCHREALTIME
   # Fresh start: a store left by a killed broker has an `abort` file (slow abnormal recovery)
   # and old messages/offsets that would leak into the specs.
-  rm -rf "$RUN/store" "$RUN/home" "$RUN/conf" "$RUN"/*.out "$RUN"/*.pid
+  rm -rf "$RUN/store" "$RUN/store-b" "$RUN/home" "$RUN/conf" "$RUN"/*.out "$RUN"/*.pid
   mkdir -p "$RUN/store" "$RUN/home/namesrv" "$RUN/home/proxy" "$RUN/home/tools" "$RUN/conf"
-  mkdir -p "$RUN/home/broker" "$RUN/home/proxy1" "$RUN/home/proxy2"
+  mkdir -p "$RUN/home/broker" "$RUN/home/broker-b" "$RUN/home/proxy1" "$RUN/home/proxy2"
   # 5.2.0's proxy always instantiates the plain ACL validator, which insists on
   # $ROCKETMQ_HOME/conf/plain_acl.yml existing (AclException otherwise). An empty file means
   # no ACL data; ACL stays disabled (enableACL/aclEnable default to false).
@@ -360,33 +388,100 @@ cmd_start() {
   # Started after namesrv, which the broker registers with.
   if [[ $CLUSTER == 1 ]]; then
     start_cluster
-    log "started RocketMQ $ROCKETMQ_VERSION in cluster mode in $(elapsed "$t0")s: namesrv $HOST:$NS_PORT (pid $(our_pid namesrv)), broker $HOST:$BROKER_PORT (pid $(our_pid broker)), gRPC proxies $HOST:$GRPC_PORT (pid $(our_pid proxy1)) and $HOST:$GRPC_PORT2 (pid $(our_pid proxy2)); run dir $RUN"
+    local b="broker $HOST:$BROKER_PORT (pid $(our_pid broker))"
+    [[ $BROKERS != 2 ]] || b="brokers broker-a $HOST:$BROKER_PORT (pid $(our_pid broker)) and broker-b $HOST:$BROKER_B_PORT (pid $(our_pid broker-b))"
+    log "started RocketMQ $ROCKETMQ_VERSION in cluster mode in $(elapsed "$t0")s: namesrv $HOST:$NS_PORT (pid $(our_pid namesrv)), $b, gRPC proxies $HOST:$GRPC_PORT (pid $(our_pid proxy1)) and $HOST:$GRPC_PORT2 (pid $(our_pid proxy2)); run dir $RUN"
     return 0
   fi
   start_proxy
   log "started RocketMQ $ROCKETMQ_VERSION in $(elapsed "$t0")s: namesrv $HOST:$NS_PORT (pid $(our_pid namesrv)), broker $HOST:$BROKER_PORT + gRPC proxy $HOST:$GRPC_PORT (pid $(our_pid proxy)); run dir $RUN"
 }
 
-# Cluster mode: the broker JVM, then both proxies at once (each boots in seconds and they do not
-# need each other). Small heaps: the test box has 2 cores and other JVMs.
+# Cluster mode: the broker JVM(s), then both proxies at once (each boots in seconds and they do
+# not need each other). Small heaps: the test box has 2 cores and other JVMs (with two brokers:
+# five JVMs, about 1.5 GB of heap at most).
 start_cluster() {
   write_cluster_proxy_config 1 "$GRPC_PORT" "$REMOTING_PORT"
   write_cluster_proxy_config 2 "$GRPC_PORT2" "$REMOTING_PORT2"
-  launch broker "$RUN/broker.out" java "${JOPT[@]}" -Xms128m -Xmx384m -XX:MaxDirectMemorySize=256m \
-    "$(marker broker)" -Duser.home="$RUN/home/broker" -Drmq.logback.configurationFile=rmq.broker.logback.xml \
-    -cp "$LIB/*" org.apache.rocketmq.broker.BrokerStartup -c "$RUN/broker.conf" -n "$HOST:$NS_PORT"
+  launch_broker broker
+  [[ $BROKERS != 2 ]] || launch_broker broker-b
   wait_for broker "$RUN/broker.out" "boot success"
+  [[ $BROKERS != 2 ]] || wait_for broker-b "$RUN/broker-b.out" "boot success"
   launch_cluster_proxy 1
   launch_cluster_proxy 2
   wait_for proxy1 "$RUN/proxy1.out" "rocketmq-proxy startup successfully"
   wait_for proxy2 "$RUN/proxy2.out" "rocketmq-proxy startup successfully"
-  # as in local mode: make the broker register with namesrv now, not in 10 s
-  if ! admin_java >"$RUN/register.out" 2>&1; then
-    echo "rocketmq: error: the broker did not register with namesrv:" >&2
+  # as in local mode: make the broker(s) register with namesrv now, not in 10 s
+  register_brokers "$BROKER_ADDRS" || { stop_ours >&2; exit 1; }
+}
+
+# register_brokers ADDR[,ADDR]: CreateTopics with no names makes each broker register with
+# namesrv now (see CreateTopics.java) and waits until namesrv has it.
+register_brokers() {
+  if ! admin_java_on "$1" >"$RUN/register.out" 2>&1; then
+    echo "rocketmq: error: the broker(s) $1 did not register with namesrv:" >&2
     cat "$RUN/register.out" >&2
-    stop_ours >&2
-    exit 1
+    return 1
   fi
+}
+
+# launch_broker broker|broker-b: the broker JVM (BrokerStartup) on its config in $RUN.
+launch_broker() {
+  local name=$1 conf=$RUN/broker.conf heap=384m
+  # two brokers: smaller heaps (the store's mmapped files live outside the heap)
+  [[ $BROKERS != 2 ]] || heap=256m
+  [[ $name == broker ]] || conf=$RUN/$name.conf
+  mkdir -p "$RUN/home/$name"
+  launch "$name" "$RUN/$name.out" java "${JOPT[@]}" -Xms128m -Xmx$heap -XX:MaxDirectMemorySize=256m \
+    "$(marker "$name")" -Duser.home="$RUN/home/$name" -Drmq.logback.configurationFile=rmq.broker.logback.xml \
+    -cp "$LIB/*" org.apache.rocketmq.broker.BrokerStartup -c "$conf" -n "$HOST:$NS_PORT"
+}
+
+# broker_jvm a|b: the JVM name of broker-a or broker-b (cluster mode), or die.
+broker_jvm() {
+  [[ $CLUSTER == 1 ]] || die "$2: only in cluster mode (MQLEASE_CLUSTER=1)"
+  case $1 in
+    a) echo broker ;;
+    b) [[ $BROKERS == 2 ]] || die "$2 b: broker-b runs only with MQLEASE_BROKERS=2"; echo broker-b ;;
+    *) die "$2: name the broker, a or b" ;;
+  esac
+}
+
+# kill-broker a|b: SIGKILL, as a crashed host would; returns once it is gone. namesrv drops
+# it from the routes at once (the broker's connection closes: BrokerHousekeepingService),
+# and the proxies see the new routes within topicRouteServiceCacheRefreshSeconds (2 s).
+cmd_kill_broker() {
+  local name pid deadline=$((SECONDS + 10))
+  name=$(broker_jvm "${1:-}" kill-broker)
+  pid=$(our_pid "$name") || die "kill-broker: $name of $RUN is not running"
+  kill -KILL "$pid"
+  while our_pid "$name" >/dev/null && ((SECONDS < deadline)); do sleep 0.1; done
+  ! our_pid "$name" >/dev/null || die "kill-broker: $name (pid $pid) survived SIGKILL"
+  log "killed $name (pid $pid)"
+}
+
+# restart-broker a|b: the broker JVM again on its store (a killed one leaves an `abort` file:
+# the slower abnormal recovery), then registered with namesrv.
+cmd_restart_broker() {
+  local name addr t0=$EPOCHREALTIME deadline=$((SECONDS + 10))
+  name=$(broker_jvm "${1:-}" restart-broker)
+  addr=$HOST:$BROKER_PORT
+  [[ $name == broker ]] || addr=$HOST:$BROKER_B_PORT
+  lock
+  our_pid namesrv >/dev/null || die "restart-broker: no namesrv of ours runs in $RUN; use start"
+  while our_pid "$name" >/dev/null && ((SECONDS < deadline)); do sleep 0.1; done
+  ! our_pid "$name" >/dev/null || die "restart-broker: $name (pid $(our_pid "$name")) is still running"
+  # the dead JVM's ports may answer for a moment (see cmd_start)
+  local p port=${addr##*:} free_by=$((SECONDS + 10))
+  for p in "$port" $((port - 2)) $((port + 1)); do
+    while port_open "$p" && ((SECONDS < free_by)); do sleep 0.5; done
+  done
+  rm -f "$(pid_file "$name")"
+  export ROCKETMQ_HOME=$RUN
+  launch_broker "$name"
+  wait_for "$name" "$RUN/$name.out" "boot success"
+  register_brokers "$addr" || exit 1
+  log "restarted $name in $(elapsed "$t0")s (pid $(our_pid "$name")); store kept"
 }
 
 launch_cluster_proxy() {
@@ -514,6 +609,7 @@ cmd_env() {
 MQLEASE_ENDPOINTS=$endpoints
 MQLEASE_NAMESRV=$HOST:$NS_PORT
 MQLEASE_BROKER=$HOST:$BROKER_PORT
+MQLEASE_BROKER_ADDRS=$BROKER_ADDRS
 MQLEASE_ROCKETMQ_VERSION=$ROCKETMQ_VERSION
 MQLEASE_ROCKETMQ_RUN=$RUN
 MQLEASE_ROCKETMQ_GROUPS=$(groups_policy)
@@ -538,13 +634,17 @@ run_admin() {
   admin_java "$@"
 }
 
-# admin_java ARG...: run CreateTopics.java (see there) against our ports.
-admin_java() {
+# admin_java ARG...: run CreateTopics.java (see there) against our ports, on every broker.
+admin_java() { admin_java_on "$BROKER_ADDRS" "$@"; }
+
+# admin_java_on ADDR[,ADDR] ARG...: the same on the brokers named.
+admin_java_on() {
+  local brokers=$1; shift
   mkdir -p "$RUN/home/tools"
   # C1-only JIT and a small heap: the JVM lives for a few seconds.
   java "${JOPT[@]}" -Xmx256m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Duser.home="$RUN/home/tools" \
     -Drmq.logback.configurationFile=rmq.tools.logback.xml -cp "$LIB/*" \
-    "$SCRIPT_DIR/rocketmq/CreateTopics.java" "$HOST:$NS_PORT" "$HOST:$BROKER_PORT" "$@"
+    "$SCRIPT_DIR/rocketmq/CreateTopics.java" "$HOST:$NS_PORT" "$brokers" "$@"
 }
 
 cmd_groups() {
@@ -574,6 +674,8 @@ case $cmd in
   start) cmd_start ;;
   restart-proxy) cmd_restart_proxy "$@" ;;
   kill-proxy) cmd_kill_proxy "$@" ;;
+  kill-broker) cmd_kill_broker "$@" ;;
+  restart-broker) cmd_restart_broker "$@" ;;
   stop) cmd_stop ;;
   status) cmd_status ;;
   env) cmd_env ;;

@@ -2,7 +2,12 @@
 // topic costs seconds each). Run by mk/rocketmq.sh with the single-file source
 // launcher (Java 11+), the server jars on the classpath:
 //
-//   java -cp '<lib>/*' CreateTopics.java <namesrv host:port> <broker host:port> ARG...
+//   java -cp '<lib>/*' CreateTopics.java <namesrv host:port> <broker host:port[,host:port...]> ARG...
+//
+// Several brokers (a cluster of them, e.g. broker-a and broker-b): every topic gets its queues on
+// EACH broker (as `mqadmin updateTopic -c Cluster` does: one createAndUpdateTopicConfig per
+// master), every group is created on each, and a topic counts as routable once namesrv's route
+// lists queues of all of them.
 //
 // ARG: NAME[:TYPE]          topic, 4 read / 4 write queues, TYPE = NORMAL (default) | FIFO |
 //                           DELAY | TRANSACTION | PRIORITY (5.4+: TopicMessageType.PRIORITY; a
@@ -49,11 +54,11 @@ public class CreateTopics {
 
     public static void main(String[] args) {
         if (args.length < 2) {
-            System.err.println("usage: CreateTopics <namesrv> <broker> [NAME[:TYPE]...] [--group G] [--orderly-group G]");
+            System.err.println("usage: CreateTopics <namesrv> <broker[,broker]> [NAME[:TYPE]...] [--group G] [--orderly-group G]");
             System.exit(2);
         }
         String namesrv = args[0];
-        String broker = args[1];
+        String[] brokers = args[1].split(",");
         int failures = 0;
         DefaultMQAdminExt admin = new DefaultMQAdminExt(10_000);
         admin.setNamesrvAddr(namesrv);
@@ -70,10 +75,14 @@ public class CreateTopics {
         }
         List<String> created = new ArrayList<>();
         try {
-            if (!ensureRegistered(admin, broker)) {
-                System.err.println("broker " + broker + " is not registered with namesrv " + namesrv
-                    + " after " + WAIT_MS + " ms (is it running?)");
-                failures++;
+            for (String broker : brokers) {
+                if (!ensureRegistered(admin, broker)) {
+                    System.err.println("broker " + broker + " is not registered with namesrv " + namesrv
+                        + " after " + WAIT_MS + " ms (is it running?)");
+                    failures++;
+                }
+            }
+            if (failures > 0) {
                 return; // finally + exit below
             }
             for (int i = 2; i < args.length; i++) {
@@ -120,19 +129,21 @@ public class CreateTopics {
                     }
                     String name = args[++i];
                     boolean orderly = a.equals("--orderly-group");
-                    if (a.equals("--group-if-absent") && groupExists(admin, broker, name)) {
-                        System.out.println("group " + name + ": exists on " + broker);
-                        continue;
-                    }
-                    try {
-                        SubscriptionGroupConfig g = new SubscriptionGroupConfig();
-                        g.setGroupName(name);
-                        g.setConsumeMessageOrderly(orderly);
-                        admin.createAndUpdateSubscriptionGroupConfig(broker, g);
-                        System.out.println("group " + name + ": created on " + broker + (orderly ? " (orderly)" : ""));
-                    } catch (Exception e) {
-                        System.err.println("group " + name + ": FAILED: " + e);
-                        failures++;
+                    for (String broker : brokers) {
+                        if (a.equals("--group-if-absent") && groupExists(admin, broker, name)) {
+                            System.out.println("group " + name + ": exists on " + broker);
+                            continue;
+                        }
+                        try {
+                            SubscriptionGroupConfig g = new SubscriptionGroupConfig();
+                            g.setGroupName(name);
+                            g.setConsumeMessageOrderly(orderly);
+                            admin.createAndUpdateSubscriptionGroupConfig(broker, g);
+                            System.out.println("group " + name + ": created on " + broker + (orderly ? " (orderly)" : ""));
+                        } catch (Exception e) {
+                            System.err.println("group " + name + " on " + broker + ": FAILED: " + e);
+                            failures++;
+                        }
                     }
                     continue;
                 }
@@ -154,27 +165,33 @@ public class CreateTopics {
                         continue;
                     }
                 }
-                try {
-                    TopicConfig tc = new TopicConfig(name, QUEUES, QUEUES);
-                    // The admin path wants attribute keys with a "+" (add/alter) prefix; note
-                    // TopicConfig.setTopicMessageType would store the bare "message.type" key,
-                    // which the broker rejects ("add/alter attribute format is wrong").
-                    Map<String, String> attrs = new HashMap<>();
-                    attrs.put("+message.type", type.getValue());
-                    tc.setAttributes(attrs);
-                    admin.createAndUpdateTopicConfig(broker, tc);
+                boolean all = true;
+                for (String broker : brokers) {
+                    try {
+                        TopicConfig tc = new TopicConfig(name, QUEUES, QUEUES);
+                        // The admin path wants attribute keys with a "+" (add/alter) prefix; note
+                        // TopicConfig.setTopicMessageType would store the bare "message.type" key,
+                        // which the broker rejects ("add/alter attribute format is wrong").
+                        Map<String, String> attrs = new HashMap<>();
+                        attrs.put("+message.type", type.getValue());
+                        tc.setAttributes(attrs);
+                        admin.createAndUpdateTopicConfig(broker, tc);
+                        System.out.println("topic " + name + ": created on " + broker + " (" + type + ", "
+                            + QUEUES + " read/" + QUEUES + " write queues)");
+                    } catch (Exception e) {
+                        System.err.println("topic " + name + " on " + broker + ": FAILED: " + e);
+                        failures++;
+                        all = false;
+                    }
+                }
+                if (all) {
                     created.add(name);
-                    System.out.println("topic " + name + ": created on " + broker + " (" + type + ", "
-                        + QUEUES + " read/" + QUEUES + " write queues)");
-                } catch (Exception e) {
-                    System.err.println("topic " + name + ": FAILED: " + e);
-                    failures++;
                 }
             }
             // What QueryRoute will see: the broker registers each new topic with the name
             // server before replying, so this normally passes at once.
             for (String name : created) {
-                if (!routeVisible(admin, name)) {
+                if (!routeVisible(admin, name, brokers.length)) {
                     System.err.println("topic " + name + ": FAILED: not visible in namesrv " + namesrv
                         + " after " + WAIT_MS + " ms");
                     failures++;
@@ -227,11 +244,12 @@ public class CreateTopics {
         return waitFor(() -> registered(admin, broker));
     }
 
-    static boolean routeVisible(DefaultMQAdminExt admin, String topic) {
+    // Routable once namesrv lists the topic's queues on every broker it was created on.
+    static boolean routeVisible(DefaultMQAdminExt admin, String topic, int brokers) {
         return waitFor(() -> {
             try {
                 TopicRouteData r = admin.examineTopicRouteInfo(topic);
-                return r != null && !r.getQueueDatas().isEmpty();
+                return r != null && r.getQueueDatas().size() >= brokers;
             } catch (Exception e) {
                 return false; // TOPIC_NOT_EXIST until registered
             }

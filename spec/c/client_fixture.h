@@ -22,6 +22,9 @@
 #include "mql_session.h"
 
 /* A ready consumer whose channel points nowhere. */
+static char fixture_broker_a[] = "broker-a";
+static char *fixture_brokers[] = {fixture_broker_a};
+
 static void fixture_client_init(mql_client *c) {
     grpc_channel_credentials *cr;
     memset(c, 0, sizeof(*c));
@@ -35,7 +38,8 @@ static void fixture_client_init(mql_client *c) {
     c->consumer.group = "g";
     c->consumer.topic = "t";
     c->consumer.filter = "*";
-    c->consumer.broker_name = "broker-a";
+    c->consumer.brokers = fixture_brokers;
+    c->consumer.nbrokers = 1;
     c->consumer.invisible_ms = 30000;
     c->consumer.renew_every_ms = 10000;
     c->consumer.renew = 1;

@@ -158,8 +158,29 @@ static void a_receive_stops_taking_at_its_byte_budget(void) {
     fixture_client_finish(&c, call);
 }
 
+/* Several brokers (session_test: the route's readable masters are kept): the
+ * receives take turns naming them, so every broker's queues are popped. */
+static void receives_take_turns_naming_the_route_brokers(void) {
+    static char a[] = "broker-a", b[] = "broker-b";
+    static char *two[] = {a, b};
+    static const char *want[] = {"broker-a", "broker-b", "broker-a", "broker-b", "broker-a"};
+    mql_consumer_part cs;
+    int i;
+    memset(&cs, 0, sizeof(cs));
+    CHECK(mql_receive_next_broker(&cs) == NULL);   /* no route yet */
+    cs.brokers = two;
+    cs.nbrokers = 2;
+    for (i = 0; i < 5; i++) {
+        const char *name = mql_receive_next_broker(&cs);
+        CHECK(name && strcmp(name, want[i]) == 0);
+    }
+    cs.nbrokers = 1;   /* a route of one broker: always that one */
+    for (i = 0; i < 3; i++) CHECK(strcmp(mql_receive_next_broker(&cs), "broker-a") == 0);
+}
+
 int main(void) {
     RUN(a_stream_with_more_messages_than_the_batch_is_cut);
     RUN(a_receive_stops_taking_at_its_byte_budget);
+    RUN(receives_take_turns_naming_the_route_brokers);
     return TEST_REPORT("receive_caps_test");
 }

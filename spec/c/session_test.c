@@ -49,6 +49,52 @@ static grpc_byte_buffer *route_reply(void) {
     return bb;
 }
 
+/* A route of two brokers, as a cluster's proxy answers for a topic with queues
+ * on broker-a and broker-b: two queues each, interleaved, plus a slave's
+ * queue (id 1, "broker-c") and a write-only one ("broker-d"), which nobody
+ * may receive from. */
+static grpc_byte_buffer *two_broker_route_reply(void) {
+    Apache__Rocketmq__V2__QueryRouteResponse resp = APACHE__ROCKETMQ__V2__QUERY_ROUTE_RESPONSE__INIT;
+    Apache__Rocketmq__V2__Status st = APACHE__ROCKETMQ__V2__STATUS__INIT;
+    Apache__Rocketmq__V2__MessageQueue q[6], *qs[6];
+    Apache__Rocketmq__V2__Broker b[4];
+    Apache__Rocketmq__V2__Endpoints ep = APACHE__ROCKETMQ__V2__ENDPOINTS__INIT;
+    Apache__Rocketmq__V2__Address a = APACHE__ROCKETMQ__V2__ADDRESS__INIT, *as[1] = {&a};
+    static char *names[4] = {"broker-a", "broker-b", "broker-c", "broker-d"};
+    static const int of[6] = {0, 1, 0, 1, 2, 3};   /* queue i belongs to broker of[i] */
+    uint8_t buf[1024];
+    size_t len, i;
+    grpc_slice s;
+    grpc_byte_buffer *bb;
+    st.code = APACHE__ROCKETMQ__V2__CODE__OK;
+    a.host = "127.0.0.1";
+    a.port = 1;
+    ep.n_addresses = 1;
+    ep.addresses = as;
+    for (i = 0; i < 4; i++) {
+        apache__rocketmq__v2__broker__init(&b[i]);
+        b[i].name = names[i];
+        b[i].endpoints = &ep;
+        b[i].id = i == 2 ? 1 : 0;
+    }
+    for (i = 0; i < 6; i++) {
+        apache__rocketmq__v2__message_queue__init(&q[i]);
+        q[i].broker = &b[of[i]];
+        q[i].id = (int32_t)i;
+        q[i].permission = of[i] == 3 ? APACHE__ROCKETMQ__V2__PERMISSION__WRITE
+                                     : APACHE__ROCKETMQ__V2__PERMISSION__READ_WRITE;
+        qs[i] = &q[i];
+    }
+    resp.status = &st;
+    resp.n_message_queues = 6;
+    resp.message_queues = qs;
+    len = protobuf_c_message_pack(&resp.base, buf);
+    s = grpc_slice_from_copied_buffer((const char *)buf, len);
+    bb = grpc_raw_byte_buffer_create(&s, 1);
+    grpc_slice_unref(s);
+    return bb;
+}
+
 /* A client of the given type whose channel points nowhere: grpc connects
  * lazily, so nothing goes out unless a call starts. */
 static void client_init(mql_client *c, mql_client_type type) {
@@ -84,7 +130,8 @@ static void client_finish(mql_client *c) {
         mql_base_unlink(c, call);
         mql_call_free(call);
     }
-    free(c->consumer.broker_name);
+    for (size_t i = 0; i < c->consumer.nbrokers; i++) free(c->consumer.brokers[i]);
+    free(c->consumer.brokers);
     mql_call_identity_clear(&c->id);
     grpc_shutdown();
 }
@@ -117,11 +164,79 @@ static void a_route_reply_after_close_opens_no_telemetry_stream(void) {
     c.stopping = 1;                      /* close() ran between the reply and its handler */
     route->ops->on_done(&c, route);
     /* taken as a success */
-    CHECK(c.consumer.broker_name && strcmp(c.consumer.broker_name, "broker-a") == 0);
+    CHECK(c.consumer.nbrokers == 1 && strcmp(c.consumer.brokers[0], "broker-a") == 0);
     CHECK(c.calls != NULL && c.calls->next == NULL);   /* only the first route call */
     CHECK(c.telemetry == NULL);
     mql_call_free(route);
     client_finish(&c);   /* ends cleanly even if a stream opened */
+}
+
+/* Several brokers: the proxy pops from the broker a receive names
+ * (ReceiveMessageActivity.ReceiveMessageQueueSelector), and the session kept
+ * only the route's first broker, so a consumer never received what the other
+ * brokers of the topic held. Now it keeps every readable master, once each, in
+ * route order (receive_caps_test: the receives take turns naming them). */
+static void a_route_of_two_brokers_keeps_both_readable_masters(void) {
+    mql_client c;
+    mql_call *route;
+    const mql_call_ops *route_ops;
+    client_init(&c, MQL_CONSUMER);
+    c.consumer.group = "g";
+    c.consumer.topic = "t";
+    c.consumer.filter = "*";
+    mql_session_begin(&c);
+    CHECK(c.calls != NULL);
+    if (!c.calls) return;
+    route_ops = c.calls->ops;
+    route = mql_call_new(c.access, c.cq, MQL_M_QUERY_ROUTE, 1000, &c.id);
+    route->owner = &c;
+    route->ops = route_ops;
+    route->status = GRPC_STATUS_OK;
+    route->recv_buf = two_broker_route_reply();
+    c.stopping = 1;   /* no Telemetry: only the route's handling is looked at */
+    route->ops->on_done(&c, route);
+    CHECK(c.consumer.nbrokers == 2);
+    CHECK(c.consumer.nbrokers >= 1 && strcmp(c.consumer.brokers[0], "broker-a") == 0);
+    CHECK(c.consumer.nbrokers >= 2 && strcmp(c.consumer.brokers[1], "broker-b") == 0);
+    mql_call_free(route);
+    client_finish(&c);
+}
+
+/* The route is asked again every 30 s (the Java client's route cache): a
+ * broker that was down when the consumer started, or joined the topic later,
+ * is received from once the route lists it. The refresh changes only the
+ * brokers: no Telemetry stream, no event for the host. */
+static void the_route_is_refreshed_and_brings_a_broker_that_joined(void) {
+    mql_client c;
+    mql_call *route;
+    client_init(&c, MQL_CONSUMER);
+    c.consumer.group = "g";
+    c.consumer.topic = "t";
+    c.consumer.filter = "*";
+    c.state = MQL_CLIENT_READY;
+    c.consumer.brokers = mql_xcalloc(1, sizeof(char *));
+    c.consumer.brokers[0] = mql_strdup("broker-a");
+    c.consumer.nbrokers = 1;
+    c.route_refresh_at = 1000;
+    mql_session_timers(&c, 999, 5000);
+    CHECK(c.calls == NULL);   /* not due yet */
+    CHECK(mql_session_timers(&c, 1000, 90000) <= 1000 + 30000);
+    CHECK(c.calls != NULL && strcmp(c.calls->method, MQL_M_QUERY_ROUTE) == 0);
+    CHECK(c.route_refresh_at == 1000 + 30000);
+    if (!c.calls) return;
+    route = mql_call_new(c.access, c.cq, MQL_M_QUERY_ROUTE, 1000, &c.id);
+    route->owner = &c;
+    route->ops = c.calls->ops;
+    route->op = c.calls->op;
+    route->status = GRPC_STATUS_OK;
+    route->recv_buf = two_broker_route_reply();
+    route->ops->on_done(&c, route);
+    CHECK(c.consumer.nbrokers == 2);
+    CHECK(c.consumer.nbrokers == 2 && strcmp(c.consumer.brokers[1], "broker-b") == 0);
+    CHECK(c.telemetry == NULL);
+    CHECK(mql_events_take(&c.events) == NULL);
+    mql_call_free(route);
+    client_finish(&c);
 }
 
 static uint64_t errors_of(const mql_client *c, const char *op, const char *code) {
@@ -400,6 +515,8 @@ static void a_proxy_that_answers_again_ends_the_backoff(void) {
 int main(void) {
     RUN(channels_have_no_retry_layer_and_keep_their_limits);
     RUN(a_route_reply_after_close_opens_no_telemetry_stream);
+    RUN(a_route_of_two_brokers_keeps_both_readable_masters);
+    RUN(the_route_is_refreshed_and_brings_a_broker_that_joined);
     RUN(a_reconnect_whose_settings_never_come_back_is_given_up);
     RUN(a_given_up_stream_is_counted_once);
     RUN(only_a_connection_failure_moves_to_the_next_endpoint);

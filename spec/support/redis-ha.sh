@@ -18,7 +18,8 @@
 #   redis-ha.sh cut-replica      SIGSTOP the replica and drop its link on the master: the
 #                                master's writes from now on never reach it
 #   redis-ha.sh thaw-replica     SIGCONT the replica (it then waits for a master again)
-#   redis-ha.sh start-cluster    6 nodes :16420-16425 (3 masters, 3 replicas)
+#   redis-ha.sh start-cluster    6 nodes :16420-16425 (3 masters, 3 replicas; the first port is
+#                                MQLEASE_REDIS_CLUSTER_PORT, the rest follow it)
 #   redis-ha.sh reshard N        move N slots from the first master to the second, live
 #   redis-ha.sh kill-node PORT   SIGKILL one cluster node
 #   redis-ha.sh stop             stop everything this script started (all modes)
@@ -30,7 +31,9 @@ set -euo pipefail
 RUN=${MQLEASE_REDIS_HA_RUN:-/tmp/mqlease-redis-ha}
 HOST=127.0.0.1
 MASTER_PORT=16410 REPLICA_PORT=16411 SENTINEL_PORTS=(16415 16416 16417) AUTH_SENTINEL_PORT=16418
-CLUSTER_PORTS=(16420 16421 16422 16423 16424 16425)
+CLUSTER_BASE=${MQLEASE_REDIS_CLUSTER_PORT:-16420}
+CLUSTER_PORTS=()
+for i in 0 1 2 3 4 5; do CLUSTER_PORTS+=($((CLUSTER_BASE + i))); done
 NAME=mqmaster
 
 die() { echo "redis-ha: error: $*" >&2; exit 1; }

@@ -52,13 +52,13 @@ BESIDE_SPECS=(spec/integration/retry_policy_spec.lua spec/integration/fifo_spec.
   spec/regress/failed-release-lets-the-lease-expire_spec.lua
   spec/regress/devbroker-resumed-receive-is-answered-once_spec.lua)
 # Spec files that boot JVMs of their own (a RocketMQ for ACL, for a proxy kill,
-# four for cluster mode) or run the Java clients: they come last in the first
+# four for cluster mode, five for two brokers) or run the Java clients: they come last in the first
 # pass, once the background lane is done, since a proxy that boots and warms up
 # on two cores shared with the other lane can miss its specs' deadlines (a
 # cluster failover did, once).
 LAST_SPECS=(spec/integration/wire_spec.lua spec/integration/java_client_interop_spec.lua
   spec/integration/transaction_interop_spec.lua spec/integration/acl_spec.lua
-  spec/integration/chaos_spec.lua spec/integration/cluster_spec.lua)
+  spec/integration/chaos_spec.lua spec/integration/cluster_spec.lua spec/integration/brokers_spec.lua)
 # The second broker's own run dir and ports, so it never meets the first one
 # (nor a shared one this run reused and must not stop).
 second_env() {

@@ -121,7 +121,13 @@ typedef struct mql_consumer_part {
     char *group, *topic, *filter;
     int filter_sql;
     int lite;                   /* a lite consumer (mql_lite.h) */
-    char *broker_name;          /* the route's broker: receives name it */
+    /* The route's readable brokers (master queues, each name once, in route
+     * order): the receives take turns naming them, as the Java client's
+     * SubscriptionLoadBalancer does. The proxy pops from the broker a receive
+     * names (ReceiveMessageActivity.ReceiveMessageQueueSelector), so a
+     * consumer that named one broker never saw the others' messages. */
+    char **brokers;
+    size_t nbrokers, next_broker;
     int64_t invisible_ms;       /* what the next receive and renewal ask for */
     int64_t renew_every_ms;     /* follows invisible_ms unless configured */
     int renew_every_fixed;      /* renew_every was configured */
@@ -195,6 +201,7 @@ struct mql_client {
     int64_t reconnect_call_ms;  /* 0: request_timeout; the deadline of an attempt's first call */
     int reconnect_route;        /* the next attempt asks for the route first */
     int64_t heartbeat_at;       /* 0: not scheduled */
+    int64_t route_refresh_at;   /* a consumer's next QueryRoute for its brokers; 0: none */
     int stopping;               /* set once by close: no call starts from then on */
     int stopped;                /* the thread is joined and grpc is torn down */
     int refs;                   /* the host's one, plus one per signal watcher */

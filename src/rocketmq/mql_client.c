@@ -131,7 +131,8 @@ static void client_free_fields(mql_client *c) {
     free(cs->group);
     free(cs->topic);
     free(cs->filter);
-    free(cs->broker_name);
+    for (i = 0; i < cs->nbrokers; i++) free(cs->brokers[i]);
+    free(cs->brokers);
     mql_lease_table_free(&cs->leases);
     free(cs->renew_held);
     for (i = 0; i < pr->ntopics; i++) free(pr->topics[i]);

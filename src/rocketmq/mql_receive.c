@@ -187,6 +187,11 @@ static void on_receive_done(mql_client *c, mql_call *call) {
     mql_events_push(&c->events, ev);
 }
 
+const char *mql_receive_next_broker(mql_consumer_part *cs) {
+    if (cs->nbrokers == 0) return NULL;
+    return cs->brokers[cs->next_broker++ % cs->nbrokers];
+}
+
 static uint64_t receive_send(mql_client *c, uint64_t op, int batch, int64_t await_ms,
                              size_t max_bytes) {
     mql_consumer_part *cs = &c->consumer;
@@ -202,7 +207,7 @@ static uint64_t receive_send(mql_client *c, uint64_t op, int batch, int64_t awai
 
     mql_set_resource(&group, c->namespace_, cs->group);
     mql_set_resource(&topic, c->namespace_, cs->topic);
-    broker.name = cs->broker_name;
+    broker.name = (char *)mql_receive_next_broker(cs);
     mq.topic = &topic;
     mq.broker = &broker;
     mq.permission = APACHE__ROCKETMQ__V2__PERMISSION__READ_WRITE;

@@ -44,6 +44,12 @@
 #include "mql_inbound.h"
 
 #define HEARTBEAT_EVERY_MS 10000
+/* A consumer asks for its topic's route again this often, as the Java client
+ * does (ClientImpl's route cache, updated every 30 s): a broker that joined the
+ * topic, or was down when the consumer started, is received from once the
+ * route lists it. The op of that QueryRoute is ROUTE_REFRESH_OP. */
+#define ROUTE_REFRESH_EVERY_MS 30000
+#define ROUTE_REFRESH_OP UINT64_MAX
 /* an orphan's body after inflation: the proxy's own inbound limit */
 #define MQL_ORPHAN_MAX_BODY (130u * 1024 * 1024)
 
@@ -162,12 +168,41 @@ static int queue_readable(const Apache__Rocketmq__V2__MessageQueue *q) {
             q->permission == APACHE__ROCKETMQ__V2__PERMISSION__READ_WRITE);
 }
 
+/* The route's readable brokers, each name once, in route order: what the
+ * receives take turns naming (mql_base.h). Replaces the list of an earlier
+ * route; the turn carries on where it was. */
+static void take_brokers(mql_consumer_part *cs, const Apache__Rocketmq__V2__QueryRouteResponse *resp) {
+    size_t i, j, n = 0;
+    char **names = mql_xcalloc(resp->n_message_queues, sizeof(char *));
+    for (i = 0; i < resp->n_message_queues; i++) {
+        const Apache__Rocketmq__V2__MessageQueue *q = resp->message_queues[i];
+        if (!queue_readable(q) || !q->broker->name) continue;
+        for (j = 0; j < n && strcmp(names[j], q->broker->name) != 0; j++) {}
+        if (j == n) names[n++] = mql_strdup(q->broker->name);
+    }
+    if (n == 0) {   /* none readable: keep what we had (the session's own route fails then) */
+        free(names);
+        return;
+    }
+    for (i = 0; i < cs->nbrokers; i++) free(cs->brokers[i]);
+    free(cs->brokers);
+    cs->brokers = names;
+    cs->nbrokers = n;
+}
+
 static void on_route_done(mql_client *c, mql_call *call) {
     mql_consumer_part *cs = &c->consumer;
     mql_result r;
     Apache__Rocketmq__V2__QueryRouteResponse *resp =
         mql_call_reply(call, &apache__rocketmq__v2__query_route_response__descriptor, &r);
     size_t i;
+    if (call->op == ROUTE_REFRESH_OP) {
+        /* the periodic refresh: only the brokers change; a failure leaves them as they were */
+        if (r.ok) take_brokers(cs, resp);
+        else mql_metrics_error(&c->metrics, "route", r.code);
+        mql_call_reply_free(resp);
+        return;
+    }
     if (call->op) {
         /* a host's question: does the topic exist? */
         mql_call_reply_free(resp);
@@ -184,8 +219,7 @@ static void on_route_done(mql_client *c, mql_call *call) {
                             cs->topic);
         } else {
             const Apache__Rocketmq__V2__Endpoints *ep = q->broker->endpoints;
-            free(cs->broker_name);
-            cs->broker_name = mql_strdup(q->broker->name);
+            take_brokers(cs, resp);
             if (ep && ep->n_addresses > 0) {
                 char target[300];
                 snprintf(target, sizeof(target), "%s:%d", ep->addresses[0]->host,
@@ -355,6 +389,7 @@ static void on_telemetry_message(mql_client *c, mql_call *call, grpc_byte_buffer
         /* the proxy stored our settings: receives and heartbeats work from now on */
         c->state = MQL_CLIENT_READY;
         c->heartbeat_at = mql_now_ms();
+        if (c->type == MQL_CONSUMER) c->route_refresh_at = c->heartbeat_at + ROUTE_REFRESH_EVERY_MS;
         mql_result_ok(&r);
         mql_base_post_op(c, c->start_op, &r);
         mql_backoff_reset(&c->reconnect);
@@ -432,6 +467,7 @@ uint64_t mql_session_terminate(mql_client *c) {
         op = mql_base_post_refusal(c, "INTERNAL", "terminate: grpc refused to start the call");
     } else {
         c->heartbeat_at = 0;   /* a heartbeat now would register us again */
+        c->route_refresh_at = 0;
     }
     return op;
 }
@@ -524,6 +560,12 @@ int64_t mql_session_timers(mql_client *c, int64_t now, int64_t wake) {
     }
     if (c->telemetry_retry_at && c->telemetry_retry_at < wake) wake = c->telemetry_retry_at;
     if (c->settings_due_at && c->settings_due_at < wake) wake = c->settings_due_at;
+    if (c->route_refresh_at && now >= c->route_refresh_at && c->state == MQL_CLIENT_READY &&
+        c->type == MQL_CONSUMER && !c->stopping) {
+        route_start(c, c->consumer.topic, ROUTE_REFRESH_OP, c->request_timeout_ms);
+        c->route_refresh_at = now + ROUTE_REFRESH_EVERY_MS;
+    }
     if (c->heartbeat_at && c->heartbeat_at < wake) wake = c->heartbeat_at;
+    if (c->route_refresh_at && c->route_refresh_at < wake) wake = c->route_refresh_at;
     return wake;
 }
