@@ -100,24 +100,26 @@ public class CreateTopics {
                         failures++;
                         continue;
                     }
-                    try {
-                        if (a.equals("--lite-group")) {
-                            SubscriptionGroupConfig g = new SubscriptionGroupConfig();
-                            g.setGroupName(v.substring(0, sep));
-                            Map<String, String> attrs = new HashMap<>();
-                            attrs.put("+lite.bind.topic", v.substring(sep + 1));
-                            g.setAttributes(attrs);
-                            admin.createAndUpdateSubscriptionGroupConfig(broker, g);
-                            System.out.println("group " + v.substring(0, sep) + ": created on " + broker + " (lite, bound to " + v.substring(sep + 1) + ")");
-                        } else {
-                            Properties p = new Properties();
-                            p.setProperty(v.substring(0, sep), v.substring(sep + 1));
-                            admin.updateBrokerConfig(broker, p);
-                            System.out.println("broker " + broker + ": " + v);
+                    for (String broker : brokers) {
+                        try {
+                            if (a.equals("--lite-group")) {
+                                SubscriptionGroupConfig g = new SubscriptionGroupConfig();
+                                g.setGroupName(v.substring(0, sep));
+                                Map<String, String> attrs = new HashMap<>();
+                                attrs.put("+lite.bind.topic", v.substring(sep + 1));
+                                g.setAttributes(attrs);
+                                admin.createAndUpdateSubscriptionGroupConfig(broker, g);
+                                System.out.println("group " + v.substring(0, sep) + ": created on " + broker + " (lite, bound to " + v.substring(sep + 1) + ")");
+                            } else {
+                                Properties p = new Properties();
+                                p.setProperty(v.substring(0, sep), v.substring(sep + 1));
+                                admin.updateBrokerConfig(broker, p);
+                                System.out.println("broker " + broker + ": " + v);
+                            }
+                        } catch (Exception e) {
+                            System.err.println(a + " " + v + " on " + broker + ": FAILED: " + e);
+                            failures++;
                         }
-                    } catch (Exception e) {
-                        System.err.println(a + " " + v + ": FAILED: " + e);
-                        failures++;
                     }
                     continue;
                 }
