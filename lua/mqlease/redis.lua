@@ -142,9 +142,8 @@ local function flush(self, batch, sched)
     return
   end
   batch.first = first
-  for i = 1, #waiters do
-    local co = waiters[i]
-    if not session:expect(first + i - 1, co, sched) then sched:wake(co) end
+  if not session:expect_all(first, waiters, sched) then
+    for i = 1, #waiters do sched:wake(waiters[i]) end
   end
 end
 
@@ -211,6 +210,14 @@ function methods:eval(script, keys, args)
   local cmd = { "eval", script, nk, nil, nil, nil, nil, nil, nil }
   for i = 1, nk do cmd[3 + i] = tostring(keys[i]) end
   for i = 1, na do cmd[3 + nk + i] = tostring(args[i]) end
+  return submit(self, cmd)
+end
+
+-- r:_eval_cmd(cmd) -> reply: cmd is a whole { "eval", script, numkeys,
+-- keys..., args... } of strings, sent as eval sends it. For mqlease.policy,
+-- whose few commands are built in one table each, not from two more a call.
+function methods:_eval_cmd(cmd)
+  if self._session.client:closed() then return nil, "the redis client is closed", "CLOSED" end
   return submit(self, cmd)
 end
 
