@@ -175,6 +175,9 @@ function _M.exactly_once(opts)
   local done_ttl_ms = tostring(floor(o.done_ttl) * 1000)
   local prefix = o.prefix
   local owner_of = owners()
+  -- the keepalive's times, in the milliseconds the core takes
+  local ka_ttl_ms, ka_every_ms = floor(o.lock_ttl * 1000), floor(o.lock_ttl / 3 * 1000)
+  local ka_max_ms = floor(o.max_hold * 1000)
 
   local function client()
     if not r then r = redis_mod.new(o.redis) end
@@ -285,8 +288,13 @@ function _M.exactly_once(opts)
     end
     -- the live view shows both while the lock is held
     lease.fence, lease.lock_owner = got[2], owner
-    local keepalive = rc:keepalive(lock_key, owner, o.lock_ttl, o.lock_ttl / 3, o.max_hold,
-      function() lease:_lock_lost() end, acquired_at)
+    local keepalive
+    if rc._keep_lock then
+      keepalive = rc:_keep_lock(lock_key, owner, ka_ttl_ms, ka_every_ms, ka_max_ms, floor(acquired_at * 1000), lease)
+    else
+      keepalive = rc:keepalive(lock_key, owner, o.lock_ttl, o.lock_ttl / 3, o.max_hold,
+        function() lease:_lock_lost() end, acquired_at)
+    end
     -- alive() sees the lock; mqlease.run stops the keepalive of a handler it
     -- leaves behind (one cut off by grace) when it returns
     lease_mod.hold_lock(lease, rc, keepalive)

@@ -111,7 +111,8 @@ function _M.new(opts)
   self._session.on_lock_lost = function(id)
     lost[id] = true
     local cb = on_lost[id]
-    if cb then cb(id) end
+    if type(cb) == "function" then cb(id)
+    elseif cb then cb:_lock_lost() end   -- a lease (see _keep_lock)
   end
   return self
 end
@@ -242,6 +243,15 @@ function methods:keepalive(key, owner, ttl, every, max, on_lost, since)
   local id = self._session.client:keepalive(key, owner, floor(ttl * 1000), floor(every * 1000),
     max and floor(max * 1000) or 0, since and floor(since * 1000) or 0)
   if on_lost then self._on_lost[id] = on_lost end
+  return id
+end
+
+-- keepalive() for mqlease.policy: the times already in whole milliseconds
+-- (since_ms: when the acquire was sent), and a lease whose _lock_lost() its
+-- loss calls, instead of a function made for each lock.
+function methods:_keep_lock(key, owner, ttl_ms, every_ms, max_ms, since_ms, lease)
+  local id = self._session.client:keepalive(key, owner, ttl_ms, every_ms, max_ms, since_ms)
+  self._on_lost[id] = lease
   return id
 end
 
