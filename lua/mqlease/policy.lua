@@ -24,7 +24,7 @@ local core = require "mqlease.core"
 local lease_mod = require "mqlease.lease"
 local wait = require "mqlease.loop"
 
-local pcall, tostring, type, error, pairs, rawget = pcall, tostring, type, error, pairs, rawget
+local pcall, tostring, type, error, pairs, rawget, setmetatable = pcall, tostring, type, error, pairs, rawget, setmetatable
 local floor, random, min = math.floor, math.random, math.min
 
 -- A done marker that could not be written is tried again after these
@@ -78,8 +78,7 @@ _M.scripts = { acquire = ACQUIRE, unlock = UNLOCK, finish = FINISH }
 -- They share the hash tag {<id>}, so a Redis Cluster keeps them in one slot
 -- and the lock script, which touches all three, can run there.
 local function key_strings(id, prefix)
-  local base = prefix .. "{" .. id .. "}:"
-  return base .. "lock", base .. "fence", base .. "done"
+  return prefix .. "{" .. id .. "}:lock", prefix .. "{" .. id .. "}:fence", prefix .. "{" .. id .. "}:done"
 end
 
 function _M.keys(id, prefix)
@@ -146,9 +145,21 @@ local function lost_now(rc, id)
   return rc.keepalive_lost ~= nil and rc:keepalive_lost(id)
 end
 
--- A lock owner: the consumer's id and a random token, in one string.
-local function owner_of(m)
-  return ("%s/%08x%08x"):format(m.consumer:id(), random(0, 0x7fffffff), random(0, 0x7fffffff))
+-- The lock owners of one policy: the consumer's id and a random token, made
+-- once per consumer, then a count, so every acquire has an owner of its own
+-- (an attempt whose lock lapsed must not unlock a later attempt's lock).
+local function owners()
+  local bases, n = setmetatable({}, { __mode = "k" }), 0
+  return function(m)
+    local c = m.consumer
+    local base = bases[c]
+    if not base then
+      base = ("%s/%08x%08x/"):format(c:id(), random(0, 0x7fffffff), random(0, 0x7fffffff))
+      bases[c] = base
+    end
+    n = n + 1
+    return base .. n
+  end
 end
 
 -- The handler's effect happens once per message id, even when a lease runs
@@ -163,6 +174,10 @@ function _M.exactly_once(opts)
   local done_ttl = tostring(floor(o.done_ttl))
   local done_ttl_ms = tostring(floor(o.done_ttl) * 1000)
   local prefix = o.prefix
+  local owner_of = owners()
+  -- the keepalive's times, in the milliseconds the core takes
+  local ka_ttl_ms, ka_every_ms = floor(o.lock_ttl * 1000), floor(o.lock_ttl / 3 * 1000)
+  local ka_max_ms = floor(o.max_hold * 1000)
 
   local function client()
     if not r then r = redis_mod.new(o.redis) end
@@ -213,8 +228,25 @@ function _M.exactly_once(opts)
     -- the lock, while its keepalive runs (mqlease.run stops it when it returns)
     return rawget(lease, "_lock_client") ~= nil and lease_mod.lock_kept(lease)
   end
+  -- The three scripts. A client of mqlease.redis takes each as one table
+  -- (see redis:_eval_cmd); a client of the user's own, as eval(script, keys, args).
+  local function acquire(rc, lock_key, fence_key, done_key, owner)
+    if rc._eval_cmd then
+      return rc:_eval_cmd({ "eval", ACQUIRE, 3, lock_key, fence_key, done_key, owner, ttl_ms, done_ttl_ms })
+    end
+    return rc:eval(ACQUIRE, { lock_key, fence_key, done_key }, { owner, ttl_ms, done_ttl_ms })
+  end
+  local function unlock(rc, lock_key, owner)
+    if rc._eval_cmd then return rc:_eval_cmd({ "eval", UNLOCK, 1, lock_key, owner }) end
+    return rc:eval(UNLOCK, { lock_key }, { owner })
+  end
+  local function mark_done(rc, lock_key, done_key, owner)
+    if rc._eval_cmd then return rc:_eval_cmd({ "eval", FINISH, 2, lock_key, done_key, owner, done_ttl }) end
+    return rc:eval(FINISH, { lock_key, done_key }, { owner, done_ttl })
+  end
+
   local function finish(rc, m, lease, lock_key, done_key, owner)
-    local marked, err = rc:eval(FINISH, { lock_key, done_key }, { owner, done_ttl })
+    local marked, err = mark_done(rc, lock_key, done_key, owner)
     if marked ~= nil then return true end
     local backoff = FINISH_BACKOFF
     m.consumer:count("done_marker_failed")
@@ -222,7 +254,7 @@ function _M.exactly_once(opts)
       wait.sleep(backoff)
       if not worth_trying(lease) then break end
       m.consumer:count("done_marker_retries")
-      marked, err = rc:eval(FINISH, { lock_key, done_key }, { owner, done_ttl })
+      marked, err = mark_done(rc, lock_key, done_key, owner)
       if marked ~= nil then return true end
       backoff = min(backoff * 2, FINISH_MAX_BACKOFF)
     end
@@ -235,7 +267,7 @@ function _M.exactly_once(opts)
     local owner = owner_of(m)
     -- the lock's TTL runs from the acquire, not from when this coroutine resumes
     local acquired_at = core.now()
-    local got, err = rc:eval(ACQUIRE, { lock_key, fence_key, done_key }, { owner, ttl_ms, done_ttl_ms })
+    local got, err = acquire(rc, lock_key, fence_key, done_key, owner)
     if got == nil then return unreachable(m, lease, handler, err) end
     if got[1] == 2 then
       -- done before (a redelivery, or its owner just finished): a known duplicate
@@ -251,13 +283,18 @@ function _M.exactly_once(opts)
     if not lease_mod.held(lease) then
       -- the broker's lease ended while the lock was taken: the message may be
       -- someone else's now, so the handler does not start; nothing to release
-      rc:eval(UNLOCK, { lock_key }, { owner })
+      unlock(rc, lock_key, owner)
       return "nack"
     end
     -- the live view shows both while the lock is held
     lease.fence, lease.lock_owner = got[2], owner
-    local keepalive = rc:keepalive(lock_key, owner, o.lock_ttl, o.lock_ttl / 3, o.max_hold,
-      function() lease:_lock_lost() end, acquired_at)
+    local keepalive
+    if rc._keep_lock then
+      keepalive = rc:_keep_lock(lock_key, owner, ka_ttl_ms, ka_every_ms, ka_max_ms, floor(acquired_at * 1000), lease)
+    else
+      keepalive = rc:keepalive(lock_key, owner, o.lock_ttl, o.lock_ttl / 3, o.max_hold,
+        function() lease:_lock_lost() end, acquired_at)
+    end
     -- alive() sees the lock; mqlease.run stops the keepalive of a handler it
     -- leaves behind (one cut off by grace) when it returns
     lease_mod.hold_lock(lease, rc, keepalive)
@@ -283,7 +320,7 @@ function _M.exactly_once(opts)
     end
     lease_mod.drop_lock(lease)
     lease.lock_owner = nil
-    rc:eval(UNLOCK, { lock_key }, { owner })
+    unlock(rc, lock_key, owner)
     if not ok then return "nack", nil, tostring(res) end
     return "nack", nil, herr ~= nil and tostring(herr) or "handler returned false"
   end

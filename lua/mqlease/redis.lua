@@ -111,7 +111,8 @@ function _M.new(opts)
   self._session.on_lock_lost = function(id)
     lost[id] = true
     local cb = on_lost[id]
-    if cb then cb(id) end
+    if type(cb) == "function" then cb(id)
+    elseif cb then cb:_lock_lost() end   -- a lease (see _keep_lock)
   end
   return self
 end
@@ -142,9 +143,8 @@ local function flush(self, batch, sched)
     return
   end
   batch.first = first
-  for i = 1, #waiters do
-    local co = waiters[i]
-    if not session:expect(first + i - 1, co, sched) then sched:wake(co) end
+  if not session:expect_all(first, waiters, sched) then
+    for i = 1, #waiters do sched:wake(waiters[i]) end
   end
 end
 
@@ -214,6 +214,14 @@ function methods:eval(script, keys, args)
   return submit(self, cmd)
 end
 
+-- r:_eval_cmd(cmd) -> reply: cmd is a whole { "eval", script, numkeys,
+-- keys..., args... } of strings, sent as eval sends it. For mqlease.policy,
+-- whose few commands are built in one table each, not from two more a call.
+function methods:_eval_cmd(cmd)
+  if self._session.client:closed() then return nil, "the redis client is closed", "CLOSED" end
+  return submit(self, cmd)
+end
+
 -- r:stats() -> { round_trips =, commands = }: the command connection's so far
 -- (keepalives have a connection of their own and are not counted)
 function methods:stats()
@@ -235,6 +243,15 @@ function methods:keepalive(key, owner, ttl, every, max, on_lost, since)
   local id = self._session.client:keepalive(key, owner, floor(ttl * 1000), floor(every * 1000),
     max and floor(max * 1000) or 0, since and floor(since * 1000) or 0)
   if on_lost then self._on_lost[id] = on_lost end
+  return id
+end
+
+-- keepalive() for mqlease.policy: the times already in whole milliseconds
+-- (since_ms: when the acquire was sent), and a lease whose _lock_lost() its
+-- loss calls, instead of a function made for each lock.
+function methods:_keep_lock(key, owner, ttl_ms, every_ms, max_ms, since_ms, lease)
+  local id = self._session.client:keepalive(key, owner, ttl_ms, every_ms, max_ms, since_ms)
+  self._on_lost[id] = lease
   return id
 end
 

@@ -161,6 +161,16 @@ function methods:expect(op, co, sched)
   return true
 end
 
+-- expect() for a batch of ops at once: op first + i - 1 wakes waiters[i]. The
+-- loop is asked once for the whole batch (a pipeline of hundreds of Redis
+-- commands asked it once per command). false, registering none, when sched
+-- is not the loop that runs the caller.
+function methods:expect_all(first, waiters, sched)
+  if own_scheduler() ~= sched then return false end
+  for i = 1, #waiters do register(self, first + i - 1, waiters[i], sched) end
+  return true
+end
+
 -- Nobody will wait for op (started from a finalizer): drop its event.
 function methods:forget(op)
   self.forgotten[op] = true

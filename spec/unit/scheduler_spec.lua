@@ -139,4 +139,46 @@ describe("mqlease.router under mqlease.scheduler", function()
     assert.is_false(r:expect(7, co, s))   -- called from the main thread, not a task of s
     assert.is_nil(r.waiters[7])
   end)
+
+  it("registers a whole batch with expect_all(): op first + i - 1 wakes waiter i, and no other", function()
+    local s = scheduler.new(function(_, err) error(err) end)
+    local client = fake_client()
+    local r = router_mod.new(client)
+    local previous = adapter.set_scheduler(s)
+    local resumes = {}
+    local waiters = {}
+    for i = 1, 3 do
+      resumes[i] = 0
+      waiters[i] = s:spawn(function()
+        while true do
+          resumes[i] = resumes[i] + 1
+          s:park(core.now() + 5)
+        end
+      end)
+    end
+    s:run_ready()
+    local registered
+    s:spawn(function() registered = r:expect_all(20, waiters, s) end)
+    s:run_ready()
+    assert.is_true(registered)
+    assert.same({ waiters[1], waiters[2], waiters[3] }, { r.waiters[20], r.waiters[21], r.waiters[22] })
+    -- the second op's result wakes the second waiter only
+    client.queue[1] = { kind = "op", op = 21, ok = true, reply = "two" }
+    r:pump()
+    s:run_ready()
+    assert.same({ 1, 2, 1 }, resumes)
+    assert.equal("two", r:result(21).reply)
+    assert.is_nil(r.waiters[21])
+    assert.equal(waiters[3], r.waiters[22])
+    adapter.set_scheduler(previous)
+  end)
+
+  it("expect_all() registers none of a batch for a scheduler that is not the caller's", function()
+    local s = scheduler.new(function(_, err) error(err) end)
+    local r = router_mod.new(fake_client())
+    local cos = { coroutine.create(function() end), coroutine.create(function() end) }
+    assert.is_false(r:expect_all(7, cos, s))
+    assert.is_nil(r.waiters[7])
+    assert.is_nil(r.waiters[8])
+  end)
 end)

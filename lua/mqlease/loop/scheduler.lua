@@ -8,7 +8,7 @@
 
 local core = require "mqlease.core"
 
-local coroutine_yield = coroutine.yield
+local coroutine_yield, coroutine_running = coroutine.yield, coroutine.running
 
 local _M = { name = "scheduler" }
 
@@ -28,9 +28,11 @@ end
 -- The running scheduler when it runs the calling coroutine, else nil (for
 -- those who batch work per turn: mqlease.redis pipelines a turn's commands).
 function _M.current()
-  local co, main = coroutine.running()
-  if _M.owns(co, main) then return scheduler end
-  return nil
+  local s = scheduler
+  if s == nil then return nil end
+  local co, main = coroutine_running()
+  if main or not s:owns(co) then return nil end
+  return s
 end
 
 -- Wakes when fd is readable, the deadline passes, or a task calls wake().
