@@ -134,6 +134,24 @@ static inline int fixture_op_result(mql_client *c, uint64_t op, char *code, size
     return found;
 }
 
+/* The session's reconnect as its timers run it, and the proxy answering the
+ * new stream with the settings it stored for us; 0 if no stream was opened. */
+static inline int fixture_reconnect_completes(mql_client *c) {
+    Apache__Rocketmq__V2__TelemetryCommand cmd = APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__INIT;
+    Apache__Rocketmq__V2__Settings s = APACHE__ROCKETMQ__V2__SETTINGS__INIT;
+    grpc_byte_buffer *bb;
+    int64_t now = mql_now_ms();
+    c->telemetry_retry_at = now - 1;
+    mql_session_timers(c, now, now + 60000);
+    if (!c->telemetry) return 0;   /* no stream opened */
+    cmd.command_case = APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND_SETTINGS;
+    cmd.settings = &s;
+    bb = fixture_pack(&cmd.base);
+    c->telemetry->ops->on_message(c, c->telemetry, bb);
+    grpc_byte_buffer_destroy(bb);
+    return 1;
+}
+
 /* Calls a test ended by hand (fixture_finish_call): out of the client's
  * list, kept until fixture_teardown cancels and frees them. */
 #define FIXTURE_MAX_DONE 8

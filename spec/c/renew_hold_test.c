@@ -26,24 +26,6 @@ static int renewing(const mql_client *c) {
     return c->calls && strcmp(c->calls->method, MQL_M_CHANGE) == 0;
 }
 
-/* The session's reconnect as its timers run it, and the proxy answering the
- * new stream with the settings it stored for us. */
-static void reconnect_completes(mql_client *c) {
-    Apache__Rocketmq__V2__TelemetryCommand cmd = APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__INIT;
-    Apache__Rocketmq__V2__Settings s = APACHE__ROCKETMQ__V2__SETTINGS__INIT;
-    grpc_byte_buffer *bb;
-    int64_t now = mql_now_ms();
-    c->telemetry_retry_at = now - 1;
-    mql_session_timers(c, now, now + 60000);
-    CHECK(c->telemetry != NULL);
-    if (!c->telemetry) return;
-    cmd.command_case = APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND_SETTINGS;
-    cmd.settings = &s;
-    bb = fixture_pack(&cmd.base);
-    c->telemetry->ops->on_message(c, c->telemetry, bb);
-    grpc_byte_buffer_destroy(bb);
-}
-
 static void a_renewal_due_while_reconnecting_waits_for_the_settings(void) {
     mql_client c;
     mql_lease *l = setup(&c, 20000);
@@ -53,7 +35,7 @@ static void a_renewal_due_while_reconnecting_waits_for_the_settings(void) {
     CHECK(l->state == MQL_LEASE_HELD);
     /* at the latest, a request timeout and a new channel's need before the deadline */
     CHECK(l->timer_ms == l->deadline_ms - mql_change_new_channel_needs_ms(&c) - 3000);
-    reconnect_completes(&c);
+    CHECK(fixture_reconnect_completes(&c));
     CHECK(!c.reconnecting);
     CHECK(l->timer_ms <= mql_now_ms());                     /* due again */
     now = mql_now_ms();

@@ -20,6 +20,7 @@ local RMQ = ("MQLEASE_CLUSTER=1 MQLEASE_RUN=%s MQLEASE_GRPC_PORT=%d MQLEASE_GRPC
   "MQLEASE_BROKER_PORT=%d MQLEASE_STOP_GRACE=5 "):format(RUN, GRPC, BASE + 702, BASE + 699, BASE + 701,
     BASE + 1700, BASE + 2700)
 local ENDPOINTS = ("127.0.0.1:%d"):format(GRPC)
+local ENDPOINTS2 = ("127.0.0.1:%d"):format(BASE + 702)   -- the cluster's second proxy
 local function rmq(args) return env.sh(RMQ .. "bash mk/rocketmq.sh " .. args) end
 
 local VERSION = os.getenv("ROCKETMQ_VERSION") or "5.2.0"
@@ -139,5 +140,35 @@ describe("lite topics on RocketMQ " .. VERSION, function()
     assert(c:subscribe_lite(d_))
     local back = assert(p:send(parent, "new", { lite_topic = d_ }))
     assert.equal(d_, first_of(back).lite_topic)
+  end)
+
+  -- Last: it kills proxy 1, which c and p use. The broker ties a client's lite
+  -- subscription to the proxy that sent it (LiteSubscriptionRegistryImpl
+  -- .updateClientChannel): a consumer that moved says it again to the new one.
+  it("keeps delivering its lite topics once its session moved to the other proxy", function()
+    local e = "lite_e"
+    local c2 = assert(mqlease.consumer { endpoints = ENDPOINTS .. ";" .. ENDPOINTS2, group = group,
+      topic = parent, lite_topics = { e }, invisible = 10, await = 2, request_timeout = 10,
+      start_timeout = 60 })
+    local p2 = env.producer { endpoints = ENDPOINTS2, request_timeout = 10, start_timeout = 60 }
+    finally(function()
+      p2:close()
+      c2:close()
+    end)
+    local function from_c2(id, timeout)
+      local got = env.collect(c2, timeout, function(m) assert(m:ack()) end, function(all)
+        for _, m in ipairs(all) do if m.id == id then return true end end
+      end, 2)
+      for _, m in ipairs(got) do if m.id == id then return m end end
+    end
+    local before = assert(p2:send(parent, "before", { lite_topic = e }))
+    assert.equal(e, assert(from_c2(before, 30), "never came before the kill").lite_topic)
+    rmq("kill-proxy 1")
+    -- the session moves once its stream breaks; then a lite message sent through proxy 2
+    env.wait_for(function() return c2:metrics().reconnects >= 1 end, 30, "c2 to reconnect")
+    local after = assert(p2:send(parent, "after", { lite_topic = e }))
+    local m = from_c2(after, 60)
+    assert.is_not_nil(m, "a lite message sent after the move never came")
+    assert.equal(e, m.lite_topic)
   end)
 end)

@@ -121,6 +121,8 @@ typedef struct mql_consumer_part {
     char *group, *topic, *filter;
     int filter_sql;
     int lite;                   /* a lite consumer (mql_lite.h) */
+    char **lite_set;            /* the lite topics it last asked for (mql_lite.c), */
+    size_t nlite;               /* sent again to a proxy it reconnects to */
     /* The route's readable brokers (master queues, each name once, in route
      * order): the receives take turns naming them, as the Java client's
      * SubscriptionLoadBalancer does. The proxy pops from the broker a receive

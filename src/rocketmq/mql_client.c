@@ -133,6 +133,7 @@ static void client_free_fields(mql_client *c) {
     free(cs->filter);
     for (i = 0; i < cs->nbrokers; i++) free(cs->brokers[i]);
     free(cs->brokers);
+    mql_lite_free(cs);
     mql_lease_table_free(&cs->leases);
     free(cs->renew_held);
     for (i = 0; i < pr->ntopics; i++) free(pr->topics[i]);

@@ -42,12 +42,59 @@ const char *mql_lite_split(const char *key, char *buf, size_t n, const char **li
     return buf;
 }
 
-uint64_t mql_lite_sync(mql_client *c, int action, const char *const *names, size_t n) {
+/* ------------------------------------------------------------ the kept set */
+
+static size_t set_find(const mql_consumer_part *cs, const char *name) {
+    size_t i;
+    for (i = 0; i < cs->nlite && strcmp(cs->lite_set[i], name) != 0; i++) {}
+    return i;
+}
+
+static void set_add(mql_consumer_part *cs, const char *name) {
+    char **grown;
+    if (set_find(cs, name) < cs->nlite) return;
+    grown = realloc(cs->lite_set, (cs->nlite + 1) * sizeof(char *));
+    if (!grown) abort();   /* as mql_xmalloc: no partial-failure path for memory */
+    cs->lite_set = grown;
+    cs->lite_set[cs->nlite++] = mql_strdup(name);
+}
+
+static void set_remove(mql_consumer_part *cs, const char *name) {
+    size_t i = set_find(cs, name);
+    if (i == cs->nlite) return;
+    free(cs->lite_set[i]);
+    cs->lite_set[i] = cs->lite_set[--cs->nlite];
+}
+
+void mql_lite_free(mql_consumer_part *cs) {
+    while (cs->nlite > 0) free(cs->lite_set[--cs->nlite]);
+    free(cs->lite_set);
+    cs->lite_set = NULL;
+}
+
+/* What action on names makes of the kept set. */
+static void set_apply(mql_consumer_part *cs, int action, const char *const *names, size_t n) {
+    size_t i;
+    if (action == APACHE__ROCKETMQ__V2__LITE_SUBSCRIPTION_ACTION__COMPLETE_ADD ||
+        action == APACHE__ROCKETMQ__V2__LITE_SUBSCRIPTION_ACTION__COMPLETE_REMOVE)
+        mql_lite_free(cs);
+    if (action == APACHE__ROCKETMQ__V2__LITE_SUBSCRIPTION_ACTION__COMPLETE_REMOVE) return;
+    for (i = 0; i < n; i++) {
+        if (action == APACHE__ROCKETMQ__V2__LITE_SUBSCRIPTION_ACTION__PARTIAL_REMOVE)
+            set_remove(cs, names[i]);
+        else
+            set_add(cs, names[i]);
+    }
+}
+
+/* ------------------------------------------------------------ the call */
+
+/* Starts SyncLiteSubscription for op (0: the client's own, no event); -1 if grpc refused it. */
+static int sync_start(mql_client *c, int action, const char *const *names, size_t n, uint64_t op) {
     Apache__Rocketmq__V2__SyncLiteSubscriptionRequest req =
         APACHE__ROCKETMQ__V2__SYNC_LITE_SUBSCRIPTION_REQUEST__INIT;
     mql_pb_resource group, topic;
     mql_call *call;
-    uint64_t op = ++c->next_op;
     mql_set_resource(&group, c->namespace_, c->consumer.group);
     mql_set_resource(&topic, c->namespace_, c->consumer.topic);
     req.action = (Apache__Rocketmq__V2__LiteSubscriptionAction)action;
@@ -56,12 +103,28 @@ uint64_t mql_lite_sync(mql_client *c, int action, const char *const *names, size
     req.n_lite_topic_set = n;
     req.lite_topic_set = (char **)names;
     call = mql_base_call(c, c->broker, MQL_M_SYNC_LITE, c->request_timeout_ms, &sync_ops, op, NULL);
-    if (mql_base_unary(c, call, &req.base) < 0)
+    return mql_base_unary(c, call, &req.base);
+}
+
+uint64_t mql_lite_sync(mql_client *c, int action, const char *const *names, size_t n) {
+    uint64_t op = ++c->next_op;
+    set_apply(&c->consumer, action, names, n);
+    if (sync_start(c, action, names, n, op) < 0)
         op = mql_base_post_refusal(c, "INTERNAL", "sync_lite: grpc refused to start the call");
     return op;
 }
 
-/* A proxy before 5.5 has no such method: the call ends UNIMPLEMENTED. */
+void mql_lite_resync(mql_client *c) {
+    mql_consumer_part *cs = &c->consumer;
+    if (!cs->lite || cs->nlite == 0) return;
+    if (sync_start(c, APACHE__ROCKETMQ__V2__LITE_SUBSCRIPTION_ACTION__COMPLETE_ADD,
+                   (const char *const *)cs->lite_set, cs->nlite, 0) < 0)
+        mql_metrics_error(&c->metrics, "sync_lite", "INTERNAL");
+}
+
+/* A proxy before 5.5 has no such method: the call ends UNIMPLEMENTED. A
+ * re-sync's (op 0) failure is only counted: the next reconnect sends the set
+ * again, and the host's own syncs each send what they change. */
 static void on_sync_done(mql_client *c, mql_call *call) {
     mql_event *ev = mql_event_new(MQL_EV_OP, call->op);
     Apache__Rocketmq__V2__SyncLiteSubscriptionResponse *resp =
@@ -69,5 +132,6 @@ static void on_sync_done(mql_client *c, mql_call *call) {
                        &ev->result);
     if (!ev->result.ok) mql_metrics_error(&c->metrics, "sync_lite", ev->result.code);
     mql_call_reply_free(resp);
-    mql_events_push(&c->events, ev);
+    if (call->op) mql_events_push(&c->events, ev);
+    else mql_event_free(ev);
 }

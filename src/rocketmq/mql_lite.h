@@ -35,7 +35,15 @@ char *mql_lite_key(const char *topic, const char *lite);
 const char *mql_lite_split(const char *key, char *buf, size_t n, const char **lite);
 
 /* SyncLiteSubscription: action (apache.rocketmq.v2.LiteSubscriptionAction) on the lite
- * topics names[0..n) of the consumer's topic. An op; its event carries the result. */
+ * topics names[0..n) of the consumer's topic. An op; its event carries the result. The
+ * set the consumer asks for is kept (c->consumer.lite_set) whatever the answer. */
 uint64_t mql_lite_sync(mql_client *c, int action, const char *const *names, size_t n);
+/* After a reconnect: the whole kept set again (COMPLETE_ADD), no event for the host. The
+ * 5.5.0 broker keeps a client's lite subscription with the channel of the proxy that sent
+ * it (LiteSubscriptionRegistryImpl.updateClientChannel) and tells that channel which lite
+ * topics have messages, so a consumer moved to another proxy would hear of none. */
+void mql_lite_resync(mql_client *c);
+/* Frees the kept set. */
+void mql_lite_free(mql_consumer_part *cs);
 
 #endif

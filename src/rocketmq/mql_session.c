@@ -408,6 +408,8 @@ static void on_telemetry_message(mql_client *c, mql_call *call, grpc_byte_buffer
          * for the same reason (mql_renew.c) */
         mql_release_run_deferred(c);
         if (c->type == MQL_CONSUMER) mql_renew_resume(c);
+        /* and our lite subscription, which the broker tied to the old proxy */
+        if (c->type == MQL_CONSUMER) mql_lite_resync(c);
     }
     if (t.reconnect_endpoints) reconnect_endpoints(c, 0);
 }
