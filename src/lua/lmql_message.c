@@ -237,32 +237,11 @@ static int message_has_rare_fields(const mql_message *m) {
 }
 
 void lmql_message_push(lua_State *L, const mql_message *m) {
-    size_t i;
     message_new(L, (lua_Integer)m->lease_id, (int64_t)m->queue_offset, (int64_t)m->born_ms,
                 (int64_t)m->store_ms, m->id, (const char *)m->body, m->body_len);
     if (!message_has_rare_fields(m)) return;
     message_extras(L, -1);
-    if (m->delivery_ms) lmql_set_num(L, "delivery_timestamp", (lua_Number)m->delivery_ms / 1000.0);
-    lmql_set_str(L, "trace_context", m->trace_context);
-    lmql_set_str(L, "message_group", m->message_group);
-    if (m->has_priority) lmql_set_int(L, "priority", m->priority);
-    lmql_set_str(L, "lite_topic", m->lite_topic);
-    if (m->nkeys > 0) {
-        lua_createtable(L, (int)m->nkeys, 0);
-        for (i = 0; i < m->nkeys; i++) {
-            lua_pushstring(L, m->keys[i]);
-            lua_rawseti(L, -2, (int)i + 1);
-        }
-        lua_setfield(L, -2, "keys");
-    }
-    if (m->nprops > 0) {
-        lua_createtable(L, 0, (int)m->nprops);
-        for (i = 0; i < m->nprops; i++) {
-            lua_pushlstring(L, m->props[i].value, m->props[i].value_len);
-            lua_setfield(L, -2, m->props[i].key);
-        }
-        lua_setfield(L, -2, "properties");
-    }
+    lmql_set_rare_fields(L, m);
     lua_pop(L, 1);
 }
 

@@ -73,7 +73,6 @@ enum {
 };
 
 static void push_message(lua_State *L, const mql_message *m) {
-    size_t i;
     int n = (m->delivery_ms != 0) + (m->trace_context != NULL) + (m->message_group != NULL)
           + (m->nkeys > 0) + (m->nprops > 0) + (m->has_priority != 0) + (m->lite_topic != NULL);
     lua_createtable(L, MSG_SLOTS, n);
@@ -93,6 +92,13 @@ static void push_message(lua_State *L, const mql_message *m) {
     }
     lua_pushinteger(L, (lua_Integer)m->lease_id);
     lua_rawseti(L, -2, MSG_LEASE);
+    lmql_set_rare_fields(L, m);
+}
+
+/* The fields few messages have, into the table on top of the stack: a half
+ * message's (push_message) and a received message's own table (lmql_message.c). */
+void lmql_set_rare_fields(lua_State *L, const mql_message *m) {
+    size_t i;
     if (m->delivery_ms) lmql_set_num(L, "delivery_timestamp", (lua_Number)m->delivery_ms / 1000.0);
     lmql_set_str(L, "trace_context", m->trace_context);
     lmql_set_str(L, "message_group", m->message_group);

@@ -35,6 +35,9 @@ void lmql_set_str(lua_State *L, const char *key, const char *v);
 void lmql_set_int(lua_State *L, const char *key, lua_Integer v);
 void lmql_set_num(lua_State *L, const char *key, lua_Number v);
 void lmql_push_result_fields(lua_State *L, const mql_result *r);
+/* A message's rare fields (keys, properties, message_group, trace_context,
+ * delivery_timestamp, priority, lite_topic), where it has them. */
+void lmql_set_rare_fields(lua_State *L, const mql_message *m);
 /* A Redis reply as a Lua value (arrays as tables, nil inside arrays as core.null). */
 void lmql_push_reply(lua_State *L, const mql_reply *r);
 /* What lmql_push_events does with events it cannot deliver, for their owner:
