@@ -269,10 +269,14 @@ EOF
   [[ $BROKERS != 2 ]] || write_broker_conf "$RUN/broker-b.conf" broker-b "$BROKER_B_PORT" "$RUN/store-b"
   # 5.5+ lite topics (RIP-83): a lite topic is a light message queue, "%LMQ%$<parent>$<lite>",
   # that the store fills by multi-dispatch; both switches are off by default
-  # (MessageStoreConfig), and without them a lite message reaches no lite consumer.
+  # (MessageStoreConfig), and without them a lite message reaches no lite consumer. The broker
+  # drops a client's lite subscription that was not sent again for
+  # liteSubscriptionCheckTimeoutMills (3 min, checked every 2 min): 10 s, checked every 2 s,
+  # here, so lite_topic_spec sees a consumer that stopped sending its set lose it.
   if version_at_least 5.5.0; then
-    printf 'enableLmq=true\nenableMultiDispatch=true\n' >>"$RUN/broker.conf"
-    [[ $BROKERS != 2 ]] || printf 'enableLmq=true\nenableMultiDispatch=true\n' >>"$RUN/broker-b.conf"
+    local lite='enableLmq=true\nenableMultiDispatch=true\nliteSubscriptionCheckTimeoutMills=10000\nliteSubscriptionCheckInterval=2000\n'
+    printf "$lite" >>"$RUN/broker.conf"
+    [[ $BROKERS != 2 ]] || printf "$lite" >>"$RUN/broker-b.conf"
   fi
   # Proxy: the gRPC port must be fixed because local-mode routes echo it back to clients;
   # a 2 s route refresh shortens the proxy's negative cache for topics created late;

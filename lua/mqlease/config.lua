@@ -68,6 +68,8 @@ _M.consumer = {
   filter_type = { kind = "enum", values = { "tag", "sql" }, default = "tag", doc = "how `filter` is read" },
   lite_topics = { kind = "strings", default_doc = "nil (not a lite consumer)",
     doc = "RocketMQ 5.5+: `topic` is a LITE topic and the consumer receives from these lite topics under it (`{}`: none yet; `c:subscribe_lite`, `c:unsubscribe_lite` change the set); `group` must be bound to `topic` ([lite topics](api.md#lite-topics))" },
+  lite_sync_every = { kind = "number", default = 30, min = 1, max = 150, unit = "s",
+    doc = "with `lite_topics` only: how often the whole lite set is sent again (`COMPLETE_ADD`), as the official clients do every 30 s; the 5.5 broker drops a lite subscription not sent for `liteSubscriptionCheckTimeoutMills` (3 min) ([lite topics](api.md#lite-topics))" },
   invisible = { kind = "invisible", default = 30, min = MIN_INVISIBLE, max = MAX_INVISIBLE, unit = "s",
     doc = "lease length: seconds each receive and each renewal hides the message. RocketMQ's proxy refuses a receive under its `minInvisibleTimeMillsForRecv` (10 s unless configured lower; the receive returns `nil, err, \"ILLEGAL_INVISIBLE_TIME\"`); the dev broker's is `--min-invisible-ms`. `\"auto\"`: follow the handler times ([`auto_invisible`](api.md#invisible--auto))" },
   auto_invisible = { kind = "auto_invisible",

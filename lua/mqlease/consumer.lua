@@ -42,6 +42,7 @@ function _M.new(opts)
   args.group, args.topic, args.filter = o.group, o.topic, o.filter
   args.filter_sql = o.filter_type == "sql"
   args.lite = o.lite_topics ~= nil
+  args.lite_sync_every_ms = math.floor(o.lite_sync_every * 1000)
   for _, name in ipairs(o.lite_topics or {}) do
     local problem = config.send_problem("lite_topic", name)
     if problem then error("mqlease.consumer: option 'lite_topics': " .. problem, 2) end

@@ -7,7 +7,10 @@
  * messages. A consumer whose session moved to another proxy (a killed proxy,
  * ReconnectEndpointsCommand) had said nothing to the new one, so its lite
  * topics went quiet. The set it asked for is now kept and sent again, whole,
- * once the new proxy has our settings. */
+ * once the new proxy has our settings, and every lite_sync_every_ms as the
+ * official clients do (the broker drops a subscription not sent again for
+ * liteSubscriptionCheckTimeoutMills, 3 min: a consumer that said its set once
+ * stopped receiving a few minutes after its start). */
 #include "client_fixture.h"
 #include "mql_lite.h"
 #include "mql_test.h"
@@ -114,6 +117,30 @@ static void a_failed_resync_is_counted_and_posts_no_event(void) {
     mql_lite_free(&c.consumer);
 }
 
+static void the_set_goes_out_again_at_its_period(void) {
+    mql_client c;
+    const char *a[] = {"a"};
+    uint64_t op = 99;
+    int64_t now = mql_now_ms(), wake;
+    lite_client(&c);
+    c.consumer.lite_sync_every_ms = 30000;
+    mql_lite_sync(&c, SET, a, 1);
+    wake = mql_lite_timers(&c, now, now + 60000);   /* the first pass arms the period */
+    CHECK(wake == now + 30000);
+    CHECK(syncs(&c, NULL) == 1);
+    mql_lite_timers(&c, now + 29999, now + 60000);
+    CHECK(syncs(&c, NULL) == 1);
+    wake = mql_lite_timers(&c, now + 30000, now + 90000);
+    CHECK(syncs(&c, &op) == 2 && op == 0);
+    CHECK(wake == now + 60000);
+    /* while the session reconnects the settings' arrival sends it instead */
+    c.reconnecting = 1;
+    mql_lite_timers(&c, now + 60000, now + 120000);
+    CHECK(syncs(&c, NULL) == 2);
+    fixture_teardown(&c);
+    mql_lite_free(&c.consumer);
+}
+
 static void a_consumer_that_is_not_lite_sends_nothing(void) {
     mql_client c;
     fixture_client_init(&c);
@@ -124,6 +151,9 @@ static void a_consumer_that_is_not_lite_sends_nothing(void) {
     c.reconnecting = 1;
     CHECK(fixture_reconnect_completes(&c));
     CHECK(syncs(&c, NULL) == 0);
+    mql_lite_timers(&c, mql_now_ms() + 3600000, mql_now_ms() + 7200000);
+    mql_lite_timers(&c, mql_now_ms() + 7200000, mql_now_ms() + 9000000);
+    CHECK(syncs(&c, NULL) == 0);
     fixture_teardown(&c);
 }
 
@@ -131,6 +161,7 @@ int main(void) {
     RUN(the_set_asked_for_is_kept);
     RUN(a_reconnect_sends_the_set_again);
     RUN(a_failed_resync_is_counted_and_posts_no_event);
+    RUN(the_set_goes_out_again_at_its_period);
     RUN(a_consumer_that_is_not_lite_sends_nothing);
     return TEST_REPORT("lite_resync_test");
 }

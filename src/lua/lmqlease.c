@@ -78,6 +78,7 @@ static int new_client(lua_State *L, mql_client_type type) {
     cfg.filter = lmql_opt_string(L, 1, "filter");
     cfg.filter_sql = lmql_opt_bool(L, 1, "filter_sql", 0);
     cfg.lite = lmql_opt_bool(L, 1, "lite", 0);
+    cfg.lite_sync_every_ms = lmql_opt_int(L, 1, "lite_sync_every_ms", 30000);
     cfg.invisible_ms = lmql_opt_int(L, 1, "invisible_ms", 30000);
     cfg.invisible_auto = lmql_opt_bool(L, 1, "invisible_auto", 0);
     cfg.auto_min_ms = lmql_opt_int(L, 1, "auto_min_ms", 10000);

@@ -122,7 +122,9 @@ typedef struct mql_consumer_part {
     int filter_sql;
     int lite;                   /* a lite consumer (mql_lite.h) */
     char **lite_set;            /* the lite topics it last asked for (mql_lite.c), */
-    size_t nlite;               /* sent again to a proxy it reconnects to */
+    size_t nlite;               /* sent again to a proxy it reconnects to, and */
+    int64_t lite_sync_every_ms; /* this often (the broker drops one left unsent) */
+    int64_t lite_sync_at;       /* when next (0: not ready, or not lite) */
     /* The route's readable brokers (master queues, each name once, in route
      * order): the receives take turns naming them, as the Java client's
      * SubscriptionLoadBalancer does. The proxy pops from the broker a receive

@@ -62,6 +62,7 @@ static int64_t run_timers(mql_client *c, int64_t now) {
     int64_t wake = now + MAX_IDLE_WAIT_MS;
     if (c->stopping) return now + 50;
     wake = mql_session_timers(c, now, wake);
+    wake = mql_lite_timers(c, now, wake);
     wake = mql_renew_timers(c, now, wake);
     /* after the renewals: a held receive goes out only once they caught up */
     return mql_receive_timers(c, now, wake);
@@ -146,6 +147,7 @@ static void copy_consumer_config(mql_consumer_part *cs, const mql_config *cfg) {
     cs->filter = mql_strdup(cfg->filter && *cfg->filter ? cfg->filter : "*");
     cs->filter_sql = cfg->filter_sql;
     cs->lite = cfg->lite;
+    cs->lite_sync_every_ms = cfg->lite_sync_every_ms > 0 ? cfg->lite_sync_every_ms : 30000;
     cs->invisible_ms = cfg->invisible_ms;
     cs->renew = cfg->renew;
     cs->renew_every_fixed = cfg->renew_every_ms > 0;

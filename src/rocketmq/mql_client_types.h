@@ -49,6 +49,7 @@ typedef struct mql_config {
     int filter_sql;              /* 1: filter is SQL92 */
     int lite;                    /* 1: topic is a LITE topic (RocketMQ 5.5, RIP-83): the client
                                     registers as LITE_PUSH_CONSUMER (mql_lite.h) */
+    int64_t lite_sync_every_ms;  /* a lite consumer sends its whole lite set this often */
     int64_t invisible_ms;        /* invisible duration of each receive and renewal (auto: the start) */
     int invisible_auto;          /* 1: follow the handler times (mql_auto.h) */
     int64_t auto_min_ms, auto_max_ms;

@@ -114,6 +114,18 @@ uint64_t mql_lite_sync(mql_client *c, int action, const char *const *names, size
     return op;
 }
 
+int64_t mql_lite_timers(mql_client *c, int64_t now, int64_t wake) {
+    mql_consumer_part *cs = &c->consumer;
+    if (c->type != MQL_CONSUMER || !cs->lite || c->stopping || c->state != MQL_CLIENT_READY) return wake;
+    if (!cs->lite_sync_at) cs->lite_sync_at = now + cs->lite_sync_every_ms;   /* just ready */
+    if (now >= cs->lite_sync_at) {
+        /* while reconnecting the settings' arrival sends it (mql_session.c) */
+        if (!c->reconnecting) mql_lite_resync(c);
+        cs->lite_sync_at = now + cs->lite_sync_every_ms;
+    }
+    return cs->lite_sync_at < wake ? cs->lite_sync_at : wake;
+}
+
 void mql_lite_resync(mql_client *c) {
     mql_consumer_part *cs = &c->consumer;
     if (!cs->lite || cs->nlite == 0) return;

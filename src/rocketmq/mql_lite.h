@@ -43,6 +43,12 @@ uint64_t mql_lite_sync(mql_client *c, int action, const char *const *names, size
  * it (LiteSubscriptionRegistryImpl.updateClientChannel) and tells that channel which lite
  * topics have messages, so a consumer moved to another proxy would hear of none. */
 void mql_lite_resync(mql_client *c);
+/* Runs the periodic re-send (every c->consumer.lite_sync_every_ms once the consumer is
+ * ready: the 5.5.0 broker drops a subscription whose set was not sent for
+ * liteSubscriptionCheckTimeoutMills, 3 min, LiteSubscriptionRegistryImpl
+ * .cleanupExpiredSubscriptions, and the official clients send theirs every 30 s);
+ * returns the earlier of wake and its next time. */
+int64_t mql_lite_timers(mql_client *c, int64_t now, int64_t wake);
 /* Frees the kept set. */
 void mql_lite_free(mql_consumer_part *cs);
 
