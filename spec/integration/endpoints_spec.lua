@@ -27,7 +27,7 @@ describe("mqlease with several endpoints", function()
       if m.id == id then got = m end
       assert(m:ack())
     end, function() return got ~= nil end)
-    assert.is_table(got)
+    assert.is_userdata(got)
     assert.equal("via the second", got.body)
 
     for _, c in ipairs({ consumer, producer }) do

@@ -102,7 +102,7 @@ describe("FIFO consumption on RocketMQ " .. VERSION, function()
     env.collect(dlq, 60, function(m) if m.id == ids["gc:20"] then found = m end; m:ack() end,
       function() return found ~= nil end)
     dlq:close()
-    assert.is_table(found, "gc:20 is in %DLQ%" .. group)
+    assert.is_userdata(found, "gc:20 is in %DLQ%" .. group)
     assert.equal("gc:20", found.body)
   end)
 

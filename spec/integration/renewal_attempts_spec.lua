@@ -42,7 +42,7 @@ describe("renewals and the delivery attempt on RocketMQ " .. VERSION, function()
     -- the unrenewed lease ends after INVISIBLE; its message comes back (RocketMQ's revive
     -- adds a few seconds)
     local back_plain = env.collect(plain, 30, nil, function(all) return #all >= 1 end, 1)[1]
-    assert.is_table(back_plain, "the unrenewed message came back")
+    assert.is_userdata(back_plain, "the unrenewed message came back")
     assert.equal(id, back_plain.id)
     assert(back_plain:ack())   -- now: its unrenewed lease ends while the other one runs
 
@@ -50,7 +50,7 @@ describe("renewals and the delivery attempt on RocketMQ " .. VERSION, function()
     -- (max_renewals), so it expires INVISIBLE after the last and comes back
     env.wait_for(function() return first.lease.renewals >= RENEWALS end, INVISIBLE * 3, RENEWALS .. " renewals")
     local back = env.collect(renewed, INVISIBLE * 4, nil, function(all) return #all >= 1 end, 1)[1]
-    assert.is_table(back, "the renewed message came back")
+    assert.is_userdata(back, "the renewed message came back")
     assert.equal(id, back.id)
     assert.equal(RENEWALS, first.lease.renewals)
 

@@ -79,7 +79,7 @@ describe("retry budgets on RocketMQ " .. VERSION, function()
     -- ack never reaches the broker (here: the message is given back instead)
     local first
     env.collect(c, 30, function(m) if m.id == id then first = m end end, function() return first ~= nil end, 1)
-    assert.is_table(first)
+    assert.is_userdata(first)
     local effects = 0
     local action = policy(first, first.lease, function() effects = effects + 1; return true end)
     assert.equal("ack", action)

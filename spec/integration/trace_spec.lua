@@ -23,7 +23,7 @@ local function receive_ids(c, ids, timeout)
     for id in pairs(want) do if not by_id[id] then return false end end
     return true
   end)
-  for _, id in ipairs(ids) do assert.is_table(by_id[id], "message " .. id .. " never came") end
+  for _, id in ipairs(ids) do assert.is_userdata(by_id[id], "message " .. id .. " never came") end
   return by_id
 end
 

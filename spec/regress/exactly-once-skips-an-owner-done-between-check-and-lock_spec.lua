@@ -44,6 +44,9 @@ describe("mqlease regression: exactly_once and an owner that finishes mid-check"
       end,
       call = function(_, ...) return real:call(...) end,
     }, { __index = function(_, k)
+      -- a client of the user's own: what mqlease.redis keeps for itself (its
+      -- _-prefixed fast paths) it does not have, so every script goes by eval
+      if type(k) == "string" and k:sub(1, 1) == "_" then return nil end
       return function(_, ...) return real[k](real, ...) end
     end })
     local policy = mqlease.policy.exactly_once { redis = wrapper, prefix = prefix }
