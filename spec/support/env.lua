@@ -148,6 +148,17 @@ function _M.json_lines(output)
 end
 
 -- A sorted copy of list t (nil: an empty list), for comparing keys as sets.
+-- A Redis client of the user's own that stands in front of real (an
+-- mqlease.redis): the methods in overrides, and every other method forwarded
+-- to real, except mqlease.redis's _-prefixed fast paths, which a user's client
+-- lacks; so the exactly-once policy sends every script through its eval.
+function _M.own_redis_client(real, overrides)
+  return setmetatable(overrides, { __index = function(_, name)
+    if type(name) == "string" and name:sub(1, 1) == "_" then return nil end
+    return function(_, ...) return real[name](real, ...) end
+  end })
+end
+
 function _M.sorted(t)
   local c = {}
   for i, v in ipairs(t or {}) do c[i] = v end
