@@ -42,7 +42,7 @@
 #   MQLEASE_BROKER_PORT    20911   (the broker also binds PORT-2 "fast" and PORT+1 HA)
 #   MQLEASE_GRPC_PORT      18081   (what clients dial: MQLEASE_ENDPOINTS)
 #   MQLEASE_REMOTING_PORT  18080   (proxy remoting protocol; unused by us but always bound)
-#   MQLEASE_BOOT_TIMEOUT   120     seconds to wait for each JVM's readiness line
+#   MQLEASE_BOOT_TIMEOUT   180     seconds to wait for each JVM's readiness line
 #   MQLEASE_TX_TIMEOUT_MS  3000    broker.conf transactionTimeOut: a half message this old is checked
 #   MQLEASE_TX_CHECK_INTERVAL_MS 2000  broker.conf transactionCheckInterval: how often it checks
 #   MQLEASE_TX_CHECK_MAX   60      broker.conf transactionCheckMax: checks before a half message is dropped
@@ -81,7 +81,7 @@ TX_TIMEOUT_MS=${MQLEASE_TX_TIMEOUT_MS:-3000}
 TX_CHECK_INTERVAL_MS=${MQLEASE_TX_CHECK_INTERVAL_MS:-2000}
 TX_CHECK_MAX=${MQLEASE_TX_CHECK_MAX:-60}
 HOST=127.0.0.1
-BOOT_TIMEOUT=${MQLEASE_BOOT_TIMEOUT:-120}  # s per JVM; typically a few s, more on a loaded CI box
+BOOT_TIMEOUT=${MQLEASE_BOOT_TIMEOUT:-180}  # s per JVM; typically a few s, a minute on a loaded CI box
 STOP_GRACE=${MQLEASE_STOP_GRACE:-15}  # seconds between SIGTERM and SIGKILL
 ACL=${MQLEASE_ACL:-0}
 CLUSTER=${MQLEASE_CLUSTER:-0}

@@ -184,7 +184,10 @@ function _M.redis(opts)
   local tries = opts.port and 1 or 8
   local said = ""
   for _ = 1, tries do
-    local p = opts.port or random(20000, 45000)
+    -- 22000-32000: under the kernel's default ephemeral range (32768-60999), where every
+    -- client socket takes its local port, and above the fixed ports a test harness or a
+    -- RocketMQ of one's own usually sits on (mk/rocketmq.sh's are 18080-21100)
+    local p = opts.port or random(22000, 32000)
     local out, temporary = opts.out, false
     if not out then
       if opts.dir then out = ("%s/redis-%d.out"):format(opts.dir, p) else out, temporary = os.tmpname(), true end

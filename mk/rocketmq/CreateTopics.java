@@ -49,7 +49,11 @@ import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
 
 public class CreateTopics {
     static final int QUEUES = 4;
-    static final long WAIT_MS = 10_000;
+    // How long a broker gets to show up in namesrv's cluster info, and a new topic in its route.
+    // Within a second when the box is idle; a CI run with two suites beside each other (load 20
+    // and more on 2 cores) once took longer than the 10 s this was. Waiting ends as soon as the
+    // check holds, so only a broker that is really gone costs the whole minute.
+    static final long WAIT_MS = 60_000;
     static final String READ_WRITE = "6"; // PermName.PERM_READ | PermName.PERM_WRITE, the default
 
     public static void main(String[] args) {

@@ -64,7 +64,7 @@ describe("mqlease against a RocketMQ with ACL on", function()
   local group = env.name("g_acl")
 
   setup(function()
-    env.sh(RMQ .. " start")
+    env.start_rocketmq(function(args) return env.sh(RMQ .. " " .. args) end)
     env.sh(("%s topics %s --group %s"):format(RMQ, topic, group))
   end)
 

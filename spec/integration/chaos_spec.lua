@@ -461,7 +461,7 @@ describe("chaos: the proxy JVM killed (SIGKILL) and restarted mid-stream", funct
   local logfile = os.tmpname()
 
   setup(function()
-    rmq("start")
+    env.start_rocketmq(rmq)
   end)
   teardown(function()
     stop_pid(worker, 15)

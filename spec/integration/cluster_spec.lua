@@ -214,7 +214,7 @@ end
 
 describe("two proxies in cluster mode, the one in use killed mid-run", function()
   setup(function()
-    rmq("start")
+    env.start_rocketmq(rmq)
   end)
   teardown(function()
     local pid = proxy2_pid()   -- never leave a frozen proxy behind (stop waits for its JVM)

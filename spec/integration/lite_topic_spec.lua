@@ -55,7 +55,7 @@ describe("lite topics on RocketMQ " .. VERSION, function()
   setup(function()
     parent, group = env.name("lite"), env.name("g_lite")
     started = true
-    rmq("start")
+    env.start_rocketmq(rmq)
     -- one admin JVM: the LITE topic and the group bound to it
     rmq(("topics %s:LITE --lite-group %s:%s"):format(parent, group, parent))
     c = assert(mqlease.consumer { endpoints = ENDPOINTS, group = group, topic = parent,
