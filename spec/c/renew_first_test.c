@@ -127,6 +127,33 @@ static void with_renewals_overdue_a_receive_waits_until_they_catch_up(void) {
     fixture_teardown(&c);
 }
 
+/* Behind, the next pass lets twice the bound out (mql_pace.h): the queue a
+ * fill made due drains into the broker instead of waiting for replies one
+ * bound at a time; caught up, the bound is the plain one again. */
+static void behind_the_next_pass_sends_up_to_twice_the_bound(void) {
+    mql_client c;
+    int64_t now;
+    int i;
+    setup(&c, 8, 500, 2);
+    now = mql_now_ms();
+    mql_renew_timers(&c, now, now + 60000);
+    CHECK(calls_of(&c, MQL_M_CHANGE) == 2);           /* not behind yet: the plain bound */
+    CHECK(mql_renew_behind(&c));
+    mql_renew_timers(&c, now, now + 60000);
+    CHECK(calls_of(&c, MQL_M_CHANGE) == 4);           /* behind: twice the bound */
+    CHECK(mql_renew_behind(&c));
+    for (i = 0; i < 4; i++) renewal_answered(&c);
+    now = mql_now_ms();
+    mql_renew_timers(&c, now, now + 60000);
+    CHECK(calls_of(&c, MQL_M_CHANGE) == 4);           /* the last four, still behind */
+    for (i = 0; i < 4; i++) renewal_answered(&c);
+    now = mql_now_ms();
+    mql_renew_timers(&c, now, now + 60000);
+    CHECK(calls_of(&c, MQL_M_CHANGE) == 0);
+    CHECK(!mql_renew_behind(&c));
+    fixture_teardown(&c);
+}
+
 /* Still behind when its long poll (at least the proxy's 5 s) has passed: it
  * is answered as a poll that found nothing, within what it promised. */
 static void a_held_receive_still_behind_after_its_poll_is_answered_empty(void) {
@@ -196,6 +223,7 @@ int main(void) {
     RUN(without_overdue_renewals_a_receive_goes_out_at_once);
     RUN(one_late_renewal_holds_no_receive);
     RUN(with_renewals_overdue_a_receive_waits_until_they_catch_up);
+    RUN(behind_the_next_pass_sends_up_to_twice_the_bound);
     RUN(a_held_receive_still_behind_after_its_poll_is_answered_empty);
     RUN(a_held_receive_keeps_its_deadline_when_it_goes_out_late);
     RUN(cancelling_the_receives_answers_the_held_ones);

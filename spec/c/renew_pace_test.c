@@ -135,10 +135,26 @@ static void renewals_go_out_together_at_most_a_sixty_fourth_of_the_period_early(
 static void no_more_renewals_start_than_the_cap_allows(void) {
     mql_pace p;
     mql_pace_init(&p, INVISIBLE, 0);
-    CHECK(mql_pace_may_start(&p, 0) == MQL_PACE_MAX_INFLIGHT);
-    CHECK(mql_pace_may_start(&p, MQL_PACE_MAX_INFLIGHT - 1) == 1);
-    CHECK(mql_pace_may_start(&p, MQL_PACE_MAX_INFLIGHT) == 0);
-    CHECK(mql_pace_may_start(&p, MQL_PACE_MAX_INFLIGHT + 5) == 0);
+    CHECK(mql_pace_may_start(&p, 0, 0) == MQL_PACE_MAX_INFLIGHT);
+    CHECK(mql_pace_may_start(&p, MQL_PACE_MAX_INFLIGHT - 1, 0) == 1);
+    CHECK(mql_pace_may_start(&p, MQL_PACE_MAX_INFLIGHT, 0) == 0);
+    CHECK(mql_pace_may_start(&p, MQL_PACE_MAX_INFLIGHT + 5, 0) == 0);
+}
+
+/* Behind, twice the bound: the queue a fill made due drains into the broker,
+ * where the margin (K x p99 latency) covers the wait; caught up, the renewals
+ * over the bound finish and no new one starts until they have. */
+static void behind_twice_as_many_renewals_may_be_in_flight(void) {
+    mql_pace p;
+    int most = MQL_PACE_MAX_INFLIGHT * MQL_PACE_BEHIND_INFLIGHT;
+    mql_pace_init(&p, INVISIBLE, 0);
+    CHECK(most == 2 * MQL_PACE_MAX_INFLIGHT);
+    CHECK(mql_pace_may_start(&p, 0, 1) == most);
+    CHECK(mql_pace_may_start(&p, MQL_PACE_MAX_INFLIGHT, 1) == most - MQL_PACE_MAX_INFLIGHT);
+    CHECK(mql_pace_may_start(&p, most, 1) == 0);
+    CHECK(mql_pace_may_start(&p, most - 1, 0) == 0);   /* caught up: none until below the bound */
+    p.max_inflight = 3;                                   /* the bound a test or a user sets */
+    CHECK(mql_pace_may_start(&p, 3, 1) == 3);
 }
 
 int main(void) {
@@ -151,5 +167,6 @@ int main(void) {
     RUN(a_later_renew_every_keeps_its_own_margin);
     RUN(renewals_go_out_together_at_most_a_sixty_fourth_of_the_period_early);
     RUN(no_more_renewals_start_than_the_cap_allows);
+    RUN(behind_twice_as_many_renewals_may_be_in_flight);
     return TEST_REPORT("renew_pace_test");
 }

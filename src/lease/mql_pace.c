@@ -68,8 +68,9 @@ int64_t mql_pace_behind_ms(const mql_pace *p) {
     return t > MQL_PACE_BEHIND_MIN_MS ? t : MQL_PACE_BEHIND_MIN_MS;
 }
 
-int mql_pace_may_start(const mql_pace *p, int inflight) {
-    return inflight < p->max_inflight ? p->max_inflight - inflight : 0;
+int mql_pace_may_start(const mql_pace *p, int inflight, int behind) {
+    int most = behind ? p->max_inflight * MQL_PACE_BEHIND_INFLIGHT : p->max_inflight;
+    return inflight < most ? most - inflight : 0;
 }
 
 static int bucket_of(int64_t ms) {

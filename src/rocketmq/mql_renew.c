@@ -315,7 +315,7 @@ int64_t mql_renew_timers(mql_client *c, int64_t now, int64_t wake) {
         /* due timers, and renewals due within the slack (only those: a
          * deadline check must not come early) */
         if (l->timer_ms > (renewal ? early : now)) break;
-        if (renewal && mql_pace_may_start(&cs->pace, cs->renew_inflight) == 0) {
+        if (renewal && mql_pace_may_start(&cs->pace, cs->renew_inflight, cs->renew_behind) == 0) {
             note_queue(c, start_age, due_age(c, l, now), late_sent);
             return now + RENEW_BLOCKED_WAKE_MS < wake ? now + RENEW_BLOCKED_WAKE_MS : wake;
         }
