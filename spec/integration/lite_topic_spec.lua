@@ -23,17 +23,7 @@ local ENDPOINTS = ("127.0.0.1:%d"):format(GRPC)
 local ENDPOINTS2 = ("127.0.0.1:%d"):format(BASE + 702)   -- the cluster's second proxy
 local function rmq(args) return env.sh(RMQ .. "bash mk/rocketmq.sh " .. args) end
 
-local VERSION = os.getenv("ROCKETMQ_VERSION") or "5.2.0"
-
-local function at_least(v)
-  local function parts(s) return { s:match("^(%d+)%.(%d+)%.(%d+)") } end
-  local have, want = parts(VERSION), parts(v)
-  for i = 1, 3 do
-    local h, w = tonumber(have[i]), tonumber(want[i])
-    if h ~= w then return h > w end
-  end
-  return true
-end
+local VERSION, at_least = env.rocketmq_version, env.rocketmq_at_least
 
 describe("lite topics on RocketMQ " .. VERSION, function()
   if not at_least("5.5.0") then

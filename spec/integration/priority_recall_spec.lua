@@ -5,18 +5,7 @@
 -- The suite runs this file on its first version (5.2.0) and its second (5.5.0).
 local env = require "support.env"
 
-local VERSION = os.getenv("ROCKETMQ_VERSION") or "5.2.0"
-
--- Whether VERSION is at least "a.b.c".
-local function at_least(v)
-  local function parts(s) return { s:match("^(%d+)%.(%d+)%.(%d+)") } end
-  local have, want = parts(VERSION), parts(v)
-  for i = 1, 3 do
-    local h, w = tonumber(have[i]), tonumber(want[i])
-    if h ~= w then return h > w end
-  end
-  return true
-end
+local VERSION, at_least = env.rocketmq_version, env.rocketmq_at_least
 
 -- The mqlease command from the checkout (it loads build/mqlease/core.so, not the
 -- sanitizer build the specs preload for): exit code, stdout, stderr.

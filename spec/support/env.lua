@@ -197,6 +197,19 @@ function _M.sh(cmd)
   return out
 end
 
+-- The RocketMQ version the specs run against (as mk/rocketmq.sh: ROCKETMQ_VERSION, else 5.2.0),
+-- and whether it is at least "a.b.c".
+_M.rocketmq_version = os.getenv("ROCKETMQ_VERSION") or "5.2.0"
+function _M.rocketmq_at_least(v)
+  local function parts(s) return { s:match("^(%d+)%.(%d+)%.(%d+)") } end
+  local have, want = parts(_M.rocketmq_version), parts(v)
+  for i = 1, 3 do
+    local h, w = tonumber(have[i]), tonumber(want[i])
+    if h ~= w then return h > w end
+  end
+  return true
+end
+
 -- Starts a RocketMQ of a spec's own (rmq(args) runs mk/rocketmq.sh with the spec's ports and
 -- run dir). The suite starts these once its background lane runs beside, four or five JVMs
 -- booting on two cores under a load of 20 and more, where a start can miss a deadline that
