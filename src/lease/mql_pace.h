@@ -23,9 +23,9 @@
  *                   renew_every lowers the invisible/3 part to what it leaves.
  *   how many now    at most max_inflight ChangeInvisibleDuration calls at
  *                   once (twice that while behind); due leases wait in timer
- *                   order. So a renewal's
- *                   request timeout measures the broker, not a queue of our
- *                   own making in front of one HTTP/2 connection.
+ *                   order. So a renewal's request timeout measures the
+ *                   broker, not a queue of our own making in front of one
+ *                   HTTP/2 connection.
  *
  *   behind         the oldest renewal due and not yet sent is older than
  *                   max(50 ms, every/400): the receive side then holds its
