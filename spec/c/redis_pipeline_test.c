@@ -3,7 +3,9 @@
  * round trip and each gets its own reply, in order; a server that dies after
  * part of the replies fails the rest (none lost, none shifted); a server that
  * sends more replies than commands fails the whole batch; NOSCRIPT replies
- * re-run as EVAL. The fake parses requests with hiredis' own reader. */
+ * re-run as EVAL, with their own script's text even when the client's cache of
+ * scripts dropped it while they were queued. The fake parses requests with
+ * hiredis' own reader. */
 #include <hiredis/hiredis.h>
 #include <poll.h>
 #include <pthread.h>
@@ -19,7 +21,7 @@
 #include "mql_redis.h"
 #include "mql_test.h"
 
-enum { ECHO, CUT, EXTRA };
+enum { ECHO, CUT, EXTRA, SCRIPTS };
 
 typedef struct fake {
     int listen_fd;
@@ -30,10 +32,12 @@ typedef struct fake {
     pthread_t thread;
 } fake;
 
-/* The reply to one request: its last argument as a bulk string; an EVALSHA
- * is refused with NOSCRIPT, as a server that never saw the script does. */
-static void reply_to(const redisReply *req, char *out, size_t outlen) {
+/* The reply to one request: its last argument as a bulk string (SCRIPTS: an
+ * EVAL's script); an EVALSHA is refused with NOSCRIPT, as a server that never
+ * saw the script does. */
+static void reply_to(const fake *f, const redisReply *req, char *out, size_t outlen) {
     const redisReply *last = req->element[req->elements - 1];
+    if (f->mode == SCRIPTS && strcasecmp(req->element[0]->str, "EVAL") == 0) last = req->element[1];
     if (strcasecmp(req->element[0]->str, "EVALSHA") == 0) {
         snprintf(out, outlen, "-NOSCRIPT No matching script\r\n");
         return;
@@ -52,17 +56,17 @@ static void serve(fake *f, int fd) {
         redisReaderFeed(reader, buf, (size_t)n);
         while (redisReaderGetReply(reader, &req) == REDIS_OK && req) {
             char one[256];
-            reply_to(req, one, sizeof(one));
+            reply_to(f, req, one, sizeof(one));
             freeReplyObject(req);
             req = NULL;
             seen++;
-            if (f->mode == ECHO) {
+            if (f->mode == ECHO || f->mode == SCRIPTS) {
                 if (write(fd, one, strlen(one)) < 0) done = 1;
             } else if (f->mode == EXTRA || seen <= f->answer) {
                 strncat(batch, one, sizeof(batch) - strlen(batch) - 1);
             }
         }
-        if (f->mode != ECHO && seen >= f->expect) {
+        if (f->mode != ECHO && f->mode != SCRIPTS && seen >= f->expect) {
             if (f->mode == EXTRA) strncat(batch, "+SURPLUS\r\n", sizeof(batch) - strlen(batch) - 1);
             if (write(fd, batch, strlen(batch)) < 0) {
             }
@@ -232,10 +236,41 @@ static void noscript_replies_rerun_as_eval_in_one_more_round_trip(void) {
     fake_stop(&f);
 }
 
+/* Commands of more scripts than the client's cache holds, built before any is
+ * submitted: the first scripts are evicted while their commands wait, and
+ * each command must still re-run with its own text (freed or shared wrongly,
+ * AddressSanitizer or the replies would tell). */
+static void scripts_evicted_while_queued_rerun_with_their_own_text(void) {
+    enum { N = 10 };
+    fake f;
+    mql_event *evs[N] = {0};
+    mql_redis_cmd *cmds[N];
+    char scripts[N][32];
+    uint64_t first;
+    mql_redis *r;
+    fake_start(&f, SCRIPTS, 0, 0);
+    r = client_for(&f);
+    for (int i = 0; i < N; i++) {
+        const char *argv[1] = {"k"};
+        size_t lens[1] = {1};
+        snprintf(scripts[i], sizeof(scripts[i]), "return 'v%d'", i);
+        /* the same script twice in a row: one cached copy serves both */
+        cmds[i] = mql_redis_cmd_eval(r, scripts[i / 2 * 2], 1, 1, argv, lens);
+    }
+    first = mql_redis_submit(r, cmds, N);
+    CHECK(collect(r, first, N, evs) == N);
+    for (int i = 0; i < N; i++)
+        CHECK(evs[i] && evs[i]->reply && strcmp(evs[i]->reply->str, scripts[i / 2 * 2]) == 0);
+    free_events(evs, N);
+    mql_redis_free(r);
+    fake_stop(&f);
+}
+
 int main(void) {
     RUN(commands_queued_together_cross_in_one_round_trip);
     RUN(a_server_that_dies_mid_reply_fails_the_rest);
     RUN(more_replies_than_commands_fail_the_whole_batch);
     RUN(noscript_replies_rerun_as_eval_in_one_more_round_trip);
+    RUN(scripts_evicted_while_queued_rerun_with_their_own_text);
     return TEST_REPORT("redis_pipeline");
 }

@@ -91,15 +91,15 @@ void mql_redis_wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t whe
 }
 
 /* The argv index of the key that picks a Cluster slot (0: none). */
-static int key_index_of(int argc, char **argv, const char *script) {
-    if (script) return argc > 3 && atoi(argv[2]) > 0 ? 3 : 0;
+static int key_index_of(int argc, char **argv, int eval) {
+    if (eval) return argc > 3 && atoi(argv[2]) > 0 ? 3 : 0;
     return argc > 1 ? 1 : 0;
 }
 
 /* Runs argv; on NOSCRIPT re-runs it as EVAL with the script. NULL + res on failure. */
 redisReply *mql_redis_run(mql_redis_link *link, int argc, char **argv, size_t *lens,
                           const char *script, mql_result *res) {
-    int key = key_index_of(argc, argv, script);
+    int key = key_index_of(argc, argv, script != NULL);
     redisReply *reply = mql_redis_link_run(link, argc, (const char **)argv, lens, key, res);
     if (reply && script && reply->type == REDIS_REPLY_ERROR &&
         strncmp(reply->str, "NOSCRIPT", 8) == 0) {
@@ -121,14 +121,13 @@ redisReply *mql_redis_run(mql_redis_link *link, int argc, char **argv, size_t *l
 
 /* ------------------------------------------------------------ commands */
 
+static void script_release(redis_script *s) {
+    if (s && __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) == 0) free(s);
+}
+
 static void cmd_free(redis_cmd *cmd) {
-    int i;
-    for (i = 0; i < cmd->argc; i++)
-        if (!(cmd->script && i == 0)) free(cmd->argv[i]);   /* argv[0] "EVALSHA" is static */
-    free(cmd->argv);
-    free(cmd->lens);
-    free(cmd->script);
-    free(cmd);
+    script_release(cmd->script);
+    free(cmd);   /* argv, lens and the arguments are in the same block */
 }
 
 static int is_noscript(const redisReply *reply) {
@@ -158,9 +157,9 @@ static int rerun_noscript(mql_redis *r, redis_cmd **cmds, int n, redisReply **re
         memcpy(lens, c->lens, (size_t)c->argc * sizeof(*lens));
         argv[0] = "EVAL";
         lens[0] = 4;
-        argv[1] = c->script;
-        lens[1] = strlen(c->script);
-        av[m] = (mql_redis_argv){c->argc, argv, lens, key_index_of(c->argc, c->argv, c->script)};
+        argv[1] = c->script->text;
+        lens[1] = c->script->len;
+        av[m] = (mql_redis_argv){c->argc, argv, lens, key_index_of(c->argc, c->argv, c->script != NULL)};
         idx[m++] = i;
     }
     if (!m) return 0;
@@ -183,7 +182,7 @@ static void exec_batch(mql_redis *r, redis_cmd **cmds, int n) {
     int i, trips;
     for (i = 0; i < n; i++)
         av[i] = (mql_redis_argv){cmds[i]->argc, (const char **)cmds[i]->argv, cmds[i]->lens,
-                                 key_index_of(cmds[i]->argc, cmds[i]->argv, cmds[i]->script)};
+                                 key_index_of(cmds[i]->argc, cmds[i]->argv, cmds[i]->script != NULL)};
     trips = mql_redis_link_run_many(r->cmd_link, n, av, replies, res);
     for (i = 0; i < n; i++)
         if (cmds[i]->script && is_noscript(replies[i])) break;
@@ -286,9 +285,10 @@ void mql_redis_free(mql_redis *r) {
         knext = k->next;
         mql_redis_keepalive_free(k);
     }
+    free(r->ka_index);
     mql_redis_link_free(r->cmd_link);
     mql_redis_link_free(r->ka_link);
-    for (int i = 0; i < SHA_CACHE; i++) free(r->sha_cache[i].script);
+    for (int i = 0; i < SHA_CACHE; i++) script_release(r->sha_cache[i]);
     mql_events_destroy(&r->events);
     pthread_cond_destroy(&r->cmd_cond);
     pthread_cond_destroy(&r->ka_cond);
@@ -327,53 +327,79 @@ uint64_t mql_redis_submit(mql_redis *r, mql_redis_cmd **cmds, int n) {
     return first;
 }
 
-static void copy_arg(redis_cmd *cmd, int i, const char *s, size_t len) {
-    cmd->argv[i] = mql_xmalloc(len + 1);
-    memcpy(cmd->argv[i], s, len);
-    cmd->argv[i][len] = '\0';
-    cmd->lens[i] = len;
-}
-
-mql_redis_cmd *mql_redis_cmd_new(int argc, const char **argv, const size_t *lens) {
-    redis_cmd *cmd = mql_xcalloc(1, sizeof(*cmd));
-    int i;
+/* A command of argc arguments with room for `bytes` of their text, in one
+ * block; *text is where that room starts. */
+static redis_cmd *cmd_alloc(int argc, size_t bytes, char **text) {
+    size_t head = sizeof(redis_cmd) + (size_t)argc * (sizeof(char *) + sizeof(size_t));
+    redis_cmd *cmd = mql_xcalloc(1, head + bytes);
     cmd->argc = argc;
-    cmd->argv = mql_xcalloc((size_t)argc, sizeof(char *));
-    cmd->lens = mql_xcalloc((size_t)argc, sizeof(size_t));
-    for (i = 0; i < argc; i++) copy_arg(cmd, i, argv[i], lens[i]);
+    cmd->argv = (char **)(cmd + 1);
+    cmd->lens = (size_t *)(cmd->argv + argc);
+    *text = (char *)(cmd->lens + argc);
     return cmd;
 }
 
-/* script's SHA1, from the cache when it was seen lately (host only). */
-static const char *script_sha(mql_redis *r, const char *script) {
-    int i, slot;
-    for (i = 0; i < SHA_CACHE; i++)
-        if (r->sha_cache[i].script && strcmp(r->sha_cache[i].script, script) == 0)
-            return r->sha_cache[i].sha;
-    slot = r->sha_next;
-    r->sha_next = (slot + 1) % SHA_CACHE;
-    free(r->sha_cache[slot].script);
-    r->sha_cache[slot].script = mql_strdup(script);
-    sha1_hex(script, r->sha_cache[slot].sha);
-    return r->sha_cache[slot].sha;
+/* Copies s into the block at p as argument i; returns where the next goes. */
+static char *put_arg(redis_cmd *cmd, int i, char *p, const char *s, size_t len) {
+    memcpy(p, s, len);
+    p[len] = '\0';
+    cmd->argv[i] = p;
+    cmd->lens[i] = len;
+    return p + len + 1;
+}
+
+static size_t text_bytes(int argc, const size_t *lens) {
+    size_t bytes = 0;
+    int i;
+    for (i = 0; i < argc; i++) bytes += lens[i] + 1;
+    return bytes;
+}
+
+mql_redis_cmd *mql_redis_cmd_new(int argc, const char **argv, const size_t *lens) {
+    char *p;
+    redis_cmd *cmd = cmd_alloc(argc, text_bytes(argc, lens), &p);
+    int i;
+    for (i = 0; i < argc; i++) p = put_arg(cmd, i, p, argv[i], lens[i]);
+    return cmd;
+}
+
+/* script, with its SHA1, from the cache when it was seen lately (host only);
+ * the caller gets a reference of its own. */
+static redis_script *script_ref(mql_redis *r, const char *script) {
+    size_t len = strlen(script);
+    redis_script *s;
+    int i;
+    for (i = 0; i < SHA_CACHE; i++) {
+        s = r->sha_cache[i];
+        if (s && s->len == len && memcmp(s->text, script, len) == 0) goto found;
+    }
+    s = mql_xmalloc(sizeof(*s) + len + 1);
+    s->refs = 1;   /* the cache's */
+    s->len = len;
+    memcpy(s->text, script, len + 1);
+    sha1_hex(script, s->sha);
+    i = r->sha_next;
+    r->sha_next = (i + 1) % SHA_CACHE;
+    script_release(r->sha_cache[i]);
+    r->sha_cache[i] = s;
+found:
+    __atomic_add_fetch(&s->refs, 1, __ATOMIC_ACQ_REL);
+    return s;
 }
 
 mql_redis_cmd *mql_redis_cmd_eval(mql_redis *r, const char *script, int numkeys, int argc,
                                   const char **argv, const size_t *lens) {
-    redis_cmd *cmd = mql_xcalloc(1, sizeof(*cmd));
-    const char *sha = script_sha(r, script);
-    char nk[16];
+    char nk[16], *p;
+    size_t nk_len = (size_t)snprintf(nk, sizeof(nk), "%d", numkeys);
+    redis_cmd *cmd = cmd_alloc(argc + 3, nk_len + 1 + text_bytes(argc, lens), &p);
     int i;
-    snprintf(nk, sizeof(nk), "%d", numkeys);
-    cmd->script = mql_strdup(script);
-    cmd->argc = argc + 3;
-    cmd->argv = mql_xcalloc((size_t)cmd->argc, sizeof(char *));
-    cmd->lens = mql_xcalloc((size_t)cmd->argc, sizeof(size_t));
+    cmd->script = script_ref(r, script);
     cmd->argv[0] = "EVALSHA";
     cmd->lens[0] = 7;
-    copy_arg(cmd, 1, sha, 40);
-    copy_arg(cmd, 2, nk, strlen(nk));
-    for (i = 0; i < argc; i++) copy_arg(cmd, i + 3, argv[i], lens[i]);
+    cmd->argv[1] = cmd->script->sha;
+    cmd->lens[1] = 40;
+    p = put_arg(cmd, 2, p, nk, nk_len);
+    for (i = 0; i < argc; i++) p = put_arg(cmd, i + 3, p, argv[i], lens[i]);
     return cmd;
 }
 

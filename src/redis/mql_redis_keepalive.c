@@ -13,9 +13,7 @@
 /* ------------------------------------------------------------ keepalives */
 
 void mql_redis_keepalive_free(keepalive *k) {
-    free(k->key);
-    free(k->owner);
-    free(k);
+    free(k);   /* key and owner are in the same block */
 }
 
 enum { RENEW_KEPT, RENEW_RETRY, RENEW_LOST };
@@ -86,11 +84,66 @@ static keepalive *earliest(const mql_redis *r) {
     return best;
 }
 
-static void unlink_keepalive(mql_redis *r, keepalive *k) {
-    keepalive **pp;
-    for (pp = &r->alive; *pp != k; pp = &(*pp)->next) {
+/* ------------------------------------------------------------ index by id */
+
+static size_t home_slot(uint64_t id, size_t cap) {
+    return (size_t)((id * 0x9E3779B97F4A7C15ull) >> 32) & (cap - 1);
+}
+
+static void index_put(keepalive **slots, size_t cap, keepalive *k) {
+    size_t i = home_slot(k->id, cap);
+    while (slots[i]) i = (i + 1) & (cap - 1);
+    slots[i] = k;
+}
+
+/* Adds k, growing the table to keep it at most half full (mutex held). */
+static void index_add(mql_redis *r, keepalive *k) {
+    if ((r->ka_count + 1) * 2 > r->ka_cap) {
+        size_t cap = r->ka_cap ? r->ka_cap * 2 : 64, i;
+        keepalive **slots = mql_xcalloc(cap, sizeof(*slots));
+        for (i = 0; i < r->ka_cap; i++)
+            if (r->ka_index[i]) index_put(slots, cap, r->ka_index[i]);
+        free(r->ka_index);
+        r->ka_index = slots;
+        r->ka_cap = cap;
     }
-    *pp = k->next;
+    index_put(r->ka_index, r->ka_cap, k);
+    r->ka_count++;
+}
+
+/* The slot of id, or -1 (mutex held). */
+static long index_find(const mql_redis *r, uint64_t id) {
+    size_t i;
+    if (!r->ka_cap) return -1;
+    for (i = home_slot(id, r->ka_cap); r->ka_index[i]; i = (i + 1) & (r->ka_cap - 1))
+        if (r->ka_index[i]->id == id) return (long)i;
+    return -1;
+}
+
+/* Empties slot i, moving back the entries after it that probed past it, so
+ * that no search stops short at the hole (mutex held). */
+static void index_remove_at(mql_redis *r, size_t i) {
+    size_t mask = r->ka_cap - 1, j;
+    r->ka_index[i] = NULL;
+    r->ka_count--;
+    for (j = (i + 1) & mask; r->ka_index[j]; j = (j + 1) & mask) {
+        size_t home = home_slot(r->ka_index[j]->id, r->ka_cap);
+        /* the entry at j may fill i unless its home lies cyclically in (i, j] */
+        int stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+        if (!stays) {
+            r->ka_index[i] = r->ka_index[j];
+            r->ka_index[j] = NULL;
+            i = j;
+        }
+    }
+}
+
+static void unlink_keepalive(mql_redis *r, keepalive *k) {
+    long slot = index_find(r, k->id);
+    if (slot >= 0) index_remove_at(r, (size_t)slot);
+    if (k->prev) k->prev->next = k->next;
+    else r->alive = k->next;
+    if (k->next) k->next->prev = k->prev;
 }
 
 void *mql_redis_ka_thread_main(void *arg) {
@@ -133,14 +186,19 @@ void *mql_redis_ka_thread_main(void *arg) {
 
 uint64_t mql_redis_keepalive(mql_redis *r, const char *key, const char *owner, int64_t ttl_ms,
                              int64_t every_ms, int64_t max_ms, int64_t since_ms) {
-    keepalive *k = mql_xcalloc(1, sizeof(*k));
+    size_t key_len = strlen(key), owner_len = strlen(owner);
+    /* one block for the record, its key and its owner: one per message under
+     * the exactly-once policy, made here and freed at its stop */
+    keepalive *k = mql_xcalloc(1, sizeof(*k) + key_len + owner_len + 2);
     int64_t now = mql_now_ms();
     /* the key's TTL started when its acquire was sent, however late this call
      * comes; a time from the future is no acquire of ours, so it counts as now */
     int64_t since = since_ms > 0 && since_ms < now ? since_ms : now;
     uint64_t id;
-    k->key = mql_strdup(key);
-    k->owner = mql_strdup(owner);
+    k->key = (char *)(k + 1);
+    memcpy(k->key, key, key_len + 1);
+    k->owner = k->key + key_len + 1;
+    memcpy(k->owner, owner, owner_len + 1);
     k->ttl_ms = ttl_ms;
     k->every_ms = every_ms > 0 ? every_ms : ttl_ms / 3;
     k->next_at = since + k->every_ms;   /* already due when registered late */
@@ -149,7 +207,9 @@ uint64_t mql_redis_keepalive(mql_redis *r, const char *key, const char *owner, i
     pthread_mutex_lock(&r->mu);
     id = k->id = ++r->next_op;
     k->next = r->alive;
+    if (r->alive) r->alive->prev = k;
     r->alive = k;
+    index_add(r, k);
     if (k->next_at < r->ka_wake_at) pthread_cond_signal(&r->ka_cond);
     pthread_mutex_unlock(&r->mu);
     return id;
@@ -157,10 +217,8 @@ uint64_t mql_redis_keepalive(mql_redis *r, const char *key, const char *owner, i
 
 /* The keepalive of id (mutex held), or NULL. */
 static keepalive *find_keepalive(mql_redis *r, uint64_t id) {
-    keepalive *k;
-    for (k = r->alive; k && k->id != id; k = k->next) {
-    }
-    return k;
+    long slot = index_find(r, id);
+    return slot >= 0 ? r->ka_index[slot] : NULL;
 }
 
 /* Lost: a renewal said so, its budget is spent, or the TTL ran out since the

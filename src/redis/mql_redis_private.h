@@ -22,19 +22,36 @@
     "if redis.call('get', KEYS[1]) == ARGV[1] then "                        \
     "return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end"
 
+/* A script's text and SHA1, shared by the host's cache and every command
+ * queued with it: the text is needed only when a server answers NOSCRIPT, so
+ * a command holds a reference instead of a copy. Counted atomically, because
+ * the command thread drops a command's reference while the host may evict
+ * the cache's. */
+typedef struct redis_script {
+    int refs;
+    char sha[41];
+    size_t len;
+    char text[];
+} redis_script;
+
+/* One allocation per command: argv and lens point into the same block, and
+ * so do the arguments' bytes (argv[0] "EVALSHA" is static and an EVALSHA's
+ * argv[1] is its script's SHA1). Built by the host, freed by the command
+ * thread: a dozen small blocks a command, each freed on another thread than
+ * made it, kept glibc's arena locks busy. */
 typedef struct redis_cmd {
     struct redis_cmd *next;
     uint64_t op;
     int argc;
     char **argv;
     size_t *lens;
-    char *script;            /* non-NULL: an EVALSHA whose argv[1] is the SHA1 */
+    redis_script *script;    /* non-NULL: an EVALSHA of that script */
 } redis_cmd;
 
 enum { KA_ACTIVE, KA_LOST, KA_SPENT };
 
 typedef struct keepalive {
-    struct keepalive *next;
+    struct keepalive *next, *prev;   /* the client's list of them (alive) */
     uint64_t id;
     char *key, *owner;
     int64_t ttl_ms, every_ms;
@@ -54,6 +71,12 @@ struct mql_redis {
     int stopping;
     redis_cmd *head, *tail;
     keepalive *alive;        /* stays listed until keepalive_stop */
+    /* The same keepalives by id (open addressing, at most half full): the
+     * exactly-once policy asks about and stops a lock for every message, the
+     * oldest of hundreds first, and a walk of the list for each cost a tenth
+     * of the policy's CPU. */
+    keepalive **ka_index;
+    size_t ka_cap, ka_count;
     /* When the keepalive thread sleeps until (INT64_MIN while it is awake, and
      * will look at the list again anyway): a new lock due later than that
      * needs no wake-up. Waking it for each of thousands of locks a second,
@@ -69,7 +92,7 @@ struct mql_redis {
      * three scripts for every message, and hashing each again (OpenSSL 3
      * fetches the digest anew on every EVP_Digest) cost more than the Lua
      * around it. Touched only by the host, which builds the commands. */
-    struct { char *script; char sha[41]; } sha_cache[SHA_CACHE];
+    redis_script *sha_cache[SHA_CACHE];
     int sha_next;
 };
 
