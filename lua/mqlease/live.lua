@@ -123,7 +123,7 @@ local function entry(c, lease, m, running)
     renewals = renewals, uncertain = uncertain == true,
     fence = rawget(lease, "fence"), lock_owner = rawget(lease, "lock_owner"),
     -- the exactly-once lock could not be kept: another instance may run the message
-    lock_lost = rawget(lease, "_lock_is_lost") or nil,
+    lock_lost = not lease_mod.lock_kept(lease) or nil,
   }
   if m then
     e.id, e.topic, e.delivery_attempt = m.id, m.topic or c.topic, m.delivery_attempt

@@ -139,12 +139,6 @@ local function check_options(opts)
   return o
 end
 
--- Whether the lock of keepalive id is lost by now, or nil when the client (one
--- of the user's own) cannot tell without stopping it.
-local function lost_now(rc, id)
-  return rc.keepalive_lost ~= nil and rc:keepalive_lost(id)
-end
-
 -- The lock owners of one policy: the consumer's id and a random token, made
 -- once per consumer, then a count, so every acquire has an owner of its own
 -- (an attempt whose lock lapsed must not unlock a later attempt's lock).
@@ -245,6 +239,19 @@ function _M.exactly_once(opts)
     return rc:eval(FINISH, { lock_key, done_key }, { owner, done_ttl })
   end
 
+  -- Stops the lock's keepalive; one that found the lock lapsed or taken
+  -- (a slow or failed-over Redis) while the handler ran, or while its marker
+  -- was written, is counted: another instance may have run the message too,
+  -- and its fence is the newer one. One question of the keepalive where
+  -- asking whether it was lost and then stopping it were two.
+  local function let_lock_go(m, lease)
+    if lease_mod.drop_lock(lease) then
+      lease:_lock_lost()
+      m.consumer:count("lock_lost")
+    end
+    lease.lock_owner = nil   -- the live view shows the lock only while it is held
+  end
+
   local function finish(rc, m, lease, lock_key, done_key, owner)
     local marked, err = mark_done(rc, lock_key, done_key, owner)
     if marked ~= nil then return true end
@@ -290,7 +297,7 @@ function _M.exactly_once(opts)
     lease.fence, lease.lock_owner = got[2], owner
     local keepalive
     if rc._keep_lock then
-      keepalive = rc:_keep_lock(lock_key, owner, ka_ttl_ms, ka_every_ms, ka_max_ms, floor(acquired_at * 1000), lease)
+      keepalive = rc:_keep_lock(lock_key, owner, ka_ttl_ms, ka_every_ms, ka_max_ms, floor(acquired_at * 1000))
     else
       keepalive = rc:keepalive(lock_key, owner, o.lock_ttl, o.lock_ttl / 3, o.max_hold,
         function() lease:_lock_lost() end, acquired_at)
@@ -300,26 +307,18 @@ function _M.exactly_once(opts)
     lease_mod.hold_lock(lease, rc, keepalive)
 
     local ok, res, herr = pcall(handler, m, lease)
-    -- asked of the client's keepalive now (it stays on until the marker is written)
-    if lost_now(rc, keepalive) then
-      -- the lock lapsed or was taken while the handler ran (a slow or failed-over
-      -- Redis): another instance may have run it too; its fence is the newer one
-      lease:_lock_lost()
-      m.consumer:count("lock_lost")
-    end
     if ok and res then
       -- the done marker before the ack: a redelivery from now on is acked
-      -- without running; the unlock rides in the same script (see FINISH)
+      -- without running; the unlock rides in the same script (see FINISH).
+      -- The keepalive stays on until the marker is written.
       local marked, ferr = finish(rc, m, lease, lock_key, done_key, owner)
-      lease_mod.drop_lock(lease)
-      lease.lock_owner = nil   -- the live view shows the lock only while it is held
+      let_lock_go(m, lease)
       if marked then return "ack" end
       -- the lease ended first: no ack; the lock lapses at its TTL, and the
       -- redelivery runs the handler again (the marker is all that could tell)
       return "nack", nil, "done marker not recorded: " .. tostring(ferr)
     end
-    lease_mod.drop_lock(lease)
-    lease.lock_owner = nil
+    let_lock_go(m, lease)
     unlock(rc, lock_key, owner)
     if not ok then return "nack", nil, tostring(res) end
     return "nack", nil, herr ~= nil and tostring(herr) or "handler returned false"

@@ -108,11 +108,16 @@ function _M.new(opts)
   local client = core.redis(parse(opts))
   local self = setmetatable({ _session = session_mod.new(client), _lost = {}, _on_lost = {} }, mt)
   local lost, on_lost = self._lost, self._on_lost
+  -- Only a keepalive with a callback is looked up here. Every other one is
+  -- answered by the core's own record (keepalive_lost, keepalive_stop), which
+  -- knows the loss before this event is read; recording the event for those
+  -- would leave an entry behind for each lock lost after its stop.
   self._session.on_lock_lost = function(id)
-    lost[id] = true
     local cb = on_lost[id]
-    if type(cb) == "function" then cb(id)
-    elseif cb then cb:_lock_lost() end   -- a lease (see _keep_lock)
+    if cb then
+      lost[id] = true
+      cb(id)
+    end
   end
   return self
 end
@@ -247,12 +252,10 @@ function methods:keepalive(key, owner, ttl, every, max, on_lost, since)
 end
 
 -- keepalive() for mqlease.policy: the times already in whole milliseconds
--- (since_ms: when the acquire was sent), and a lease whose _lock_lost() its
--- loss calls, instead of a function made for each lock.
-function methods:_keep_lock(key, owner, ttl_ms, every_ms, max_ms, since_ms, lease)
-  local id = self._session.client:keepalive(key, owner, ttl_ms, every_ms, max_ms, since_ms)
-  self._on_lost[id] = lease
-  return id
+-- (since_ms: when the acquire was sent), and no callback: the policy's lease
+-- asks keepalive_lost (lease.lock_kept), so nothing is recorded for it here.
+function methods:_keep_lock(key, owner, ttl_ms, every_ms, max_ms, since_ms)
+  return self._session.client:keepalive(key, owner, ttl_ms, every_ms, max_ms, since_ms)
 end
 
 -- true once keepalive id is known lost (a renewal found the key gone or taken,
@@ -268,11 +271,13 @@ end
 
 -- Stops a keepalive; returns true if it had been lost meanwhile (a renewal
 -- found the key gone or taken, or the TTL ran out since the last renewal).
+-- The core's record answers that, whether or not its lost event was read
+-- yet: no pump here (one read of the event descriptor and one table for every
+-- lock, on the exactly-once policy's path, for an answer already known).
 function methods:keepalive_stop(id)
   local lapsed = false
   if not self._session.client:closed() then
     lapsed = self._session.client:keepalive_stop(id)
-    self._session:pump()
   end
   local lost = lapsed or self._lost[id] == true
   self._lost[id], self._on_lost[id] = nil, nil

@@ -180,9 +180,25 @@ void lmql_push_reply(lua_State *L, const mql_reply *r) {
     }
 }
 
+/* The fields push_event sets on ev's table, so the table is made at its
+ * size: most events are a Redis reply or an ack (kind, op, ok and one more),
+ * thousands a second under the exactly-once policy, and a table made for
+ * eight fields took twice the memory those four need. */
+static int event_fields(const mql_event *ev) {
+    int n = 3;   /* kind, op, ok; a lease event's kind, lease_id, state, renewals */
+    if (ev->kind == MQL_EV_LEASE) return 4;
+    if (ev->kind != MQL_EV_OP) return 3;
+    if (!ev->result.ok) n += 2;
+    if (ev->msgs || ev->nmsgs) n += 2;
+    if (ev->message_id) n += ev->transaction_id ? 4 : 3;
+    if (ev->reply) n += ev->reply->type == MQL_REPLY_ERROR ? 2 : 1;
+    if (ev->entries) n += 1;
+    return n;
+}
+
 static void push_event(lua_State *L, const mql_event *ev) {
     size_t i;
-    lua_createtable(L, 0, 8);
+    lua_createtable(L, 0, event_fields(ev));
     if (ev->kind == MQL_EV_LOCK_LOST) {
         lmql_set_str(L, "kind", "lock_lost");
         lmql_set_int(L, "keepalive", (lua_Integer)ev->keepalive_id);
