@@ -99,6 +99,7 @@ build = {
       ["mqlease.text"] = "lua/mqlease/text.lua",
       ["mqlease.trace"] = "lua/mqlease/trace.lua",
       ["mqlease.transaction"] = "lua/mqlease/transaction.lua",
+      ["mqlease.policy.batch"] = "lua/mqlease/policy/batch.lua",
       ["mqlease.policy.transaction"] = "lua/mqlease/policy/transaction.lua",
     },
     bin = { mqlease = "bin/mqlease", ["mqlease-devbroker"] = "build/rock/mqlease-devbroker" },

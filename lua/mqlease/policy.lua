@@ -23,6 +23,8 @@ local redis_mod = require "mqlease.redis"
 local core = require "mqlease.core"
 local lease_mod = require "mqlease.lease"
 local wait = require "mqlease.loop"
+local batch_mod = require "mqlease.policy.batch"
+local sched_adapter = require "mqlease.loop.scheduler"
 
 local pcall, tostring, type, error, pairs, rawget, setmetatable = pcall, tostring, type, error, pairs, rawget, setmetatable
 local floor, random, min = math.floor, math.random, math.min
@@ -72,7 +74,49 @@ if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) 
 return 0
 ]]
 
-_M.scripts = { acquire = ACQUIRE, unlock = UNLOCK, finish = FINISH }
+-- ACQUIRE and FINISH for the messages of one scheduler turn at once (see
+-- mqlease.policy.batch): each message's part as its own script does it, in a
+-- pcall, so one message's error is its answer alone ({-1, message}).
+-- KEYS: lock, fence, done of each message; ARGV: the lock's TTL in ms, the
+-- fence's TTL in ms, then each message's owner. -> one answer per message:
+-- {1, fence} | {0, owner} | {2, ''} | {-1, error}.
+local ACQUIRE_MANY = [[
+local out, ttl, fence_ttl = {}, ARGV[1], ARGV[2]
+local function one(lock, fence, done, owner)
+  if redis.call('exists', done) == 1 then return {2, ''} end
+  if redis.call('set', lock, owner, 'NX', 'PX', ttl) then
+    local f = redis.call('incr', fence)
+    redis.call('pexpire', fence, fence_ttl)
+    return {1, f}
+  end
+  return {0, redis.call('get', lock) or ''}
+end
+for i = 1, #ARGV - 2 do
+  local ok, res = pcall(one, KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i], ARGV[i + 2])
+  if ok then out[i] = res else out[i] = {-1, type(res) == 'table' and res.err or tostring(res)} end
+end
+return out
+]]
+
+-- KEYS: lock, done of each message; ARGV: the marker's TTL in seconds, then
+-- each message's owner. -> one answer per message: {1, the unlock's 1 or 0}
+-- | {-1, error}.
+local FINISH_MANY = [[
+local out, ttl = {}, ARGV[1]
+local function one(lock, done, owner)
+  redis.call('set', done, '1', 'EX', ttl)
+  if redis.call('get', lock) == owner then return redis.call('del', lock) end
+  return 0
+end
+for i = 1, #ARGV - 1 do
+  local ok, res = pcall(one, KEYS[2 * i - 1], KEYS[2 * i], ARGV[i + 1])
+  if ok then out[i] = {1, res} else out[i] = {-1, type(res) == 'table' and res.err or tostring(res)} end
+end
+return out
+]]
+
+_M.scripts = { acquire = ACQUIRE, unlock = UNLOCK, finish = FINISH, acquire_many = ACQUIRE_MANY,
+  finish_many = FINISH_MANY }
 
 -- The keys of one message: { done =, lock =, fence = } (README "Key layout").
 -- They share the hash tag {<id>}, so a Redis Cluster keeps them in one slot
@@ -89,7 +133,7 @@ end
 local defaults = {
   redis = "127.0.0.1:6379", prefix = "mqlease:", done_ttl = 7 * 86400, lock_ttl = 30,
   on_locked = "defer", fail = "closed", defer_delay = 5, fail_delay = 5, max_hold = 3600,
-  max_defer = 600,
+  max_defer = 600, batch = true,
 }
 
 -- The least each number may be, and why: a TTL is whole seconds on the wire
@@ -131,6 +175,7 @@ local function check_options(opts)
     end
   end
   if type(o.prefix) ~= "string" then error("mqlease.policy.exactly_once: option 'prefix' must be a string", 3) end
+  if type(o.batch) ~= "boolean" then error("mqlease.policy.exactly_once: option 'batch' must be true or false", 3) end
   -- a Redis address or options table: checked now, connected at the first message
   if not (type(o.redis) == "table" and o.redis.call) then
     local ok, err = pcall(redis_mod.check, o.redis)
@@ -176,6 +221,25 @@ function _M.exactly_once(opts)
   local function client()
     if not r then r = redis_mod.new(o.redis) end
     return r
+  end
+
+  -- The acquires and the done markers of one scheduler turn, one script
+  -- call each (mqlease.policy.batch), for a client whose keys all live on
+  -- one server; made at the first message, false when the client cannot
+  -- (Redis Cluster, a client of the user's own) or batch = false (a proxy
+  -- that shards keys by their hash tag: one script over many messages' keys
+  -- would reach one shard).
+  local acquires, finishes
+  local function batches(rc)
+    if acquires == nil then
+      if o.batch and rc._one_server and rc:_one_server() then
+        acquires = batch_mod.new(rc, ACQUIRE_MANY, 3, { ttl_ms, done_ttl_ms })
+        finishes = batch_mod.new(rc, FINISH_MANY, 2, { done_ttl })
+      else
+        acquires, finishes = false, false
+      end
+    end
+    return acquires and sched_adapter.current()
   end
 
   -- A message that may not run yet (another owner holds its lock, or Redis
@@ -253,7 +317,10 @@ function _M.exactly_once(opts)
   end
 
   local function finish(rc, m, lease, lock_key, done_key, owner)
-    local marked, err = mark_done(rc, lock_key, done_key, owner)
+    local marked, err
+    local sched = batches(rc)
+    if sched then marked, err = finishes:call(sched, owner, lock_key, done_key)
+    else marked, err = mark_done(rc, lock_key, done_key, owner) end
     if marked ~= nil then return true end
     local backoff = FINISH_BACKOFF
     m.consumer:count("done_marker_failed")
@@ -274,7 +341,10 @@ function _M.exactly_once(opts)
     local owner = owner_of(m)
     -- the lock's TTL runs from the acquire, not from when this coroutine resumes
     local acquired_at = core.now()
-    local got, err = acquire(rc, lock_key, fence_key, done_key, owner)
+    local sched = batches(rc)
+    local got, err
+    if sched then got, err = acquires:call(sched, owner, lock_key, fence_key, done_key)
+    else got, err = acquire(rc, lock_key, fence_key, done_key, owner) end
     if got == nil then return unreachable(m, lease, handler, err) end
     if got[1] == 2 then
       -- done before (a redelivery, or its owner just finished): a known duplicate

@@ -105,8 +105,10 @@ function _M.check(opts)
 end
 
 function _M.new(opts)
-  local client = core.redis(parse(opts))
-  local self = setmetatable({ _session = session_mod.new(client), _lost = {}, _on_lost = {} }, mt)
+  local cfg = parse(opts)
+  local client = core.redis(cfg)
+  local self = setmetatable({ _session = session_mod.new(client), _lost = {}, _on_lost = {},
+    _cluster = cfg.cluster == true }, mt)
   local lost, on_lost = self._lost, self._on_lost
   -- Only a keepalive with a callback is looked up here. Every other one is
   -- answered by the core's own record (keepalive_lost, keepalive_stop), which
@@ -225,6 +227,13 @@ end
 function methods:_eval_cmd(cmd)
   if self._session.client:closed() then return nil, "the redis client is closed", "CLOSED" end
   return submit(self, cmd)
+end
+
+-- true unless the client is of a Redis Cluster: then keys of different
+-- hash tags may live on different nodes, and one script may not touch them.
+-- For mqlease.policy, which sends the scripts of many messages as one.
+function methods:_one_server()
+  return not self._cluster
 end
 
 -- r:stats() -> { round_trips =, commands = }: the command connection's so far

@@ -49,6 +49,12 @@ describe("mqlease.policy.exactly_once options", function()
     end)
   end
 
+  it("refuses batch that is not a boolean, naming it", function()
+    local ok, err = pcall(policy.exactly_once, { redis = redis, batch = "no" })
+    assert.is_false(ok)
+    assert.matches("option 'batch' must be true or false", err, 1, true)
+  end)
+
   it("takes max_defer = 0 (never defer: give back at once)", function()
     assert.is_function(policy.exactly_once({ redis = redis, max_defer = 0 }))
   end)
@@ -61,7 +67,8 @@ describe("mqlease.policy.exactly_once done marker", function()
       local m = message("a")
       local real_eval, finishes, running_at_retry = redis.eval, 0, {}
       redis.eval = function(self, script, keys, args)
-        if script == policy.scripts.finish then
+        -- the first marker goes in the turn's batch (finish_many), a retry on its own
+        if script == policy.scripts.finish or script == policy.scripts.finish_many then
           finishes = finishes + 1
           running_at_retry[#running_at_retry + 1] = #redis.running()
           if finishes <= 3 then return nil, "no reply", "TIMEOUT" end
@@ -85,7 +92,9 @@ describe("mqlease.policy.exactly_once done marker", function()
       local m = message("b")
       local real_eval = redis.eval
       redis.eval = function(self, script, keys, args)
-        if script == policy.scripts.finish then return nil, "no reply", "TIMEOUT" end
+        if script == policy.scripts.finish or script == policy.scripts.finish_many then
+          return nil, "no reply", "TIMEOUT"
+        end
         return real_eval(self, script, keys, args)
       end
       local action, _, err = p(m, m.lease, function()

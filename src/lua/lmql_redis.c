@@ -109,7 +109,9 @@ static int l_redis_eval(lua_State *L) {
     return 1;
 }
 
-#define PIPELINE_ARGS 64
+/* A command's arguments: the exactly-once policy sends the scripts of up to
+ * 32 messages as one (mqlease.policy.batch), 130 arguments. */
+#define PIPELINE_ARGS 1024
 
 /* Checks entry i of a pipeline list (at index t) and collects its strings:
  * {"command", arg, ...} or {"eval", script, numkeys, key..., arg...}. Raises

@@ -58,7 +58,8 @@ function _M.new(cfg)
     return get(policy.keys(id, cfg.prefix or "mqlease:").done) ~= nil
   end
 
-  local function run_script(script, keys, args)
+  local run_script
+  function run_script(script, keys, args)
     if script == policy.scripts.acquire then
       if get(keys[3]) then return { 2, "" } end
       if not get(keys[1]) then
@@ -75,6 +76,20 @@ function _M.new(cfg)
         return 1
       end
       return 0
+    elseif script == policy.scripts.acquire_many then
+      -- each message's part as the single script does it
+      local out = {}
+      for i = 1, #args - 2 do
+        out[i] = run_script(policy.scripts.acquire, { keys[3 * i - 2], keys[3 * i - 1], keys[3 * i] },
+          { args[i + 2], args[1], args[2] })
+      end
+      return out
+    elseif script == policy.scripts.finish_many then
+      local out = {}
+      for i = 1, #args - 1 do
+        out[i] = { 1, run_script(policy.scripts.finish, { keys[2 * i - 1], keys[2 * i] }, { args[i + 1], args[1] }) }
+      end
+      return out
     elseif script == policy.scripts.unlock then
       if get(keys[1]) == args[1] then
         r.keys[keys[1]] = nil
@@ -84,6 +99,10 @@ function _M.new(cfg)
     end
     error("model redis: a script it does not know")
   end
+
+  -- one server: the policy sends the scripts of a scheduler turn's messages
+  -- as one call (mqlease.policy.batch), and a fault fails or applies it whole
+  function r._one_server() return true end
 
   function r.eval(_, script, keys, args)
     -- every live keepalive is brought up to the moment the script runs
