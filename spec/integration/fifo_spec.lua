@@ -9,7 +9,7 @@ local mqlease = require "mqlease"
 local wait = require "mqlease.loop"
 local env = require "support.env"
 
-local VERSION = os.getenv("ROCKETMQ_VERSION") or "5.2.0"
+local VERSION = env.rocketmq_version
 
 local fifo_topic = env.fifo_topic
 

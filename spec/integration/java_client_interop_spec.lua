@@ -8,11 +8,10 @@ local cjson = require "cjson"
 local mqlease = require "mqlease"
 local env = require "support.env"
 
-local VERSION = os.getenv("ROCKETMQ_VERSION") or "5.2.0"
-local major, minor = VERSION:match("^(%d+)%.(%d+)")
-local PRIORITY = tonumber(major) > 5 or tonumber(major) == 5 and tonumber(minor) >= 4
--- the message type a PRIORITY message is received with: NORMAL from the 5.4.0 proxy
-local PRIORITY_TYPE = (tonumber(major) == 5 and tonumber(minor) == 4) and "NORMAL" or "PRIORITY"
+local VERSION = env.rocketmq_version
+local PRIORITY = env.rocketmq_at_least("5.4.0")
+-- the message type a PRIORITY message is received with: NORMAL from the 5.4.x proxy
+local PRIORITY_TYPE = (PRIORITY and not env.rocketmq_at_least("5.5.0")) and "NORMAL" or "PRIORITY"
 
 local function java(args)
   return assert(io.popen("bash spec/support/java-peer.sh client52 " .. table.concat(args, " ") .. " 2>/dev/null"))

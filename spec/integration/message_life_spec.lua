@@ -9,7 +9,7 @@ local policy = require "mqlease.policy"
 local wait = require "mqlease.loop"
 local env = require "support.env"
 
-local VERSION = os.getenv("ROCKETMQ_VERSION") or "5.2.0"
+local VERSION = env.rocketmq_version
 local REDIS = "127.0.0.1:" .. env.redis_port
 
 local fifo_topic = env.fifo_topic
