@@ -138,12 +138,17 @@ static void index_remove_at(mql_redis *r, size_t i) {
     }
 }
 
-static void unlink_keepalive(mql_redis *r, keepalive *k) {
-    long slot = index_find(r, k->id);
+/* Takes k, found at slot of the index (-1: not there), off the index and
+ * the list (mutex held). */
+static void unlink_at(mql_redis *r, keepalive *k, long slot) {
     if (slot >= 0) index_remove_at(r, (size_t)slot);
     if (k->prev) k->prev->next = k->next;
     else r->alive = k->next;
     if (k->next) k->next->prev = k->prev;
+}
+
+static void unlink_keepalive(mql_redis *r, keepalive *k) {
+    unlink_at(r, k, index_find(r, k->id));
 }
 
 void *mql_redis_ka_thread_main(void *arg) {
@@ -240,14 +245,16 @@ int mql_redis_keepalive_lost(mql_redis *r, uint64_t id) {
 int mql_redis_keepalive_stop(mql_redis *r, uint64_t id) {
     keepalive *k;
     int lost = 0;
+    long slot;
     pthread_mutex_lock(&r->mu);
-    k = find_keepalive(r, id);
+    slot = index_find(r, id);   /* once: the unlink below reuses it */
+    k = slot >= 0 ? r->ka_index[slot] : NULL;
     if (k) {
         lost = keepalive_is_lost(k);
         if (k->busy) {
             k->cancelled = 1;   /* the thread frees it when the renewal returns */
         } else {
-            unlink_keepalive(r, k);
+            unlink_at(r, k, slot);
             mql_redis_keepalive_free(k);
         }
     }
