@@ -11,6 +11,16 @@ local env = require "support.env"
 
 local VERSION = env.rocketmq_version
 local REDIS = "127.0.0.1:" .. env.redis_port
+-- The CLIENT PAUSE spec's own redis-server: a pause of the shared one stalls
+-- every spec that runs beside this file (a keepalive regression spec once saw
+-- its lock lapse behind a renewal held 4 s by this pause).
+local PAUSED_PORT = 16480
+local PAUSED_RUN = "/tmp/mqlease-redis-life-" .. env.run_id
+
+local function paused_redis(cmd)
+  return env.execute(("MQLEASE_REDIS_PORT=%d MQLEASE_REDIS_RUN=%s bash spec/support/redis.sh %s >/dev/null 2>&1")
+    :format(PAUSED_PORT, PAUSED_RUN, cmd))
+end
 
 local fifo_topic = env.fifo_topic
 
@@ -114,8 +124,11 @@ describe("a message's end on RocketMQ " .. VERSION, function()
   end)
 
   it("under exactly once, never acks while Redis refuses the done marker (CLIENT PAUSE WRITE), then does it once", function()
+    assert.is_true(paused_redis("start"), "the spec's own redis-server started")
+    finally(function() paused_redis("stop") end)
+    local own = "127.0.0.1:" .. PAUSED_PORT
     local c, prefix = one_message("life_pause", "x")
-    local admin = mqlease.redis(REDIS)
+    local admin = mqlease.redis(own)
     local effects, paused_until, acked_at = 0, nil, nil
     local real_ack = c.ack
     c.ack = function(self, msgs)
@@ -130,7 +143,7 @@ describe("a message's end on RocketMQ " .. VERSION, function()
         paused_until = mqlease.now() + 4
       end
       return true
-    end, { policy = policy.exactly_once({ redis = REDIS, prefix = prefix }), run_for = 40,
+    end, { policy = policy.exactly_once({ redis = own, prefix = prefix }), run_for = 40,
       stop = function() return acked_at ~= nil and mqlease.now() > acked_at + 12 end, grace = 5 })
     assert.is_truthy(acked_at, "never acked")
     assert.is_true(acked_at >= paused_until, ("acked %.2f s before the pause ended"):format(paused_until - acked_at))
