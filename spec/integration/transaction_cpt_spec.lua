@@ -17,6 +17,7 @@ describe("consume-transform-produce through transactions", function()
   local reader_group = env.name("g_cpt_reader")
   local redis = "127.0.0.1:" .. env.redis_port
   local workers = {}   -- slot -> { pid =, log = }
+  local logs = {}      -- every worker's log, the killed ones' too: a failure names their lines
 
   local function start_worker(slot)
     local log = os.tmpname()
@@ -26,14 +27,15 @@ describe("consume-transform-produce through transactions", function()
     local pid = tonumber(read(log .. ".pid"))
     wait_for(function() return read(log):match("ready") end, 60, "worker " .. slot .. " start")
     workers[slot] = { pid = pid, log = log }
+    logs[#logs + 1] = log
   end
 
   teardown(function()
-    for _, w in pairs(workers) do
-      env.stop_pid(w.pid, 30)
-      os.remove(w.log)
-      os.remove(w.log .. ".out")
-      os.remove(w.log .. ".pid")
+    for _, w in pairs(workers) do env.stop_pid(w.pid, 30) end
+    for _, log in ipairs(logs) do
+      os.remove(log)
+      os.remove(log .. ".out")
+      os.remove(log .. ".pid")
     end
   end)
 
@@ -64,7 +66,6 @@ describe("consume-transform-produce through transactions", function()
       local slot = k % 2 + 1
       os.execute("kill -KILL " .. workers[slot].pid)
       wait_for(function() return not env.alive(workers[slot].pid) end, 10, "the kill")
-      os.remove(workers[slot].log)
       start_worker(slot)
     end
 
@@ -86,9 +87,20 @@ describe("consume-transform-produce through transactions", function()
     end, 2)
     reader:close()
     local twice = {}
-    -- each with the ids of its outputs: one id twice is a commit sent twice, two ids two runs'
-    for id, n in pairs(got) do if n > 1 then twice[#twice + 1] = id .. ": " .. ids[id] end end
-    assert.same({}, twice)
+    -- each with the ids of its outputs (one id twice is a commit sent twice, two ids two
+    -- runs') and the workers' lines about it ("sent <input> <output>"), in one line
+    for id, n in pairs(got) do
+      if n > 1 then
+        local lines = {}
+        for k, log in ipairs(logs) do
+          for line in (read(log) or ""):gmatch("[^\n]+") do
+            if line:find(id, 1, true) then lines[#lines + 1] = "log " .. k .. ": " .. line end
+          end
+        end
+        twice[#twice + 1] = id .. " -> " .. ids[id] .. " [" .. table.concat(lines, ", ") .. "]"
+      end
+    end
+    assert.equal(0, #twice, #twice .. " inputs with more than one output: " .. table.concat(twice, "; "))
     for id in pairs(inputs) do assert.equal(1, got[id], "no output for input " .. id) end
     assert.equal(N, count)
   end)
