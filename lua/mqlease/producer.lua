@@ -180,9 +180,11 @@ function methods:begin(topic, body, opts)
   local ok, err, code = learn_route(self, topic)
   if not ok then return nil, err, code end
   if not await_slot(self) then return nil, "the producer is closed", "CLOSED" end
+  -- before the send: the half message's born time is no earlier than this
+  local sent_at = now()
   local ev = await_result(self, start_send(self, topic, body, opts, opts.recovery or 0))
   if not ev.ok then return nil, ev.err, ev.code end
-  return transaction.begun(self, topic, ev, opts.trace_context)
+  return transaction.begun(self, topic, ev, opts.trace_context, sent_at)
 end
 
 -- Runs the checker for every check the proxy sent (RecoverOrphanedTransactionCommand),

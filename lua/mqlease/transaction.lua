@@ -14,19 +14,30 @@
 -- again after transactionCheckInterval, up to transactionCheckMax times
 -- (then it drops the message), as the official clients' TransactionChecker.
 --
--- A check may come for a transaction its producer has just ended: the broker
--- writes the op message that marks a half message ended in batches
--- (transactionOpBatchInterval, 3 s by default), and a check that runs before
--- the batch does not see it. Answering "commit" again would make the broker
--- write the message a second time (EndTransactionProcessor commits whatever
--- the check answers), so a producer remembers the transactions it ended (the
--- last ENDED_KEPT of them) and answers a check that comes within ENDED_QUIET
--- seconds of the end with nothing, without asking its checker: the op
--- message ends the broker's checks. A check that comes later means the end
--- never reached the broker (a proxy in cluster mode passes EndTransaction on
--- one-way, and answers OK before the broker has it): the producer sends the
--- same end again, still without asking the checker. A check that comes while
--- the producer's own end of it is in flight is answered with nothing too.
+-- A check may come for a transaction its producer has ended. Each check
+-- round of the broker puts a copy of every half message it checks back into
+-- the half queue and asks about the copy
+-- (TransactionalMessageServiceImpl.putBackHalfMsgQueue); an end that reaches
+-- the broker after a round copied its half message ends the original, and
+-- nothing ever links the copy to it: the copy is checked again every round,
+-- and a "commit" for it makes the broker write the message a second time
+-- (EndTransactionProcessor has no "already ended"; apache/rocketmq#8158,
+-- #5574). A round copies a half message once it is older than the broker's
+-- transactionTimeOut (6 s by default) and no op message marks it ended; op
+-- messages are written in batches (transactionOpBatchInterval, 3 s by
+-- default). So an end sent within COMMIT_WITHIN seconds of the half
+-- message's send never meets a copy, and a check of it that comes later
+-- than ENDED_QUIET seconds after the end means the end never reached the
+-- broker (a proxy in cluster mode passes EndTransaction on one-way and
+-- answers OK before the broker has it): the producer sends the same end
+-- again, without asking its checker. Any other end of this producer -- one
+-- sent later than COMMIT_WITHIN, or an answer to a check, which may have
+-- left copies of its own (a CI run saw a transaction checked again 10 s and
+-- 29 s after the commit that answered its check, and committed twice by the
+-- resend) -- gets nothing for a later check: a copy is most likely, and the
+-- broker drops it after transactionCheckMax checks. A producer remembers
+-- the last ENDED_KEPT transactions it ended. A check that comes while the
+-- producer's own end of it is in flight is answered with nothing too.
 --
 -- The checker never runs inside the core or inside the router's pump: a
 -- check waits in the producer's queue until producer:poll runs it in the
@@ -50,6 +61,12 @@ local tx_mt = { __name = "mqlease.transaction", __index = tx_methods }
 local ANSWERS = { commit = true, rollback = true, unknown = true }
 local ENDED_KEPT = 4096
 local ENDED_QUIET = 6
+-- Seconds from a half message's send within which its end cannot meet a
+-- check's copy (above): the broker's defaults (transactionTimeOut 6 s,
+-- transactionOpBatchInterval 3 s) leave 3 s, the test harness's (3 s, 0.5 s)
+-- 2.5 s; 1 s of it is left for the end's trip and clock skew.
+local COMMIT_WITHIN = 2
+_M.COMMIT_WITHIN = COMMIT_WITHIN
 
 -- The counters of one producer (mqlease.metrics reads them by name).
 local function new_counters()
@@ -84,35 +101,39 @@ function _M.check_can_begin(p, topic)
   end
 end
 
--- The transaction of a half message the send answered (ev).
-function _M.begun(p, topic, ev, trace_context)
+-- The transaction of a half message the send answered (ev); sent_at is the
+-- time (mqlease.now) just before its send.
+function _M.begun(p, topic, ev, trace_context, sent_at)
   p._tx.tx_begun = p._tx.tx_begun + 1
   if not ev.transaction_id then
     -- the proxy answers every half message with one (SendMessageActivity)
     return nil, "SendMessage: the proxy sent no transaction id for a half message", "PROTOCOL"
   end
   return setmetatable({ producer = p, topic = topic, message_id = ev.message_id, offset = ev.offset,
-    transaction_id = ev.transaction_id, _trace = trace_context, state = "open" }, tx_mt)
+    transaction_id = ev.transaction_id, _trace = trace_context, state = "open", _sent_at = sent_at or now() },
+    tx_mt)
 end
 
 -- Remembers that p ended transaction_id with commit (a boolean), and when
--- (the last ENDED_KEPT of them).
-local function remember_ended(p, transaction_id, commit)
+-- (the last ENDED_KEPT of them); resend: a later check may be answered with
+-- the same end (a direct end sent within COMMIT_WITHIN, see the header).
+local function remember_ended(p, transaction_id, commit, resend)
   local known = p._ended[transaction_id]
   if known then
     known.at = now()
+    known.resend = known.resend and resend
     return
   end
   local at = p._ended_at % ENDED_KEPT + 1
   local ring = p._ended_ring
   if ring[at] then p._ended[ring[at]] = nil end
   ring[at] = transaction_id
-  p._ended[transaction_id] = { commit = commit, at = now() }
+  p._ended[transaction_id] = { commit = commit, at = now(), resend = resend }
   p._ended_at = at
 end
 
 -- EndTransaction for message_id of topic, waited for; true or nil, message, code.
-local function end_tx(p, topic, message_id, transaction_id, commit, from_check, trace)
+local function end_tx(p, topic, message_id, transaction_id, commit, from_check, trace, resend)
   if rawget(p, "_closed") then return nil, "the producer is closed", "CLOSED" end
   local router = p._router
   p._ending[transaction_id] = true
@@ -120,7 +141,7 @@ local function end_tx(p, topic, message_id, transaction_id, commit, from_check, 
     commit, from_check, trace))
   p._ending[transaction_id] = nil
   if not ok then return nil, err, code end
-  remember_ended(p, transaction_id, commit)
+  remember_ended(p, transaction_id, commit, resend)
   return true
 end
 
@@ -132,7 +153,10 @@ local function finish(self, commit)
       state == "committed" and "commit" or "rollback", tostring(self.message_id)), 3)
   end
   local p = self.producer
-  local ok, err, code = end_tx(p, self.topic, self.message_id, self.transaction_id, commit, false, self._trace)
+  -- sent in time, it met no copy: a later check means it was lost (header)
+  local in_time = now() - self._sent_at < COMMIT_WITHIN
+  local ok, err, code = end_tx(p, self.topic, self.message_id, self.transaction_id, commit, false, self._trace,
+    in_time)
   local c = p._tx
   if ok then
     self.state = commit and "committed" or "rolled_back"
@@ -155,6 +179,13 @@ function tx_methods:rollback()
   return finish(self, false)
 end
 
+-- Seconds since the half message's send began. An end sent later than
+-- mqlease.transaction.COMMIT_WITHIN may meet a copy the broker's check made
+-- of it (see the header): a commit then may be delivered twice.
+function tx_methods:age()
+  return now() - self._sent_at
+end
+
 tx_mt.__tostring = function(self)
   return ("mqlease.transaction(%s, %s, %s)"):format(self.topic, tostring(self.message_id), self.state)
 end
@@ -174,16 +205,17 @@ end
 local function run_check(p, ev)
   local c = p._tx
   local ended = p._ended[ev.transaction_id]
-  if p._ending[ev.transaction_id] or (ended and now() - ended.at < ENDED_QUIET) then
-    -- being ended here right now, or just ended
+  if p._ending[ev.transaction_id] or (ended and (not ended.resend or now() - ended.at < ENDED_QUIET)) then
+    -- being ended here right now, just ended, or ended where a check may
+    -- have left a copy of it (the header): a second end would deliver it twice
     c.tx_check_already_ended = c.tx_check_already_ended + 1
     return nil
   end
   local view = check_view(ev)
   if ended then
-    -- ended here long enough ago that the broker should know: it did not hear
+    -- a direct end in time, long enough ago that the broker should know: it did not hear
     c.tx_check_resent = c.tx_check_resent + 1
-    if not end_tx(p, view.topic, view.id, view.transaction_id, ended.commit, true, view.trace_context) then
+    if not end_tx(p, view.topic, view.id, view.transaction_id, ended.commit, true, view.trace_context, true) then
       c.tx_check_end_fail = c.tx_check_end_fail + 1
     end
     return nil

@@ -5,38 +5,55 @@
 local mqlease = require "mqlease"
 local tc_mod = require "mqlease.policy.transaction"
 
--- A Redis stand-in: eval of the claim script only (its logic, in Lua), over
--- store, with a clock of its own (r.now, seconds) for the claim's age;
--- down = true makes every call fail as an unreachable server does.
+-- A Redis stand-in: eval of the claim script only -- the script's own text,
+-- run here over store with a redis.call of GET, SET (EX), EXISTS and TTL --
+-- with a clock of its own (r.now, seconds) for the TTLs; down = true makes
+-- every call fail as an unreachable server does.
 local function fake_redis()
-  local r = { store = {}, set_at = {}, now = 0, down = false, evals = 0 }
+  local r = { store = {}, expire_at = {}, now = 0, down = false, evals = 0 }
   function r.call() error("not used") end
+  local function live(key)
+    local at = r.expire_at[key]
+    if at and at <= r.now then r.store[key], r.expire_at[key] = nil, nil end
+    return r.store[key]
+  end
+  local function call(name, key, ...)
+    name = name:lower()
+    if name == "get" then return live(key) or false end   -- a nil reply is false inside a script
+    if name == "exists" then return live(key) and 1 or 0 end
+    if name == "ttl" then
+      if not live(key) then return -2 end
+      return r.expire_at[key] and math.floor(r.expire_at[key] - r.now) or -1
+    end
+    if name == "set" then
+      local value, ex, seconds = ...
+      assert.equal("EX", ex)
+      r.store[key], r.expire_at[key] = value, r.now + tonumber(seconds)
+      return { ok = "OK" }
+    end
+    error("the fake Redis has no " .. name)
+  end
   function r:eval(script, keys, args)
     assert.equal(tc_mod.script, script)
     self.evals = self.evals + 1
     if self.down then return nil, "connection refused", "UNAVAILABLE" end
-    local run, grace, who = args[1], tonumber(args[3]), args[4]
-    local claim = self.store[keys[2]]
-    if claim then
-      if claim:sub(3) ~= run then return 2 end
-      if who == "P" then return claim == who .. ":" .. run and 1 or 4 end
-      if self.now - self.set_at[keys[2]] < grace then return 3 end
-      return 1
-    end
-    if not self.store[keys[1]] then return 0 end
-    self.store[keys[2]], self.set_at[keys[2]] = who .. ":" .. run, self.now
-    return 1
+    local env = { redis = { call = call }, KEYS = keys, ARGV = args, string = string, tonumber = tonumber }
+    return assert(load(script, "=claim", "t", env))()
   end
+  -- a claim another run (or a check) took earlier
+  function r:claim(key, value) self.store[key], self.expire_at[key] = value, self.now + 7 * 86400 end
   return r
 end
 
--- A producer stand-in whose transactions record their end.
+-- A producer stand-in whose transactions record their end; p.now is its
+-- clock (seconds), from which a transaction's age counts.
 local function fake_producer()
-  local p = { begun = {}, polls = 0 }
+  local p = { begun = {}, polls = 0, now = 0 }
   function p:begin(topic, body, opts)
-    local tx = { topic = topic, body = body, opts = opts, state = "open" }
+    local tx = { topic = topic, body = body, opts = opts, state = "open", sent = p.now }
     function tx:commit() self.state = "committed"; return true end
     function tx:rollback() self.state = "rolled_back"; return true end
+    function tx:age() return p.now - self.sent end
     self.begun[#self.begun + 1] = tx
     return tx
   end
@@ -79,13 +96,65 @@ describe("mqlease.policy.transaction_checker", function()
     assert.is_nil(p.begun[1].opts.recovery)   -- the broker's transactionTimeOut (see the option)
     assert.equal("P:run-a", r.store["mqlease:{M1}:tx"])
     assert.equal(1, p.polls)
-    -- a check of them: unknown while the run may be committing them, then commit;
-    -- of another run's, rollback
+    -- a check of them: unknown while the run may be committing them, then commit
+    -- (the run's commit never came), once: the claim is the check's from then on,
+    -- and a check after it is of a copy the broker made; of another run's, rollback
     local a = { properties = { ["mqlease.source"] = "M1", ["mqlease.run"] = "run-a" } }
     assert.equal("unknown", t(a))
     r.now = 15
     assert.equal("commit", t(a))
+    assert.equal("C:run-a", r.store["mqlease:{M1}:tx"])
+    assert.equal("unknown", t(a))
+    r.now = 100
+    assert.equal("unknown", t(a))
     assert.equal("rollback", t({ properties = { ["mqlease.source"] = "M1", ["mqlease.run"] = "run-b" } }))
+  end)
+
+  it("leaves a late run's output to the checks: one commits it, the later ones (of copies) do not", function()
+    -- the broker checks a half message older than its transactionTimeOut and
+    -- copies it; a commit of the original after that would leave the copy to
+    -- be committed too, so a run past COMMIT_WITHIN commits nothing itself
+    local r, p = fake_redis(), fake_producer()
+    local t = mqlease.policy.transaction_checker { redis = r }
+    local m = message("M8", "run-a")
+    local action = t:policy(eo_like(r, "mqlease:"))(m, m.lease, function(hm)
+      assert(t:begin(p, hm, "B", "out"))
+      p.now = p.now + require("mqlease.transaction").COMMIT_WITHIN   -- a slow rest of the handler
+      return true
+    end)
+    assert.equal("ack", action)
+    assert.equal("open", p.begun[1].state)
+    assert.equal("L:run-a", r.store["mqlease:{M8}:tx"])
+    local a = { properties = { ["mqlease.source"] = "M8", ["mqlease.run"] = "run-a" } }
+    assert.equal("commit", t(a))     -- at once: nobody else commits it
+    assert.equal("C:run-a", r.store["mqlease:{M8}:tx"])
+    assert.equal("unknown", t(a))    -- a copy the broker keeps checking
+    r.now = 3600
+    assert.equal("unknown", t(a))
+    assert.equal("rollback", t({ properties = { ["mqlease.source"] = "M8", ["mqlease.run"] = "run-b" } }))
+  end)
+
+  it("commits only the transactions still in time when a run's claim comes at the edge", function()
+    local r, p = fake_redis(), fake_producer()
+    local t = mqlease.policy.transaction_checker { redis = r }
+    local m = message("M9", "run-a")
+    local within = require("mqlease.transaction").COMMIT_WITHIN
+    -- the claim script's round trip takes the first one past the edge
+    local eval = r.eval
+    function r.eval(...)
+      p.now = within - 0.1 + 0.2
+      return eval(...)
+    end
+    t:policy(eo_like(r, "mqlease:"))(m, m.lease, function(hm)
+      assert(t:begin(p, hm, "B", "first"))
+      p.now = 0.2
+      assert(t:begin(p, hm, "B", "second"))
+      p.now = within - 0.1
+      return true
+    end)
+    assert.equal("P:run-a", r.store["mqlease:{M9}:tx"])
+    assert.equal("open", p.begun[1].state)        -- 2.1 s old at the commit: left to the checks
+    assert.equal("committed", p.begun[2].state)   -- 1.9 s
   end)
 
   it("rolls back at once what a failed handler sent", function()
@@ -104,7 +173,7 @@ describe("mqlease.policy.transaction_checker", function()
   it("rolls back a run whose message another run claimed first", function()
     local r, p = fake_redis(), fake_producer()
     local t = mqlease.policy.transaction_checker { redis = r }
-    r.store["mqlease:{M3}:tx"], r.set_at["mqlease:{M3}:tx"] = "C:run-other", 0
+    r:claim("mqlease:{M3}:tx", "C:run-other")
     local m = message("M3", "run-a")
     t:policy(eo_like(r, "mqlease:"))(m, m.lease, function(hm)
       assert(t:begin(p, hm, "B", "out"))
@@ -126,10 +195,11 @@ describe("mqlease.policy.transaction_checker", function()
     assert.equal("commit", t:check(b))
     assert.equal("C:run-b", r.store["pfx:{M4}:tx"])
     assert.equal("rollback", t:check(a))
-    -- asked again at once: its commit is on its way; after claim_grace, committed again
+    -- asked again, at once or much later: a copy the broker made of a committed
+    -- half message (a commit for it would deliver the message twice)
     assert.equal("unknown", t:check(b))
     r.now = 16
-    assert.equal("commit", t:check(b))
+    assert.equal("unknown", t:check(b))
     -- not one of ours, and Redis down: ask again later
     assert.equal("unknown", t:check({ properties = {} }))
     r.down = true

@@ -16,22 +16,33 @@
 -- the handler that sent it (the exactly-once lock's owner, unique per run),
 -- in properties mqlease.source and mqlease.run. After the exactly-once policy
 -- wrote the done marker and answers "ack", t:policy claims the source's
--- output for that run -- SET <prefix>{<id>}:tx P:<run> NX, in one script with a
--- look at the done marker -- and commits the run's transactions if the claim
--- is the run's, or rolls them back if another run's is. A handler that fails
--- rolls its transactions back at once. Everything else (the process dies
--- after begin, or after the done marker, or a commit fails) is left to the
--- broker's checks, which t answers as the producer's checker from the same
--- keys: the claim is this run's -> "commit", once it is claim_grace old
--- (before, "unknown": whoever took it is committing, and a second commit
--- would deliver the message twice); another run's -> "rollback"; no claim
--- but the done marker is there (the run died between the marker and its
--- claim, or is slow) -> the check claims it for this run (C:<run>) and
--- commits, and the run's own claim then sees it and commits nothing; no done marker
--- yet -> "unknown" (the run may still finish; if it never does the broker
--- drops the half message after transactionCheckMax checks, and the
--- redelivered message's run sends its own). So of all the runs a message
--- gets, exactly one run's messages are committed, once the message is done.
+-- output for that run -- SET <prefix>{<id>}:tx <kind>:<run> NX, in one script
+-- with a look at the done marker -- and commits the run's transactions
+-- itself (kind P) if the claim is the run's and they were sent less than
+-- mqlease.transaction.COMMIT_WITHIN seconds ago, or rolls them back if
+-- another run's claim is there. A run later than that (a slow handler, a
+-- slow Redis) claims with kind L and commits nothing: the broker's check
+-- may have made a copy of its half messages already, and a commit of the
+-- original would leave the copy to be committed too (mqlease.transaction's
+-- header); the check commits instead. A handler that fails rolls its
+-- transactions back at once. Everything else (the process dies after begin,
+-- or after the done marker, or a commit fails) is left to the broker's
+-- checks, which t answers as the producer's checker from the same keys:
+--   the claim is another run's -> "rollback";
+--   P (this run's policy) -> "unknown" while it is younger than claim_grace
+--     (the policy is committing it), then "commit", and the claim becomes C;
+--   L (left to the checks) -> "commit", and the claim becomes C;
+--   C (a check committed this run's output) -> "unknown": what is checked is
+--     a copy of a half message already committed (the broker keeps checking
+--     copies after a commit, and drops them after transactionCheckMax);
+--   no claim but the done marker (the run died between the marker and its
+--     claim, or is slow) -> the check claims it (C) and commits, and the
+--     run's own claim then sees it and commits nothing;
+--   no done marker yet -> "unknown" (the run may still finish; if it never
+--     does the broker drops the half message after transactionCheckMax
+--     checks, and the redelivered message's run sends its own).
+-- So of all the runs a message gets, exactly one run's messages are
+-- committed, once the message is done, and each of them once.
 --
 -- The producer's checks are answered by p:poll(). Under mqlease.run in plain
 -- Lua (mqlease's own scheduler), t:policy starts a task beside the handlers
@@ -44,10 +55,12 @@
 local redis_mod = require "mqlease.redis"
 local policy = require "mqlease.policy"
 local scheduler_adapter = require "mqlease.loop.scheduler"
+local transaction = require "mqlease.transaction"
 
 local type, error, tostring, pcall, pairs, ipairs, setmetatable, rawget =
   type, error, tostring, pcall, pairs, ipairs, setmetatable, rawget
 local floor = math.floor
+local COMMIT_WITHIN = transaction.COMMIT_WITHIN
 
 local _M = {}
 
@@ -61,31 +74,37 @@ _M.SOURCE, _M.RUN = SOURCE, RUN
 
 -- Claims the output of a source message for run ARGV[1] when its done marker
 -- (KEYS[1]) is there, unless a run has it already. The claim (KEYS[2], kept
--- ARGV[2] seconds) says who took it: "P:<run>" the run's policy, which then
--- commits, or "C:<run>" a check, which commits itself (ARGV[4], "P" or "C",
--- says who asks). Every commit makes the broker write the message
--- (EndTransactionProcessor), so one claim gets one commit:
---   -> 1 commit: the claim is this run's, taken now, or (a check) older than
---        ARGV[3] seconds (its age is what its TTL lost): its commit was lost
+-- ARGV[2] seconds) is "<kind>:<run>", kind P (the run's policy commits), L
+-- (the run's policy was late: a check commits) or C (a check committed).
+-- ARGV[4] says who asks: "P" or "L" the policy, "C" a check. One claim gets
+-- one commit, since every commit makes the broker write the message
+-- (EndTransactionProcessor):
+--   -> 1 commit: the policy's claim, taken now (or before, by this kind); a
+--        check's of a claim L, or of a claim P older than ARGV[3] seconds
+--        (its age is what its TTL lost: the policy's commit never came); a
+--        check's of no claim; the last three leave the claim C
 --   -> 2 roll back: another run's claim
---   -> 3 (a check) unknown: this run's claim, younger than ARGV[3]: its
---        taker is committing it right now
---   -> 4 (the policy) nothing: a check claimed it for this run and committed
+--   -> 3 (a check) unknown: P younger than ARGV[3] (the policy is
+--        committing it), or C (a check committed it: this is a copy)
+--   -> 4 (the policy) nothing: a check has it (C) and committed
 --   -> 0 no done marker and no claim: the run may still finish
 local CLAIM = [[
 local claim = redis.call('get', KEYS[2])
-local mine = ARGV[4] .. ':' .. ARGV[1]
+local run, who = ARGV[1], ARGV[4]
 if claim then
-  if string.sub(claim, 3) ~= ARGV[1] then return 2 end
-  if ARGV[4] == 'P' then
-    if claim == mine then return 1 end
+  local kind = string.sub(claim, 1, 1)
+  if string.sub(claim, 3) ~= run then return 2 end
+  if who ~= 'C' then
+    if kind == who then return 1 end
     return 4
   end
-  if tonumber(ARGV[2]) - redis.call('ttl', KEYS[2]) < tonumber(ARGV[3]) then return 3 end
+  if kind == 'C' then return 3 end
+  if kind == 'P' and tonumber(ARGV[2]) - redis.call('ttl', KEYS[2]) < tonumber(ARGV[3]) then return 3 end
+  redis.call('set', KEYS[2], 'C:' .. run, 'EX', ARGV[2])
   return 1
 end
 if redis.call('exists', KEYS[1]) == 0 then return 0 end
-redis.call('set', KEYS[2], mine, 'EX', ARGV[2])
+redis.call('set', KEYS[2], who .. ':' .. run, 'EX', ARGV[2])
 return 1
 ]]
 _M.script = CLAIM
@@ -146,8 +165,8 @@ local function client(self)
   return r
 end
 
--- CLAIM for source id and run, asked by who ("P" the policy, "C" a check):
--- 0 to 4 (above), or nil, err.
+-- CLAIM for source id and run, asked by who ("P" or "L" the policy, "C" a
+-- check): 0 to 4 (above), or nil, err.
 local function claim(self, id, run, who)
   -- the exactly-once policy's done marker, and the claim beside it (same hash tag)
   local done = policy.keys(id, self._o.prefix).done
@@ -191,13 +210,32 @@ function methods:begin(p, m, topic, body, opts)
   return tx
 end
 
+-- Seconds since tx's send began; a transaction that cannot tell (not
+-- mqlease.producer's) counts as late, the side that never commits twice.
+local function age(tx)
+  return tx.age and tx:age() or math.huge
+end
+
 -- Ends every open transaction of entry: commit (true) or rollback (false).
-local function end_all(entry, commit)
+-- in_time_only: a commit goes only while the transaction is younger than
+-- COMMIT_WITHIN; one that is not is left to the checks (claim P: after
+-- claim_grace, a check commits it).
+local function end_all(entry, commit, in_time_only)
   for _, tx in ipairs(entry.txs) do
     if tx.state == "open" then
-      if commit then tx:commit() else tx:rollback() end
+      if not commit then tx:rollback()
+      elseif not in_time_only or age(tx) < COMMIT_WITHIN then tx:commit() end
     end
   end
+end
+
+-- Whether every transaction of entry may still be committed here (see the
+-- header): each was sent less than COMMIT_WITHIN seconds ago.
+local function in_time(entry)
+  for _, tx in ipairs(entry.txs) do
+    if age(tx) >= COMMIT_WITHIN then return false end
+  end
+  return true
 end
 
 -- Under mqlease's own scheduler (mqlease.run in plain Lua), a task of it that
@@ -244,11 +282,14 @@ function methods:policy(inner)
         -- the handler failed: its output is not the message's
         end_all(entry, false)
       elseif action == "ack" then
-        -- the done marker is written: claim the output for this run
-        local got = claim(self, m.id, entry.run, "P")
-        if got == 1 then end_all(entry, true)
+        -- the done marker is written: claim the output for this run, to
+        -- commit it here if there is time (see the header), else for the checks
+        local kind = in_time(entry) and "P" or "L"
+        local got = claim(self, m.id, entry.run, kind)
+        if got == 1 and kind == "P" then end_all(entry, true, true)
         elseif got == 2 then end_all(entry, false) end
-        -- 4: a check committed them; nil: Redis did not answer, the checks decide
+        -- L: the checks commit them; 4: a check committed them; nil: Redis
+        -- did not answer, the checks decide
       end
       entry.producer:poll(0)
       ensure_poller(self, entry.producer)
