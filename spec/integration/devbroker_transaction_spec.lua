@@ -11,12 +11,14 @@ local function stat(dv, name)
   return tonumber(dv.control("stats"):match(name .. "=(%d+)"))
 end
 
--- Receives (acking) until pred(seen) or timeout; returns body -> times.
-local function receive_until(c, pred, timeout)
+-- Receives (acking) until pred(seen) or timeout; returns body -> times. With a
+-- producer p, polls it between the receives (its checks are answered).
+local function receive_until(c, pred, timeout, p)
   local seen = {}
   local deadline = mqlease.now() + timeout
   while mqlease.now() < deadline and not pred(seen) do
-    for _, m in ipairs(assert(c:receive(16, { await = 0.5 }))) do
+    if p then p:poll(0.2) end
+    for _, m in ipairs(assert(c:receive(16, { await = p and 0 or 0.5 }))) do
       seen[m.body] = (seen[m.body] or 0) + 1
       assert(m:ack())
     end
@@ -90,15 +92,7 @@ describe("the dev broker's transactions", function()
     assert.matches("^ok", dv.control("set drop_end_transaction 0"))
     assert.equal(1, stat(dv, "tx_ends_lost"))
     -- the checks within 6 s of the commit get nothing; the next one gets the commit again
-    local deadline = mqlease.now() + 30
-    local seen = {}
-    while mqlease.now() < deadline and not seen["dropped-end"] do
-      p:poll(0.2)
-      for _, m in ipairs(assert(c:receive(16, { await = 0 }))) do
-        seen[m.body] = (seen[m.body] or 0) + 1
-        assert(m:ack())
-      end
-    end
+    local seen = receive_until(c, function(s) return s["dropped-end"] end, 30, p)
     assert.equal(1, seen["dropped-end"])
     assert.is_nil(asked["dropped-end"])
     local m = p:metrics()
@@ -128,15 +122,7 @@ describe("the dev broker's transactions", function()
     while late:age() <= COMMIT_WITHIN do p:poll(0.1) end
     assert(late:commit())   -- answered OK, never heard
     assert.matches("^ok", dv.control("set drop_end_transaction 0"))
-    local until_at = mqlease.now() + 9
-    local seen = {}
-    while mqlease.now() < until_at do
-      p:poll(0.2)
-      for _, m in ipairs(assert(c:receive(16, { await = 0 }))) do
-        seen[m.body] = (seen[m.body] or 0) + 1
-        assert(m:ack())
-      end
-    end
+    local seen = receive_until(c, function() return false end, 9, p)
     local m = p:metrics()
     assert.equal(before.tx_check_resent, m.tx_check_resent)
     assert.is_true(m.tx_check_already_ended - before.tx_check_already_ended >= 4,
