@@ -27,9 +27,15 @@
 # Part 1 also runs that throughput case on RocketMQ against the Java PushConsumer and
 # SimpleConsumer (CPU seconds per 10,000 messages of each client process).
 #
+# jcost: beside each lease row of part 2 (BENCH_JAVA_LEASES: 1000 10000 100000) and each
+#    workers row of part 5 up to 4 workers, the same row for the Java client on the same dev
+#    broker (bench/java/Bench.java leases and drain), for the "Cost as work grows" table:
+#    client CPU per renewal and per message, RSS per lease, the dev broker's CPU beside each.
+#    It runs inside parts lease and workers (name them too). Not in QUICK=1.
 # BENCH_PARTS picks what runs: "lease" (part 2), "replay" (part 3), "eo" (part 4),
-# "workers" (part 5), "send" (sends in flight, below), "brokers" (below), "throughput" and
-# "java" (part 1: the backlog throughput, and the produce/consume/hold table); default all eight.
+# "workers" (part 5), "jcost" (above), "send" (sends in flight, below), "brokers" (below),
+# "throughput" and "java" (part 1: the backlog throughput, and the produce/consume/hold
+# table); default all nine.
 # 3. The incident replay (bench/replay.lua) on its own dev broker: four scenarios (fixed
 #    window, 10x window, renewal + exactly-once, invisible = "auto" + exactly-once), three
 #    workers, one killed; BENCH_RUNS runs one after another. REPLAY_PRODUCE (20 s) of
@@ -60,12 +66,15 @@ HOLD_BIG=${BENCH_HOLD_BIG:-1000}
 OUT=${BENCH_OUT:-bench/results.md}
 QUICK=${QUICK:-0}
 if [[ $QUICK == 1 ]]; then RUNS=${BENCH_RUNS:-1}; PARTS=${BENCH_PARTS:-lease workers replay eo send}
-else RUNS=${BENCH_RUNS:-3}; PARTS=${BENCH_PARTS:-lease workers replay eo send brokers throughput java}; fi
+else RUNS=${BENCH_RUNS:-3}; PARTS=${BENCH_PARTS:-lease workers jcost replay eo send brokers throughput java}; fi
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 ROCKETMQ=0
 if [[ $QUICK == 1 ]]; then LEASES=${BENCH_LEASES:-1000 10000 100000}; WORKERS=${BENCH_WORKERS:-1 2 4}
 else LEASES=${BENCH_LEASES:-1000 10000 100000 1000000}; WORKERS=${BENCH_WORKERS:-1 2 4 8}; fi
 WORKERS_COUNT=${BENCH_WORKERS_COUNT:-$([[ $QUICK == 1 ]] && echo 10000 || echo 40000)}
+# the lease rows the Java client holds beside mqlease's (part jcost): a million takes a 6 GiB
+# heap and minutes of its fill and acks a run, so it is asked for by name
+JAVA_LEASES=${BENCH_JAVA_LEASES:-1000 10000 100000}
 RUN_COUNT=${BENCH_RUN_COUNT:-20000}
 
 note() { echo "bench: $*" >&2; }
@@ -109,6 +118,24 @@ lease_row() { # n invisible hold spin run
   lua5.4 bench/lease.lua load "$DV" "$topic" "$n" >/dev/null
   echo "lease {\"row\":\"$n/$spin\",\"run\":$run,$(BENCH_BROKER_PID=$DV_PID lua5.4 bench/lease.lua hold "$DV" "$topic" "$n" "$inv" "$hold" "$spin" | sed 's/^{//')" >>"$lease_results"
 }
+# jlease_row n invisible hold run: the Java client (bench/java/Bench.java leases) holding n
+# leases on the same dev broker, renewing them with changeInvisibleDurationAsync, 512 in
+# flight as mqlease keeps; the same window as lease_row's (hold s, a renewal period after the
+# fill). Its heap is sized to the row (-Xmx; its RSS per lease is the heap as the JVM grew it).
+jlease_row() {
+  local n=$1 inv=$2 hold=$3 run=$4 topic heap out
+  topic="jlease_${n}_${run}_$RANDOM"
+  printf 'topic %s\n' "$topic" | timeout 5 bash -c "exec 3<>/dev/tcp/127.0.0.1/$DV_CONTROL; cat >&3; head -n1 <&3" >/dev/null
+  lua5.4 bench/lease.lua load "$DV" "$topic" "$n" >/dev/null
+  if ((n >= 1000000)); then heap=6g; elif ((n >= 100000)); then heap=1g; else heap=256m; fi
+  out=$(BENCH_BROKER_PID=$DV_PID MQLEASE_JAVA_TIMEOUT=1200 MQLEASE_JAVA_OPTS="-Xms32m -Xmx$heap -XX:+UseSerialGC" \
+    bash bench/java.sh run leases "$DV" "${topic}_g" "$topic" "$n" "$inv" "$hold" 512 || true)
+  if [[ $out == "{"* ]]; then
+    echo "jlease {\"row\":\"$n\",\"run\":$run,\"invisible_s\":$inv,\"hold_s\":$hold,${out#\{}" >>"$lease_results"
+  else
+    note "the Java client's $n-lease row printed no result (run $run)"
+  fi
+}
 # start_devbroker [ARGS...]: a dev broker on free loopback ports; sets DV_PID, DV
 # (its gRPC address) and DV_CONTROL (its control port). stop_devbroker stops it.
 start_devbroker() {
@@ -135,6 +162,10 @@ for run in $(seq "$RUNS"); do
     if [[ $QUICK == 1 ]] && ((n < 100000)); then hold=10; fi   # one renewal period
     note "lease scale: $n leases, invisible $inv s, hold $hold s (run $run/$RUNS)"
     lease_row "$n" "$inv" "$hold" 0 "$run"
+    if part jcost && [[ " $JAVA_LEASES " == *" $n "* ]]; then
+      note "lease scale, the Java client beside: $n leases, invisible $inv s, hold $hold s (run $run/$RUNS)"
+      jlease_row "$n" "$inv" "$hold" "$run"
+    fi
   done
   note "blocked VM: 10000 leases, invisible 10 s, Lua spins 5 s (run $run/$RUNS)"
   lease_row 10000 10 10 5 "$run"
@@ -152,23 +183,26 @@ if part lease; then part_lease; fi
 # workers_row W RUN: W processes of bench/workers.lua over one backlog, started together
 # once all have built their consumers; one "workers" line per process.
 workers_row() {
-  local w=$1 run=$2 topic go i pids=() bcpu0 bcpu1 dir
-  topic="workers_${w}_${run}_$RANDOM"
+  local w=$1 run=$2 who=${3:-lua} topic go i pids=() bcpu0 bcpu1 dir
+  topic="workers_${who}_${w}_${run}_$RANDOM"
   dir=$(mktemp -d)
   go=$dir/go
   printf 'topic %s\n' "$topic" | timeout 5 bash -c "exec 3<>/dev/tcp/127.0.0.1/$DV_CONTROL; cat >&3; head -n1 <&3" >/dev/null
   lua5.4 bench/lease.lua load "$DV" "$topic" "$WORKERS_COUNT" 100 >/dev/null
   for i in $(seq "$w"); do
-    lua5.4 bench/workers.lua "$DV" "${topic}_g" "$topic" "$go" 1 >"$dir/$i.json" &
+    if [[ $who == lua ]]; then lua5.4 bench/workers.lua "$DV" "${topic}_g" "$topic" "$go" 1 >"$dir/$i.json" &
+    else bash bench/java.sh run drain "$DV" "${topic}_g" "$topic" "$go" 1 >"$dir/$i.json" & fi
     pids+=($!)
   done
-  sleep 1   # each builds its consumer meanwhile
+  # each builds its consumer meanwhile (a JVM takes seconds to)
+  if [[ $who == lua ]]; then sleep 1; else sleep $((3 + 2 * w)); fi
   bcpu0=$(awk '{print $14 + $15}' "/proc/$DV_PID/stat")
   touch "$go"
   for i in "${pids[@]}"; do wait "$i" || true; done
   bcpu1=$(awk '{print $14 + $15}' "/proc/$DV_PID/stat")
   for i in $(seq "$w"); do
-    echo "workers {\"workers\":$w,\"run\":$run,\"backlog\":$WORKERS_COUNT,\"broker_ticks\":$((bcpu1 - bcpu0)),$(sed 's/^{//' "$dir/$i.json")" >>"$lease_results"
+    if [[ $(cat "$dir/$i.json") != "{"* ]]; then note "worker $i of $w ($who) printed no result (run $run)"; continue; fi
+    echo "$([[ $who == lua ]] && echo workers || echo jworkers) {\"workers\":$w,\"run\":$run,\"backlog\":$WORKERS_COUNT,\"broker_ticks\":$((bcpu1 - bcpu0)),$(sed 's/^{//' "$dir/$i.json")" >>"$lease_results"
   done
   rm -rf "$dir"
 }
@@ -178,6 +212,10 @@ for run in $(seq "$RUNS"); do
   for w in $WORKERS; do
     note "workers: $w processes of mqlease.run over $WORKERS_COUNT messages (run $run/$RUNS)"
     workers_row "$w" "$run"
+    if part jcost && ((w <= 4)); then
+      note "workers, the Java client beside: $w SimpleConsumer processes over $WORKERS_COUNT messages (run $run/$RUNS)"
+      workers_row "$w" "$run" java
+    fi
   done
 done
 stop_devbroker

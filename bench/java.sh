@@ -7,6 +7,8 @@
 #       run produce ENDPOINT TOPIC COUNT SIZE
 #       run consume ENDPOINT GROUP TOPIC COUNT INVISIBLE_S BATCH [sync|async]
 #       run hold    ENDPOINT GROUP TOPIC COUNT INVISIBLE_S HOLD_S
+#       run leases  ENDPOINT GROUP TOPIC COUNT INVISIBLE_S HOLD_S INFLIGHT
+#       run drain   ENDPOINT GROUP TOPIC GO_FILE IDLE_S
 #   java.sh lib                print the lib dir (after fetching)
 #
 # Environment (all optional):
@@ -94,7 +96,7 @@ compile() {
 }
 
 cmd_run() {
-  [[ $# -ge 1 ]] || { echo "usage: $0 run produce|consume|hold ARGS..." >&2; exit 2; }
+  [[ $# -ge 1 ]] || { echo "usage: $0 run produce|sendasync|consume|push|hold|leases|drain ARGS..." >&2; exit 2; }
   cmd_fetch
   local logs rc=0 keep=${MQLEASE_JAVA_LOGS:+1}
   logs=${MQLEASE_JAVA_LOGS:-$(mktemp -d "${TMPDIR:-/tmp}/mqlease-jbench.XXXXXX")}

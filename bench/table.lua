@@ -44,6 +44,7 @@ print("")
 local function lease_table()
   local by_row, order = {}, {}
   local runs_dev, workers = {}, {}
+  local java = { leases = {}, workers = {} }   -- the Java client's rows (part jcost)
   for line in io.lines(lease_file) do
     local what, json = line:match("^(%a+) (.*)$")
     local r = cjson.decode(json)
@@ -55,12 +56,18 @@ local function lease_table()
       runs_dev[#runs_dev + 1] = r
     elseif what == "workers" then
       workers[#workers + 1] = r
+    elseif what == "jworkers" then
+      java.workers[#java.workers + 1] = r
+    elseif what == "jlease" then
+      local rows = java.leases[r.count] or {}
+      java.leases[r.count] = rows
+      rows[#rows + 1] = r
     else
       if not by_row[r.row] then by_row[r.row] = {}; order[#order + 1] = r.row end
       table.insert(by_row[r.row], r)
     end
   end
-  if #order == 0 then return workers end
+  if #order == 0 then return workers, nil, nil, java end
   local function thousands(n) return ("%d"):format(n):reverse():gsub("(%d%d%d)", "%1,"):reverse():gsub("^,", "") end
   print(("Lease scale: one consumer on the dev broker (loopback, same machine), 100-byte bodies, up to %d runs per row;"):format(#by_row[order[1]]))
   print("median (min–max); a value without a range is one run. Memory and CPU are the client process's only.")
@@ -109,7 +116,7 @@ local function lease_table()
       runs_dev[1].count, stat(runs_dev, "msgs_per_s"), stat(runs_dev, "cpu_s_per_10k", "%.2f"), stat(runs_dev, "rss_mb")))
     print("")
   end
-  return workers, by_row, order
+  return workers, by_row, order, java
 end
 
 -- One row per (workers, run) from the workers' lines: all their messages over the time
@@ -142,33 +149,52 @@ local function workers_runs(lines)
   return rows, worder
 end
 
--- "Cost as work grows": the lease rows and the workers rows in one table.
-local function cost_table(lines, by_row, order)
+-- "Cost as work grows": the lease rows and the workers rows in one table, the Java
+-- client's figures beside mqlease's where part jcost measured them.
+local function cost_table(lines, by_row, order, java)
   local wrows, worder = workers_runs(lines or {})
+  java = java or { leases = {}, workers = {} }
+  local jwrows = workers_runs(java.workers)
   if #worder == 0 and not order then return end
   local function thousands(n) return ("%d"):format(n):reverse():gsub("(%d%d%d)", "%1,"):reverse():gsub("^,", "") end
+  local function or_dash(runs, key, fmt) return runs and stat(runs, key, fmt) or "-" end
   print(("Cost as work grows: the dev broker and the clients on the same %s cores, shared with other work;"):format(sh("nproc")))
   print("median (min–max) of the runs. A lease row is one process holding that many leases (CPU per")
-  print("renewal); a workers row is that many processes of mqlease.run (no-op handler, concurrency 256)")
-  print("in one group draining one backlog of 100-byte messages (CPU per message, all workers summed).")
+  print("renewal); a workers row is that many processes draining one backlog of 100-byte messages in one")
+  print("group (CPU per message, all workers summed): mqlease.run (no-op handler, concurrency 256), or")
+  print("the Java client's SimpleConsumer (rocketmq-client-java 5.0.7: receive 32, ackAsync each, as its")
+  print("users write it; renewals by changeInvisibleDurationAsync, 512 in flight as mqlease keeps).")
+  print("\"broker\" is the dev broker's CPU in the same window: beside mqlease / beside Java.")
   print("")
-  print("| work | client RSS per lease, body included | client CPU µs per renewal / message | dev broker CPU µs per renewal / message | renewals/s or msg/s |")
+  print("| work | RSS per lease, body included: mqlease / Java | client CPU µs per renewal or message: mqlease / Java | broker CPU µs per renewal or message: mqlease's / Java's | renewals/s or msg/s: mqlease / Java |")
   print("|---|---|---|---|---|")
   for _, key in ipairs(order or {}) do
     local runs = by_row[key]
     if runs[1].spin_s == 0 then
-      print(("| %s leases | %s | %s | %s | %s renewals/s |"):format(thousands(runs[1].count),
-        stat(runs, "rss_bytes_per_lease"), stat(runs, "cpu_us_per_renewal"),
-        stat(runs, "broker_cpu_us_per_renewal"), stat(runs, "renewals_per_s")))
+      local j = java.leases[runs[1].count]
+      print(("| %s leases | %s / %s | %s / %s | %s / %s | %s / %s |"):format(thousands(runs[1].count),
+        stat(runs, "rss_bytes_per_lease"), or_dash(j, "bytes_per_lease"),
+        stat(runs, "cpu_us_per_renewal"), or_dash(j, "cpu_us_per_renewal"),
+        stat(runs, "broker_cpu_us_per_renewal"), or_dash(j, "broker_cpu_us_per_renewal"),
+        stat(runs, "renewals_per_s"), or_dash(j, "renewals_per_s")))
     end
   end
   for _, w in ipairs(worder) do
-    local runs = wrows[w]
-    print(("| %d worker%s, %s messages | - | %s | %s | %s msg/s |"):format(w, w == 1 and "" or "s",
-      thousands(runs[1].backlog), stat(runs, "cpu_us_per_msg", "%.1f"), stat(runs, "broker_us_per_msg", "%.1f"),
-      stat(runs, "msgs_per_s")))
+    local runs, j = wrows[w], jwrows[w]
+    print(("| %d worker%s, %s messages | - | %s / %s | %s / %s | %s / %s msg/s |"):format(w, w == 1 and "" or "s",
+      thousands(runs[1].backlog), stat(runs, "cpu_us_per_msg", "%.1f"), or_dash(j, "cpu_us_per_msg", "%.1f"),
+      stat(runs, "broker_us_per_msg", "%.1f"), or_dash(j, "broker_us_per_msg", "%.1f"),
+      stat(runs, "msgs_per_s"), or_dash(j, "msgs_per_s")))
   end
   print("")
+  local failed = 0
+  for _, rows in pairs(java.leases) do
+    for _, r in ipairs(rows) do failed = failed + (r.renew_fail or 0) + (r.ack_failed or 0) end
+  end
+  if next(java.leases) then
+    print(("The Java rows' failed renewals and final acks, all runs: %d (a failed renewal is a lease lost)."):format(failed))
+    print("")
+  end
 end
 
 if nrows > 0 then

@@ -38,6 +38,24 @@
 //       arrives, so messages received early survive a slow receive phase.
 //       {"mode":"hold","count":N,"renewals":R,"renew_fail":F,"renew_p50_ms":..,
 //        "renew_p99_ms":..,"lateness_p99_ms":..,"rss_kb":K}
+//   leases ENDPOINT GROUP TOPIC COUNT INVISIBLE_S HOLD_S INFLIGHT
+//       The cost of holding COUNT leases, as bench/lease.lua hold measures mqlease's: receives
+//       COUNT messages (batches of 32, invisible INVISIBLE_S) and keeps them all, renewing each
+//       every INVISIBLE_S/3 s (fixed rate from its receipt) with changeInvisibleDurationAsync,
+//       at most INFLIGHT renewals outstanding (mqlease keeps 512), a message's next renewal
+//       scheduled when its last one answers. From 1.5 renewal periods after the fill, a window
+//       of HOLD_S s: the process's CPU over the renewals answered in it, and with
+//       BENCH_BROKER_PID the broker's. bytes_per_lease: VmRSS growth from before the first receive to all held,
+//       over COUNT (heap as the JVM grew it: -Xmx bounds it). Then acks all.
+//       {"mode":"leases","count":N,"fill_s":..,"renewals_per_s":..,"renew_fail":F,
+//        "cpu_us_per_renewal":..,"broker_cpu_us_per_renewal":..,"lateness_p99_ms":..,
+//        "bytes_per_lease":..,"rss_kb":K}
+//   drain ENDPOINT GROUP TOPIC GO_FILE IDLE_S
+//       One of several workers over one backlog (bench/workers.lua's Java twin): builds its
+//       SimpleConsumer, waits for GO_FILE to exist (all start together), then receive(32, 30 s)
+//       and ackAsync every message of a batch, until IDLE_S s pass with nothing received.
+//       {"acked":N,"start":S,"last":L,"cpu_s":C,"failed":F,"rss_kb":K}: start and last (the
+//       last message's) in seconds on CLOCK_MONOTONIC, CPU from the start to the stop.
 //
 // stdout carries only the JSON line; everything else (client logs, errors) goes to stderr or to
 // -Drocketmq.log.root. Exit status: 0 = complete, 3 = ran but incomplete (fewer than COUNT
@@ -73,6 +91,7 @@ public final class Bench {
     static final long CONSUME_LIMIT_NS = TimeUnit.SECONDS.toNanos(120);
     static final long HOLD_RECEIVE_LIMIT_NS = TimeUnit.SECONDS.toNanos(120);
     static final int HOLD_BATCH = 32;  // receive batch size of the hold mode
+    static final int DRAIN_BATCH = 32; // and of the drain mode
 
     // The real stdout, reserved for the JSON line. System.out is pointed at stderr so that
     // nothing else (logback status output, a console appender) can end up on stdout.
@@ -130,6 +149,19 @@ public final class Bench {
                     int inv = posInt(args[5], "INVISIBLE_S"), hold = posInt(args[6], "HOLD_S");
                     watchdog(120 + hold + inv + 120);
                     rc = hold(args[1], args[2], args[3], posInt(args[4], "COUNT"), inv, hold);
+                    break;
+                }
+                case "leases": {
+                    if (args.length != 8) usage();
+                    int inv = posInt(args[5], "INVISIBLE_S"), hold = posInt(args[6], "HOLD_S");
+                    watchdog(300 + inv + hold + 120);
+                    rc = leases(args[1], args[2], args[3], posInt(args[4], "COUNT"), inv, hold, posInt(args[7], "INFLIGHT"));
+                    break;
+                }
+                case "drain": {
+                    if (args.length != 6) usage();
+                    watchdog(600);
+                    rc = drain(args[1], args[2], args[3], args[4], posInt(args[5], "IDLE_S"));
                     break;
                 }
                 default:
@@ -344,26 +376,7 @@ public final class Bench {
         }, "bench-renewer");
         renewer.setDaemon(true);
 
-        int receiveFailed = 0;
-        long t0 = System.nanoTime();
-        while (all.size() < count && System.nanoTime() - t0 < HOLD_RECEIVE_LIMIT_NS) {
-            List<MessageView> ms;
-            try {
-                ms = c.receive(Math.min(HOLD_BATCH, count - all.size()), inv);
-            } catch (Exception e) {
-                if (receiveFailed++ < 5) System.err.println("bench: receive failed: " + e);
-                Thread.sleep(100);   // do not spin if the proxy is gone
-                continue;
-            }
-            long now = System.nanoTime();
-            for (MessageView m : ms) {
-                Held h = new Held(m, now + period);
-                all.add(h);
-                queue.put(h);
-            }
-            if (!ms.isEmpty() && !renewer.isAlive()) renewer.start();
-        }
-        if (all.size() < count) System.err.println("bench: only " + all.size() + " of " + count + " messages received within 120 s");
+        fill(c, count, inv, period, all, queue, renewer, HOLD_RECEIVE_LIMIT_NS);
 
         // Hold for HOLD_S seconds after the last message arrived, then stop the renewer.
         long holdEnd = System.nanoTime() + TimeUnit.SECONDS.toNanos(holdS);
@@ -398,6 +411,210 @@ public final class Bench {
         if (ackFailed > 0) System.err.println("bench: " + ackFailed + " of " + all.size() + " final acks failed (lease lost?)");
         closeQuietly(c);
         return all.size() == count && fails == 0 && ackFailed == 0 ? 0 : 3;
+    }
+
+    // Receives up to count messages (batches of HOLD_BATCH, invisible inv) into all and the
+    // renewal queue, each due a period after it arrived, starting the renewer at the first;
+    // gives up after limitNs. The number of failed receives.
+    static int fill(SimpleConsumer c, int count, Duration inv, long period, List<Held> all,
+                    DelayQueue<Held> queue, Thread renewer, long limitNs) throws InterruptedException {
+        int receiveFailed = 0;
+        long t0 = System.nanoTime();
+        while (all.size() < count && System.nanoTime() - t0 < limitNs) {
+            List<MessageView> ms;
+            try {
+                ms = c.receive(Math.min(HOLD_BATCH, count - all.size()), inv);
+            } catch (Exception e) {
+                if (receiveFailed++ < 5) System.err.println("bench: receive failed: " + e);
+                Thread.sleep(100);   // do not spin if the proxy is gone
+                continue;
+            }
+            long now = System.nanoTime();
+            for (MessageView m : ms) {
+                Held h = new Held(m, now + period);
+                all.add(h);
+                queue.put(h);
+            }
+            if (!ms.isEmpty() && !renewer.isAlive()) renewer.start();
+        }
+        if (all.size() < count)
+            System.err.println("bench: only " + all.size() + " of " + count + " messages received within "
+                + TimeUnit.NANOSECONDS.toSeconds(limitNs) + " s");
+        return receiveFailed;
+    }
+
+    static int leases(String endpoint, String group, String topic, int count, int invisibleS, int holdS,
+                      int inflight) throws Exception {
+        ClientServiceProvider p = ClientServiceProvider.loadService();
+        SimpleConsumer c = simpleConsumer(p, endpoint, group, topic);
+        Duration inv = Duration.ofSeconds(invisibleS);
+        long period = TimeUnit.SECONDS.toNanos(invisibleS) / 3;
+        long brokerPid = envLong("BENCH_BROKER_PID");
+        DelayQueue<Held> queue = new DelayQueue<>();
+        List<Held> all = new ArrayList<>(count);
+        java.util.concurrent.Semaphore slots = new java.util.concurrent.Semaphore(inflight);
+        java.util.concurrent.atomic.AtomicLong answered = new java.util.concurrent.atomic.AtomicLong();
+        java.util.concurrent.atomic.AtomicLong failed = new java.util.concurrent.atomic.AtomicLong();
+        // lateness (ns) of the renewals sent in the window; written by the renewer thread only
+        long[][] late = {new long[4096]};
+        int[] nLate = {0};
+        final boolean[] state = {false, false};   // [0] stop, [1] measuring
+
+        Thread renewer = new Thread(() -> {
+            while (true) {
+                Held h;
+                try {
+                    h = queue.poll(20, TimeUnit.MILLISECONDS);
+                    synchronized (state) { if (state[0]) return; }
+                    if (h == null) continue;
+                    slots.acquire();
+                } catch (InterruptedException e) {
+                    return;
+                }
+                long sent = System.nanoTime();
+                boolean measuring;
+                synchronized (state) { measuring = state[1]; }
+                if (measuring) {
+                    if (nLate[0] == late[0].length) late[0] = Arrays.copyOf(late[0], 2 * nLate[0]);
+                    late[0][nLate[0]++] = Math.max(0, sent - h.due);
+                }
+                c.changeInvisibleDurationAsync(h.view, inv).whenComplete((v, e) -> {
+                    slots.release();
+                    if (e != null) {
+                        if (failed.getAndIncrement() < 5) System.err.println("bench: changeInvisibleDurationAsync failed: " + e);
+                    }
+                    answered.incrementAndGet();
+                    h.due += period;
+                    queue.put(h);
+                });
+            }
+        }, "bench-renewer");
+        renewer.setDaemon(true);
+
+        long rss0 = rssKb();
+        long t0 = System.nanoTime();
+        fill(c, count, inv, period, all, queue, renewer, TimeUnit.SECONDS.toNanos(300));
+        double fillS = (System.nanoTime() - t0) / 1e9;
+        long rssFull = rssKb();
+
+        // A lease renews at its receipt + k periods, so the renewals of a fast fill come in
+        // bursts; a window opened half a period off them (1.5 periods after the fill) and
+        // HOLD_S long (two periods, as the mqlease rows) holds two renewals of every lease.
+        TimeUnit.NANOSECONDS.sleep(period + period / 2);
+        long cpu0 = cpuNs(), b0 = ticks(brokerPid), a0 = answered.get(), w0 = System.nanoTime();
+        synchronized (state) { state[1] = true; }
+        TimeUnit.SECONDS.sleep(holdS);
+        synchronized (state) { state[1] = false; }
+        long cpu1 = cpuNs(), b1 = ticks(brokerPid), a1 = answered.get(), w1 = System.nanoTime();
+        synchronized (state) { state[0] = true; }
+        renewer.join(TimeUnit.SECONDS.toMillis(10));
+        slots.acquire(inflight);   // the renewals in flight have answered
+
+        List<CompletableFuture<Void>> fs = new ArrayList<>(all.size());
+        int ackFailed = 0;
+        for (Held h : all) {
+            fs.add(c.ackAsync(h.view));
+            if (fs.size() == inflight) ackFailed += waitAll(fs);
+        }
+        ackFailed += waitAll(fs);
+
+        long renewals = a1 - a0;
+        double windowS = (w1 - w0) / 1e9;
+        emit(String.format(Locale.ROOT,
+            "{\"mode\":\"leases\",\"count\":%d,\"fill_s\":%.3f,\"renewals_per_s\":%.1f,\"renew_fail\":%d,"
+                + "\"cpu_us_per_renewal\":%.2f,\"broker_cpu_us_per_renewal\":%.2f,\"lateness_p99_ms\":%.3f,"
+                + "\"bytes_per_lease\":%.0f,\"ack_failed\":%d,\"rss_kb\":%d}",
+            all.size(), fillS, renewals / windowS, failed.get(),
+            renewals > 0 ? (cpu1 - cpu0) / 1e3 / renewals : 0.0,
+            renewals > 0 && brokerPid > 0 ? (b1 - b0) * 1e4 / renewals : 0.0,
+            pctMs(late[0], nLate[0], 99), (rssFull - rss0) * 1024.0 / Math.max(1, all.size()), ackFailed, rssFull));
+        closeQuietly(c);
+        return all.size() == count && failed.get() == 0 && ackFailed == 0 ? 0 : 3;
+    }
+
+    // Waits for every future of fs (10 s each), clears it; the number that failed.
+    static int waitAll(List<CompletableFuture<Void>> fs) {
+        int bad = 0;
+        for (CompletableFuture<Void> f : fs) {
+            try {
+                f.get(10, TimeUnit.SECONDS);
+            } catch (Exception e) {
+                if (bad++ < 5) System.err.println("bench: ack failed: " + e);
+            }
+        }
+        fs.clear();
+        return bad;
+    }
+
+    static int drain(String endpoint, String group, String topic, String goFile, int idleS) throws Exception {
+        ClientServiceProvider p = ClientServiceProvider.loadService();
+        SimpleConsumer c = p.newSimpleConsumerBuilder()
+            .setClientConfiguration(config(endpoint))
+            .setConsumerGroup(group)
+            .setSubscriptionExpressions(Map.of(topic, new FilterExpression("*", FilterExpressionType.TAG)))
+            .setAwaitDuration(Duration.ofSeconds(1))
+            .build();
+        while (!Files.exists(Path.of(goFile))) Thread.sleep(5);
+        long cpu0 = cpuNs(), t0 = System.nanoTime(), last = t0;
+        Duration inv = Duration.ofSeconds(30);
+        List<CompletableFuture<Void>> fs = new ArrayList<>(DRAIN_BATCH);
+        long acked = 0;
+        int failed = 0;
+        while (System.nanoTime() - last < TimeUnit.SECONDS.toNanos(idleS)
+               && System.nanoTime() - t0 < TimeUnit.SECONDS.toNanos(300)) {
+            List<MessageView> ms;
+            try {
+                ms = c.receive(DRAIN_BATCH, inv);
+            } catch (Exception e) {
+                if (failed++ < 5) System.err.println("bench: receive failed: " + e);
+                Thread.sleep(100);
+                continue;
+            }
+            if (ms.isEmpty()) continue;
+            for (MessageView m : ms) fs.add(c.ackAsync(m));
+            int bad = waitAll(fs);
+            failed += bad;
+            acked += ms.size() - bad;
+            last = System.nanoTime();
+        }
+        long cpu = cpuNs() - cpu0;
+        // start and last on CLOCK_MONOTONIC (System.nanoTime on Linux), as bench/workers.lua's
+        emit(String.format(Locale.ROOT, "{\"acked\":%d,\"start\":%.6f,\"last\":%.6f,\"cpu_s\":%.3f,\"failed\":%d,"
+            + "\"rss_kb\":%d}", acked, t0 / 1e9, last / 1e9, cpu / 1e9, failed, peakRssKb()));
+        closeQuietly(c);
+        return failed == 0 ? 0 : 3;
+    }
+
+    static long envLong(String name) {
+        String v = System.getenv(name);
+        try {
+            return v == null || v.isEmpty() ? -1 : Long.parseLong(v);
+        } catch (NumberFormatException e) {
+            return -1;
+        }
+    }
+
+    // utime + stime of process pid in clock ticks (10 ms), or 0.
+    static long ticks(long pid) {
+        if (pid <= 0) return 0;
+        try {
+            String stat = Files.readString(Path.of("/proc/" + pid + "/stat"));
+            String[] f = stat.substring(stat.lastIndexOf(')') + 2).split(" ");
+            return Long.parseLong(f[11]) + Long.parseLong(f[12]);   // fields 14 and 15
+        } catch (IOException | RuntimeException e) {
+            return 0;
+        }
+    }
+
+    static long rssKb() {
+        try {
+            for (String line : Files.readAllLines(Path.of("/proc/self/status"))) {
+                if (line.startsWith("VmRSS:")) return Long.parseLong(line.replaceAll("[^0-9]", ""));
+            }
+        } catch (IOException | NumberFormatException e) {
+            System.err.println("bench: cannot read VmRSS: " + e);
+        }
+        return -1;
     }
 
     static long cpuNs() {
@@ -511,6 +728,8 @@ public final class Bench {
             + "  Bench sendasync ENDPOINT TOPIC COUNT SIZE INFLIGHT\n"
             + "  Bench consume ENDPOINT GROUP TOPIC COUNT INVISIBLE_S BATCH [sync|async]\n"
             + "  Bench push    ENDPOINT GROUP TOPIC COUNT\n"
-            + "  Bench hold    ENDPOINT GROUP TOPIC COUNT INVISIBLE_S HOLD_S");
+            + "  Bench hold    ENDPOINT GROUP TOPIC COUNT INVISIBLE_S HOLD_S\n"
+            + "  Bench leases  ENDPOINT GROUP TOPIC COUNT INVISIBLE_S HOLD_S INFLIGHT\n"
+            + "  Bench drain   ENDPOINT GROUP TOPIC GO_FILE IDLE_S");
     }
 }
