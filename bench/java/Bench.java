@@ -606,16 +606,7 @@ public final class Bench {
         }
     }
 
-    static long rssKb() {
-        try {
-            for (String line : Files.readAllLines(Path.of("/proc/self/status"))) {
-                if (line.startsWith("VmRSS:")) return Long.parseLong(line.replaceAll("[^0-9]", ""));
-            }
-        } catch (IOException | NumberFormatException e) {
-            System.err.println("bench: cannot read VmRSS: " + e);
-        }
-        return -1;
-    }
+    static long rssKb() { return statusKb("VmRSS"); }
 
     static long cpuNs() {
         java.lang.management.OperatingSystemMXBean os = java.lang.management.ManagementFactory.getOperatingSystemMXBean();
@@ -660,13 +651,16 @@ public final class Bench {
         return s[Math.max(0, rank - 1)] / 1e6;
     }
 
-    static long peakRssKb() {
+    static long peakRssKb() { return statusKb("VmHWM"); }
+
+    // A field of /proc/self/status in kB (VmRSS: resident now, VmHWM: its peak), or -1.
+    static long statusKb(String field) {
         try {
             for (String line : Files.readAllLines(Path.of("/proc/self/status"))) {
-                if (line.startsWith("VmHWM:")) return Long.parseLong(line.replaceAll("[^0-9]", ""));
+                if (line.startsWith(field + ":")) return Long.parseLong(line.replaceAll("[^0-9]", ""));
             }
         } catch (IOException | NumberFormatException e) {
-            System.err.println("bench: cannot read VmHWM: " + e);
+            System.err.println("bench: cannot read " + field + ": " + e);
         }
         return -1;
     }
