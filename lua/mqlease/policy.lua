@@ -76,31 +76,34 @@ return 0
 
 -- ACQUIRE and FINISH for the messages of one scheduler turn at once (see
 -- mqlease.policy.batch): each message's part as its own script does it, in a
--- pcall, so one message's error is its answer alone ({-1, message}).
+-- pcall, so one message's error is its answer alone (its message, a string,
+-- where its code would be). The answers come back as one flat list, not a
+-- table a message.
 -- KEYS: lock, fence, done of each message; ARGV: the lock's TTL in ms, the
--- fence's TTL in ms, then each message's owner. -> one answer per message:
--- {1, fence} | {0, owner} | {2, ''} | {-1, error}.
+-- fence's TTL in ms, then each message's owner. -> two elements per message:
+-- 1, fence | 0, owner | 2, '' | error, ''.
 local ACQUIRE_MANY = [[
 local out, ttl, fence_ttl = {}, ARGV[1], ARGV[2]
 local function one(lock, fence, done, owner)
-  if redis.call('exists', done) == 1 then return {2, ''} end
+  if redis.call('exists', done) == 1 then return 2, '' end
   if redis.call('set', lock, owner, 'NX', 'PX', ttl) then
     local f = redis.call('incr', fence)
     redis.call('pexpire', fence, fence_ttl)
-    return {1, f}
+    return 1, f
   end
-  return {0, redis.call('get', lock) or ''}
+  return 0, redis.call('get', lock) or ''
 end
 for i = 1, #ARGV - 2 do
-  local ok, res = pcall(one, KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i], ARGV[i + 2])
-  if ok then out[i] = res else out[i] = {-1, type(res) == 'table' and res.err or tostring(res)} end
+  local ok, code, value = pcall(one, KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i], ARGV[i + 2])
+  if ok then out[2 * i - 1], out[2 * i] = code, value
+  else out[2 * i - 1], out[2 * i] = type(code) == 'table' and code.err or tostring(code), '' end
 end
 return out
 ]]
 
 -- KEYS: lock, done of each message; ARGV: the marker's TTL in seconds, then
--- each message's owner. -> one answer per message: {1, the unlock's 1 or 0}
--- | {-1, error}.
+-- each message's owner. -> one element per message: the unlock's 1 or 0, or
+-- the message's error (a string).
 local FINISH_MANY = [[
 local out, ttl = {}, ARGV[1]
 local function one(lock, done, owner)
@@ -110,7 +113,7 @@ local function one(lock, done, owner)
 end
 for i = 1, #ARGV - 1 do
   local ok, res = pcall(one, KEYS[2 * i - 1], KEYS[2 * i], ARGV[i + 1])
-  if ok then out[i] = {1, res} else out[i] = {-1, type(res) == 'table' and res.err or tostring(res)} end
+  if ok then out[i] = res else out[i] = type(res) == 'table' and res.err or tostring(res) end
 end
 return out
 ]]
@@ -233,8 +236,8 @@ function _M.exactly_once(opts)
   local function batches(rc)
     if acquires == nil then
       if o.batch and rc._one_server and rc:_one_server() then
-        acquires = batch_mod.new(rc, ACQUIRE_MANY, 3, { ttl_ms, done_ttl_ms })
-        finishes = batch_mod.new(rc, FINISH_MANY, 2, { done_ttl })
+        acquires = batch_mod.new(rc, ACQUIRE_MANY, 3, { ttl_ms, done_ttl_ms }, 2)
+        finishes = batch_mod.new(rc, FINISH_MANY, 2, { done_ttl }, 1)
       else
         acquires, finishes = false, false
       end
@@ -316,9 +319,9 @@ function _M.exactly_once(opts)
     lease.lock_owner = nil   -- the live view shows the lock only while it is held
   end
 
-  local function finish(rc, m, lease, lock_key, done_key, owner)
+  -- sched: the scheduler whose turns batch the markers, or nil
+  local function finish(rc, sched, m, lease, lock_key, done_key, owner)
     local marked, err
-    local sched = batches(rc)
     if sched then marked, err = finishes:call(sched, owner, lock_key, done_key)
     else marked, err = mark_done(rc, lock_key, done_key, owner) end
     if marked ~= nil then return true end
@@ -342,16 +345,24 @@ function _M.exactly_once(opts)
     -- the lock's TTL runs from the acquire, not from when this coroutine resumes
     local acquired_at = core.now()
     local sched = batches(rc)
-    local got, err
-    if sched then got, err = acquires:call(sched, owner, lock_key, fence_key, done_key)
-    else got, err = acquire(rc, lock_key, fence_key, done_key, owner) end
-    if got == nil then return unreachable(m, lease, handler, err) end
-    if got[1] == 2 then
+    -- got: 1 (ours; fence), 0 (another owner's), 2 (done before)
+    local got, fence
+    if sched then got, fence = acquires:call(sched, owner, lock_key, fence_key, done_key)
+    else
+      local answer, err = acquire(rc, lock_key, fence_key, done_key, owner)
+      if type(answer) == "table" then got, fence = answer[1], answer[2] else fence = err end
+    end
+    if got ~= 1 and got ~= 0 and got ~= 2 then
+      -- no answer, or one no honest server gives (fence holds the message):
+      -- the lock is not known to be ours, so the handler must not run
+      return unreachable(m, lease, handler, fence)
+    end
+    if got == 2 then
       -- done before (a redelivery, or its owner just finished): a known duplicate
       m.consumer:count("duplicate_skipped")
       return "ack"
     end
-    if got[1] == 0 then
+    if got == 0 then
       -- another live owner holds it: the take-over race
       m.consumer:count("handoff")
       if o.on_locked == "ack" then return "ack" end   -- risky: lost if that owner fails
@@ -364,7 +375,7 @@ function _M.exactly_once(opts)
       return "nack"
     end
     -- the live view shows both while the lock is held
-    lease.fence, lease.lock_owner = got[2], owner
+    lease.fence, lease.lock_owner = fence, owner
     local keepalive
     if rc._keep_lock then
       keepalive = rc:_keep_lock(lock_key, owner, ka_ttl_ms, ka_every_ms, ka_max_ms, floor(acquired_at * 1000))
@@ -381,7 +392,7 @@ function _M.exactly_once(opts)
       -- the done marker before the ack: a redelivery from now on is acked
       -- without running; the unlock rides in the same script (see FINISH).
       -- The keepalive stays on until the marker is written.
-      local marked, ferr = finish(rc, m, lease, lock_key, done_key, owner)
+      local marked, ferr = finish(rc, sched, m, lease, lock_key, done_key, owner)
       let_lock_go(m, lease)
       if marked then return "ack" end
       -- the lease ended first: no ack; the lock lapses at its TTL, and the

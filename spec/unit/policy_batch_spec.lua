@@ -34,7 +34,8 @@ local function in_one_turn(n, fn)
   return out
 end
 
--- Answers each message with { 1, <its argument> }, read from the call.
+-- Answers each message with 1, <its argument> (two elements a message in
+-- one flat list, as the policy's batch scripts answer), read from the call.
 local function echo_args(shared)
   return function(call)
     local out = {}
@@ -43,7 +44,10 @@ local function echo_args(shared)
       local nk = call.cmd[3]
       argv = { table.unpack(call.cmd, 4 + nk) }
     end
-    for i = shared + 1, #argv do out[#out + 1] = { 1, argv[i] } end
+    for i = shared + 1, #argv do
+      out[#out + 1] = 1
+      out[#out + 1] = argv[i]
+    end
     return out
   end
 end
@@ -51,7 +55,7 @@ end
 describe("mqlease.policy.batch", function()
   it("sends the messages of one turn as one call, keys then shared then own arguments", function()
     local rc = stand_in(echo_args(2), true)
-    local b = batch_mod.new(rc, "SCRIPT", 3, { "ttl", "fence_ttl" })
+    local b = batch_mod.new(rc, "SCRIPT", 3, { "ttl", "fence_ttl" }, 2)
     local out = in_one_turn(5, function(i, sched)
       return b:call(sched, "owner" .. i, "l" .. i, "f" .. i, "d" .. i)
     end)
@@ -60,39 +64,50 @@ describe("mqlease.policy.batch", function()
     assert.same({ "eval", "SCRIPT", 15 }, { cmd[1], cmd[2], cmd[3] })
     assert.same({ "l1", "f1", "d1", "l2", "f2", "d2" }, { table.unpack(cmd, 4, 9) })
     assert.same({ "ttl", "fence_ttl", "owner1", "owner2", "owner3", "owner4", "owner5" }, { table.unpack(cmd, 19) })
-    for i = 1, 5 do assert.same({ 1, "owner" .. i }, out[i][1]) end
+    for i = 1, 5 do assert.same({ 1, "owner" .. i, n = 2 }, out[i]) end
   end)
 
   it("takes a client of the user's own through eval(script, keys, argv)", function()
     local rc = stand_in(echo_args(1), false)
-    local b = batch_mod.new(rc, "SCRIPT", 2, { "ttl" })
+    local b = batch_mod.new(rc, "SCRIPT", 2, { "ttl" }, 2)
     local out = in_one_turn(3, function(i, sched) return b:call(sched, "o" .. i, "l" .. i, "d" .. i) end)
     assert.equal(1, #rc.calls)
     assert.same({ "l1", "d1", "l2", "d2", "l3", "d3" }, rc.calls[1].keys)
     assert.same({ "ttl", "o1", "o2", "o3" }, rc.calls[1].argv)
-    for i = 1, 3 do assert.same({ 1, "o" .. i }, out[i][1]) end
+    for i = 1, 3 do assert.same({ 1, "o" .. i, n = 2 }, out[i]) end
+  end)
+
+  it("answers one element a message for a script of width 1", function()
+    local rc = stand_in(function() return { 1, 0, 1 } end, true)
+    local b = batch_mod.new(rc, "SCRIPT", 2, { "ttl" }, 1)
+    local out = in_one_turn(3, function(i, sched) return b:call(sched, "o" .. i, "l" .. i, "d" .. i) end)
+    assert.same({ 1, n = 1 }, out[1])
+    assert.same({ 0, n = 1 }, out[2])
+    assert.same({ 1, n = 1 }, out[3])
   end)
 
   it("fails only the message whose own part failed", function()
-    local rc = stand_in(function() return { { 1, "a" }, { -1, "WRONGTYPE Operation against a key" }, { 0, "b" } } end, true)
-    local b = batch_mod.new(rc, "SCRIPT", 2, {})
+    local rc = stand_in(function() return { 1, "a", "WRONGTYPE Operation against a key", "", 0, "b" } end, true)
+    local b = batch_mod.new(rc, "SCRIPT", 2, {}, 2)
     local out = in_one_turn(3, function(i, sched) return b:call(sched, "o", "l" .. i, "d" .. i) end)
-    assert.same({ 1, "a" }, out[1][1])
+    assert.same({ 1, "a", n = 2 }, out[1])
     assert.same({ nil, "WRONGTYPE Operation against a key", "REDIS_ERROR", n = 3 }, out[2])
-    assert.same({ 0, "b" }, out[3][1])
+    assert.same({ 0, "b", n = 2 }, out[3])
   end)
 
   it("fails every message of a call that fails whole, with its message and code", function()
     local rc = stand_in(function() return nil, "no reply within 1000 ms", "TIMEOUT" end, true)
-    local b = batch_mod.new(rc, "SCRIPT", 2, {})
+    local b = batch_mod.new(rc, "SCRIPT", 2, {}, 2)
     local out = in_one_turn(4, function(i, sched) return b:call(sched, "o", "l" .. i, "d" .. i) end)
     for i = 1, 4 do assert.same({ nil, "no reply within 1000 ms", "TIMEOUT", n = 3 }, out[i]) end
   end)
 
   it("fails every message when the reply is not one answer per message", function()
-    for _, bad in ipairs({ { { 1, "a" } }, { { 1, "a" }, { 1, "b" }, { 1, "c" }, { 1, "d" } }, "OK", 7 }) do
+    -- short, surplus (a table a message, the old shape: 3 elements for 6), odd, not a list
+    for _, bad in ipairs({ { 1, "a" }, { 1, "a", 1, "b", 1, "c", 1, "d" }, { { 1, "a" }, { 1, "b" }, { 1, "c" } },
+        { 1, "a", 1, "b", 1 }, "OK", 7 }) do
       local rc = stand_in(function() return bad end, true)
-      local b = batch_mod.new(rc, "SCRIPT", 2, {})
+      local b = batch_mod.new(rc, "SCRIPT", 2, {}, 2)
       local out = in_one_turn(3, function(i, sched) return b:call(sched, "o", "l" .. i, "d" .. i) end)
       for i = 1, 3 do
         assert.is_nil(out[i][1])
@@ -102,18 +117,18 @@ describe("mqlease.policy.batch", function()
     end
   end)
 
-  it("fails a message whose answer is not a table, and only that one", function()
-    local rc = stand_in(function() return { { 1, "a" }, "OK" } end, true)
-    local b = batch_mod.new(rc, "SCRIPT", 2, {})
-    local out = in_one_turn(2, function(i, sched) return b:call(sched, "o", "l" .. i, "d" .. i) end)
-    assert.same({ 1, "a" }, out[1][1])
-    assert.is_nil(out[2][1])
-    assert.equal("REDIS_ERROR", out[2][3])
+  it("fails a message whose answer does not start with an integer, and only that one", function()
+    local rc = stand_in(function() return { 1, "a", { 1 }, "x", 0, "b" } end, true)
+    local b = batch_mod.new(rc, "SCRIPT", 2, {}, 2)
+    local out = in_one_turn(3, function(i, sched) return b:call(sched, "o", "l" .. i, "d" .. i) end)
+    assert.same({ 1, "a", n = 2 }, out[1])
+    assert.same({ nil, "redis answered table for one message of a batch", "REDIS_ERROR", n = 3 }, out[2])
+    assert.same({ 0, "b", n = 2 }, out[3])
   end)
 
   it("fails every message with INTERNAL when the client raises, and none waits on", function()
     local rc = stand_in(function() error("the client broke") end, true)
-    local b = batch_mod.new(rc, "SCRIPT", 2, {})
+    local b = batch_mod.new(rc, "SCRIPT", 2, {}, 2)
     local out = in_one_turn(3, function(i, sched) return b:call(sched, "o", "l" .. i, "d" .. i) end)
     for i = 1, 3 do
       assert.is_nil(out[i][1])
@@ -124,20 +139,20 @@ describe("mqlease.policy.batch", function()
 
   it("splits a turn of more messages than one call carries", function()
     local rc = stand_in(echo_args(0), true)
-    local b = batch_mod.new(rc, "SCRIPT", 2, {}, 4)
+    local b = batch_mod.new(rc, "SCRIPT", 2, {}, 2, 4)
     local out = in_one_turn(10, function(i, sched) return b:call(sched, "o" .. i, "l" .. i, "d" .. i) end)
     assert.equal(3, #rc.calls)   -- 4, 4 and 2
-    for i = 1, 10 do assert.same({ 1, "o" .. i }, out[i][1]) end
+    for i = 1, 10 do assert.same({ 1, "o" .. i, n = 2 }, out[i]) end
   end)
 
   it("answers a call in a new scheduler after one stopped with its batch unsent", function()
     local rc = stand_in(echo_args(0), true)
-    local b = batch_mod.new(rc, "SCRIPT", 2, {})
+    local b = batch_mod.new(rc, "SCRIPT", 2, {}, 2)
     local first = scheduler.new()
     first:spawn(function() b:call(first, "never sent", "l", "d") end)
     first:loop(function() return true end)   -- stops after one round: its flush never runs
     local out = in_one_turn(1, function(_, sched) return b:call(sched, "next", "l", "d") end)
-    assert.same({ 1, "next" }, out[1][1])
+    assert.same({ 1, "next", n = 2 }, out[1])
     assert.equal(1, #rc.calls)
   end)
 end)

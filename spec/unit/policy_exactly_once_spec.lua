@@ -125,6 +125,43 @@ describe("mqlease.policy.exactly_once done marker", function()
   end)
 end)
 
+describe("mqlease.policy.exactly_once acquire answers no honest server gives", function()
+  -- The acquire answers 1 (the lock is ours), 0 (another owner's) or 2 (done
+  -- before). Anything else does not say the lock is ours: the handler must
+  -- not run (it used to, for any code but 0 and 2). Alone (batch = false,
+  -- as under Redis Cluster) and in a turn's batch alike.
+  for _, case in ipairs({
+    { "a code of 5", { 5, 1 } }, { "a code of -1", { -1, "oops" } }, { "a string", "OK" },
+    { "an empty list", {} }, { "a code as text", { "1", 1 } },
+  }) do
+    for _, batch in ipairs({ false, true }) do
+      it(("defers on %s%s, the handler not run"):format(case[1], batch and " (batched)" or ""), function()
+        simulate(function(clock, redis)
+          local p = policy.exactly_once({ redis = redis, batch = batch })
+          local m = message("x")
+          local real_eval = redis.eval
+          redis.eval = function(self, script, keys, args)
+            if script == policy.scripts.acquire then return case[2] end
+            if script == policy.scripts.acquire_many then
+              -- two elements a message in one flat list
+              local bad = case[2]
+              if type(bad) ~= "table" then return { bad, "" } end
+              return { bad[1] == nil and "empty" or bad[1], bad[2] or "" }
+            end
+            return real_eval(self, script, keys, args)
+          end
+          local ran = false
+          local action = p(m, m.lease, function() ran = true; return true end)
+          assert.is_false(ran)
+          assert.equal("defer", action)
+          assert.equal(1, m.counts.redis_unavailable)
+          assert.same({}, redis.running())
+        end)
+      end)
+    end
+  end
+end)
+
 describe("mqlease.policy.exactly_once deferral budget", function()
   it("counts defer_budget_spent once per message, however often it is asked", function()
     simulate(function(clock, redis)

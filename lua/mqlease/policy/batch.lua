@@ -18,11 +18,14 @@
 -- would have alone. A reply that does not hold one well-formed answer per
 -- message (no honest server sends one) fails every message of the call.
 --
+-- The reply is one flat list, `width` elements a message (a table of its
+-- own per message was one more allocation a message on the client, made
+-- and collected for two numbers). A message's first element is an integer;
+-- a string there is that message's error.
+--
 -- Only for a client whose keys all live on one server: under Redis Cluster
 -- the keys of different messages fall in different slots, and one script may
 -- not touch them (CROSSSLOT). The policy asks the client (_one_server).
-
-local core = require "mqlease.core"
 
 local setmetatable, type, tostring, pcall = setmetatable, type, tostring, pcall
 local coroutine_running = coroutine.running
@@ -40,11 +43,12 @@ local MAX_ITEMS = 32
 -- rc: the Redis client; script: the batch script, which takes per_key keys
 -- (2 or 3) for each message in KEYS, and in ARGV `shared` (a list of
 -- arguments for all of them) then one argument per message. Its reply is a
--- list of one answer per message: a table whose first element is -1 with a
--- message for that message's error, else the answer itself.
-function _M.new(rc, script, per_key, shared, max_items)
+-- flat list of width (1 or 2) elements per message, in the messages' order:
+-- the answer, whose first element is an integer, or for a message whose
+-- part failed its error message (a string) in place of that integer.
+function _M.new(rc, script, per_key, shared, width, max_items)
   return setmetatable({ rc = rc, script = script, per_key = per_key,
-    shared = shared, max = max_items or MAX_ITEMS, open = nil }, mt)
+    shared = shared, width = width, max = max_items or MAX_ITEMS, open = nil }, mt)
 end
 
 -- The one call of a batch: { "eval", script, numkeys, keys..., shared...,
@@ -71,9 +75,9 @@ local function flush(self, batch, sched)
   if self.open == batch then self.open = nil end
   local called, reply, err, code = pcall(send, self, batch)
   if not called then reply, err, code = nil, tostring(reply), "INTERNAL" end
-  if reply ~= nil and (type(reply) ~= "table" or #reply ~= batch.n) then
+  if reply ~= nil and (type(reply) ~= "table" or #reply ~= batch.n * self.width) then
     reply, err, code = nil, ("redis answered %s for a batch of %d"):format(
-      type(reply) == "table" and #reply .. " answers" or type(reply), batch.n), "REDIS_ERROR"
+      type(reply) == "table" and #reply .. " elements" or type(reply), batch.n), "REDIS_ERROR"
   end
   batch.reply, batch.err, batch.code = reply, err, code
   batch.done = true
@@ -82,8 +86,8 @@ local function flush(self, batch, sched)
 end
 
 -- Adds one message (its argument, then its per_key keys) to the turn's
--- batch of sched and waits for the batch's reply: that message's answer (a
--- table), or nil, message, code.
+-- batch of sched and waits for the batch's reply: that message's answer
+-- (its width elements), or nil, message, code.
 function methods:call(sched, arg, k1, k2, k3)
   local batch = self.open
   if not batch or batch.sched ~= sched or batch.n >= self.max then
@@ -100,17 +104,22 @@ function methods:call(sched, arg, k1, k2, k3)
   if self.per_key == 3 then keys[kb + 3] = k3 end
   batch.args[n] = arg
   batch.waiters[n] = coroutine_running()
-  -- woken by the flush; the deadline only keeps a wake-up that never came
-  -- from hanging the wait (the call itself ends: every core op does)
-  repeat sched:park(core.now() + 1) until batch.done
+  -- woken by the flush, which the same scheduler runs in this turn and
+  -- which wakes every waiter whatever the call did (its send is in a pcall):
+  -- no deadline is needed, and a parked task with none costs the scheduler
+  -- no entry in its deadlines
+  repeat sched:park() until batch.done
   local reply = batch.reply
   if reply == nil then return nil, batch.err, batch.code end
-  local answer = reply[n]
-  if type(answer) ~= "table" then
-    return nil, ("redis answered %s for one message of a batch"):format(type(answer)), "REDIS_ERROR"
+  local width = self.width
+  local at = (n - 1) * width + 1
+  local first = reply[at]
+  if type(first) ~= "number" then
+    if type(first) == "string" then return nil, first, "REDIS_ERROR" end
+    return nil, ("redis answered %s for one message of a batch"):format(type(first)), "REDIS_ERROR"
   end
-  if answer[1] == -1 then return nil, tostring(answer[2]), "REDIS_ERROR" end
-  return answer
+  if width == 1 then return first end
+  return first, reply[at + 1]
 end
 
 return _M

@@ -77,17 +77,19 @@ function _M.new(cfg)
       end
       return 0
     elseif script == policy.scripts.acquire_many then
-      -- each message's part as the single script does it
+      -- each message's part as the single script does it, its two answers
+      -- side by side in one flat list
       local out = {}
       for i = 1, #args - 2 do
-        out[i] = run_script(policy.scripts.acquire, { keys[3 * i - 2], keys[3 * i - 1], keys[3 * i] },
+        local one = run_script(policy.scripts.acquire, { keys[3 * i - 2], keys[3 * i - 1], keys[3 * i] },
           { args[i + 2], args[1], args[2] })
+        out[2 * i - 1], out[2 * i] = one[1], one[2]
       end
       return out
     elseif script == policy.scripts.finish_many then
       local out = {}
       for i = 1, #args - 1 do
-        out[i] = { 1, run_script(policy.scripts.finish, { keys[2 * i - 1], keys[2 * i] }, { args[i + 1], args[1] }) }
+        out[i] = run_script(policy.scripts.finish, { keys[2 * i - 1], keys[2 * i] }, { args[i + 1], args[1] })
       end
       return out
     elseif script == policy.scripts.unlock then
