@@ -43,7 +43,9 @@
 # 4. Exactly-once ("eo"): mqlease.run with a no-op handler over BENCH_EO_COUNT (20000; QUICK
 #    5000) pre-loaded messages of BENCH_SIZE bytes on its own dev broker, plain and with
 #    mqlease.policy.exactly_once on the Redis of part 3 (the same one), one after the
-#    other in each of BENCH_RUNS runs: msg/s, client CPU and redis-server CPU per message.
+#    other in each of BENCH_RUNS runs: msg/s, client, redis-server and dev broker CPU per message;
+#    then the policy's own CPU per message against stand-in messages (bench/eo_policy.lua) and
+#    the redis-server's CPU per message by part of the policy's scripts (bench/eo_parts.lua).
 # brokers: 1, 2, 4 worker processes of mqlease.run over two brokers of a real RocketMQ cluster
 #    (bench/brokers.sh: its own namesrv, broker-a, broker-b and two cluster-mode proxies);
 #    msg/s, client CPU and the servers' CPU per message. Not in QUICK=1 (five JVMs boot).
@@ -267,13 +269,17 @@ for run in $(seq "$RUNS"); do
     lua5.4 bench/lease.lua load "$DV" "$topic" "$n" "$SIZE" >/dev/null
     note "exactly-once: mqlease.run, $policy, $n x $SIZE B (run $run/$RUNS)"
     if [[ $policy == plain ]]; then
-      echo "eo $(lua5.4 bench/bench.lua run "$DV" "${topic}_g" "$topic" "$n")" >>"$eo_results"
+      echo "eo $(BENCH_BROKER_PID=$DV_PID lua5.4 bench/bench.lua run "$DV" "${topic}_g" "$topic" "$n")" >>"$eo_results"
     else
-      echo "eo $(lua5.4 bench/bench.lua run "$DV" "${topic}_g" "$topic" "$n" "$REDIS" "$REDIS_PID")" >>"$eo_results"
+      echo "eo $(BENCH_BROKER_PID=$DV_PID lua5.4 bench/bench.lua run "$DV" "${topic}_g" "$topic" "$n" "$REDIS" "$REDIS_PID")" >>"$eo_results"
     fi
   done
 done
 stop_devbroker
+# what the policy alone costs the worker, and its scripts Redis, part by part
+note "exactly-once: the policy's own CPU (bench/eo_policy.lua), the scripts' Redis CPU by part (bench/eo_parts.lua)"
+lua5.4 bench/eo_policy.lua "$REDIS" >>"$eo_results"
+lua5.4 bench/eo_parts.lua "$REDIS" "$REDIS_PID" "$([[ $QUICK == 1 ]] && echo 500 || echo 1000)" >>"$eo_results"
 }
 if part eo; then part_eo; fi
 

@@ -6,7 +6,8 @@
 --   run     ENDPOINT GROUP TOPIC COUNT [REDIS REDIS_PID]: mqlease.run with a no-op handler over
 --           a pre-loaded backlog (bench/lease.lua load); msgs/s and the process's CPU seconds per
 --           10,000. With REDIS ("host:port") the run uses mqlease.policy.exactly_once there, and
---           REDIS_PID's CPU (utime + stime from /proc) is reported per message too
+--           REDIS_PID's CPU (utime + stime from /proc) is reported per message too; with
+--           BENCH_BROKER_PID set, that process's (the dev broker's) as well
 --   send    ENDPOINT TOPIC COUNT SIZE HOW INFLIGHT: COUNT sends of SIZE bytes, HOW = one (one
 --           at a time), coroutines (INFLIGHT coroutines sending one at a time each, under
 --           mqlease's scheduler) or many (one send_many of all COUNT); max_inflight INFLIGHT.
@@ -27,6 +28,8 @@ if mode == "run" then
   local redis, redis_pid = arg[6], arg[7]
   local policy = redis and mqlease.policy.exactly_once { redis = redis } or nil
   local rcpu0 = redis_pid and cpu_s(redis_pid)
+  local broker_pid = os.getenv("BENCH_BROKER_PID")
+  local bcpu0 = broker_pid and cpu_s(broker_pid)
   local cpu0, t0 = cpu_s(), mqlease.now()   -- like the Java side: from before the consumer is built
   local c = assert(mqlease.consumer { endpoints = endpoint, group = group, topic = topic,
     invisible = 30, batch = 32, await = 5 })
@@ -38,10 +41,12 @@ if mode == "run" then
   local n = math.max(summary.acked, 1)
   local order = { "mode", "policy", "count", "seconds", "msgs_per_s", "cpu_s_per_10k", "cpu_us_per_msg", "rss_kb" }
   if rcpu0 then order[#order + 1] = "redis_cpu_us_per_msg" end
+  if bcpu0 then order[#order + 1] = "broker_cpu_us_per_msg" end
   print(json { _order = order,
     mode = "run", policy = redis and "exactly_once" or "plain", count = summary.acked, seconds = s,
     msgs_per_s = summary.acked / s, cpu_s_per_10k = cpu * 10000 / n, cpu_us_per_msg = cpu * 1e6 / n,
-    redis_cpu_us_per_msg = rcpu0 and (cpu_s(redis_pid) - rcpu0) * 1e6 / n or nil, rss_kb = rss_kb() })
+    redis_cpu_us_per_msg = rcpu0 and (cpu_s(redis_pid) - rcpu0) * 1e6 / n or nil,
+    broker_cpu_us_per_msg = bcpu0 and (cpu_s(broker_pid) - bcpu0) * 1e6 / n or nil, rss_kb = rss_kb() })
 elseif mode == "produce" then
   local endpoint, topic, count, size = arg[2], arg[3], tonumber(arg[4]), tonumber(arg[5])
   local p = assert(mqlease.producer { endpoints = endpoint })

@@ -11,11 +11,23 @@ local file = ...
 local f = file and io.open(file)
 if not f then return end
 local by = { plain = {}, exactly_once = {} }
+local parts, part_order, policies = {}, {}, {}
 for line in f:lines() do
   local json = line:match("^eo (%b{})")
   if json then
     local r = cjson.decode(json)
     table.insert(by[r.policy], r)
+  end
+  json = line:match("^eopolicy (%b{})")
+  if json then
+    local r = cjson.decode(json)
+    policies[r.policy] = r   -- the last invocation's
+  end
+  json = line:match("^eoparts (%b{})")
+  if json then
+    local r = cjson.decode(json)
+    if not parts[r.part] then part_order[#part_order + 1] = r.part end
+    parts[r.part] = r   -- the last invocation's
   end
 end
 f:close()
@@ -26,16 +38,29 @@ if #plain == 0 and #eo == 0 then return end
 local ratios = {}
 for i = 1, math.min(#plain, #eo) do ratios[i] = { ratio = 100 * eo[i].msgs_per_s / plain[i].msgs_per_s } end
 
+-- all the CPU a message costs on this host: the client's, Redis's and the
+-- dev broker's (rows from before the broker's was measured have none)
+local function add_all(runs)
+  for _, r in ipairs(runs) do
+    if r.broker_cpu_us_per_msg then
+      r.all_cpu_us_per_msg = r.cpu_us_per_msg + (r.redis_cpu_us_per_msg or 0) + r.broker_cpu_us_per_msg
+    end
+  end
+end
+add_all(plain)
+add_all(eo)
+
 local n = math.max(#plain, #eo)
 print(("Exactly-once on the dev broker (loopback), mqlease.run with a no-op handler, one worker, a local Redis, median of %d runs (min–max):"):format(n))
 print("")
-print("| a pre-loaded backlog, concurrency 256 | msg/s | client CPU µs/msg | Redis CPU µs/msg |")
-print("|---|---|---|---|")
+print("| a pre-loaded backlog, concurrency 256 | msg/s | client CPU µs/msg | Redis CPU µs/msg | dev broker CPU µs/msg | all three µs/msg |")
+print("|---|---|---|---|---|---|")
 local function count(runs) return runs[1] and ("%d"):format(runs[1].count) or "-" end
-print(("| plain (mqlease.policy.plain), %s msgs | %s | %s | - |"):format(count(plain), stat(plain, "msgs_per_s"),
-  stat(plain, "cpu_us_per_msg")))
-print(("| exactly-once (mqlease.policy.exactly_once), %s msgs | %s | %s | %s |"):format(count(eo),
-  stat(eo, "msgs_per_s"), stat(eo, "cpu_us_per_msg"), stat(eo, "redis_cpu_us_per_msg")))
+print(("| plain (mqlease.policy.plain), %s msgs | %s | %s | - | %s | %s |"):format(count(plain), stat(plain, "msgs_per_s"),
+  stat(plain, "cpu_us_per_msg"), stat(plain, "broker_cpu_us_per_msg"), stat(plain, "all_cpu_us_per_msg")))
+print(("| exactly-once (mqlease.policy.exactly_once), %s msgs | %s | %s | %s | %s | %s |"):format(count(eo),
+  stat(eo, "msgs_per_s"), stat(eo, "cpu_us_per_msg"), stat(eo, "redis_cpu_us_per_msg"),
+  stat(eo, "broker_cpu_us_per_msg"), stat(eo, "all_cpu_us_per_msg")))
 print("")
 local function rates(runs)
   local v = {}
@@ -46,5 +71,36 @@ local mp, me = median(rates(plain)), median(rates(eo))
 print(("Exactly-once runs at %s %% of the plain rate (ratio of the medians %.0f %%; goal ≥ 75 %%). Each run"):format(
   stat(ratios, "ratio"), mp and me and 100 * me / mp or 0))
 print("consumes its own backlog with a fresh group; client CPU is the process's user+system time from")
-print("before the consumer is built, Redis CPU the redis-server's over the same span (its /proc stat).")
+print("before the consumer is built, Redis CPU the redis-server's and dev broker CPU the dev broker's over")
+print("the same span (their /proc stat). Client, Redis and dev broker share this host's cores, so when")
+print("they keep them busy the rate follows all three's CPU per message, not the client's alone.")
 print("")
+
+-- the policy alone (bench/eo_policy.lua)
+local plain_alone, eo_alone = policies.plain, policies.exactly_once
+if plain_alone and eo_alone then
+  print(("The policy alone, on stand-in messages against the same Redis (bench/eo_policy.lua; median of 3"))
+  print(("passes, min–max): plain %.2f (%.2f–%.2f) µs a message, exactly-once %.2f (%.2f–%.2f)."):format(
+    plain_alone.cpu_us_per_msg, plain_alone.min, plain_alone.max, eo_alone.cpu_us_per_msg, eo_alone.min, eo_alone.max))
+  print("")
+end
+
+-- the Redis side by part (bench/eo_parts.lua)
+if #part_order > 0 then
+  local what = {
+    call = "the two calls of a batch, to a script that does nothing",
+    acquire = "ACQUIRE_MANY (and the no-op call)",
+    both = "ACQUIRE_MANY and FINISH_MANY: what a message costs Redis",
+    nofence = "both without the fence's INCR and PEXPIRE (prices the fence key)",
+  }
+  print("What the policy's scripts cost redis-server, per message, batches of 32 sent one after another")
+  print("(bench/eo_parts.lua; median of 5 passes, min–max):")
+  print("")
+  print("| part | Redis CPU µs/msg |")
+  print("|---|---|")
+  for _, name in ipairs(part_order) do
+    local r = parts[name]
+    print(("| %s | %.1f (%.1f–%.1f) |"):format(what[name] or name, r.redis_cpu_us_per_msg, r.min, r.max))
+  end
+  print("")
+end

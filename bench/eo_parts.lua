@@ -1,0 +1,87 @@
+-- bench/eo_parts.lua REDIS REDIS_PID [ROUNDS]: what the exactly-once policy's
+-- scripts cost the Redis server, part by part, per message. Prints one JSON
+-- line a part ("eoparts {...}"), the median of five passes of ROUNDS (1000)
+-- batches of 32 fresh messages each (min and max beside).
+--
+-- The scripts are the policy's own (mqlease.policy.scripts), sent as the
+-- policy sends them inside mqlease.run: one ACQUIRE_MANY and one FINISH_MANY
+-- per batch of 32. The parts:
+--   call     the same two calls with the same keys and arguments, to a
+--            script that does nothing: what a call costs whatever it does
+--   acquire  ACQUIRE_MANY, then the no-op in place of FINISH_MANY
+--   both     ACQUIRE_MANY then FINISH_MANY: what a message costs Redis
+--   nofence  both, with the fence's INCR and PEXPIRE left out of ACQUIRE_MANY
+--            (not a policy anyone runs: it prices the fence key)
+-- CPU is the server's utime + stime from /proc over each pass; the calls go
+-- one after another from this process, so the figures hold Redis's own work,
+-- not this client's.
+package.path = "./?.lua;lua/?.lua;lua/?/init.lua;" .. package.path
+package.cpath = "build/?.so;" .. package.cpath
+local policy = require "mqlease.policy"
+local redis_mod = require "mqlease.redis"
+local common = require "bench.common"
+
+local address, pid, rounds = arg[1], arg[2], tonumber(arg[3]) or 1000
+if not (address and pid) then
+  io.stderr:write("usage: lua5.4 bench/eo_parts.lua REDIS REDIS_PID [ROUNDS]\n")
+  os.exit(2)
+end
+local r = assert(redis_mod.new(address))
+local BATCH, PASSES = 32, 5
+local NOOP = "return {}"
+local ACQUIRE, FINISH = policy.scripts.acquire_many, policy.scripts.finish_many
+local NOFENCE = ACQUIRE:gsub("local f = redis.call%('incr', fence%)\n%s*redis.call%('pexpire', fence, fence_ttl%)",
+  "local f = 1")
+assert(NOFENCE ~= ACQUIRE, "bench/eo_parts.lua: ACQUIRE_MANY changed; update the nofence pattern")
+
+local parts = {
+  { name = "call", acquire = NOOP, finish = NOOP },
+  { name = "acquire", acquire = ACQUIRE, finish = NOOP },
+  { name = "both", acquire = ACQUIRE, finish = FINISH },
+  { name = "nofence", acquire = NOFENCE, finish = FINISH },
+}
+
+local run_tag = ("%x%x"):format(os.time(), math.random(0, 0xffffff))
+
+-- one batch: its two calls, each checked (a failed call would make the
+-- figure a lie)
+local function batch(part, pass, round)
+  local acquire = { "eval", part.acquire, 3 * BATCH }
+  local finish = { "eval", part.finish, 2 * BATCH }
+  local owners = {}
+  for i = 1, BATCH do
+    local id = ("%s-%s-%d-%d-%d"):format(run_tag, part.name, pass, round, i)
+    local prefix = "mqlease:bench:{" .. id .. "}:"
+    acquire[#acquire + 1], acquire[#acquire + 2], acquire[#acquire + 3] = prefix .. "lock", prefix .. "fence", prefix .. "done"
+    finish[#finish + 1], finish[#finish + 2] = prefix .. "lock", prefix .. "done"
+    owners[i] = "bench-owner-" .. i
+  end
+  acquire[#acquire + 1], acquire[#acquire + 2] = "30000", "60000"
+  finish[#finish + 1] = "60"
+  table.move(owners, 1, BATCH, #acquire + 1, acquire)
+  table.move(owners, 1, BATCH, #finish + 1, finish)
+  local got, err = r:_eval_cmd(acquire)
+  assert(type(got) == "table", "acquire: " .. tostring(err))
+  if part.acquire ~= NOOP then assert(got[1] == 1, "acquire: the first lock was not taken") end
+  got, err = r:_eval_cmd(finish)
+  assert(type(got) == "table", "finish: " .. tostring(err))
+end
+
+-- The parts take turns, pass after pass: the keyspace grows as the done
+-- markers and fences pile up, and each part must meet it as large as the others.
+local per_msg = {}
+for pass = 1, PASSES do
+  for _, part in ipairs(parts) do
+    local c0 = common.cpu_s(pid)
+    for round = 1, rounds do batch(part, pass, round) end
+    per_msg[part.name] = per_msg[part.name] or {}
+    per_msg[part.name][pass] = (common.cpu_s(pid) - c0) * 1e6 / (rounds * BATCH)
+  end
+end
+for _, part in ipairs(parts) do
+  local v = per_msg[part.name]
+  local median = common.median(v)   -- sorts v
+  print(("eoparts {\"part\":\"%s\",\"redis_cpu_us_per_msg\":%.2f,\"min\":%.2f,\"max\":%.2f}"):format(
+    part.name, median, v[1], v[#v]))
+end
+r:close()
