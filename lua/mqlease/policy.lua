@@ -151,6 +151,12 @@ local LOWEST = {
   max_defer = { min = 0, says = "0 or more seconds" },
 }
 
+-- The most any time may be: 2^31 - 1 seconds (68 years). Past it the
+-- milliseconds sent to Redis overflow an integer or are refused as an
+-- invalid expire time; math.maxinteger as a "keep forever" done_ttl wrote
+-- no done marker at all and deleted the fence (PEXPIRE with a negative TTL).
+local MOST_SECONDS = 2147483647
+
 local function check_options(opts)
   opts = opts or {}
   if type(opts) ~= "table" then error("mqlease.policy.exactly_once: options table expected", 3) end
@@ -175,6 +181,10 @@ local function check_options(opts)
     end
     if v < low.min or (low.above and v <= low.above) then
       error(("mqlease.policy.exactly_once: option '%s' must be %s (got %s)"):format(k, low.says, tostring(v)), 3)
+    end
+    if v > MOST_SECONDS then
+      error(("mqlease.policy.exactly_once: option '%s' must be at most %d seconds (got %s)"):format(
+        k, MOST_SECONDS, tostring(v)), 3)
     end
   end
   if type(o.prefix) ~= "string" then error("mqlease.policy.exactly_once: option 'prefix' must be a string", 3) end

@@ -41,6 +41,14 @@ describe("mqlease.policy.exactly_once options", function()
     { "fail_delay", 0, "more than 0 seconds" }, { "max_hold", 0, "more than 0 seconds" },
     { "max_defer", -1, "0 or more seconds" }, { "lock_ttl", "30", "a number of seconds" },
     { "done_ttl", 0 / 0, "a number of seconds" },
+    -- past 2^31 s the milliseconds sent to Redis overflow or are refused:
+    -- a "keep forever" done_ttl such as math.maxinteger wrote no done marker and deleted the fence
+    { "done_ttl", 2 ^ 53, "at most 2147483647 seconds" },
+    { "lock_ttl", 2 ^ 31, "at most 2147483647 seconds" },
+    { "max_hold", 1e300, "at most 2147483647 seconds" },
+    { "max_defer", 2 ^ 40, "at most 2147483647 seconds" },
+    { "defer_delay", 2 ^ 40, "at most 2147483647 seconds" },
+    { "fail_delay", 2 ^ 40, "at most 2147483647 seconds" },
   }) do
     it(("refuses %s = %s, naming it"):format(case[1], tostring(case[2])), function()
       local ok, err = pcall(policy.exactly_once, { redis = redis, [case[1]] = case[2] })
@@ -53,6 +61,11 @@ describe("mqlease.policy.exactly_once options", function()
     local ok, err = pcall(policy.exactly_once, { redis = redis, batch = "no" })
     assert.is_false(ok)
     assert.matches("option 'batch' must be true or false", err, 1, true)
+  end)
+
+  it("takes the largest times it allows", function()
+    assert.is_function(policy.exactly_once({ redis = redis, done_ttl = 2147483647, lock_ttl = 2147483647,
+      max_hold = 2147483647, max_defer = 2147483647, defer_delay = 2147483647, fail_delay = 2147483647 }))
   end)
 
   it("takes max_defer = 0 (never defer: give back at once)", function()
