@@ -81,7 +81,7 @@ end
 for _, part in ipairs(parts) do
   local v = per_msg[part.name]
   local median = common.median(v)   -- sorts v
-  print(("eoparts {\"part\":\"%s\",\"redis_cpu_us_per_msg\":%.2f,\"min\":%.2f,\"max\":%.2f}"):format(
-    part.name, median, v[1], v[#v]))
+  print("eoparts " .. common.json({ _order = { "part", "passes", "redis_cpu_us_per_msg", "min", "max" },
+    part = part.name, passes = PASSES, redis_cpu_us_per_msg = median, min = v[1], max = v[#v] }))
 end
 r:close()

@@ -53,6 +53,6 @@ for _, p in ipairs(policies) do
   local v = {}
   for n = 1, PASSES do v[n] = pass(p[1], p[2], n) * 1e6 end
   local median = common.median(v)   -- sorts v
-  print(("eopolicy {\"policy\":\"%s\",\"cpu_us_per_msg\":%.2f,\"min\":%.2f,\"max\":%.2f}"):format(
-    p[1], median, v[1], v[#v]))
+  print("eopolicy " .. common.json({ _order = { "policy", "passes", "cpu_us_per_msg", "min", "max" },
+    policy = p[1], passes = PASSES, cpu_us_per_msg = median, min = v[1], max = v[#v] }))
 end

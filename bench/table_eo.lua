@@ -13,19 +13,13 @@ if not f then return end
 local by = { plain = {}, exactly_once = {} }
 local parts, part_order, policies = {}, {}, {}
 for line in f:lines() do
-  local json = line:match("^eo (%b{})")
-  if json then
-    local r = cjson.decode(json)
+  local kind, json = line:match("^(eo%a*) (%b{})")
+  local r = json and cjson.decode(json)
+  if kind == "eo" then
     table.insert(by[r.policy], r)
-  end
-  json = line:match("^eopolicy (%b{})")
-  if json then
-    local r = cjson.decode(json)
+  elseif kind == "eopolicy" then
     policies[r.policy] = r   -- the last invocation's
-  end
-  json = line:match("^eoparts (%b{})")
-  if json then
-    local r = cjson.decode(json)
+  elseif kind == "eoparts" then
     if not parts[r.part] then part_order[#part_order + 1] = r.part end
     parts[r.part] = r   -- the last invocation's
   end
@@ -79,7 +73,8 @@ print("")
 -- the policy alone (bench/eo_policy.lua)
 local plain_alone, eo_alone = policies.plain, policies.exactly_once
 if plain_alone and eo_alone then
-  print(("The policy alone, on stand-in messages against the same Redis (bench/eo_policy.lua; median of 3"))
+  print(("The policy alone, on stand-in messages against the same Redis (bench/eo_policy.lua; median of %d"):format(
+    eo_alone.passes))
   print(("passes, min–max): plain %.2f (%.2f–%.2f) µs a message, exactly-once %.2f (%.2f–%.2f)."):format(
     plain_alone.cpu_us_per_msg, plain_alone.min, plain_alone.max, eo_alone.cpu_us_per_msg, eo_alone.min, eo_alone.max))
   print("")
@@ -94,7 +89,7 @@ if #part_order > 0 then
     nofence = "both without the fence's INCR and PEXPIRE (prices the fence key)",
   }
   print("What the policy's scripts cost redis-server, per message, batches of 32 sent one after another")
-  print("(bench/eo_parts.lua; median of 5 passes, min–max):")
+  print(("(bench/eo_parts.lua; median of %d passes, min–max):"):format(parts[part_order[1]].passes))
   print("")
   print("| part | Redis CPU µs/msg |")
   print("|---|---|")
