@@ -270,11 +270,12 @@ end
 -- true once keepalive id is known lost (a renewal found the key gone or taken,
 -- its TTL ran out unrenewed, or its max was spent), as keepalive_stop would
 -- say, without stopping it: the core's own record, asked at once, so it
--- answers in any event loop, between Redis calls too.
+-- answers in any event loop, between Redis calls too. A closed client renews
+-- nothing: its keepalives are all lost (the lock lapses at its TTL).
 function methods:keepalive_lost(id)
   if self._lost[id] then return true end
   local client = self._session.client
-  if client:closed() then return false end
+  if client:closed() then return true end
   return client:keepalive_lost(id)
 end
 
@@ -283,8 +284,9 @@ end
 -- The core's record answers that, whether or not its lost event was read
 -- yet: no pump here (one read of the event descriptor and one table for every
 -- lock, on the exactly-once policy's path, for an answer already known).
+-- A closed client's keepalives stopped with it, unasked: lost.
 function methods:keepalive_stop(id)
-  local lapsed = false
+  local lapsed = true
   if not self._session.client:closed() then
     lapsed = self._session.client:keepalive_stop(id)
   end
