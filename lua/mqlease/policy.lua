@@ -396,6 +396,15 @@ function _M.exactly_once(opts)
     -- alive() sees the lock; mqlease.run stops the keepalive of a handler it
     -- leaves behind (one cut off by grace) when it returns
     lease_mod.hold_lock(lease, rc, keepalive)
+    if core.now() - acquired_at >= o.lock_ttl or not lease_mod.lock_kept(lease) then
+      -- the reply came after the lock's TTL (a stalled process, a long
+      -- turn): it lapsed unrenewed, and another instance may hold it and run
+      -- the message now. Not ours to run: ask again later, as for a held lock.
+      lease_mod.drop_lock(lease)
+      lease.fence, lease.lock_owner = nil, nil
+      unlock(rc, lock_key, owner)
+      return defer(m, o.defer_delay, "deferred_held")
+    end
 
     local ok, res, herr = pcall(handler, m, lease)
     if ok and res then
