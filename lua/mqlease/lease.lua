@@ -158,14 +158,20 @@ end
 
 -- Stops the lease's lock keepalive, if it has one (the lock then lapses at its
 -- TTL unless its owner deletes it). true if the lock had been lost meanwhile.
+-- released: its owner deleted the lock, finding it its own, so a loss the
+-- keepalive saw since is that delete (false, the lock kept to the end).
 -- Idempotent: the policy calls it when its handler ends, mqlease.run for
 -- every message still unsettled when it returns.
-function _M.drop_lock(lease)
+function _M.drop_lock(lease, released)
   local client = rawget(lease, "_lock_client")
   if not client then return false end
   local id = rawget(lease, "_lock_id")
   lease._lock_client, lease._lock_id = nil, nil
   local lost = client:keepalive_stop(id)
+  if released then
+    lease._lock_is_lost = nil
+    return false
+  end
   if lost then lease._lock_is_lost = true end
   return lost
 end

@@ -321,20 +321,24 @@ function _M.exactly_once(opts)
   -- was written, is counted: another instance may have run the message too,
   -- and its fence is the newer one. One question of the keepalive where
   -- asking whether it was lost and then stopping it were two.
-  local function let_lock_go(m, lease)
-    if lease_mod.drop_lock(lease) then
+  -- unlocked: the marker's script deleted the lock, finding it ours: a
+  -- renewal between that and this stop finds the key gone, by our own doing,
+  -- and says lost; the lock was ours to the end, so nothing is counted.
+  local function let_lock_go(m, lease, unlocked)
+    if lease_mod.drop_lock(lease, unlocked) then
       lease:_lock_lost()
       m.consumer:count("lock_lost")
     end
     lease.lock_owner = nil   -- the live view shows the lock only while it is held
   end
 
-  -- sched: the scheduler whose turns batch the markers, or nil
+  -- sched: the scheduler whose turns batch the markers, or nil. -> true and
+  -- whether the script deleted the lock (found it ours), or nil, message.
   local function finish(rc, sched, m, lease, lock_key, done_key, owner)
     local marked, err
     if sched then marked, err = finishes:call(sched, owner, lock_key, done_key)
     else marked, err = mark_done(rc, lock_key, done_key, owner) end
-    if marked ~= nil then return true end
+    if marked ~= nil then return true, marked == 1 end
     local backoff = FINISH_BACKOFF
     m.consumer:count("done_marker_failed")
     while worth_trying(lease) do
@@ -342,7 +346,7 @@ function _M.exactly_once(opts)
       if not worth_trying(lease) then break end
       m.consumer:count("done_marker_retries")
       marked, err = mark_done(rc, lock_key, done_key, owner)
-      if marked ~= nil then return true end
+      if marked ~= nil then return true, marked == 1 end
       backoff = min(backoff * 2, FINISH_MAX_BACKOFF)
     end
     return nil, err
@@ -411,9 +415,10 @@ function _M.exactly_once(opts)
       -- the done marker before the ack: a redelivery from now on is acked
       -- without running; the unlock rides in the same script (see FINISH).
       -- The keepalive stays on until the marker is written.
-      local marked, ferr = finish(rc, sched, m, lease, lock_key, done_key, owner)
-      let_lock_go(m, lease)
+      local marked, unlocked = finish(rc, sched, m, lease, lock_key, done_key, owner)
+      let_lock_go(m, lease, marked and unlocked)
       if marked then return "ack" end
+      local ferr = unlocked
       -- the lease ended first: no ack; the lock lapses at its TTL, and the
       -- redelivery runs the handler again (the marker is all that could tell)
       return "nack", nil, "done marker not recorded: " .. tostring(ferr)

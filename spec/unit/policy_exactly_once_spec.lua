@@ -264,3 +264,37 @@ describe("mqlease.policy.exactly_once lock lapsed before its handler starts", fu
     end)
   end)
 end)
+
+describe("mqlease.policy.exactly_once lock given up by its own marker", function()
+  -- FINISH deletes the lock it finds ours; a keepalive renewal that runs
+  -- before the keepalive is stopped finds the key gone, as after a failover.
+  -- That is the owner's own release, not a lost lock: it used to count
+  -- lock_lost and turn lease:alive() false, so the ack was not retried.
+  for _, batch in ipairs({ false, true }) do
+    it(("counts no lock_lost and keeps the lease alive%s"):format(batch and " (batched)" or ""), function()
+      simulate(function(clock, redis)
+        local p = policy.exactly_once({ redis = redis, batch = batch })
+        local m = message("own")
+        assert.equal("ack", (p(m, m.lease, function() return true end)))
+        assert.is_nil(m.counts.lock_lost, "the marker's own unlock was counted as a lost lock")
+        assert.is_true(m.lease:alive(), "the lease looked dead after its own unlock")
+        assert.is_nil(redis.lock_lost_of.own)
+        assert.same({}, redis.running())
+      end)
+    end)
+  end
+
+  it("counts lock_lost when the marker found the lock another owner's", function()
+    simulate(function(clock, redis)
+      local p = policy.exactly_once({ redis = redis, batch = false })
+      local m = message("taken")
+      assert.equal("ack", (p(m, m.lease, function()
+        -- a failover lost the lock and another instance took it
+        redis.keys[policy.keys("taken").lock] = { value = "someone else", expires = math.huge }
+        return true
+      end)))
+      assert.equal(1, m.counts.lock_lost)
+      assert.is_false(m.lease:alive())
+    end)
+  end)
+end)

@@ -19,7 +19,7 @@ local _M = {}
 -- cfg: rng, clock, faults = { eval_fail, applied, lock_break, lock_break_within }.
 function _M.new(cfg)
   local rng, clock, faults = cfg.rng, cfg.clock, cfg.faults
-  local r = { keys = {}, kas = {}, next_ka = 0, lock_lost_of = {}, call = true }
+  local r = { keys = {}, kas = {}, next_ka = 0, lock_lost_of = {}, released = {}, call = true }
 
   local function get(k)
     local e = r.keys[k]
@@ -39,6 +39,12 @@ function _M.new(cfg)
     local now = clock.t
     local ends = math.min(ka.breaks_at, ka["until"])
     local e = r.keys[ka.key]
+    if not e and r.released[ka.key] == ka.owner then
+      -- its owner deleted it (the marker's or the unlock's script): the
+      -- renewal finds it gone as the C keepalive would, but nothing was lost
+      ka.lost = true
+      return
+    end
     local ours = e and e.value == ka.owner and e.expires > math.min(now, ends)
     if ours and now < ends then
       e.expires = now + ka.ttl
@@ -73,6 +79,7 @@ function _M.new(cfg)
       set(keys[2], "1", tonumber(args[2]))
       if get(keys[1]) == args[1] then
         r.keys[keys[1]] = nil
+        r.released[keys[1]] = args[1]
         return 1
       end
       return 0
@@ -95,6 +102,7 @@ function _M.new(cfg)
     elseif script == policy.scripts.unlock then
       if get(keys[1]) == args[1] then
         r.keys[keys[1]] = nil
+        r.released[keys[1]] = args[1]
         return 1
       end
       return 0
