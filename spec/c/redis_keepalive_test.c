@@ -25,7 +25,7 @@ static mql_redis *client(void) {
 static uint64_t register_one(mql_redis *r, int i) {
     char key[32];
     snprintf(key, sizeof(key), "lock:%d", i);
-    return mql_redis_keepalive(r, key, "me", 1000, 3600 * 1000, 0, mql_now_ms() - 10000);
+    return mql_redis_keepalive(r, key, strlen(key), "me", 2, 1000, 3600 * 1000, 0, mql_now_ms() - 10000);
 }
 
 /* A small deterministic generator, so a failure replays. */

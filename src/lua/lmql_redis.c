@@ -196,10 +196,12 @@ static int l_redis_stats(lua_State *L) {
  * core.now() * 1000 taken before the acquire was sent (see mql_redis_keepalive). */
 static int l_redis_keepalive(lua_State *L) {
     mql_redis *r = check_redis(L);
-    const char *key = luaL_checkstring(L, 2), *owner = luaL_checkstring(L, 3);
+    size_t key_len, owner_len;
+    const char *key = luaL_checklstring(L, 2, &key_len), *owner = luaL_checklstring(L, 3, &owner_len);
     lua_Integer ttl = luaL_checkinteger(L, 4), every = luaL_checkinteger(L, 5);
     lua_Integer max = luaL_optinteger(L, 6, 0), since = luaL_optinteger(L, 7, 0);
-    lua_pushinteger(L, (lua_Integer)mql_redis_keepalive(r, key, owner, ttl, every, max, since));
+    lua_pushinteger(L, (lua_Integer)mql_redis_keepalive(r, key, key_len, owner, owner_len, ttl, every,
+                                                        max, since));
     return 1;
 }
 

@@ -82,8 +82,9 @@ uint64_t mql_redis_eval(mql_redis *r, const char *script, int numkeys, int argc,
  * one that gets no reply or an error reply (BUSY, LOADING, READONLY, ...) is
  * retried while the TTL may still run, and the lock is lost only once it has
  * not. Returns the keepalive id. */
-uint64_t mql_redis_keepalive(mql_redis *r, const char *key, const char *owner, int64_t ttl_ms,
-                             int64_t every_ms, int64_t max_ms, int64_t since_ms);
+uint64_t mql_redis_keepalive(mql_redis *r, const char *key, size_t key_len, const char *owner,
+                             size_t owner_len, int64_t ttl_ms, int64_t every_ms, int64_t max_ms,
+                             int64_t since_ms);
 /* Stops a keepalive; returns 1 if the lock was lost: a renewal found it gone
  * or taken, or its TTL ran out since the last renewal that worked. */
 int mql_redis_keepalive_stop(mql_redis *r, uint64_t id);

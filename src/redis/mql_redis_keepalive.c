@@ -31,21 +31,27 @@ static int renewal_outcome(const redisReply *reply) {
 }
 
 /* One renewal over the keepalive link, with the mutex dropped. */
-static int renew_lock(mql_redis *r, const char *key, const char *owner, int64_t ttl_ms) {
+static int renew_lock(mql_redis *r, const keepalive *k) {
     char ttl[24];
     char *argv[6];
     size_t lens[6];
     mql_result res;
     redisReply *reply;
     int outcome;
-    snprintf(ttl, sizeof(ttl), "%lld", (long long)ttl_ms);
+    snprintf(ttl, sizeof(ttl), "%lld", (long long)k->ttl_ms);
     argv[0] = "EVALSHA";
     argv[1] = r->renew_sha;
     argv[2] = "1";
-    argv[3] = (char *)key;
-    argv[4] = (char *)owner;
+    argv[3] = k->key;
+    argv[4] = k->owner;
     argv[5] = ttl;
-    for (int i = 0; i < 6; i++) lens[i] = strlen(argv[i]);
+    lens[0] = 7;
+    lens[1] = strlen(r->renew_sha);
+    lens[2] = 1;
+    /* the key and the owner by their lengths: a NUL in either is theirs */
+    lens[3] = k->key_len;
+    lens[4] = k->owner_len;
+    lens[5] = strlen(ttl);
     reply = mql_redis_run(r->ka_link, 6, argv, lens, RENEW_SCRIPT, &res);
     if (!reply) return RENEW_RETRY;
     outcome = renewal_outcome(reply);
@@ -174,7 +180,7 @@ void *mql_redis_ka_thread_main(void *arg) {
         }
         k->busy = 1;
         pthread_mutex_unlock(&r->mu);
-        outcome = renew_lock(r, k->key, k->owner, k->ttl_ms);
+        outcome = renew_lock(r, k);
         pthread_mutex_lock(&r->mu);
         k->busy = 0;
         apply_renewal(r, k, outcome, now);
@@ -189,9 +195,9 @@ void *mql_redis_ka_thread_main(void *arg) {
 
 /* ------------------------------------------------------------ public */
 
-uint64_t mql_redis_keepalive(mql_redis *r, const char *key, const char *owner, int64_t ttl_ms,
-                             int64_t every_ms, int64_t max_ms, int64_t since_ms) {
-    size_t key_len = strlen(key), owner_len = strlen(owner);
+uint64_t mql_redis_keepalive(mql_redis *r, const char *key, size_t key_len, const char *owner,
+                             size_t owner_len, int64_t ttl_ms, int64_t every_ms, int64_t max_ms,
+                             int64_t since_ms) {
     /* one block for the record, its key and its owner: one per message under
      * the exactly-once policy, made here and freed at its stop */
     keepalive *k = mql_xcalloc(1, sizeof(*k) + key_len + owner_len + 2);
@@ -201,9 +207,11 @@ uint64_t mql_redis_keepalive(mql_redis *r, const char *key, const char *owner, i
     int64_t since = since_ms > 0 && since_ms < now ? since_ms : now;
     uint64_t id;
     k->key = (char *)(k + 1);
-    memcpy(k->key, key, key_len + 1);
+    memcpy(k->key, key, key_len);   /* calloc'd: each ends in a NUL for the logs */
+    k->key_len = key_len;
     k->owner = k->key + key_len + 1;
-    memcpy(k->owner, owner, owner_len + 1);
+    memcpy(k->owner, owner, owner_len);
+    k->owner_len = owner_len;
     k->ttl_ms = ttl_ms;
     k->every_ms = every_ms > 0 ? every_ms : ttl_ms / 3;
     k->next_at = since + k->every_ms;   /* already due when registered late */

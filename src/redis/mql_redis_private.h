@@ -54,6 +54,7 @@ typedef struct keepalive {
     struct keepalive *next, *prev;   /* the client's list of them (alive) */
     uint64_t id;
     char *key, *owner;
+    size_t key_len, owner_len;   /* binary-safe: either may hold a NUL */
     int64_t ttl_ms, every_ms;
     int64_t next_at;         /* monotonic ms of the next renewal */
     int64_t until;           /* stop renewing after this */
