@@ -28,6 +28,7 @@ local sched_adapter = require "mqlease.loop.scheduler"
 
 local pcall, tostring, type, error, pairs, rawget, setmetatable = pcall, tostring, type, error, pairs, rawget, setmetatable
 local floor, random, min = math.floor, math.random, math.min
+local byte, format = string.byte, string.format
 
 -- A done marker that could not be written is tried again after these
 -- seconds, doubled up to the most.
@@ -121,11 +122,29 @@ return out
 _M.scripts = { acquire = ACQUIRE, unlock = UNLOCK, finish = FINISH, acquire_many = ACQUIRE_MANY,
   finish_many = FINISH_MANY }
 
--- The keys of one message: { done =, lock =, fence = } (README "Key layout").
--- They share the hash tag {<id>}, so a Redis Cluster keeps them in one slot
--- and the lock script, which touches all three, can run there.
+-- The part of a key between its braces: the message id, except for an id
+-- Redis Cluster would not hash as a tag. Redis hashes what lies between the
+-- first '{' and the first '}' after it, and the whole key when that is empty:
+-- an empty id, or one that starts with '}', would put a message's keys in
+-- different slots, and every script over them would fail CROSSSLOT, for
+-- good. Those ids are written '%' and their bytes in hex; so is one that
+-- starts with '%', so no two ids share a tag. (RocketMQ's ids are hex digits:
+-- theirs are the id itself.)
+local function tag(id)
+  local first = byte(id, 1)
+  if first == nil or first == 0x7d or first == 0x25 then   -- "", '}', '%'
+    return "%" .. (id:gsub(".", function(c) return format("%02x", byte(c)) end))
+  end
+  return id
+end
+_M.tag = tag
+
+-- The keys of one message: { done =, lock =, fence = } (docs/exactly-once.md
+-- "Key layout"). They share the hash tag {<id>}, so a Redis Cluster keeps
+-- them in one slot and the lock script, which touches all three, can run there.
 local function key_strings(id, prefix)
-  return prefix .. "{" .. id .. "}:lock", prefix .. "{" .. id .. "}:fence", prefix .. "{" .. id .. "}:done"
+  local base = prefix .. "{" .. tag(id) .. "}:"
+  return base .. "lock", base .. "fence", base .. "done"
 end
 
 function _M.keys(id, prefix)

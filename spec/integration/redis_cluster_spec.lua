@@ -63,6 +63,18 @@ describe("mqlease.redis with Cluster", function()
     local got = r:eval(mqlease.policy.scripts.acquire, { keys.lock, keys.fence, keys.done }, { "me", 5000, 60000 })
     assert.same({ 1, 1 }, got)
     assert.equal(r:call("CLUSTER", "KEYSLOT", keys.lock), r:call("CLUSTER", "KEYSLOT", keys.done))
+    -- so do the keys of ids that would make an empty hash tag (an empty id,
+    -- one starting with '}'): their lock script ran into CROSSSLOT for good
+    for _, id in ipairs({ "", "}" .. env.run_id, "}}" .. env.run_id }) do
+      local k = mqlease.policy.keys(id)
+      local slot = r:call("CLUSTER", "KEYSLOT", k.lock)
+      assert.equal(slot, r:call("CLUSTER", "KEYSLOT", k.fence), ("id %q"):format(id))
+      assert.equal(slot, r:call("CLUSTER", "KEYSLOT", k.done), ("id %q"):format(id))
+      local answer, err = r:eval(mqlease.policy.scripts.acquire, { k.lock, k.fence, k.done }, { "me", 5000, 60000 })
+      assert.is_table(answer, err)
+      assert.equal(1, answer[1])
+      r:call("DEL", k.lock)
+    end
     local v, err, code = r:eval("return 1", { "{a}x", "{b}y" }, {})
     assert.is_nil(v)
     assert.equal("REDIS_ERROR", code)

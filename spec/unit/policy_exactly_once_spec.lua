@@ -298,3 +298,37 @@ describe("mqlease.policy.exactly_once lock given up by its own marker", function
     end)
   end)
 end)
+
+describe("mqlease.policy.keys under Redis Cluster's hash tags", function()
+  -- Redis hashes the part of a key between its first '{' and the first '}'
+  -- after it, or the whole key when that part is empty (cluster.c keyHashSlot).
+  local function hashed(key)
+    local open = key:find("{", 1, true)
+    if open then
+      local close = key:find("}", open + 1, true)
+      if close and close > open + 1 then return key:sub(open + 1, close - 1) end
+    end
+    return key
+  end
+
+  it("puts one message's keys under one non-empty tag, whatever its id", function()
+    for _, id in ipairs({ "", "}", "}x", "}}", "%", "%7d", "a}b", "{", "x{y}", "01AB\0CD", "7F000001" }) do
+      local k = policy.keys(id)
+      local t = hashed(k.lock)
+      assert.is_true(t ~= k.lock, ("id %q: its lock key %q is hashed whole"):format(id, k.lock))
+      assert.equal(t, hashed(k.fence), ("id %q: lock and fence in different slots"):format(id))
+      assert.equal(t, hashed(k.done), ("id %q: lock and done in different slots"):format(id))
+    end
+  end)
+
+  it("keeps a RocketMQ id's keys as they were, and no two ids share keys", function()
+    assert.same({ lock = "mqlease:{01AB}:lock", fence = "mqlease:{01AB}:fence", done = "mqlease:{01AB}:done" },
+      policy.keys("01AB"))
+    local seen = {}
+    for _, id in ipairs({ "", "}", "%", "%7d", "%25", "}x", "%7d78", "%%", "x" }) do
+      local lock = policy.keys(id).lock
+      assert.is_nil(seen[lock], ("ids %q and %q share %s"):format(tostring(seen[lock]), id, lock))
+      seen[lock] = id
+    end
+  end)
+end)
