@@ -41,6 +41,7 @@ local PINNED = {
   { 505, "a deferral past its budget dead-lettered an unordered message on its last attempt without running it" },
   { 13, "defer_budget_spent was counted on every ask, not once per message (and an ordered message was held past max_defer)" },
   { 121, "the drain left a message it never ran held until close" },
+  { 35452, "FIFO: a message given back behind one whose lease died at the stop was closed held (the drain looked before its task had moved it)" },
 }
 
 describe("mqlease.run under the fault model", function()

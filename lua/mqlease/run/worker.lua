@@ -90,6 +90,10 @@ function _M.run(consumer, handler, o, sched, probe)
     ctx.life:move(m, "releasing")
     ctx.life:settle(m, task.give_back(ctx, m))
   end
+  -- The same for a message already moved to releasing.
+  local function settle_given_back(m)
+    ctx.life:settle(m, task.give_back(ctx, m))
+  end
 
   local function wake_receiver()
     if receiver_co then sched:wake(receiver_co) end
@@ -104,7 +108,11 @@ function _M.run(consumer, handler, o, sched, probe)
       for _, b in ipairs(back) do
         st.given_back = st.given_back + 1
         consumer:count("fifo_given_back")
-        sched:spawn(give_back, b)
+        -- releasing from now, not from when its task first runs: a drain
+        -- that looks before then must see it ending and wait for its nack
+        -- (it ended the run and closed the consumer with the lease held)
+        ctx.life:move(b, "releasing")
+        sched:spawn(settle_given_back, b)
       end
     end
     wake_receiver()
