@@ -79,7 +79,9 @@ return 0
 -- mqlease.policy.batch): each message's part as its own script does it, in a
 -- pcall, so one message's error is its answer alone (its message, a string,
 -- where its code would be). The answers come back as one flat list, not a
--- table a message.
+-- table a message. Except READONLY: a demoted master (a Sentinel failover)
+-- ran no write of the script, and only as the reply's own error does the
+-- client see it and run the script again on the new master.
 -- KEYS: lock, fence, done of each message; ARGV: the lock's TTL in ms, the
 -- fence's TTL in ms, then each message's owner. -> two elements per message:
 -- 1, fence | 0, owner | 2, '' | error, ''.
@@ -97,7 +99,11 @@ end
 for i = 1, #ARGV - 2 do
   local ok, code, value = pcall(one, KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i], ARGV[i + 2])
   if ok then out[2 * i - 1], out[2 * i] = code, value
-  else out[2 * i - 1], out[2 * i] = type(code) == 'table' and code.err or tostring(code), '' end
+  else
+    local err = type(code) == 'table' and code.err or tostring(code)
+    if string.sub(err, 1, 8) == 'READONLY' then return redis.error_reply(err) end
+    out[2 * i - 1], out[2 * i] = err, ''
+  end
 end
 return out
 ]]
@@ -114,7 +120,12 @@ local function one(lock, done, owner)
 end
 for i = 1, #ARGV - 1 do
   local ok, res = pcall(one, KEYS[2 * i - 1], KEYS[2 * i], ARGV[i + 1])
-  if ok then out[i] = res else out[i] = type(res) == 'table' and res.err or tostring(res) end
+  if ok then out[i] = res
+  else
+    local err = type(res) == 'table' and res.err or tostring(res)
+    if string.sub(err, 1, 8) == 'READONLY' then return redis.error_reply(err) end
+    out[i] = err
+  end
 end
 return out
 ]]

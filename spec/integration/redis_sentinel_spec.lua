@@ -94,6 +94,33 @@ describe("mqlease.redis with Sentinel", function()
   end)
 end)
 
+describe("mqlease.policy's batch scripts on a replica", function()
+  setup(function() env.sh(HA .. "start-sentinel") end)
+  teardown(function() os.execute(HA .. "stop >/dev/null") end)
+
+  -- The batch scripts catch each message's error in a pcall. A READONLY (a
+  -- master demoted under the client: a link in steady use is not rechecked
+  -- against the sentinels) came back as one string a message, not as the
+  -- reply's error, so the link never looked for the new master and every
+  -- batched acquire failed closed. No write runs on a replica, so the whole
+  -- script is refused, and the link runs it again on the promoted master.
+  it("answers READONLY as the reply's own error, not one a message", function()
+    local replica = mqlease.redis("127.0.0.1:16411")
+    assert.matches("slave", replica:call("ROLE")[1])
+    local a, b = mqlease.policy.keys(env.name("ro_a")), mqlease.policy.keys(env.name("ro_b"))
+    local got, err, code = replica:eval(mqlease.policy.scripts.acquire_many,
+      { a.lock, a.fence, a.done, b.lock, b.fence, b.done }, { "5000", "60000", "me", "me" })
+    assert.is_nil(got, "per-message answers from a replica")
+    assert.equal("REDIS_ERROR", code)
+    assert.matches("^READONLY", err)
+    got, err, code = replica:eval(mqlease.policy.scripts.finish_many, { a.lock, a.done }, { "60", "me" })
+    assert.is_nil(got, "per-message answers from a replica")
+    assert.equal("REDIS_ERROR", code)
+    assert.matches("^READONLY", err)
+    replica:close()
+  end)
+end)
+
 describe("mqlease.policy.exactly_once with Sentinel", function()
   setup(function() env.sh(HA .. "start-sentinel") end)
   teardown(function() os.execute(HA .. "stop >/dev/null") end)
