@@ -445,13 +445,13 @@ function _M.exactly_once(opts)
       -- the done marker before the ack: a redelivery from now on is acked
       -- without running; the unlock rides in the same script (see FINISH).
       -- The keepalive stays on until the marker is written.
-      local marked, unlocked = finish(rc, sched, m, lease, lock_key, done_key, owner)
-      let_lock_go(m, lease, marked and unlocked)
+      -- after: whether the script deleted the lock, or why no marker was written
+      local marked, after = finish(rc, sched, m, lease, lock_key, done_key, owner)
+      let_lock_go(m, lease, marked and after)
       if marked then return "ack" end
-      local ferr = unlocked
       -- the lease ended first: no ack; the lock lapses at its TTL, and the
       -- redelivery runs the handler again (the marker is all that could tell)
-      return "nack", nil, "done marker not recorded: " .. tostring(ferr)
+      return "nack", nil, "done marker not recorded: " .. tostring(after)
     end
     let_lock_go(m, lease)
     unlock(rc, lock_key, owner)
