@@ -220,23 +220,29 @@ describe("mqlease.policy.exactly_once lock lapsed before its handler starts", fu
   -- process, a long scheduler turn): past lock_ttl from the acquire, the lock
   -- lapsed unrenewed and another instance may hold it and run the message.
   -- The handler must not start then; it used to, beside that other owner.
+
+  -- Runs the policy (lock_ttl 2 s) on a message whose acquire reply is read
+  -- `late` seconds after the script ran. -> its action, whether the handler ran.
+  local function late_reply(redis, m, batch, late)
+    local wait = require "mqlease.loop"
+    local p = policy.exactly_once({ redis = redis, batch = batch, lock_ttl = 2 })
+    local real_eval = redis.eval
+    redis.eval = function(self, script, keys, args)
+      local a, b, c = real_eval(self, script, keys, args)
+      if script == policy.scripts.acquire or script == policy.scripts.acquire_many then wait.sleep(late) end
+      return a, b, c
+    end
+    local ran = false
+    local action = p(m, m.lease, function() ran = true; return true end)
+    return action, ran
+  end
+
   for _, batch in ipairs({ false, true }) do
     it(("defers, the handler not run, when the reply came after lock_ttl%s"):format(
       batch and " (batched)" or ""), function()
       simulate(function(clock, redis)
-        local wait = require "mqlease.loop"
-        local p = policy.exactly_once({ redis = redis, batch = batch, lock_ttl = 2 })
         local m = message("late")
-        local real_eval = redis.eval
-        redis.eval = function(self, script, keys, args)
-          local a, b, c = real_eval(self, script, keys, args)
-          if script == policy.scripts.acquire or script == policy.scripts.acquire_many then
-            wait.sleep(2.5)   -- the reply, read past the lock's TTL
-          end
-          return a, b, c
-        end
-        local ran = false
-        local action = p(m, m.lease, function() ran = true; return true end)
+        local action, ran = late_reply(redis, m, batch, 2.5)
         assert.is_false(ran, "the handler ran on a lock that had lapsed")
         assert.equal("defer", action)
         assert.equal(1, m.counts.deferred_held)
@@ -248,17 +254,9 @@ describe("mqlease.policy.exactly_once lock lapsed before its handler starts", fu
 
   it("runs the handler when the reply came within lock_ttl", function()
     simulate(function(clock, redis)
-      local wait = require "mqlease.loop"
-      local p = policy.exactly_once({ redis = redis, batch = false, lock_ttl = 2 })
       local m = message("inside")
-      local real_eval = redis.eval
-      redis.eval = function(self, script, keys, args)
-        local a, b, c = real_eval(self, script, keys, args)
-        if script == policy.scripts.acquire then wait.sleep(1.5) end
-        return a, b, c
-      end
-      local ran = false
-      assert.equal("ack", (p(m, m.lease, function() ran = true; return true end)))
+      local action, ran = late_reply(redis, m, false, 1.5)
+      assert.equal("ack", action)
       assert.is_true(ran)
       assert.is_true(redis.done_of("inside"))
     end)
