@@ -81,7 +81,8 @@ return 0
 -- where its code would be). The answers come back as one flat list, not a
 -- table a message. Except READONLY: a demoted master (a Sentinel failover)
 -- ran no write of the script, and only as the reply's own error does the
--- client see it and run the script again on the new master.
+-- client see it and run the script again on the new master. (Redis 7 gives
+-- it as { err = "READONLY ..." }; Redis 6 as "@user_script: N: -READONLY ...".)
 -- KEYS: lock, fence, done of each message; ARGV: the lock's TTL in ms, the
 -- fence's TTL in ms, then each message's owner. -> two elements per message:
 -- 1, fence | 0, owner | 2, '' | error, ''.
@@ -101,7 +102,8 @@ for i = 1, #ARGV - 2 do
   if ok then out[2 * i - 1], out[2 * i] = code, value
   else
     local err = type(code) == 'table' and code.err or tostring(code)
-    if string.sub(err, 1, 8) == 'READONLY' then return redis.error_reply(err) end
+    local ro = string.match(err, '^%-?(READONLY[^\r\n]*)') or string.match(err, ': %-(READONLY[^\r\n]*)')
+    if ro then return redis.error_reply(ro) end
     out[2 * i - 1], out[2 * i] = err, ''
   end
 end
@@ -123,7 +125,8 @@ for i = 1, #ARGV - 1 do
   if ok then out[i] = res
   else
     local err = type(res) == 'table' and res.err or tostring(res)
-    if string.sub(err, 1, 8) == 'READONLY' then return redis.error_reply(err) end
+    local ro = string.match(err, '^%-?(READONLY[^\r\n]*)') or string.match(err, ': %-(READONLY[^\r\n]*)')
+    if ro then return redis.error_reply(ro) end
     out[i] = err
   end
 end
@@ -133,28 +136,25 @@ return out
 _M.scripts = { acquire = ACQUIRE, unlock = UNLOCK, finish = FINISH, acquire_many = ACQUIRE_MANY,
   finish_many = FINISH_MANY }
 
--- The part of a key between its braces: the message id, except for an id
--- Redis Cluster would not hash as a tag. Redis hashes what lies between the
--- first '{' and the first '}' after it, and the whole key when that is empty:
--- an empty id, or one that starts with '}', would put a message's keys in
--- different slots, and every script over them would fail CROSSSLOT, for
--- good. Those ids are written '%' and their bytes in hex; so is one that
--- starts with '%', so no two ids share a tag. (RocketMQ's ids are hex digits:
--- theirs are the id itself.)
-local function tag(id)
+-- What a message's keys start with: prefix{<id>}: and then lock, fence,
+-- done (docs/exactly-once.md "Key layout"). The braces are a Redis Cluster
+-- hash tag, so the three keys share one slot and the lock script, which
+-- touches all three, can run there. Redis hashes what lies between the first
+-- '{' and the first '}' after it, and the whole key when that is empty: the
+-- keys of an empty id, or of one that starts with '}', would land in
+-- different slots, and every script over them would fail CROSSSLOT, for good.
+-- Those ids are written '%' and their bytes in hex, and their keys end in
+-- }%: where every other id's end in }: -- no other id's keys can be theirs,
+-- and every other id keeps the keys it always had.
+local function key_base(id, prefix)
   local first = byte(id, 1)
-  if first == nil or first == 0x7d or first == 0x25 then   -- "", '}', '%'
-    return "%" .. (id:gsub(".", function(c) return format("%02x", byte(c)) end))
-  end
-  return id
+  if first ~= nil and first ~= 0x7d then return prefix .. "{" .. id .. "}:" end   -- '}'
+  return prefix .. "{%" .. (id:gsub(".", function(c) return format("%02x", byte(c)) end)) .. "}%:"
 end
-_M.tag = tag
+_M.key_base = key_base
 
--- The keys of one message: { done =, lock =, fence = } (docs/exactly-once.md
--- "Key layout"). They share the hash tag {<id>}, so a Redis Cluster keeps
--- them in one slot and the lock script, which touches all three, can run there.
 local function key_strings(id, prefix)
-  local base = prefix .. "{" .. tag(id) .. "}:"
+  local base = key_base(id, prefix)
   return base .. "lock", base .. "fence", base .. "done"
 end
 
@@ -260,6 +260,8 @@ function _M.exactly_once(opts)
   -- the keepalive's times, in the milliseconds the core takes
   local ka_ttl_ms, ka_every_ms = floor(o.lock_ttl * 1000), floor(o.lock_ttl / 3 * 1000)
   local ka_max_ms = floor(o.max_hold * 1000)
+  -- a grant read this late has its first renewal overdue (see the handler's start)
+  local ka_late = o.lock_ttl - o.lock_ttl / 3
 
   local function client()
     if not r then r = redis_mod.new(o.redis) end
@@ -354,8 +356,10 @@ function _M.exactly_once(opts)
   -- unlocked: the marker's script deleted the lock, finding it ours: a
   -- renewal between that and this stop finds the key gone, by our own doing,
   -- and says lost; the lock was ours to the end, so nothing is counted.
-  local function let_lock_go(m, lease, unlocked)
-    if lease_mod.drop_lock(lease, unlocked) then
+  -- taken: the marker's script found the lock another's (or none): lost,
+  -- whether or not a renewal has noticed yet.
+  local function let_lock_go(m, lease, unlocked, taken)
+    if lease_mod.drop_lock(lease, unlocked) or taken then
       lease:_lock_lost()
       m.consumer:count("lock_lost")
     end
@@ -363,20 +367,24 @@ function _M.exactly_once(opts)
   end
 
   -- sched: the scheduler whose turns batch the markers, or nil. -> true and
-  -- whether the script deleted the lock (found it ours), or nil, message.
+  -- what became of the lock: "unlocked" (the script deleted it, finding it
+  -- ours, or an attempt before, unanswered, may have) or "taken" (the first
+  -- attempt found it another's, or gone); or nil, message. A closed client
+  -- writes nothing again: no retries then.
   local function finish(rc, sched, m, lease, lock_key, done_key, owner)
-    local marked, err
-    if sched then marked, err = finishes:call(sched, owner, lock_key, done_key)
-    else marked, err = mark_done(rc, lock_key, done_key, owner) end
-    if marked ~= nil then return true, marked == 1 end
+    local marked, err, code
+    if sched then marked, err, code = finishes:call(sched, owner, lock_key, done_key)
+    else marked, err, code = mark_done(rc, lock_key, done_key, owner) end
+    if marked ~= nil then return true, marked == 1 and "unlocked" or "taken" end
     local backoff = FINISH_BACKOFF
     m.consumer:count("done_marker_failed")
-    while worth_trying(lease) do
+    while code ~= "CLOSED" and worth_trying(lease) do
       wait.sleep(backoff)
       if not worth_trying(lease) then break end
       m.consumer:count("done_marker_retries")
-      marked, err = mark_done(rc, lock_key, done_key, owner)
-      if marked ~= nil then return true, marked == 1 end
+      marked, err, code = mark_done(rc, lock_key, done_key, owner)
+      -- a 0 now may be the earlier attempt's own delete
+      if marked ~= nil then return true, "unlocked" end
       backoff = min(backoff * 2, FINISH_MAX_BACKOFF)
     end
     return nil, err
@@ -430,11 +438,13 @@ function _M.exactly_once(opts)
     -- alive() sees the lock; mqlease.run stops the keepalive of a handler it
     -- leaves behind (one cut off by grace) when it returns
     lease_mod.hold_lock(lease, rc, keepalive)
-    if core.now() - acquired_at >= o.lock_ttl or not lease_mod.lock_kept(lease) then
-      -- the reply came after the lock's TTL (a stalled process, a long
-      -- turn): it lapsed unrenewed, and another instance may hold it and run
-      -- the message now. Not ours to run: ask again later, as for a held lock.
-      lease_mod.drop_lock(lease)
+    if core.now() - acquired_at >= ka_late or not lease_mod.lock_kept(lease) then
+      -- the reply came late (a stalled process, a long turn): with less than
+      -- a third of its TTL left and its first renewal overdue, the lock may
+      -- lapse before a renewal reaches Redis, or has lapsed, and another
+      -- instance may hold it and run the message. Not ours to run: ask again
+      -- later, as for a held lock. No lock is held meanwhile, so none is lost.
+      lease_mod.drop_lock(lease, true)
       lease.fence, lease.lock_owner = nil, nil
       unlock(rc, lock_key, owner)
       return defer(m, o.defer_delay, "deferred_held")
@@ -445,9 +455,12 @@ function _M.exactly_once(opts)
       -- the done marker before the ack: a redelivery from now on is acked
       -- without running; the unlock rides in the same script (see FINISH).
       -- The keepalive stays on until the marker is written.
-      -- after: whether the script deleted the lock, or why no marker was written
+      -- after: whether the lock went with the marker, or why no marker was
+      -- written. A lock lost before the marker is counted, whatever the
+      -- marker then found: the handler was told (alive() turned false).
+      local kept = lease_mod.lock_kept(lease)
       local marked, after = finish(rc, sched, m, lease, lock_key, done_key, owner)
-      let_lock_go(m, lease, marked and after)
+      let_lock_go(m, lease, marked and kept and after == "unlocked", marked and after == "taken")
       if marked then return "ack" end
       -- the lease ended first: no ack; the lock lapses at its TTL, and the
       -- redelivery runs the handler again (the marker is all that could tell)

@@ -248,14 +248,25 @@ describe("mqlease.policy.exactly_once lock lapsed before its handler starts", fu
         assert.equal(1, m.counts.deferred_held)
         assert.same({}, redis.running())
         assert.is_nil(m.lease.lock_owner)
+        -- it holds no lock now, so none is lost: the lease lives on as it waits
+        assert.is_true(m.lease:alive(), "the deferred lease read as lock-lost")
       end)
     end)
   end
 
+  it("defers when less than a third of lock_ttl is left (the first renewal is overdue)", function()
+    simulate(function(clock, redis)
+      local m = message("edge")
+      local action, ran = late_reply(redis, m, false, 1.5)
+      assert.is_false(ran)
+      assert.equal("defer", action)
+    end)
+  end)
+
   it("runs the handler when the reply came within lock_ttl", function()
     simulate(function(clock, redis)
       local m = message("inside")
-      local action, ran = late_reply(redis, m, false, 1.5)
+      local action, ran = late_reply(redis, m, false, 1.0)
       assert.equal("ack", action)
       assert.is_true(ran)
       assert.is_true(redis.done_of("inside"))
@@ -281,6 +292,82 @@ describe("mqlease.policy.exactly_once lock given up by its own marker", function
       end)
     end)
   end
+
+  for _, batch in ipairs({ false, true }) do
+    it(("counts no lock_lost when a marker applied unanswered was written again%s"):format(
+      batch and " (batched)" or ""), function()
+      simulate(function(clock, redis)
+        local wait = require "mqlease.loop"
+        local p = policy.exactly_once({ redis = redis, batch = batch })
+        local real_eval, first = redis.eval, true
+        redis.eval = function(self, script, keys, args)
+          if first and (script == policy.scripts.finish or script == policy.scripts.finish_many) then
+            first = false
+            real_eval(self, script, keys, args)   -- Redis ran it: the marker written, the lock deleted
+            wait.sleep(1)
+            return nil, "no reply within the timeout", "TIMEOUT"
+          end
+          return real_eval(self, script, keys, args)
+        end
+        local m = message("again")
+        assert.equal("ack", (p(m, m.lease, function() return true end)))
+        assert.equal(1, m.counts.done_marker_retries)
+        assert.is_nil(m.counts.lock_lost, "the first marker's own unlock was counted as a lost lock")
+        assert.is_true(m.lease:alive())
+      end)
+    end)
+  end
+
+  it("counts lock_lost when the lock was lost before the marker, though the marker then found it", function()
+    simulate(function(clock, redis)
+      local wait = require "mqlease.loop"
+      -- renewals stop after max_hold: the handler is told its lock is gone
+      local p = policy.exactly_once({ redis = redis, batch = false, lock_ttl = 5, max_hold = 1 })
+      local m = message("spent")
+      local alive_in_handler
+      assert.equal("ack", (p(m, m.lease, function(_, lease)
+        wait.sleep(2)
+        alive_in_handler = lease:alive()
+        return true
+      end)))
+      assert.is_false(alive_in_handler)
+      assert.equal(1, m.counts.lock_lost)
+      assert.is_false(m.lease:alive())
+    end)
+  end)
+
+  it("gives up the marker at once when its client is closed", function()
+    simulate(function(clock, redis)
+      local p = policy.exactly_once({ redis = redis, batch = false })
+      local real_eval = redis.eval
+      redis.eval = function(self, script, keys, args)
+        if script == policy.scripts.finish then return nil, "the redis client is closed", "CLOSED" end
+        return real_eval(self, script, keys, args)
+      end
+      local m = message("closed")
+      local started = clock.t
+      local action, _, err = p(m, m.lease, function() return true end)
+      assert.equal("nack", action)
+      assert.matches("done marker not recorded", err, 1, true)
+      assert.is_nil(m.counts.done_marker_retries, "retried a marker on a closed client")
+      assert.is_true(clock.t - started < 1)
+    end)
+  end)
+
+  it("counts lock_lost when the marker found the lock another owner's before any renewal did", function()
+    simulate(function(clock, redis)
+      local p = policy.exactly_once({ redis = redis, batch = false })
+      redis.keepalive_stop = function() return false end   -- no renewal since the takeover
+      redis.keepalive_lost = function() return false end
+      local m = message("taken_unseen")
+      assert.equal("ack", (p(m, m.lease, function()
+        redis.keys[policy.keys("taken_unseen").lock] = { value = "someone else", expires = math.huge }
+        return true
+      end)))
+      assert.equal(1, m.counts.lock_lost)
+      assert.is_false(m.lease:alive())
+    end)
+  end)
 
   it("counts lock_lost when the marker found the lock another owner's", function()
     simulate(function(clock, redis)
@@ -319,11 +406,14 @@ describe("mqlease.policy.keys under Redis Cluster's hash tags", function()
     end
   end)
 
-  it("keeps a RocketMQ id's keys as they were, and no two ids share keys", function()
+  it("keeps every other id's keys as they were, and no two ids share keys", function()
     assert.same({ lock = "mqlease:{01AB}:lock", fence = "mqlease:{01AB}:fence", done = "mqlease:{01AB}:done" },
       policy.keys("01AB"))
+    assert.equal("mqlease:{%7d}:lock", policy.keys("%7d").lock)
+    assert.equal("mqlease:{a}b}:lock", policy.keys("a}b").lock)
+    assert.equal("mqlease:{%7d61}%:lock", policy.keys("}a").lock)
     local seen = {}
-    for _, id in ipairs({ "", "}", "%", "%7d", "%25", "}x", "%7d78", "%%", "x" }) do
+    for _, id in ipairs({ "", "}", "%", "%7d", "%25", "}x", "%7d78", "%%", "x", "%}%", "%7d}%", "%}", "%7d78}%" }) do
       local lock = policy.keys(id).lock
       assert.is_nil(seen[lock], ("ids %q and %q share %s"):format(tostring(seen[lock]), id, lock))
       seen[lock] = id

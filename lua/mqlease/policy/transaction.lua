@@ -170,7 +170,7 @@ end
 local function claim(self, id, run, who)
   -- the exactly-once policy's done marker, and the claim beside it (same hash tag)
   local done = policy.keys(id, self._o.prefix).done
-  local tx_key = self._o.prefix .. "{" .. policy.tag(id) .. "}:tx"
+  local tx_key = policy.key_base(id, self._o.prefix) .. "tx"
   local got, err = client(self):eval(CLAIM, { done, tx_key },
     { run, self._claim_ttl, tostring(self._o.claim_grace), who })
   if got == nil then return nil, err end
