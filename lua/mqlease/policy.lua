@@ -262,6 +262,10 @@ function _M.exactly_once(opts)
   local ka_max_ms = floor(o.max_hold * 1000)
   -- a grant read this late has its first renewal overdue (see the handler's start)
   local ka_late = o.lock_ttl - o.lock_ttl / 3
+  -- before its first renewal (every third of lock_ttl from the acquire) a
+  -- lock can end only by the clock: until then the keepalive has nothing
+  -- else to tell, and is not asked (two calls into the core a message)
+  local ka_first = o.lock_ttl / 3
 
   local function client()
     if not r then r = redis_mod.new(o.redis) end
@@ -438,7 +442,8 @@ function _M.exactly_once(opts)
     -- alive() sees the lock; mqlease.run stops the keepalive of a handler it
     -- leaves behind (one cut off by grace) when it returns
     lease_mod.hold_lock(lease, rc, keepalive)
-    if core.now() - acquired_at >= ka_late or not lease_mod.lock_kept(lease) then
+    local waited = core.now() - acquired_at
+    if waited >= ka_late or (waited >= ka_first and not lease_mod.lock_kept(lease)) then
       -- the reply came late (a stalled process, a long turn): with less than
       -- a third of its TTL left and its first renewal overdue, the lock may
       -- lapse before a renewal reaches Redis, or has lapsed, and another
@@ -458,7 +463,7 @@ function _M.exactly_once(opts)
       -- after: whether the lock went with the marker, or why no marker was
       -- written. A lock lost before the marker is counted, whatever the
       -- marker then found: the handler was told (alive() turned false).
-      local kept = lease_mod.lock_kept(lease)
+      local kept = core.now() - acquired_at < ka_first or lease_mod.lock_kept(lease)
       local marked, after = finish(rc, sched, m, lease, lock_key, done_key, owner)
       let_lock_go(m, lease, marked and kept and after == "unlocked", marked and after == "taken")
       if marked then return "ack" end
