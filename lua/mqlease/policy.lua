@@ -260,8 +260,10 @@ function _M.exactly_once(opts)
   -- the keepalive's times, in the milliseconds the core takes
   local ka_ttl_ms, ka_every_ms = floor(o.lock_ttl * 1000), floor(o.lock_ttl / 3 * 1000)
   local ka_max_ms = floor(o.max_hold * 1000)
-  -- a grant read this late has its first renewal overdue (see the handler's start)
-  local ka_late = o.lock_ttl - o.lock_ttl / 3
+  -- a grant read this late leaves its first renewal, due at once, less than
+  -- a second (or a third of lock_ttl, if that is less) to land before the
+  -- key lapses: a Redis call's default timeout (see the handler's start)
+  local ka_late = o.lock_ttl - min(o.lock_ttl / 3, 1)
   -- before its first renewal (every third of lock_ttl from the acquire) a
   -- lock can end only by the clock: until then the keepalive has nothing
   -- else to tell, and is not asked (two calls into the core a message)
@@ -444,11 +446,12 @@ function _M.exactly_once(opts)
     lease_mod.hold_lock(lease, rc, keepalive)
     local waited = core.now() - acquired_at
     if waited >= ka_late or (waited >= ka_first and not lease_mod.lock_kept(lease)) then
-      -- the reply came late (a stalled process, a long turn): with less than
-      -- a third of its TTL left and its first renewal overdue, the lock may
-      -- lapse before a renewal reaches Redis, or has lapsed, and another
-      -- instance may hold it and run the message. Not ours to run: ask again
-      -- later, as for a held lock. No lock is held meanwhile, so none is lost.
+      -- the reply came late (a stalled process, a long turn): the lock may
+      -- lapse before its overdue renewal reaches Redis, or has lapsed, and
+      -- another instance may hold it and run the message. Not ours to run:
+      -- ask again later, as for a held lock. No lock is held meanwhile, so
+      -- none is lost. (A little later than that, the renewal sent at once on
+      -- registration keeps it: see spec/regress/redis-keepalive-from-acquire.)
       lease_mod.drop_lock(lease, true)
       lease.fence, lease.lock_owner = nil, nil
       unlock(rc, lock_key, owner)

@@ -254,7 +254,7 @@ describe("mqlease.policy.exactly_once lock lapsed before its handler starts", fu
     end)
   end
 
-  it("defers when less than a third of lock_ttl is left (the first renewal is overdue)", function()
+  it("defers when its overdue renewal has less than a third of lock_ttl (or a second) to land", function()
     simulate(function(clock, redis)
       local m = message("edge")
       local action, ran = late_reply(redis, m, false, 1.5)
