@@ -86,7 +86,14 @@ return 0
 -- KEYS: lock, fence, done of each message; ARGV: the lock's TTL in ms, the
 -- fence's TTL in ms, then each message's owner. -> two elements per message:
 -- 1, fence | 0, owner | 2, '' | error, ''.
-local ACQUIRE_MANY = [[
+-- The batch scripts' part error: its message, and the READONLY in it if any.
+local PART_ERROR = [[
+local function part_error(e)
+  local err = type(e) == 'table' and e.err or tostring(e)
+  return err, string.match(err, '^%-?(READONLY[^\r\n]*)') or string.match(err, ': %-(READONLY[^\r\n]*)')
+end
+]]
+local ACQUIRE_MANY = PART_ERROR .. [[
 local out, ttl, fence_ttl = {}, ARGV[1], ARGV[2]
 local function one(lock, fence, done, owner)
   if redis.call('exists', done) == 1 then return 2, '' end
@@ -101,8 +108,7 @@ for i = 1, #ARGV - 2 do
   local ok, code, value = pcall(one, KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i], ARGV[i + 2])
   if ok then out[2 * i - 1], out[2 * i] = code, value
   else
-    local err = type(code) == 'table' and code.err or tostring(code)
-    local ro = string.match(err, '^%-?(READONLY[^\r\n]*)') or string.match(err, ': %-(READONLY[^\r\n]*)')
+    local err, ro = part_error(code)
     if ro then return redis.error_reply(ro) end
     out[2 * i - 1], out[2 * i] = err, ''
   end
@@ -113,7 +119,7 @@ return out
 -- KEYS: lock, done of each message; ARGV: the marker's TTL in seconds, then
 -- each message's owner. -> one element per message: the unlock's 1 or 0, or
 -- the message's error (a string).
-local FINISH_MANY = [[
+local FINISH_MANY = PART_ERROR .. [[
 local out, ttl = {}, ARGV[1]
 local function one(lock, done, owner)
   redis.call('set', done, '1', 'EX', ttl)
@@ -124,8 +130,7 @@ for i = 1, #ARGV - 1 do
   local ok, res = pcall(one, KEYS[2 * i - 1], KEYS[2 * i], ARGV[i + 1])
   if ok then out[i] = res
   else
-    local err = type(res) == 'table' and res.err or tostring(res)
-    local ro = string.match(err, '^%-?(READONLY[^\r\n]*)') or string.match(err, ': %-(READONLY[^\r\n]*)')
+    local err, ro = part_error(res)
     if ro then return redis.error_reply(ro) end
     out[i] = err
   end
@@ -257,17 +262,18 @@ function _M.exactly_once(opts)
   local done_ttl_ms = tostring(floor(o.done_ttl) * 1000)
   local prefix = o.prefix
   local owner_of = owners()
+  -- the keepalive renews every third of lock_ttl from the acquire; before
+  -- its first renewal a lock can end only by the clock, so until then the
+  -- keepalive has nothing else to tell and is not asked (two calls into the
+  -- core a message)
+  local ka_every = o.lock_ttl / 3
   -- the keepalive's times, in the milliseconds the core takes
-  local ka_ttl_ms, ka_every_ms = floor(o.lock_ttl * 1000), floor(o.lock_ttl / 3 * 1000)
+  local ka_ttl_ms, ka_every_ms = floor(o.lock_ttl * 1000), floor(ka_every * 1000)
   local ka_max_ms = floor(o.max_hold * 1000)
   -- a grant read this late leaves its first renewal, due at once, less than
   -- a second (or a third of lock_ttl, if that is less) to land before the
   -- key lapses: a Redis call's default timeout (see the handler's start)
-  local ka_late = o.lock_ttl - min(o.lock_ttl / 3, 1)
-  -- before its first renewal (every third of lock_ttl from the acquire) a
-  -- lock can end only by the clock: until then the keepalive has nothing
-  -- else to tell, and is not asked (two calls into the core a message)
-  local ka_first = o.lock_ttl / 3
+  local ka_late = o.lock_ttl - min(ka_every, 1)
 
   local function client()
     if not r then r = redis_mod.new(o.redis) end
@@ -438,14 +444,14 @@ function _M.exactly_once(opts)
     if rc._keep_lock then
       keepalive = rc:_keep_lock(lock_key, owner, ka_ttl_ms, ka_every_ms, ka_max_ms, floor(acquired_at * 1000))
     else
-      keepalive = rc:keepalive(lock_key, owner, o.lock_ttl, o.lock_ttl / 3, o.max_hold,
+      keepalive = rc:keepalive(lock_key, owner, o.lock_ttl, ka_every, o.max_hold,
         function() lease:_lock_lost() end, acquired_at)
     end
     -- alive() sees the lock; mqlease.run stops the keepalive of a handler it
     -- leaves behind (one cut off by grace) when it returns
     lease_mod.hold_lock(lease, rc, keepalive)
     local waited = core.now() - acquired_at
-    if waited >= ka_late or (waited >= ka_first and not lease_mod.lock_kept(lease)) then
+    if waited >= ka_late or (waited >= ka_every and not lease_mod.lock_kept(lease)) then
       -- the reply came late (a stalled process, a long turn): the lock may
       -- lapse before its overdue renewal reaches Redis, or has lapsed, and
       -- another instance may hold it and run the message. Not ours to run:
@@ -466,7 +472,7 @@ function _M.exactly_once(opts)
       -- after: whether the lock went with the marker, or why no marker was
       -- written. A lock lost before the marker is counted, whatever the
       -- marker then found: the handler was told (alive() turned false).
-      local kept = core.now() - acquired_at < ka_first or lease_mod.lock_kept(lease)
+      local kept = core.now() - acquired_at < ka_every or lease_mod.lock_kept(lease)
       local marked, after = finish(rc, sched, m, lease, lock_key, done_key, owner)
       let_lock_go(m, lease, marked and kept and after == "unlocked", marked and after == "taken")
       if marked then return "ack" end

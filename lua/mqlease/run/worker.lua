@@ -85,14 +85,14 @@ function _M.run(consumer, handler, o, sched, probe)
   }
 
   -- A message given back unrun: after the stop, or held behind an ordered
-  -- message that ended unreleased. It is queued; it settles here.
-  local function give_back(m)
-    ctx.life:move(m, "releasing")
-    ctx.life:settle(m, task.give_back(ctx, m))
-  end
-  -- The same for a message already moved to releasing.
+  -- message that ended unreleased. It is queued (give_back) or already
+  -- moved to releasing (settle_given_back); it settles here.
   local function settle_given_back(m)
     ctx.life:settle(m, task.give_back(ctx, m))
+  end
+  local function give_back(m)
+    ctx.life:move(m, "releasing")
+    settle_given_back(m)
   end
 
   local function wake_receiver()
