@@ -10,8 +10,17 @@ function _M.status_kb(field, pid)
   end
 end
 
--- utime + stime of a process (default: this one) in seconds (fields 14 and 15 of
--- /proc/PID/stat).
+-- This process's id (the main thread's task id too).
+function _M.self_pid()
+  local f = assert(io.open("/proc/self/stat"))
+  local pid = f:read("l"):match("^(%d+)")
+  f:close()
+  return pid
+end
+
+-- utime + stime in seconds (fields 14 and 15 of /proc/PID/stat) of a process,
+-- or of one thread as "self/task/<tid>" or "<pid>/task/<tid>"; this process's
+-- by default.
 local TICKS = tonumber(io.popen("getconf CLK_TCK"):read("l")) or 100
 function _M.cpu_s(pid)
   local f = assert(io.open("/proc/" .. (pid or "self") .. "/stat"))
