@@ -43,8 +43,9 @@
 # 4. Exactly-once ("eo"): mqlease.run with a no-op handler over BENCH_EO_COUNT (20000; QUICK
 #    5000) pre-loaded messages of BENCH_SIZE bytes on its own dev broker, plain and with
 #    mqlease.policy.exactly_once on the Redis of part 3 (the same one), one after the
-#    other in each of BENCH_RUNS runs: msg/s, client, redis-server and dev broker CPU per message;
-#    then the policy's own CPU per message against stand-in messages (bench/eo_policy.lua) and
+#    other in each of BENCH_RUNS runs: msg/s, client (and its main thread's), redis-server and
+#    dev broker CPU per message; then "bound", plain once more beside bench/eo_load.lua sending
+#    the policy's scripts to that Redis at 3/4 of the run's plain rate; then the policy's own CPU per message against stand-in messages (bench/eo_policy.lua) and
 #    the redis-server's CPU per message by part of the policy's scripts (bench/eo_parts.lua).
 # brokers: 1, 2, 4 worker processes of mqlease.run over two brokers of a real RocketMQ cluster
 #    (bench/brokers.sh: its own namesrv, broker-a, broker-b and two cluster-mode proxies);
@@ -262,16 +263,30 @@ local n=${BENCH_EO_COUNT:-20000} run policy topic
 # its CPU is read from /proc: the bench's own redis-server serves no one else
 start_redis
 start_devbroker
+local plain_line plain_rate load_pid
 for run in $(seq "$RUNS"); do
-  for policy in plain exactly_once; do
+  for policy in plain exactly_once bound; do
     topic="eo_${policy}_${run}_$RANDOM"
     printf 'topic %s\n' "$topic" | timeout 5 bash -c "exec 3<>/dev/tcp/127.0.0.1/$DV_CONTROL; cat >&3; head -n1 <&3" >/dev/null
     lua5.4 bench/lease.lua load "$DV" "$topic" "$n" "$SIZE" >/dev/null
     note "exactly-once: mqlease.run, $policy, $n x $SIZE B (run $run/$RUNS)"
     if [[ $policy == plain ]]; then
-      echo "eo $(BENCH_BROKER_PID=$DV_PID lua5.4 bench/bench.lua run "$DV" "${topic}_g" "$topic" "$n")" >>"$eo_results"
-    else
+      plain_line=$(BENCH_BROKER_PID=$DV_PID lua5.4 bench/bench.lua run "$DV" "${topic}_g" "$topic" "$n")
+      echo "eo $plain_line" >>"$eo_results"
+    elif [[ $policy == exactly_once ]]; then
       echo "eo $(BENCH_BROKER_PID=$DV_PID lua5.4 bench/bench.lua run "$DV" "${topic}_g" "$topic" "$n" "$REDIS" "$REDIS_PID")" >>"$eo_results"
+    else
+      # bound: plain again, beside the policy's scripts sent to Redis by another
+      # process (bench/eo_load.lua) at 3/4 of this run's plain rate, for as long
+      # as the run should take at that rate: an exactly-once whose policy cost
+      # nothing in the worker could reach about this rate here
+      plain_rate=$(grep -o '"msgs_per_s":[0-9.]*' <<<"$plain_line" | cut -d: -f2)
+      plain_rate=${plain_rate%.*}
+      lua5.4 bench/eo_load.lua "$REDIS" "$((plain_rate * 3 / 4))" "$(awk -v n="$n" -v r="$plain_rate" 'BEGIN { print n / (r * 0.75) + 0.5 }')" &
+      load_pid=$!
+      plain_line=$(BENCH_BROKER_PID=$DV_PID lua5.4 bench/bench.lua run "$DV" "${topic}_g" "$topic" "$n")
+      if wait "$load_pid"; then echo "eo ${plain_line/\"policy\":\"plain\"/\"policy\":\"bound\"}" >>"$eo_results"
+      else note "bench/eo_load.lua failed: no bound row for run $run (it ran beside a lighter load)"; fi
     fi
   done
 done
