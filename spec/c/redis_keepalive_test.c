@@ -4,8 +4,10 @@
  * taken ten seconds ago with a one-second TTL: it counts as lost at once (its
  * TTL ran out unrenewed), so keepalive_lost answers 1 for a keepalive the
  * client still knows and 0 for one it does not (never made, or stopped), and
- * that tells whether the lookup found it. Renewals are an hour apart: the
- * keepalive thread never runs one, and never needs the server. */
+ * that tells whether the lookup found it. Renewals are an hour or more
+ * apart: the keepalive thread never runs one, and never needs the server.
+ * Each is due at a different time, in an order unlike their registration's,
+ * so stops take them from every place in the thread's due-order heap. */
 #include <stdint.h>
 #include <string.h>
 
@@ -25,7 +27,8 @@ static mql_redis *client(void) {
 static uint64_t register_one(mql_redis *r, int i) {
     char key[32];
     snprintf(key, sizeof(key), "lock:%d", i);
-    return mql_redis_keepalive(r, key, strlen(key), "me", 2, 1000, 3600 * 1000, 0, mql_now_ms() - 10000);
+    int64_t every_ms = 3600 * 1000 + (int64_t)((unsigned)i * 7919u % 100000u);
+    return mql_redis_keepalive(r, key, strlen(key), "me", 2, 1000, every_ms, 0, mql_now_ms() - 10000);
 }
 
 /* A small deterministic generator, so a failure replays. */

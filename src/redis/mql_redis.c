@@ -286,6 +286,7 @@ void mql_redis_free(mql_redis *r) {
         mql_redis_keepalive_free(k);
     }
     free(r->ka_index);
+    free(r->ka_heap);
     mql_redis_link_free(r->cmd_link);
     mql_redis_link_free(r->ka_link);
     for (int i = 0; i < SHA_CACHE; i++) script_release(r->sha_cache[i]);

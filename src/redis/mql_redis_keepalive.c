@@ -1,6 +1,7 @@
 /* mql_redis_keepalive.c -- the keepalive thread of a Redis client: it renews
  * the registered locks on a link of its own (never behind the command queue),
- * earliest deadline first, and posts MQL_EV_LOCK_LOST when a renewal proves a
+ * earliest deadline first (a heap), every renewal due at once in one
+ * pipelined round trip, and posts MQL_EV_LOCK_LOST when a renewal proves a
  * lock gone, its TTL runs out unrenewed or its budget (max) is spent. Its state lives in struct mql_redis
  * (mql_redis_private.h) under the client's mutex.
  */
@@ -30,33 +31,53 @@ static int renewal_outcome(const redisReply *reply) {
     return reply->integer == 1 ? RENEW_KEPT : reply->integer == 0 ? RENEW_LOST : RENEW_RETRY;
 }
 
-/* One renewal over the keepalive link, with the mutex dropped. */
-static int renew_lock(mql_redis *r, const keepalive *k) {
-    char ttl[24];
-    char *argv[6];
-    size_t lens[6];
-    mql_result res;
-    redisReply *reply;
-    int outcome;
-    snprintf(ttl, sizeof(ttl), "%lld", (long long)k->ttl_ms);
-    argv[0] = "EVALSHA";
-    argv[1] = r->renew_sha;
-    argv[2] = "1";
-    argv[3] = k->key;
-    argv[4] = k->owner;
-    argv[5] = ttl;
-    lens[0] = 7;
-    lens[1] = strlen(r->renew_sha);
-    lens[2] = 1;
-    /* the key and the owner by their lengths: a NUL in either is theirs */
-    lens[3] = k->key_len;
-    lens[4] = k->owner_len;
-    lens[5] = strlen(ttl);
-    reply = mql_redis_run(r->ka_link, 6, argv, lens, RENEW_SCRIPT, &res);
-    if (!reply) return RENEW_RETRY;
-    outcome = renewal_outcome(reply);
-    freeReplyObject(reply);
-    return outcome;
+/* The renewals of n due keepalives (n <= PIPELINE_MAX) over the keepalive
+ * link, with the mutex dropped: one round trip for the lot on one server
+ * (one a lock under Cluster, as mql_redis_link_run_many does). The records
+ * are marked busy, so no stop frees them meanwhile. outcome[i] is due[i]'s. */
+static void renew_locks(mql_redis *r, keepalive *const *due, int n, int *outcome) {
+    char ttl[PIPELINE_MAX][24];
+    const char *argv[PIPELINE_MAX][6];
+    size_t lens[PIPELINE_MAX][6];
+    mql_redis_argv av[PIPELINE_MAX] = {{0}};   /* only n are used; gcc cannot tell */
+    redisReply *replies[PIPELINE_MAX];
+    mql_result res[PIPELINE_MAX];
+    size_t sha_len = strlen(r->renew_sha);
+    int i;
+    for (i = 0; i < n; i++) {
+        const keepalive *k = due[i];
+        snprintf(ttl[i], sizeof(ttl[i]), "%lld", (long long)k->ttl_ms);
+        argv[i][0] = "EVALSHA";
+        argv[i][1] = r->renew_sha;
+        argv[i][2] = "1";
+        argv[i][3] = k->key;
+        argv[i][4] = k->owner;
+        argv[i][5] = ttl[i];
+        lens[i][0] = 7;
+        lens[i][1] = sha_len;
+        lens[i][2] = 1;
+        /* the key and the owner by their lengths: a NUL in either is theirs */
+        lens[i][3] = k->key_len;
+        lens[i][4] = k->owner_len;
+        lens[i][5] = strlen(ttl[i]);
+        av[i] = (mql_redis_argv){6, argv[i], lens[i], 3};
+    }
+    mql_redis_link_run_many(r->ka_link, n, av, replies, res);
+    for (i = 0; i < n; i++) {
+        if (replies[i] && replies[i]->type == REDIS_REPLY_ERROR &&
+            strncmp(replies[i]->str, "NOSCRIPT", 8) == 0) {
+            /* the server lost the script (a restart, a failover): NOSCRIPT
+             * proves this renewal did not run, so it runs again with the text */
+            freeReplyObject(replies[i]);
+            argv[i][0] = "EVAL";
+            lens[i][0] = 4;
+            argv[i][1] = RENEW_SCRIPT;
+            lens[i][1] = strlen(RENEW_SCRIPT);
+            replies[i] = mql_redis_link_run(r->ka_link, 6, argv[i], lens[i], 3, &res[i]);
+        }
+        outcome[i] = replies[i] ? renewal_outcome(replies[i]) : RENEW_RETRY;
+        if (replies[i]) freeReplyObject(replies[i]);
+    }
 }
 
 static void post_lock_lost(mql_redis *r, uint64_t id) {
@@ -82,12 +103,72 @@ static void apply_renewal(mql_redis *r, keepalive *k, int outcome, int64_t start
     if (!k->cancelled) post_lock_lost(r, k->id);
 }
 
-/* The active, idle keepalive with the earliest deadline (mutex held). */
-static keepalive *earliest(const mql_redis *r) {
-    keepalive *k, *best = NULL;
-    for (k = r->alive; k; k = k->next)
-        if (k->state == KA_ACTIVE && !k->busy && (!best || k->next_at < best->next_at)) best = k;
-    return best;
+/* ------------------------------------------------------------ due heap */
+
+/* The heap holds the active keepalives not being renewed, by next_at, each
+ * knowing its place (heap_at), so a stop takes it out in O(log n). */
+
+static void heap_place(mql_redis *r, size_t i, keepalive *k) {
+    r->ka_heap[i] = k;
+    k->heap_at = i;
+}
+
+static void heap_up(mql_redis *r, size_t i) {
+    keepalive *k = r->ka_heap[i];
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (r->ka_heap[parent]->next_at <= k->next_at) break;
+        heap_place(r, i, r->ka_heap[parent]);
+        i = parent;
+    }
+    heap_place(r, i, k);
+}
+
+static void heap_down(mql_redis *r, size_t i) {
+    keepalive *k = r->ka_heap[i];
+    size_t n = r->ka_heap_len;
+    for (;;) {
+        size_t child = 2 * i + 1;
+        if (child >= n) break;
+        if (child + 1 < n && r->ka_heap[child + 1]->next_at < r->ka_heap[child]->next_at) child++;
+        if (r->ka_heap[child]->next_at >= k->next_at) break;
+        heap_place(r, i, r->ka_heap[child]);
+        i = child;
+    }
+    heap_place(r, i, k);
+}
+
+/* Adds k, waiting for its next_at (mutex held). */
+static void heap_push(mql_redis *r, keepalive *k) {
+    if (r->ka_heap_len == r->ka_heap_cap) {
+        size_t cap = r->ka_heap_cap ? r->ka_heap_cap * 2 : 64;
+        keepalive **heap = mql_xcalloc(cap, sizeof(*heap));
+        if (r->ka_heap_len) memcpy(heap, r->ka_heap, r->ka_heap_len * sizeof(*heap));
+        free(r->ka_heap);
+        r->ka_heap = heap;
+        r->ka_heap_cap = cap;
+    }
+    r->ka_heap[r->ka_heap_len++] = k;
+    heap_up(r, r->ka_heap_len - 1);
+}
+
+/* Takes k off the heap, if it is there (mutex held). */
+static void heap_remove(mql_redis *r, keepalive *k) {
+    size_t i = k->heap_at;
+    keepalive *last;
+    if (i == KA_NOT_DUE) return;
+    k->heap_at = KA_NOT_DUE;
+    last = r->ka_heap[--r->ka_heap_len];
+    if (last == k) return;
+    heap_place(r, i, last);
+    /* the moved one may belong above its new place or below it */
+    if (i > 0 && r->ka_heap[(i - 1) / 2]->next_at > last->next_at) heap_up(r, i);
+    else heap_down(r, i);
+}
+
+/* The keepalive due first, or NULL (mutex held). */
+static keepalive *heap_first(const mql_redis *r) {
+    return r->ka_heap_len ? r->ka_heap[0] : NULL;
 }
 
 /* ------------------------------------------------------------ index by id */
@@ -157,36 +238,57 @@ static void unlink_keepalive(mql_redis *r, keepalive *k) {
     unlink_at(r, k, index_find(r, k->id));
 }
 
-void *mql_redis_ka_thread_main(void *arg) {
-    mql_redis *r = arg;
-    pthread_mutex_lock(&r->mu);
-    while (!r->stopping) {
-        keepalive *k = earliest(r);
-        int64_t now = mql_now_ms();
-        int outcome;
-        if (!k || k->next_at > now) {
-            r->ka_wake_at = k ? k->next_at : INT64_MAX;
-            mql_redis_wait_until(&r->ka_cond, &r->mu, r->ka_wake_at);
-            r->ka_wake_at = INT64_MIN;
-            continue;
-        }
+/* Takes off the heap the keepalives due by now, up to PIPELINE_MAX, earliest
+ * first, into due[] and marks them busy; one whose budget (max_hold) is spent
+ * is renewed no more: the lock lapses within its TTL while the handler may
+ * still run, so that is said now, as for a lock proven lost, and the holder
+ * must not count on it (mutex held). Returns how many are due. */
+static int take_due(mql_redis *r, int64_t now, keepalive **due) {
+    int n = 0;
+    keepalive *k;
+    while (n < PIPELINE_MAX && (k = heap_first(r)) && k->next_at <= now) {
+        heap_remove(r, k);
         if (now >= k->until) {
-            /* Its budget (max_hold) is spent: no more renewals, so the lock
-             * lapses within its TTL while the handler may still run. Say so
-             * now, as for a lock proven lost: the holder must not count on it. */
             k->state = KA_SPENT;
             if (!k->cancelled) post_lock_lost(r, k->id);
             continue;
         }
         k->busy = 1;
+        due[n++] = k;
+    }
+    return n;
+}
+
+void *mql_redis_ka_thread_main(void *arg) {
+    mql_redis *r = arg;
+    keepalive *due[PIPELINE_MAX];
+    int outcome[PIPELINE_MAX];
+    pthread_mutex_lock(&r->mu);
+    while (!r->stopping) {
+        keepalive *first = heap_first(r);
+        int64_t now = mql_now_ms();
+        int n, i;
+        if (!first || first->next_at > now) {
+            r->ka_wake_at = first ? first->next_at : INT64_MAX;
+            mql_redis_wait_until(&r->ka_cond, &r->mu, r->ka_wake_at);
+            r->ka_wake_at = INT64_MIN;
+            continue;
+        }
+        n = take_due(r, now, due);
+        if (!n) continue;
         pthread_mutex_unlock(&r->mu);
-        outcome = renew_lock(r, k);
+        renew_locks(r, due, n, outcome);
         pthread_mutex_lock(&r->mu);
-        k->busy = 0;
-        apply_renewal(r, k, outcome, now);
-        if (k->cancelled) {
-            unlink_keepalive(r, k);
-            mql_redis_keepalive_free(k);
+        for (i = 0; i < n; i++) {
+            keepalive *k = due[i];
+            k->busy = 0;
+            apply_renewal(r, k, outcome[i], now);
+            if (k->cancelled) {
+                unlink_keepalive(r, k);
+                mql_redis_keepalive_free(k);
+            } else if (k->state == KA_ACTIVE) {
+                heap_push(r, k);
+            }
         }
     }
     pthread_mutex_unlock(&r->mu);
@@ -223,6 +325,7 @@ uint64_t mql_redis_keepalive(mql_redis *r, const char *key, size_t key_len, cons
     if (r->alive) r->alive->prev = k;
     r->alive = k;
     index_add(r, k);
+    heap_push(r, k);
     if (k->next_at < r->ka_wake_at) pthread_cond_signal(&r->ka_cond);
     pthread_mutex_unlock(&r->mu);
     return id;
@@ -262,6 +365,7 @@ int mql_redis_keepalive_stop(mql_redis *r, uint64_t id) {
         if (k->busy) {
             k->cancelled = 1;   /* the thread frees it when the renewal returns */
         } else {
+            heap_remove(r, k);
             unlink_at(r, k, slot);
             mql_redis_keepalive_free(k);
         }

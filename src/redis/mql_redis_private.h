@@ -49,6 +49,7 @@ typedef struct redis_cmd {
 } redis_cmd;
 
 enum { KA_ACTIVE, KA_LOST, KA_SPENT };
+#define KA_NOT_DUE ((size_t)-1)   /* keepalive.heap_at of one not waiting for a renewal */
 
 typedef struct keepalive {
     struct keepalive *next, *prev;   /* the client's list of them (alive) */
@@ -61,6 +62,7 @@ typedef struct keepalive {
     int64_t last_ok;         /* the key cannot outlive last_ok + ttl */
     int state;               /* KA_*: only KA_ACTIVE ones are renewed */
     int busy;                /* being renewed with the lock dropped */
+    size_t heap_at;          /* its place in the client's ka_heap, or KA_NOT_DUE */
     int cancelled;           /* stopped while busy: freed when the renewal returns */
 } keepalive;
 
@@ -78,6 +80,11 @@ struct mql_redis {
      * of the policy's CPU. */
     keepalive **ka_index;
     size_t ka_cap, ka_count;
+    /* The active keepalives not being renewed, a min-heap by next_at: the
+     * thread found its next renewal by walking every lock, and with tens of
+     * thousands held a round of renewals took longer than their TTL. */
+    keepalive **ka_heap;
+    size_t ka_heap_len, ka_heap_cap;
     /* When the keepalive thread sleeps until (INT64_MIN while it is awake, and
      * will look at the list again anyway): a new lock due later than that
      * needs no wake-up. Waking it for each of thousands of locks a second,
