@@ -45,7 +45,8 @@
 #    mqlease.policy.exactly_once on the Redis of part 3 (the same one), one after the
 #    other in each of BENCH_RUNS runs: msg/s, client (and its main thread's), redis-server and
 #    dev broker CPU per message; then "bound", plain once more beside bench/eo_load.lua sending
-#    the policy's scripts to that Redis at 3/4 of the run's plain rate; then the policy's own CPU per message against stand-in messages (bench/eo_policy.lua) and
+#    the policy's scripts to that Redis at 3/4 of the run's plain rate (and, not under QUICK=1,
+#    "bound_onekey", the same with bench/eo_onekey.lua's probe of a leaner layout); then the policy's own CPU per message against stand-in messages (bench/eo_policy.lua) and
 #    the redis-server's CPU per message by part of the policy's scripts (bench/eo_parts.lua).
 # brokers: 1, 2, 4 worker processes of mqlease.run over two brokers of a real RocketMQ cluster
 #    (bench/brokers.sh: its own namesrv, broker-a, broker-b and two cluster-mode proxies);
@@ -263,9 +264,9 @@ local n=${BENCH_EO_COUNT:-20000} run policy topic
 # its CPU is read from /proc: the bench's own redis-server serves no one else
 start_redis
 start_devbroker
-local plain_line plain_rate load_pid
+local plain_line plain_rate load_pid bound_line
 for run in $(seq "$RUNS"); do
-  for policy in plain exactly_once bound; do
+  for policy in plain exactly_once bound $([[ $QUICK == 1 ]] || echo bound_onekey); do
     topic="eo_${policy}_${run}_$RANDOM"
     printf 'topic %s\n' "$topic" | timeout 5 bash -c "exec 3<>/dev/tcp/127.0.0.1/$DV_CONTROL; cat >&3; head -n1 <&3" >/dev/null
     lua5.4 bench/lease.lua load "$DV" "$topic" "$n" "$SIZE" >/dev/null
@@ -282,10 +283,13 @@ for run in $(seq "$RUNS"); do
       # nothing in the worker could reach about this rate here
       plain_rate=$(grep -o '"msgs_per_s":[0-9.]*' <<<"$plain_line" | cut -d: -f2)
       plain_rate=${plain_rate%.*}
-      lua5.4 bench/eo_load.lua "$REDIS" "$((plain_rate * 3 / 4))" "$(awk -v n="$n" -v r="$plain_rate" 'BEGIN { print n / (r * 0.75) + 0.5 }')" &
+      # (bound_onekey: the same with the scripts of bench/eo_onekey.lua, a probe
+      # of a leaner layout; not under QUICK=1)
+      LAYOUT=$([[ $policy == bound_onekey ]] && echo onekey || echo policy) \
+        lua5.4 bench/eo_load.lua "$REDIS" "$((plain_rate * 3 / 4))" "$(awk -v n="$n" -v r="$plain_rate" 'BEGIN { print n / (r * 0.75) + 0.5 }')" &
       load_pid=$!
-      plain_line=$(BENCH_BROKER_PID=$DV_PID lua5.4 bench/bench.lua run "$DV" "${topic}_g" "$topic" "$n")
-      if wait "$load_pid"; then echo "eo ${plain_line/\"policy\":\"plain\"/\"policy\":\"bound\"}" >>"$eo_results"
+      bound_line=$(BENCH_BROKER_PID=$DV_PID lua5.4 bench/bench.lua run "$DV" "${topic}_g" "$topic" "$n")
+      if wait "$load_pid"; then echo "eo ${bound_line/\"policy\":\"plain\"/\"policy\":\"$policy\"}" >>"$eo_results"
       else note "bench/eo_load.lua failed: no bound row for run $run (it ran beside a lighter load)"; fi
     fi
   done

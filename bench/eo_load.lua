@@ -10,14 +10,17 @@
 -- Redis and the dev broker sharing the host's cores.
 --
 -- The scripts and their arguments are the policy's own (mqlease.policy.scripts,
--- keys as the policy builds them); each call is checked, so a failed one
--- ends the run with an error rather than a lighter load. Prints to stderr the
--- messages sent and the seconds taken.
+-- keys as the policy builds them), or with LAYOUT=onekey those of
+-- bench/eo_onekey.lua, a probe of a leaner layout; each call is checked, so a
+-- failed one ends the run with an error rather than a lighter load. Prints to
+-- stderr the messages sent and the seconds taken.
 package.path = "./?.lua;lua/?.lua;lua/?/init.lua;" .. package.path
 package.cpath = "build/?.so;" .. package.cpath
 local policy = require "mqlease.policy"
 local redis_mod = require "mqlease.redis"
 local core = require "mqlease.core"
+local onekey = require "bench.eo_onekey"
+local layout = os.getenv("LAYOUT") or "policy"
 
 local address, rate, seconds = arg[1], tonumber(arg[2]), tonumber(arg[3])
 if not (address and rate and rate > 0 and seconds) then
@@ -31,24 +34,34 @@ local ACQUIRE, FINISH = policy.scripts.acquire_many, policy.scripts.finish_many
 local LOCK_TTL_MS, DONE_TTL, DONE_TTL_MS = "30000", "604800", "604800000"
 local tag = ("%x%x"):format(os.time(), math.random(0, 0xffffff))
 
+-- The two calls of a batch in the policy's layout: acquire and finish.
+local function policy_calls(ids, owners)
+  local acquire, finish = { "eval", ACQUIRE, 3 * BATCH }, { "eval", FINISH, 2 * BATCH }
+  for i = 1, BATCH do
+    local base = policy.key_base(ids[i], "mqlease:")
+    acquire[#acquire + 1], acquire[#acquire + 2], acquire[#acquire + 3] = base .. "lock", base .. "fence", base .. "done"
+    finish[#finish + 1], finish[#finish + 2] = base .. "lock", base .. "done"
+  end
+  acquire[#acquire + 1], acquire[#acquire + 2] = LOCK_TTL_MS, DONE_TTL_MS
+  finish[#finish + 1] = DONE_TTL
+  table.move(owners, 1, BATCH, #acquire + 1, acquire)
+  table.move(owners, 1, BATCH, #finish + 1, finish)
+  return acquire, finish
+end
+
 local t0, k = core.now(), 0
 while core.now() - t0 < seconds do
   k = k + 1
   local left = t0 + k * BATCH / rate - core.now()
   if left > 0 then core.poll({}, left) end
-  local acquire, finish, owners = { "eval", ACQUIRE, 3 * BATCH }, { "eval", FINISH, 2 * BATCH }, {}
+  local ids, owners = {}, {}
   for i = 1, BATCH do
-    local base = policy.key_base(("%s-%d-%d"):format(tag, k, i), "mqlease:")
-    acquire[#acquire + 1], acquire[#acquire + 2], acquire[#acquire + 3] = base .. "lock", base .. "fence", base .. "done"
-    finish[#finish + 1], finish[#finish + 2] = base .. "lock", base .. "done"
+    ids[i] = ("%s-%d-%d"):format(tag, k, i)
     owners[i] = ("eo_load/%s/%d"):format(tag, (k - 1) * BATCH + i)
   end
-  acquire[#acquire + 1], acquire[#acquire + 2] = LOCK_TTL_MS, DONE_TTL_MS
-  finish[#finish + 1] = DONE_TTL
-  for i = 1, BATCH do
-    acquire[#acquire + 1] = owners[i]
-    finish[#finish + 1] = owners[i]
-  end
+  local acquire, finish
+  if layout == "onekey" then acquire, finish = onekey.calls("mqlease:", ids, owners, LOCK_TTL_MS, DONE_TTL)
+  else acquire, finish = policy_calls(ids, owners) end
   local got, err = r:_eval_cmd(acquire)
   if type(got) ~= "table" or got[1] ~= 1 then error("bench/eo_load.lua: ACQUIRE_MANY: " .. tostring(err or got[1])) end
   got, err = r:_eval_cmd(finish)

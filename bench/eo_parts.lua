@@ -12,6 +12,8 @@
 --   both     ACQUIRE_MANY then FINISH_MANY: what a message costs Redis
 --   nofence  both, with the fence's INCR and PEXPIRE left out of ACQUIRE_MANY
 --            (not a policy anyone runs: it prices the fence key)
+--   onekey   the two calls of bench/eo_onekey.lua, a probe of a leaner layout
+--            (one key a message, fences from one counter; no worker runs it)
 -- CPU is the server's utime + stime from /proc over each pass; the calls go
 -- one after another from this process, so the figures hold Redis's own work,
 -- not this client's.
@@ -20,6 +22,7 @@ package.cpath = "build/?.so;" .. package.cpath
 local policy = require "mqlease.policy"
 local redis_mod = require "mqlease.redis"
 local common = require "bench.common"
+local onekey = require "bench.eo_onekey"
 
 local address, pid, rounds = arg[1], arg[2], tonumber(arg[3]) or 1000
 if not (address and pid) then
@@ -39,6 +42,7 @@ local parts = {
   { name = "acquire", acquire = ACQUIRE, finish = NOOP },
   { name = "both", acquire = ACQUIRE, finish = FINISH },
   { name = "nofence", acquire = NOFENCE, finish = FINISH },
+  { name = "onekey", onekey = true },
 }
 
 local run_tag = ("%x%x"):format(os.time(), math.random(0, 0xffffff))
@@ -46,6 +50,19 @@ local run_tag = ("%x%x"):format(os.time(), math.random(0, 0xffffff))
 -- one batch: its two calls, each checked (a failed call would make the
 -- figure a lie)
 local function batch(part, pass, round)
+  if part.onekey then
+    local ids, owners = {}, {}
+    for i = 1, BATCH do
+      ids[i] = ("%s-%s-%d-%d-%d"):format(run_tag, part.name, pass, round, i)
+      owners[i] = "bench-owner-" .. i
+    end
+    local acquire, finish = onekey.calls("mqlease:bench:", ids, owners, "30000", "60")
+    local got, err = r:_eval_cmd(acquire)
+    assert(type(got) == "table" and got[1] == 1, "onekey acquire: " .. tostring(err or got[1]))
+    got, err = r:_eval_cmd(finish)
+    assert(type(got) == "table" and got[1] == 1, "onekey finish: " .. tostring(err or got[1]))
+    return
+  end
   local acquire = { "eval", part.acquire, 3 * BATCH }
   local finish = { "eval", part.finish, 2 * BATCH }
   local owners = {}

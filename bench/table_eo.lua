@@ -10,7 +10,7 @@ local stat, median = common.stat, common.median
 local file = ...
 local f = file and io.open(file)
 if not f then return end
-local by = { plain = {}, exactly_once = {}, bound = {} }
+local by = { plain = {}, exactly_once = {}, bound = {}, bound_onekey = {} }
 local parts, part_order, policies = {}, {}, {}
 for line in f:lines() do
   local kind, json = line:match("^(eo%a*) (%b{})")
@@ -25,7 +25,7 @@ for line in f:lines() do
   end
 end
 f:close()
-local plain, eo, bound = by.plain, by.exactly_once, by.bound
+local plain, eo, bound, bound1 = by.plain, by.exactly_once, by.bound, by.bound_onekey
 if #plain == 0 and #eo == 0 then return end
 
 -- the ratio of each run's exactly-once rate to the plain rate of the same run
@@ -44,6 +44,7 @@ end
 add_all(plain)
 add_all(eo)
 add_all(bound)
+add_all(bound1)
 
 local n = math.max(#plain, #eo)
 print(("Exactly-once on the dev broker (loopback), mqlease.run with a no-op handler, one worker, a local Redis, median of %d runs (min–max):"):format(n))
@@ -59,6 +60,10 @@ print(("| exactly-once (mqlease.policy.exactly_once), %s msgs | %s | %s | %s | %
 if #bound > 0 then
   print(("| bound: plain beside the policy's scripts sent by another process at ¾ of the plain rate, %s msgs | %s | %s | (not measured) | %s | - |"):format(
     count(bound), stat(bound, "msgs_per_s"), stat(bound, "cpu_us_per_msg"), stat(bound, "broker_cpu_us_per_msg")))
+end
+if #bound1 > 0 then
+  print(("| bound, one-key layout: the same beside bench/eo_onekey.lua's scripts (a probe), %s msgs | %s | %s | (not measured) | %s | - |"):format(
+    count(bound1), stat(bound1, "msgs_per_s"), stat(bound1, "cpu_us_per_msg"), stat(bound1, "broker_cpu_us_per_msg")))
 end
 print("")
 -- the worker's main thread alone (its Lua and the core's calls from it)
@@ -90,6 +95,13 @@ if #bound > 0 then
   print("if its policy cost the worker nothing (below 75 % the goal needs less Redis work a message too).")
   print("")
 end
+if #bound1 > 0 then
+  local r1 = {}
+  for i = 1, math.min(#plain, #bound1) do r1[i] = { ratio = 100 * bound1[i].msgs_per_s / plain[i].msgs_per_s } end
+  print(("With the one-key probe's scripts in their place (three commands and one key a message, where the"))
+  print(("policy runs seven and keeps three keys) the same run reached %s %% of the plain rate."):format(stat(r1, "ratio")))
+  print("")
+end
 
 -- the policy alone (bench/eo_policy.lua)
 local plain_alone, eo_alone = policies.plain, policies.exactly_once
@@ -108,6 +120,7 @@ if #part_order > 0 then
     acquire = "ACQUIRE_MANY (and the no-op call)",
     both = "ACQUIRE_MANY and FINISH_MANY: what a message costs Redis",
     nofence = "both without the fence's INCR and PEXPIRE (prices the fence key)",
+    onekey = "a probe of a leaner layout, one key a message (bench/eo_onekey.lua; no worker runs it)",
   }
   print("What the policy's scripts cost redis-server, per message, batches of 32 sent one after another")
   print(("(bench/eo_parts.lua; median of %d passes, min–max):"):format(parts[part_order[1]].passes))
