@@ -56,4 +56,30 @@ describe("mqlease regression: lock keepalives for thousands of locks at once", f
     assert.equal(0, lost, ("%d of %d keepalives said their lock was lost"):format(lost, N))
     assert.equal(0, lost_calls)
   end)
+
+  it("keeps its locks alive across a SCRIPT FLUSH (the renewals' NOSCRIPT run again as EVAL)", function()
+    local N, TTL, EVERY = 300, 1, 0.25
+    local r = mqlease.redis(REDIS)
+    local watcher = mqlease.redis(REDIS)
+    local prefix = env.name("regress_locks_flush") .. ":"
+    assert.equal(1, watcher:eval(MAKE, {}, { prefix, N, TTL * 1000 }))
+    local ids, since = {}, mqlease.now()
+    for i = 1, N do ids[i] = r:keepalive(prefix .. i, "me", TTL, EVERY, nil, nil, since) end
+    local t0, fewest = mqlease.now(), N
+    while mqlease.now() - t0 < 3 * TTL do
+      -- every renewal round finds the script gone
+      assert.equal("OK", watcher:call("SCRIPT", "FLUSH"))
+      mqlease.sleep(0.1)
+      fewest = math.min(fewest, watcher:eval(HELD, {}, { prefix, N }))
+    end
+    local lost = 0
+    for i = 1, N do
+      if r:keepalive_stop(ids[i]) then lost = lost + 1 end
+    end
+    watcher:eval(DROP, {}, { prefix, N })
+    watcher:close()
+    r:close()
+    assert.equal(N, fewest, ("only %d of %d locks were held at one check"):format(fewest, N))
+    assert.equal(0, lost)
+  end)
 end)

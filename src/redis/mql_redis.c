@@ -96,29 +96,6 @@ static int key_index_of(int argc, char **argv, int eval) {
     return argc > 1 ? 1 : 0;
 }
 
-/* Runs argv; on NOSCRIPT re-runs it as EVAL with the script. NULL + res on failure. */
-redisReply *mql_redis_run(mql_redis_link *link, int argc, char **argv, size_t *lens,
-                          const char *script, mql_result *res) {
-    int key = key_index_of(argc, argv, script != NULL);
-    redisReply *reply = mql_redis_link_run(link, argc, (const char **)argv, lens, key, res);
-    if (reply && script && reply->type == REDIS_REPLY_ERROR &&
-        strncmp(reply->str, "NOSCRIPT", 8) == 0) {
-        char *sha = argv[1];
-        size_t sha_len = lens[1];
-        freeReplyObject(reply);
-        argv[0] = "EVAL";
-        lens[0] = 4;
-        argv[1] = (char *)script;
-        lens[1] = strlen(script);
-        reply = mql_redis_link_run(link, argc, (const char **)argv, lens, key, res);
-        argv[0] = "EVALSHA";
-        lens[0] = 7;
-        argv[1] = sha;
-        lens[1] = sha_len;
-    }
-    return reply;
-}
-
 /* ------------------------------------------------------------ commands */
 
 static void script_release(redis_script *s) {

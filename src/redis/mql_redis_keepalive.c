@@ -31,6 +31,38 @@ static int renewal_outcome(const redisReply *reply) {
     return reply->integer == 1 ? RENEW_KEPT : reply->integer == 0 ? RENEW_LOST : RENEW_RETRY;
 }
 
+static int is_noscript(const redisReply *reply) {
+    return reply && reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "NOSCRIPT", 8) == 0;
+}
+
+/* The server lacked the renewal script (a restart, a failover, SCRIPT FLUSH):
+ * NOSCRIPT proves those renewals did not run, so they run again, together,
+ * as EVAL with the script's text (their argv[i] and lens[i] rewritten). */
+static void rerun_noscript(mql_redis *r, const char *argv[][6], size_t lens[][6], int n,
+                           redisReply **replies, mql_result *res) {
+    mql_redis_argv again[PIPELINE_MAX];
+    redisReply *again_replies[PIPELINE_MAX];
+    mql_result again_res[PIPELINE_MAX];
+    int idx[PIPELINE_MAX], m = 0, i;
+    for (i = 0; i < n; i++) {
+        if (!is_noscript(replies[i])) continue;
+        freeReplyObject(replies[i]);
+        replies[i] = NULL;
+        argv[i][0] = "EVAL";
+        lens[i][0] = 4;
+        argv[i][1] = RENEW_SCRIPT;
+        lens[i][1] = strlen(RENEW_SCRIPT);
+        again[m] = (mql_redis_argv){6, argv[i], lens[i], 3};
+        idx[m++] = i;
+    }
+    if (!m) return;
+    mql_redis_link_run_many(r->ka_link, m, again, again_replies, again_res);
+    for (i = 0; i < m; i++) {
+        replies[idx[i]] = again_replies[i];
+        res[idx[i]] = again_res[i];
+    }
+}
+
 /* The renewals of n due keepalives (n <= PIPELINE_MAX) over the keepalive
  * link, with the mutex dropped: one round trip for the lot on one server
  * (one a lock under Cluster, as mql_redis_link_run_many does). The records
@@ -63,18 +95,8 @@ static void renew_locks(mql_redis *r, keepalive *const *due, int n, int *outcome
         av[i] = (mql_redis_argv){6, argv[i], lens[i], 3};
     }
     mql_redis_link_run_many(r->ka_link, n, av, replies, res);
+    rerun_noscript(r, argv, lens, n, replies, res);
     for (i = 0; i < n; i++) {
-        if (replies[i] && replies[i]->type == REDIS_REPLY_ERROR &&
-            strncmp(replies[i]->str, "NOSCRIPT", 8) == 0) {
-            /* the server lost the script (a restart, a failover): NOSCRIPT
-             * proves this renewal did not run, so it runs again with the text */
-            freeReplyObject(replies[i]);
-            argv[i][0] = "EVAL";
-            lens[i][0] = 4;
-            argv[i][1] = RENEW_SCRIPT;
-            lens[i][1] = strlen(RENEW_SCRIPT);
-            replies[i] = mql_redis_link_run(r->ka_link, 6, argv[i], lens[i], 3, &res[i]);
-        }
         outcome[i] = replies[i] ? renewal_outcome(replies[i]) : RENEW_RETRY;
         if (replies[i]) freeReplyObject(replies[i]);
     }

@@ -106,11 +106,6 @@ struct mql_redis {
 
 /* Waits on cond (a CLOCK_MONOTONIC one) until woken or the monotonic ms when. */
 void mql_redis_wait_until(pthread_cond_t *cond, pthread_mutex_t *mu, int64_t when);
-/* Runs one command on a link (EVALSHA when script is set); on NOSCRIPT runs it
- * again as EVAL with the script. NULL with res set on failure. */
-redisReply *mql_redis_run(mql_redis_link *link, int argc, char **argv, size_t *lens,
-                          const char *script, mql_result *res);
-
 /* The keepalive thread (mql_redis_keepalive.c) and its records. */
 void *mql_redis_ka_thread_main(void *arg);
 void mql_redis_keepalive_free(keepalive *k);
