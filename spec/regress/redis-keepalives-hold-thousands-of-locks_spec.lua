@@ -27,59 +27,52 @@ local DROP = [[
 for i = 1, tonumber(ARGV[2]) do redis.call('DEL', ARGV[1] .. i) end
 return 1]]
 
+-- Holds n locks of ttl seconds, renewed every `every`, for three TTLs (a
+-- lock whose renewals fall behind by one TTL is gone), calling between()
+-- on the watcher before each check. -> the fewest held at one check, how
+-- many keepalives said lost at their stop, how many on_lost calls came.
+local function hold(name, n, ttl, every, check_every, between)
+  local r = mqlease.redis(REDIS)
+  local watcher = mqlease.redis(REDIS)
+  local prefix = env.name(name) .. ":"
+  assert.equal(1, watcher:eval(MAKE, {}, { prefix, n, ttl * 1000 }))
+  local ids, lost_calls, since = {}, 0, mqlease.now()
+  for i = 1, n do
+    ids[i] = r:keepalive(prefix .. i, "me", ttl, every, nil, function() lost_calls = lost_calls + 1 end, since)
+  end
+  local t0, fewest = mqlease.now(), n
+  while mqlease.now() - t0 < 3 * ttl do
+    if between then between(watcher) end
+    mqlease.sleep(check_every)
+    fewest = math.min(fewest, watcher:eval(HELD, {}, { prefix, n }))
+  end
+  local lost = 0
+  for i = 1, n do
+    if r:keepalive_stop(ids[i]) then lost = lost + 1 end
+  end
+  watcher:eval(DROP, {}, { prefix, n })
+  watcher:close()
+  r:close()
+  return fewest, lost, lost_calls
+end
+
 describe("mqlease regression: lock keepalives for thousands of locks at once", function()
   it("keeps 20,000 locks of a 3 s TTL alive for three TTLs, none lost", function()
-    local N, TTL, EVERY = 20000, 3, 1
-    local r = mqlease.redis(REDIS)
-    local watcher = mqlease.redis(REDIS)
-    local prefix = env.name("regress_many_locks") .. ":"
-    assert.equal(1, watcher:eval(MAKE, {}, { prefix, N, TTL * 1000 }))
-    local ids, lost_calls = {}, 0
-    local since = mqlease.now()
-    for i = 1, N do
-      ids[i] = r:keepalive(prefix .. i, "me", TTL, EVERY, nil, function() lost_calls = lost_calls + 1 end, since)
-    end
-    -- three TTLs: a lock whose renewals fall behind by one TTL is gone
-    local t0, fewest = mqlease.now(), N
-    while mqlease.now() - t0 < 3 * TTL do
-      mqlease.sleep(0.5)
-      fewest = math.min(fewest, watcher:eval(HELD, {}, { prefix, N }))
-    end
-    local lost = 0
-    for i = 1, N do
-      if r:keepalive_stop(ids[i]) then lost = lost + 1 end
-    end
-    watcher:eval(DROP, {}, { prefix, N })
-    watcher:close()
-    r:close()
+    local N = 20000
+    local fewest, lost, lost_calls = hold("regress_many_locks", N, 3, 1, 0.5)
     assert.equal(N, fewest, ("only %d of %d locks were held at one check: renewals fell behind"):format(fewest, N))
     assert.equal(0, lost, ("%d of %d keepalives said their lock was lost"):format(lost, N))
     assert.equal(0, lost_calls)
   end)
 
   it("keeps its locks alive across a SCRIPT FLUSH (the renewals' NOSCRIPT run again as EVAL)", function()
-    local N, TTL, EVERY = 300, 1, 0.25
-    local r = mqlease.redis(REDIS)
-    local watcher = mqlease.redis(REDIS)
-    local prefix = env.name("regress_locks_flush") .. ":"
-    assert.equal(1, watcher:eval(MAKE, {}, { prefix, N, TTL * 1000 }))
-    local ids, since = {}, mqlease.now()
-    for i = 1, N do ids[i] = r:keepalive(prefix .. i, "me", TTL, EVERY, nil, nil, since) end
-    local t0, fewest = mqlease.now(), N
-    while mqlease.now() - t0 < 3 * TTL do
-      -- every renewal round finds the script gone
+    local N = 300
+    -- every renewal round finds the script gone
+    local fewest, lost, lost_calls = hold("regress_locks_flush", N, 1, 0.25, 0.1, function(watcher)
       assert.equal("OK", watcher:call("SCRIPT", "FLUSH"))
-      mqlease.sleep(0.1)
-      fewest = math.min(fewest, watcher:eval(HELD, {}, { prefix, N }))
-    end
-    local lost = 0
-    for i = 1, N do
-      if r:keepalive_stop(ids[i]) then lost = lost + 1 end
-    end
-    watcher:eval(DROP, {}, { prefix, N })
-    watcher:close()
-    r:close()
+    end)
     assert.equal(N, fewest, ("only %d of %d locks were held at one check"):format(fewest, N))
     assert.equal(0, lost)
+    assert.equal(0, lost_calls)
   end)
 end)
