@@ -19,6 +19,7 @@ package.cpath = "build/?.so;" .. package.cpath
 local policy = require "mqlease.policy"
 local redis_mod = require "mqlease.redis"
 local core = require "mqlease.core"
+local common = require "bench.common"
 local onekey = require "bench.eo_onekey"
 local layout = os.getenv("LAYOUT") or "policy"
 
@@ -34,21 +35,6 @@ local ACQUIRE, FINISH = policy.scripts.acquire_many, policy.scripts.finish_many
 local LOCK_TTL_MS, DONE_TTL, DONE_TTL_MS = "30000", "604800", "604800000"
 local tag = ("%x%x"):format(os.time(), math.random(0, 0xffffff))
 
--- The two calls of a batch in the policy's layout: acquire and finish.
-local function policy_calls(ids, owners)
-  local acquire, finish = { "eval", ACQUIRE, 3 * BATCH }, { "eval", FINISH, 2 * BATCH }
-  for i = 1, BATCH do
-    local base = policy.key_base(ids[i], "mqlease:")
-    acquire[#acquire + 1], acquire[#acquire + 2], acquire[#acquire + 3] = base .. "lock", base .. "fence", base .. "done"
-    finish[#finish + 1], finish[#finish + 2] = base .. "lock", base .. "done"
-  end
-  acquire[#acquire + 1], acquire[#acquire + 2] = LOCK_TTL_MS, DONE_TTL_MS
-  finish[#finish + 1] = DONE_TTL
-  table.move(owners, 1, BATCH, #acquire + 1, acquire)
-  table.move(owners, 1, BATCH, #finish + 1, finish)
-  return acquire, finish
-end
-
 local t0, k = core.now(), 0
 while core.now() - t0 < seconds do
   k = k + 1
@@ -61,7 +47,7 @@ while core.now() - t0 < seconds do
   end
   local acquire, finish
   if layout == "onekey" then acquire, finish = onekey.calls("mqlease:", ids, owners, LOCK_TTL_MS, DONE_TTL)
-  else acquire, finish = policy_calls(ids, owners) end
+  else acquire, finish = common.eo_calls(ACQUIRE, FINISH, "mqlease:", ids, owners, LOCK_TTL_MS, DONE_TTL_MS, DONE_TTL) end
   local got, err = r:_eval_cmd(acquire)
   if type(got) ~= "table" or got[1] ~= 1 then error("bench/eo_load.lua: ACQUIRE_MANY: " .. tostring(err or got[1])) end
   got, err = r:_eval_cmd(finish)
