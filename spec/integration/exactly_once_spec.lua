@@ -181,8 +181,9 @@ describe("mqlease.policy.exactly_once", function()
     local stop_file = os.tmpname()
     os.remove(stop_file)
     for i = 1, 4 do
-      -- 1 % of the handlers outlive their lease (no renewals, 12 s of work)
-      logs[i] = worker(group, topic, { EO_MAX_RENEWALS = 0, EO_SLOW_SHARE = 0.01, EO_SLOW = 12,
+      -- 10 of the messages ("stress 100", "stress 200", ...) outlive their lease (no
+      -- renewals, 12 s of work): chosen by body, not by chance, so the race is always run
+      logs[i] = worker(group, topic, { EO_MAX_RENEWALS = 0, EO_SLOW_EVERY = 100, EO_SLOW = 12,
         EO_WORK = 0.02, EO_RUN_FOR = 120, EO_STOP_FILE = stop_file })
     end
     local ids = {}
@@ -206,9 +207,15 @@ describe("mqlease.policy.exactly_once", function()
       return true
     end, 60, "the 4 workers")
     os.remove(stop_file)
-    local expired = 0
-    for _, l in ipairs(logs) do expired = expired + metric(l, "expire_while_alive") end
-    assert.is_true(expired >= 1, "no lease ran out: the race was not exercised")
+    local expired, slow, lines = 0, 0, {}
+    for _, l in ipairs(logs) do
+      expired = expired + metric(l, "expire_while_alive")
+      for _ in read(l):gmatch("slow [^\n]*\n") do slow = slow + 1 end
+      lines[#lines + 1] = finished(l)
+    end
+    assert.is_true(slow >= 10, ("%d slow handlers started, want the 10 chosen"):format(slow))
+    assert.is_true(expired >= 1, ("no lease ran out of %d slow handlers: the race was not exercised; %s"):format(
+      slow, table.concat(lines)))
     for _, id in ipairs(ids) do
       local v = r:call("GET", "biz:" .. id)
       assert.equal("1", v, "effects of " .. id)

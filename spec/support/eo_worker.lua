@@ -4,6 +4,8 @@
 -- then INCRs biz:<message id> in Redis. Environment:
 --   EO_WORK          seconds each handler works (default 0.05)
 --   EO_SLOW_SHARE    share of messages whose handler works EO_SLOW seconds instead
+--   EO_SLOW_EVERY    N: the messages whose body ends in a multiple of N are slow too
+--                    (every run of them), so a spec knows how many slow ones there are
 --   EO_SLOW          (default 12: longer than the 10 s lease)
 --   EO_MAX_RENEWALS  lease renewals allowed (default unlimited; 0 = the lease runs out)
 --   EO_FAIL          "1": the handler fails after working, without its effect
@@ -16,7 +18,8 @@
 --   EO_FENCED        "1": the effect is a fence-checked write: the business store keeps the
 --                    highest fence seen per message and rejects a write with an older one
 -- The business store is always the single Redis on REDIS_PORT.
--- Log lines: "ready", "run <id> <attempt> <fence>", "effect <id>", "stale <id> <fence>"
+-- Log lines: "ready", "run <id> <attempt> <fence>", "slow <id>" (this run works EO_SLOW
+-- seconds), "effect <id>", "stale <id> <fence>"
 -- (a write the fence check rejected), and at the end
 -- "metrics handoff=N duplicate_skipped=N acks=N expire_while_alive=N acked=N lock_lost=N redis_unavailable=N
 -- done_marker_failed=N".
@@ -39,6 +42,12 @@ end
 local work = tonumber(env("EO_WORK", "0.05"))
 local slow_share = tonumber(env("EO_SLOW_SHARE", "0"))
 local slow = tonumber(env("EO_SLOW", "12"))
+local slow_every = tonumber(env("EO_SLOW_EVERY", ""))
+local function is_slow(m)
+  if math.random() < slow_share then return true end
+  local n = slow_every and tonumber(m.body:match("(%d+)$"))
+  return n ~= nil and n % slow_every == 0
+end
 local max_renewals = tonumber(env("EO_MAX_RENEWALS", ""))
 local fail = env("EO_FAIL", "0") == "1"
 local log = assert(io.open(logfile, "a"))
@@ -73,7 +82,12 @@ log:write("ready\n")
 
 local summary = mqlease.run(consumer, function(m, lease)
   log:write(("run %s %d %s\n"):format(m.id, m.delivery_attempt, tostring(lease.fence)))
-  mqlease.sleep(math.random() < slow_share and slow or work)
+  if is_slow(m) then
+    log:write(("slow %s\n"):format(m.id))
+    mqlease.sleep(slow)
+  else
+    mqlease.sleep(work)
+  end
   if fail then return false, "failing on purpose" end
   if fenced then
     local applied = assert(business:eval(FENCED_WRITE, { "biz:" .. m.id, "bizfence:" .. m.id },
