@@ -163,6 +163,12 @@ local function key_strings(id, prefix)
   return base .. "lock", base .. "fence", base .. "done"
 end
 
+-- One key of id, for the batches' clients of the user's own (the core writes
+-- them for mqlease.redis: see mqlease.policy.batch's ids).
+local function key_of(prefix)
+  return function(id, suffix) return key_base(id, prefix) .. suffix end
+end
+
 function _M.keys(id, prefix)
   local lock, fence, done = key_strings(id, prefix or "mqlease:")
   return { done = done, lock = lock, fence = fence }
@@ -290,8 +296,13 @@ function _M.exactly_once(opts)
   local function batches(rc)
     if acquires == nil then
       if o.batch and rc._one_server and rc:_one_server() then
-        acquires = batch_mod.new(rc, ACQUIRE_MANY, 3, { ttl_ms, done_ttl_ms }, 2)
-        finishes = batch_mod.new(rc, FINISH_MANY, 2, { done_ttl }, 1)
+        -- the keys of a batch are written by the core from the ids (no key
+        -- strings a message in Lua)
+        local k = key_of(prefix)
+        acquires = batch_mod.new(rc, ACQUIRE_MANY, 3, { ttl_ms, done_ttl_ms }, 2, nil,
+          { prefix = prefix, suffixes = { "lock", "fence", "done" }, key_of = k })
+        finishes = batch_mod.new(rc, FINISH_MANY, 2, { done_ttl }, 1, nil,
+          { prefix = prefix, suffixes = { "lock", "done" }, key_of = k })
       else
         acquires, finishes = false, false
       end
@@ -383,11 +394,16 @@ function _M.exactly_once(opts)
   -- ours, or an attempt before, unanswered, may have) or "taken" (the first
   -- attempt found it another's, or gone); or nil, message. A closed client
   -- writes nothing again: no retries then.
-  local function finish(rc, sched, m, lease, lock_key, done_key, owner)
+  local function finish(rc, sched, m, lease, owner)
     local marked, err, code
-    if sched then marked, err, code = finishes:call(sched, owner, lock_key, done_key)
-    else marked, err, code = mark_done(rc, lock_key, done_key, owner) end
+    local lock_key, done_key, _
+    if sched then marked, err, code = finishes:call(sched, owner, m.id)
+    else
+      lock_key, _, done_key = key_strings(m.id, prefix)
+      marked, err, code = mark_done(rc, lock_key, done_key, owner)
+    end
     if marked ~= nil then return true, marked == 1 and "unlocked" or "taken" end
+    if not lock_key then lock_key, _, done_key = key_strings(m.id, prefix) end
     local backoff = FINISH_BACKOFF
     m.consumer:count("done_marker_failed")
     while code ~= "CLOSED" and worth_trying(lease) do
@@ -404,15 +420,16 @@ function _M.exactly_once(opts)
 
   return function(m, lease, handler)
     local rc = client()
-    local lock_key, fence_key, done_key = key_strings(m.id, prefix)
+    local id = m.id
     local owner = owner_of(m)
     -- the lock's TTL runs from the acquire, not from when this coroutine resumes
     local acquired_at = core.now()
     local sched = batches(rc)
     -- got: 1 (ours; fence), 0 (another owner's), 2 (done before)
     local got, fence
-    if sched then got, fence = acquires:call(sched, owner, lock_key, fence_key, done_key)
+    if sched then got, fence = acquires:call(sched, owner, id)
     else
+      local lock_key, fence_key, done_key = key_strings(id, prefix)
       local answer, err = acquire(rc, lock_key, fence_key, done_key, owner)
       if type(answer) == "table" then got, fence = answer[1], answer[2] else fence = err end
     end
@@ -435,16 +452,16 @@ function _M.exactly_once(opts)
     if not lease_mod.held(lease) then
       -- the broker's lease ended while the lock was taken: the message may be
       -- someone else's now, so the handler does not start; nothing to release
-      unlock(rc, lock_key, owner)
+      unlock(rc, key_strings(id, prefix), owner)
       return "nack"
     end
     -- the live view shows both while the lock is held
     lease.fence, lease.lock_owner = fence, owner
     local keepalive
-    if rc._keep_lock then
-      keepalive = rc:_keep_lock(lock_key, owner, ka_ttl_ms, ka_every_ms, ka_max_ms, floor(acquired_at * 1000))
+    if rc._keep_lock_of then
+      keepalive = rc:_keep_lock_of(prefix, id, owner, ka_ttl_ms, ka_every_ms, ka_max_ms, floor(acquired_at * 1000))
     else
-      keepalive = rc:keepalive(lock_key, owner, o.lock_ttl, ka_every, o.max_hold,
+      keepalive = rc:keepalive((key_strings(id, prefix)), owner, o.lock_ttl, ka_every, o.max_hold,
         function() lease:_lock_lost() end, acquired_at)
     end
     -- alive() sees the lock; mqlease.run stops the keepalive of a handler it
@@ -460,7 +477,7 @@ function _M.exactly_once(opts)
       -- registration keeps it: see spec/regress/redis-keepalive-from-acquire.)
       lease_mod.drop_lock(lease, true)
       lease.fence, lease.lock_owner = nil, nil
-      unlock(rc, lock_key, owner)
+      unlock(rc, key_strings(id, prefix), owner)
       return defer(m, o.defer_delay, "deferred_held")
     end
 
@@ -473,7 +490,7 @@ function _M.exactly_once(opts)
       -- written. A lock lost before the marker is counted, whatever the
       -- marker then found: the handler was told (alive() turned false).
       local kept = core.now() - acquired_at < ka_every or lease_mod.lock_kept(lease)
-      local marked, after = finish(rc, sched, m, lease, lock_key, done_key, owner)
+      local marked, after = finish(rc, sched, m, lease, owner)
       let_lock_go(m, lease, marked and kept and after == "unlocked", marked and after == "taken")
       if marked then return "ack" end
       -- the lease ended first: no ack; the lock lapses at its TTL, and the
@@ -481,7 +498,7 @@ function _M.exactly_once(opts)
       return "nack", nil, "done marker not recorded: " .. tostring(after)
     end
     let_lock_go(m, lease)
-    unlock(rc, lock_key, owner)
+    unlock(rc, key_strings(id, prefix), owner)
     if not ok then return "nack", nil, tostring(res) end
     return "nack", nil, herr ~= nil and tostring(herr) or "handler returned false"
   end

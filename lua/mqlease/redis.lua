@@ -267,6 +267,12 @@ function methods:_keep_lock(key, owner, ttl_ms, every_ms, max_ms, since_ms)
   return self._session.client:keepalive(key, owner, ttl_ms, every_ms, max_ms, since_ms)
 end
 
+-- _keep_lock for the key of id with the policy's layout (prefix{id}:lock),
+-- which the core writes: the policy keeps no key string a message.
+function methods:_keep_lock_of(prefix, id, owner, ttl_ms, every_ms, max_ms, since_ms)
+  return self._session.client:keepalive_of(prefix, id, "lock", owner, ttl_ms, every_ms, max_ms, since_ms)
+end
+
 -- true once keepalive id is known lost (a renewal found the key gone or taken,
 -- its TTL ran out unrenewed, or its max was spent), as keepalive_stop would
 -- say, without stopping it: the core's own record, asked at once, so it

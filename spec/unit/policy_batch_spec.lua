@@ -155,4 +155,28 @@ describe("mqlease.policy.batch", function()
     assert.same({ 1, "next", n = 2 }, out[1])
     assert.equal(1, #rc.calls)
   end)
+  it("with ids, sends each message's id for the core to write its keys, then shared and own arguments", function()
+    local rc = stand_in(function(call)
+      local cmd, out = call.cmd, {}
+      for i = 1, cmd[5] do out[#out + 1] = 1; out[#out + 1] = cmd[5 + cmd[5] + 2 + i] end
+      return out
+    end, true)
+    local ids = { prefix = "p:", suffixes = { "lock", "fence", "done" }, key_of = function() error("not here") end }
+    local b = batch_mod.new(rc, "SCRIPT", 3, { "ttl", "fence_ttl" }, 2, nil, ids)
+    local out = in_one_turn(3, function(i, sched) return b:call(sched, "owner" .. i, "id" .. i) end)
+    assert.equal(1, #rc.calls)
+    assert.same({ "eval_ids", "SCRIPT", "p:", "lock fence done", 3, "id1", "id2", "id3", "ttl", "fence_ttl",
+      "owner1", "owner2", "owner3" }, rc.calls[1].cmd)
+    for i = 1, 3 do assert.same({ 1, "owner" .. i, n = 2 }, out[i]) end
+  end)
+
+  it("with ids, writes the keys itself for a client of the user's own (key_of)", function()
+    local rc = stand_in(echo_args(1), false)
+    local ids = { prefix = "p:", suffixes = { "lock", "done" }, key_of = function(id, suffix) return "k" .. id .. suffix end }
+    local b = batch_mod.new(rc, "SCRIPT", 2, { "ttl" }, 2, nil, ids)
+    local out = in_one_turn(2, function(i, sched) return b:call(sched, "o" .. i, tostring(i)) end)
+    assert.same({ "k1lock", "k1done", "k2lock", "k2done" }, rc.calls[1].keys)
+    assert.same({ "ttl", "o1", "o2" }, rc.calls[1].argv)
+    for i = 1, 2 do assert.same({ 1, "o" .. i, n = 2 }, out[i]) end
+  end)
 end)

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "mql_redis.h"
+#include "mql_redis_keys.h"
 
 static void requeue_redis_events(void *r, mql_event *list) {
     mql_redis_requeue_events(r, list);
@@ -113,12 +114,74 @@ static int l_redis_eval(lua_State *L) {
  * 32 messages as one (mqlease.policy.batch), 130 arguments. */
 #define PIPELINE_ARGS 1024
 
+/* The most suffixes an eval_ids entry names per id (the policy's: lock,
+ * fence, done). */
+#define IDS_SUFFIXES 4
+
+/* An eval_ids entry's keys: each id's key under prefix with each suffix
+ * (mql_eo_key), written into one buffer that the caller frees once the
+ * command is built (the command copies them). Raises on a bad suffix list
+ * before allocating. Returns the key count; argv/lens get the keys. */
+static int ids_keys(lua_State *L, int entry, int first_id, int nids, const char **argv,
+                    size_t *lens, char **buf) {
+    size_t plen, slen, bytes = 0, sl[IDS_SUFFIXES];
+    const char *prefix, *suffixes, *sp[IDS_SUFFIXES], *q;
+    int ns = 0, i, j, n = 0;
+    char *p;
+    lua_rawgeti(L, entry, 3);
+    lua_rawgeti(L, entry, 4);
+    prefix = lua_tolstring(L, -2, &plen);
+    suffixes = lua_tolstring(L, -1, &slen);
+    luaL_argcheck(L, prefix && suffixes && slen > 0, 2, "an eval_ids entry needs a prefix and suffixes");
+    for (q = suffixes; q < suffixes + slen;) {   /* "lock fence done" */
+        const char *e = memchr(q, ' ', (size_t)(suffixes + slen - q));
+        if (!e) e = suffixes + slen;
+        luaL_argcheck(L, e > q && ns < IDS_SUFFIXES, 2, "eval_ids: at most 4 suffixes, one space apart");
+        sp[ns] = q;
+        sl[ns++] = (size_t)(e - q);
+        q = e + 1;
+    }
+    luaL_argcheck(L, nids * ns <= PIPELINE_ARGS, 2, "eval_ids: too many keys");
+    for (i = 0; i < nids; i++) {
+        size_t idl;
+        lua_rawgeti(L, entry, first_id + i);
+        luaL_argcheck(L, lua_type(L, -1) == LUA_TSTRING, 2, "eval_ids: ids must be strings");
+        lua_tolstring(L, -1, &idl);
+        lua_pop(L, 1);
+        for (j = 0; j < ns; j++) bytes += mql_eo_key_len(plen, NULL, 0, sl[j]) + 2 * idl + 1;
+    }
+    if (!buf) {
+        lua_pop(L, 2);
+        return nids * ns;
+    }
+    p = *buf = mql_xmalloc(bytes + 1);
+    for (i = 0; i < nids; i++) {
+        size_t idl;
+        const char *id;
+        lua_rawgeti(L, entry, first_id + i);
+        id = lua_tolstring(L, -1, &idl);
+        lua_pop(L, 1);   /* the list keeps the string alive */
+        for (j = 0; j < ns; j++) {
+            argv[n] = p;
+            lens[n] = mql_eo_key(p, prefix, plen, id, idl, sp[j], sl[j]);
+            p += lens[n++];
+        }
+    }
+    lua_pop(L, 2);
+    return n;
+}
+
 /* Checks entry i of a pipeline list (at index t) and collects its strings:
- * {"command", arg, ...} or {"eval", script, numkeys, key..., arg...}. Raises
- * on a bad entry, before any command was built. Returns the argument count
- * (after the kind, and for eval after the script and numkeys). */
+ * {"command", arg, ...}, {"eval", script, numkeys, key..., arg...}, or
+ * {"eval_ids", script, prefix, suffixes, n, id1..idn, arg...}: an eval whose
+ * keys the core writes, each id's key with each suffix (space apart) in the
+ * exactly-once policy's layout (mql_redis_keys.h), so a batch of the policy
+ * costs Lua no key strings. Raises on a bad entry, before any command was
+ * built. keybuf: NULL to check only; else an eval_ids entry's keys are written
+ * into *keybuf (the caller frees it). Returns the argument count (after the
+ * kind, and for the evals after the script and numkeys). */
 static int pipeline_entry(lua_State *L, int t, int i, const char **argv, size_t *lens,
-                          const char **script, int *numkeys) {
+                          const char **script, int *numkeys, char **keybuf) {
     int n = 0, j, base;
     const char *kind;
     lua_rawgeti(L, t, i);
@@ -126,8 +189,9 @@ static int pipeline_entry(lua_State *L, int t, int i, const char **argv, size_t 
     lua_rawgeti(L, -1, 1);
     kind = lua_tostring(L, -1);
     lua_pop(L, 1);
-    luaL_argcheck(L, kind && (!strcmp(kind, "command") || !strcmp(kind, "eval")), 2,
-                  "each entry starts with \"command\" or \"eval\"");
+    luaL_argcheck(L, kind && (!strcmp(kind, "command") || !strcmp(kind, "eval") ||
+                              !strcmp(kind, "eval_ids")), 2,
+                  "each entry starts with \"command\", \"eval\" or \"eval_ids\"");
     *script = NULL;
     *numkeys = 0;
     base = 2;
@@ -135,11 +199,21 @@ static int pipeline_entry(lua_State *L, int t, int i, const char **argv, size_t 
         lua_rawgeti(L, -1, 2);
         *script = lua_tostring(L, -1);
         lua_pop(L, 1);
-        lua_rawgeti(L, -1, 3);
-        *numkeys = (int)lua_tointeger(L, -1);
-        lua_pop(L, 1);
         luaL_argcheck(L, *script != NULL, 2, "an eval entry needs a script");
-        base = 4;
+        if (kind[4] == '_') {
+            int nids;
+            lua_rawgeti(L, -1, 5);
+            nids = (int)lua_tointeger(L, -1);
+            lua_pop(L, 1);
+            luaL_argcheck(L, nids > 0 && nids <= PIPELINE_ARGS, 2, "eval_ids: a count of ids expected");
+            n = *numkeys = ids_keys(L, lua_gettop(L), 6, nids, argv, lens, keybuf);
+            base = 6 + nids;
+        } else {
+            lua_rawgeti(L, -1, 3);
+            *numkeys = (int)lua_tointeger(L, -1);
+            lua_pop(L, 1);
+            base = 4;
+        }
     }
     for (j = base;; j++) {
         lua_rawgeti(L, -1, j);
@@ -170,13 +244,15 @@ static int l_redis_pipeline(lua_State *L) {
     luaL_checktype(L, 2, LUA_TTABLE);
     n = (int)lua_rawlen(L, 2);
     luaL_argcheck(L, n > 0, 2, "an empty pipeline");
-    for (i = 1; i <= n; i++) pipeline_entry(L, 2, i, argv, lens, &script, &numkeys);
+    for (i = 1; i <= n; i++) pipeline_entry(L, 2, i, argv, lens, &script, &numkeys, NULL);
     /* every entry checked: nothing below raises, so nothing built can leak */
     cmds = mql_xcalloc((size_t)n, sizeof(*cmds));
     for (i = 1; i <= n; i++) {
-        int argc = pipeline_entry(L, 2, i, argv, lens, &script, &numkeys);
+        char *keys = NULL;
+        int argc = pipeline_entry(L, 2, i, argv, lens, &script, &numkeys, &keys);
         cmds[i - 1] = script ? mql_redis_cmd_eval(r, script, numkeys, argc, argv, lens)
                              : mql_redis_cmd_new(argc, argv, lens);
+        free(keys);
     }
     lua_pushinteger(L, (lua_Integer)mql_redis_submit(r, cmds, n));
     free(cmds);
@@ -202,6 +278,38 @@ static int l_redis_keepalive(lua_State *L) {
     lua_Integer max = luaL_optinteger(L, 6, 0), since = luaL_optinteger(L, 7, 0);
     lua_pushinteger(L, (lua_Integer)mql_redis_keepalive(r, key, key_len, owner, owner_len, ttl, every,
                                                         max, since));
+    return 1;
+}
+
+/* r:keepalive_of(prefix, id, suffix, owner, ttl_ms, every_ms, max_ms, since_ms) -> id:
+ * keepalive() of id's key in the exactly-once policy's layout (mql_redis_keys.h),
+ * written here, so the policy keeps no key string of its own per message. */
+static int l_redis_keepalive_of(lua_State *L) {
+    mql_redis *r = check_redis(L);
+    size_t plen, idl, sl, owner_len, len;
+    const char *prefix = luaL_checklstring(L, 2, &plen), *id = luaL_checklstring(L, 3, &idl);
+    const char *suffix = luaL_checklstring(L, 4, &sl), *owner = luaL_checklstring(L, 5, &owner_len);
+    lua_Integer ttl = luaL_checkinteger(L, 6), every = luaL_checkinteger(L, 7);
+    lua_Integer max = luaL_optinteger(L, 8, 0), since = luaL_optinteger(L, 9, 0);
+    char stack[256], *key = stack;
+    if (mql_eo_key_len(plen, id, idl, sl) > sizeof(stack)) key = mql_xmalloc(mql_eo_key_len(plen, id, idl, sl));
+    len = mql_eo_key(key, prefix, plen, id, idl, suffix, sl);
+    lua_pushinteger(L, (lua_Integer)mql_redis_keepalive(r, key, len, owner, owner_len, ttl, every, max, since));
+    if (key != stack) free(key);
+    return 1;
+}
+
+/* core.eo_key(prefix, id, suffix) -> the key the core writes for id (the
+ * policy's layout; a spec holds it equal to mqlease.policy.key_base's). */
+int lmql_eo_key(lua_State *L) {
+    size_t plen, idl, sl;
+    const char *prefix = luaL_checklstring(L, 1, &plen), *id = luaL_checklstring(L, 2, &idl);
+    const char *suffix = luaL_checklstring(L, 3, &sl);
+    size_t need = mql_eo_key_len(plen, id, idl, sl);
+    char stack[256];
+    /* a long key is written into a userdata: the collector owns it if the push raises */
+    char *key = need <= sizeof(stack) ? stack : lua_newuserdata(L, need);
+    lua_pushlstring(L, key, mql_eo_key(key, prefix, plen, id, idl, suffix, sl));
     return 1;
 }
 
@@ -244,7 +352,7 @@ static int l_redis_closed(lua_State *L) {
 
 static const luaL_Reg redis_methods[] = {
     {"command", l_redis_command}, {"eval", l_redis_eval}, {"pipeline", l_redis_pipeline},
-    {"stats", l_redis_stats}, {"keepalive", l_redis_keepalive},
+    {"stats", l_redis_stats}, {"keepalive", l_redis_keepalive}, {"keepalive_of", l_redis_keepalive_of},
     {"keepalive_stop", l_redis_keepalive_stop}, {"keepalive_lost", l_redis_keepalive_lost}, {"fd", l_redis_fd}, {"events", l_redis_events},
     {"close", l_redis_close}, {"closed", l_redis_closed}, {NULL, NULL}};
 

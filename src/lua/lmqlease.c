@@ -555,7 +555,7 @@ static const luaL_Reg client_methods[] = {
 static const luaL_Reg module_functions[] = {
     {"consumer", l_consumer}, {"producer", l_producer}, {"wait", l_wait}, {"poll", l_poll},
     {"now", l_now},           {"wall", l_wall},         {"sleep", l_sleep},       {"watch_signals", lmql_watch_signals},
-    {"redis", lmql_redis},       {"exec", lmql_exec},       {NULL, NULL}};
+    {"redis", lmql_redis},       {"eo_key", lmql_eo_key},   {"exec", lmql_exec},       {NULL, NULL}};
 
 LUALIB_API int luaopen_mqlease_core(lua_State *L);
 

@@ -63,6 +63,7 @@ void lmql_open_signals(lua_State *L);
 int lmql_watch_signals(lua_State *L);
 void lmql_open_redis(lua_State *L);
 int lmql_redis(lua_State *L);
+int lmql_eo_key(lua_State *L);
 /* lmql_exec.c: core.exec(argv) -- execvp, or nil, message, code. */
 int lmql_exec(lua_State *L);
 

@@ -23,11 +23,18 @@
 -- and collected for two numbers). A message's first element is an integer;
 -- a string there is that message's error.
 --
+-- Keys or ids. A batch made with `ids` takes each message's id where it took
+-- its keys, and the keys are written from it by the core (the pipeline's
+-- eval_ids entry, in the policy's layout: mqlease.policy.key_base), not as
+-- per_key strings a message in Lua; for a client of the user's own, which
+-- takes eval(script, keys, argv), ids.key_of(id, suffix) writes them here.
+--
 -- Only for a client whose keys all live on one server: under Redis Cluster
 -- the keys of different messages fall in different slots, and one script may
 -- not touch them (CROSSSLOT). The policy asks the client (_one_server).
 
 local setmetatable, type, tostring, pcall = setmetatable, type, tostring, pcall
+local concat = table.concat
 local coroutine_running = coroutine.running
 local table_move = table.move
 
@@ -46,9 +53,22 @@ local MAX_ITEMS = 32
 -- flat list of width (1 or 2) elements per message, in the messages' order:
 -- the answer, whose first element is an integer, or for a message whose
 -- part failed its error message (a string) in place of that integer.
-function _M.new(rc, script, per_key, shared, width, max_items)
-  return setmetatable({ rc = rc, script = script, per_key = per_key,
-    shared = shared, width = width, max = max_items or MAX_ITEMS, open = nil }, mt)
+-- ids (optional): { prefix =, suffixes = { "lock", ... } (per_key of them),
+-- key_of = function(id, suffix) }: call takes a message's id for its keys.
+function _M.new(rc, script, per_key, shared, width, max_items, ids)
+  local self = setmetatable({ rc = rc, script = script, per_key = per_key,
+    shared = shared, width = width, max = max_items or MAX_ITEMS, open = nil, ids = ids }, mt)
+  if ids then self.suffix_list = concat(ids.suffixes, " ") end
+  return self
+end
+
+-- The keys of a batch of ids, for a client that takes eval(script, keys, argv).
+local function keys_of_ids(self, ids)
+  local keys, suffixes, key_of = {}, self.ids.suffixes, self.ids.key_of
+  for i = 1, #ids do
+    for j = 1, #suffixes do keys[#keys + 1] = key_of(ids[i], suffixes[j]) end
+  end
+  return keys
 end
 
 -- The one call of a batch: { "eval", script, numkeys, keys..., shared...,
@@ -56,6 +76,17 @@ end
 local function send(self, batch)
   local rc, shared, keys, args = self.rc, self.shared, batch.keys, batch.args
   local nk, ns, na = #keys, #shared, #args
+  if self.ids then
+    if rc._eval_cmd then
+      -- { "eval_ids", script, prefix, suffixes, n, ids..., shared..., args... }
+      local cmd = { "eval_ids", self.script, self.ids.prefix, self.suffix_list, nk }
+      table_move(keys, 1, nk, 6, cmd)
+      table_move(shared, 1, ns, 6 + nk, cmd)
+      table_move(args, 1, na, 6 + nk + ns, cmd)
+      return rc:_eval_cmd(cmd)
+    end
+    keys = keys_of_ids(self, keys)
+  end
   if rc._eval_cmd then
     local cmd = { "eval", self.script, nk }
     table_move(keys, 1, nk, 4, cmd)
@@ -85,9 +116,9 @@ local function flush(self, batch, sched)
   for i = 1, #waiters do sched:wake(waiters[i]) end
 end
 
--- Adds one message (its argument, then its per_key keys) to the turn's
--- batch of sched and waits for the batch's reply: that message's answer
--- (its width elements), or nil, message, code.
+-- Adds one message (its argument, then its per_key keys, or its id for a
+-- batch of ids) to the turn's batch of sched and waits for the batch's
+-- reply: that message's answer (its width elements), or nil, message, code.
 function methods:call(sched, arg, k1, k2, k3)
   local batch = self.open
   if not batch or batch.sched ~= sched or batch.n >= self.max then
@@ -99,9 +130,13 @@ function methods:call(sched, arg, k1, k2, k3)
   end
   local n = batch.n + 1
   batch.n = n
-  local keys, kb = batch.keys, (n - 1) * self.per_key
-  keys[kb + 1], keys[kb + 2] = k1, k2
-  if self.per_key == 3 then keys[kb + 3] = k3 end
+  local keys = batch.keys
+  if self.ids then keys[n] = k1
+  else
+    local kb = (n - 1) * self.per_key
+    keys[kb + 1], keys[kb + 2] = k1, k2
+    if self.per_key == 3 then keys[kb + 3] = k3 end
+  end
   batch.args[n] = arg
   batch.waiters[n] = coroutine_running()
   -- woken by the flush, which the same scheduler runs in this turn and
