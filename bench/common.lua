@@ -101,20 +101,18 @@ function _M.ack_all(c, held, batch)
   return acked
 end
 
--- The two calls of a batch of ids in the exactly-once policy's key layout
--- (lock, fence and done keys a message, as mqlease.policy.key_base builds
--- them), as { "eval", ... } tables for redis:_eval_cmd: acquire (the lock's
--- TTL and the fence's in ms, then the owners) and finish (the marker's TTL in
--- seconds, then the owners). owners[i] is ids[i]'s.
+-- The two calls of a batch of ids in the exactly-once policy's key layout,
+-- as the policy sends them: { "eval_ids", ... } tables for redis:_eval_cmd,
+-- whose keys (lock, fence and done a message, as mqlease.policy.key_base
+-- builds them) the core writes from the ids: acquire (the lock's TTL and the
+-- fence's in ms, then the owners) and finish (the marker's TTL in seconds,
+-- then the owners). owners[i] is ids[i]'s.
 function _M.eo_calls(acquire_script, finish_script, prefix, ids, owners, lock_ttl_ms, fence_ttl_ms, done_ttl)
-  local key_base = require("mqlease.policy").key_base
   local n = #ids
-  local acquire, finish = { "eval", acquire_script, 3 * n }, { "eval", finish_script, 2 * n }
-  for i = 1, n do
-    local base = key_base(ids[i], prefix)
-    acquire[#acquire + 1], acquire[#acquire + 2], acquire[#acquire + 3] = base .. "lock", base .. "fence", base .. "done"
-    finish[#finish + 1], finish[#finish + 2] = base .. "lock", base .. "done"
-  end
+  local acquire = { "eval_ids", acquire_script, prefix, "lock fence done", n }
+  local finish = { "eval_ids", finish_script, prefix, "lock done", n }
+  table.move(ids, 1, n, 6, acquire)
+  table.move(ids, 1, n, 6, finish)
   acquire[#acquire + 1], acquire[#acquire + 2] = lock_ttl_ms, fence_ttl_ms
   finish[#finish + 1] = done_ttl
   table.move(owners, 1, n, #acquire + 1, acquire)
