@@ -18,7 +18,8 @@ function _M.self_pid()
   return pid
 end
 
--- utime + stime in seconds (fields 14 and 15 of /proc/PID/stat) of a process,
+-- utime + stime in seconds (fields 14 and 15 of /proc/PID/stat) of a process
+-- (then each apart),
 -- or of one thread as "self/task/<tid>" or "<pid>/task/<tid>"; this process's
 -- by default.
 local TICKS = tonumber(io.popen("getconf CLK_TCK"):read("l")) or 100
@@ -29,7 +30,8 @@ function _M.cpu_s(pid)
   local fields = {}
   -- after the command name (which may hold spaces) comes field 3, the state
   for w in line:match("%) (.*)$"):gmatch("%S+") do fields[#fields + 1] = w end
-  return (tonumber(fields[12]) + tonumber(fields[13])) / TICKS
+  local user, system = tonumber(fields[12]) / TICKS, tonumber(fields[13]) / TICKS
+  return user + system, user, system
 end
 
 -- A percentile from a core histogram, interpolated inside its bucket (seconds -> ms).
@@ -64,6 +66,13 @@ function _M.json(t, order)
       (math.type(v) == "integer" and tostring(v) or ("%.3f"):format(v)))
   end
   return "{" .. table.concat(parts, ",") .. "}"
+end
+
+-- Exits with the usage line (status 2) unless ok: a bench script's missing argument.
+function _M.need(ok, usage)
+  if ok then return end
+  io.stderr:write("usage: ", usage, "\n")
+  os.exit(2)
 end
 
 -- The median of a list of numbers (nil when empty); sorts the list.

@@ -17,10 +17,7 @@ local policy = require "mqlease.policy"
 local common = require "bench.common"
 
 local address, rounds = arg[1], tonumber(arg[2]) or 200
-if not address then
-  io.stderr:write("usage: lua5.4 bench/eo_policy.lua REDIS [ROUNDS]\n")
-  os.exit(2)
-end
+common.need(address, "lua5.4 bench/eo_policy.lua REDIS [ROUNDS]")
 local TASKS, PASSES = 256, 3
 
 local consumer = { id = function() return "bench-consumer" end, count = function() end }

@@ -21,25 +21,10 @@ local policy = require "mqlease.policy"
 local common = require "bench.common"
 
 local address, calls = arg[1], tonumber(arg[2]) or 2000
-if not address then
-  io.stderr:write("usage: lua5.4 bench/redis_call_cost.lua REDIS [CALLS]\n")
-  os.exit(2)
-end
+common.need(address, "lua5.4 bench/redis_call_cost.lua REDIS [CALLS]")
 local BATCH, PASSES = 32, 3
 local NOOP = "return 1"
 local r = assert(redis_mod.new(address))
-local TICKS = tonumber(io.popen("getconf CLK_TCK"):read("l")) or 100
-
--- user and system seconds of this process, all threads (fields 14 and 15)
-local function cpu()
-  local f = assert(io.open("/proc/self/stat"))
-  local line = f:read("l")
-  f:close()
-  local fields = {}
-  for w in line:match("%) (.*)$"):gmatch("%S+") do fields[#fields + 1] = w end
-  return tonumber(fields[12]) / TICKS, tonumber(fields[13]) / TICKS
-end
-
 local run_tag = ("%x%x"):format(os.time(), math.random(0, 0xffffff))
 
 -- the 32 ids and owners of call i of a pass
@@ -77,7 +62,7 @@ for _, kind in ipairs({ "noop", "noop_130", "acquire" }) do
     -- the commands are made before the clock starts: what is timed is the call
     local cmds = {}
     for i = 1, calls do cmds[i] = kinds[kind](pass, i) end
-    local u0, s0 = cpu()
+    local _, u0, s0 = common.cpu_s()
     local t0 = core.now()
     for i = 1, calls do
       local reply, err = r:_eval_cmd(cmds[i])
@@ -85,7 +70,7 @@ for _, kind in ipairs({ "noop", "noop_130", "acquire" }) do
       if reply == nil then error(("bench/redis_call_cost.lua: %s failed: %s"):format(kind, tostring(err))) end
     end
     local t1 = core.now()
-    local u1, s1 = cpu()
+    local _, u1, s1 = common.cpu_s()
     users[pass] = (u1 - u0) / calls * 1e6
     systems[pass] = (s1 - s0) / calls * 1e6
     walls[pass] = (t1 - t0) / calls * 1e6
