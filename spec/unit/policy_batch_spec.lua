@@ -179,4 +179,32 @@ describe("mqlease.policy.batch", function()
     assert.same({ "ttl", "o1", "o2" }, rc.calls[1].argv)
     for i = 1, 2 do assert.same({ 1, "o" .. i, n = 2 }, out[i]) end
   end)
+  -- The core refuses a whole pipeline whose eval_ids entry holds an id that is
+  -- not a string (src/lua/lmql_redis.c): one message with a number id (a
+  -- stand-in's, a user's own message table) must not fail the others of its
+  -- call, among them done markers whose failure would see their handlers run
+  -- again. The stand-in below refuses as the core does.
+  it("with ids, writes a number id as a string and refuses a missing one in its own task alone", function()
+    local rc = stand_in(function(call)
+      local cmd, out = call.cmd, {}
+      for i = 1, cmd[5] do
+        if type(cmd[5 + i]) ~= "string" then error("eval_ids: ids must be strings") end
+        out[#out + 1] = 1; out[#out + 1] = cmd[5 + i]
+      end
+      return out
+    end, true)
+    local ids = { prefix = "p:", suffixes = { "lock", "done" }, key_of = function() error("not here") end }
+    local b = batch_mod.new(rc, "SCRIPT", 2, {}, 2, nil, ids)
+    local given = { "a", 42, "c", false, 1.5 }
+    local out = in_one_turn(5, function(i, sched)
+      return pcall(b.call, b, sched, "o" .. i, given[i] or nil)
+    end)
+    assert.same({ true, 1, "a", n = 3 }, out[1])
+    assert.same({ true, 1, "42", n = 3 }, out[2])
+    assert.same({ true, 1, "c", n = 3 }, out[3])
+    assert.is_false(out[4][1])
+    assert.matches("a message id must be a string", out[4][2], 1, true)
+    assert.same({ true, 1, "1.5", n = 3 }, out[5])
+    assert.equal(1, #rc.calls)
+  end)
 end)
