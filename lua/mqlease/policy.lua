@@ -394,16 +394,16 @@ function _M.exactly_once(opts)
   -- ours, or an attempt before, unanswered, may have) or "taken" (the first
   -- attempt found it another's, or gone); or nil, message. A closed client
   -- writes nothing again: no retries then.
-  local function finish(rc, sched, m, lease, owner)
+  local function finish(rc, sched, m, id, lease, owner)
     local marked, err, code
     local lock_key, done_key, _
-    if sched then marked, err, code = finishes:call(sched, owner, m.id)
+    if sched then marked, err, code = finishes:call(sched, owner, id)
     else
-      lock_key, _, done_key = key_strings(m.id, prefix)
+      lock_key, _, done_key = key_strings(id, prefix)
       marked, err, code = mark_done(rc, lock_key, done_key, owner)
     end
     if marked ~= nil then return true, marked == 1 and "unlocked" or "taken" end
-    if not lock_key then lock_key, _, done_key = key_strings(m.id, prefix) end
+    if not lock_key then lock_key, _, done_key = key_strings(id, prefix) end
     local backoff = FINISH_BACKOFF
     m.consumer:count("done_marker_failed")
     while code ~= "CLOSED" and worth_trying(lease) do
@@ -490,7 +490,7 @@ function _M.exactly_once(opts)
       -- written. A lock lost before the marker is counted, whatever the
       -- marker then found: the handler was told (alive() turned false).
       local kept = core.now() - acquired_at < ka_every or lease_mod.lock_kept(lease)
-      local marked, after = finish(rc, sched, m, lease, owner)
+      local marked, after = finish(rc, sched, m, id, lease, owner)
       let_lock_go(m, lease, marked and kept and after == "unlocked", marked and after == "taken")
       if marked then return "ack" end
       -- the lease ended first: no ack; the lock lapses at its TTL, and the

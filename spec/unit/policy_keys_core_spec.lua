@@ -27,4 +27,24 @@ describe("the policy's keys written by the core", function()
     assert.equal(k.fence, core.eo_key("mqlease:", "}odd", "fence"))
     assert.equal(k.done, core.eo_key("mqlease:", "}odd", "done"))
   end)
+  -- Checked before anything is built or sent (no server needed: nothing is).
+  it("are refused whole, before anything is sent, for an entry that is not well formed", function()
+    local c = core.redis { host = "127.0.0.1", port = 1, timeout_ms = 100 }
+    finally(function() c:close() end)
+    local bad = {
+      { { "eval_ids", "return 1", "p:", "lock", 2, "a", 5, "x" }, "ids must be strings" },
+      { { "eval_ids", "return 1", "p:", "lock", 3, "a", "b" }, "ids must be strings" },
+      { { "eval_ids", "return 1", 7, "lock", 1, "a" }, "prefix and suffixes (strings)" },
+      { { "eval_ids", "return 1", "p:", "", 1, "a" }, "prefix and suffixes (strings)" },
+      { { "eval_ids", "return 1", "p:", "a b c d e", 1, "a" }, "at most 4 suffixes" },
+      { { "eval_ids", "return 1", "p:", "a  b", 1, "a" }, "at most 4 suffixes" },
+      { { "eval_ids", "return 1", "p:", "lock", 0 }, "a count of ids expected" },
+    }
+    for _, case in ipairs(bad) do
+      local ok, err = pcall(c.pipeline, c, { { "command", "PING" }, case[1] })
+      assert.is_false(ok)
+      assert.matches(case[2], err, 1, true)
+    end
+    assert.is_number(c:pipeline({ { "eval_ids", "return 1", "p:", "lock fence", 2, "a", "}b", "arg" } }))
+  end)
 end)

@@ -130,9 +130,13 @@ static int ids_keys(lua_State *L, int entry, int first_id, int nids, const char 
     char *p;
     lua_rawgeti(L, entry, 3);
     lua_rawgeti(L, entry, 4);
+    /* strings only: lua_tolstring would convert a number in place, allocating,
+     * and the build pass must not raise once commands are made */
+    luaL_argcheck(L, lua_type(L, -2) == LUA_TSTRING && lua_type(L, -1) == LUA_TSTRING, 2,
+                  "an eval_ids entry needs a prefix and suffixes (strings)");
     prefix = lua_tolstring(L, -2, &plen);
     suffixes = lua_tolstring(L, -1, &slen);
-    luaL_argcheck(L, prefix && suffixes && slen > 0, 2, "an eval_ids entry needs a prefix and suffixes");
+    luaL_argcheck(L, slen > 0, 2, "an eval_ids entry needs a prefix and suffixes (strings)");
     for (q = suffixes; q < suffixes + slen;) {   /* "lock fence done" */
         const char *e = memchr(q, ' ', (size_t)(suffixes + slen - q));
         if (!e) e = suffixes + slen;

@@ -120,6 +120,15 @@ end
 -- batch of ids) to the turn's batch of sched and waits for the batch's
 -- reply: that message's answer (its width elements), or nil, message, code.
 function methods:call(sched, arg, k1, k2, k3)
+  if self.ids and type(k1) ~= "string" then
+    -- the core refuses a whole call whose ids are not all strings: a number is
+    -- written as key_base would write it, anything else fails this message
+    -- alone, here, before it joins the others
+    if type(k1) ~= "number" then
+      error(("mqlease.policy.batch: a message id must be a string (got %s)"):format(type(k1)), 2)
+    end
+    k1 = tostring(k1)
+  end
   local batch = self.open
   if not batch or batch.sched ~= sched or batch.n >= self.max then
     -- a batch belongs to the scheduler that flushes it (one left behind by a
