@@ -192,16 +192,18 @@ end
     wait_for(function() return count(read(log), "done %x+ ok") >= 2 end, 30, "both ok messages handled")
     wait_for(function() return h.stderr():find("handler failed for " .. fail_id, 1, true) end, 30, "the failure's log line")
 
-    -- /metrics while it runs: valid Prometheus text with the acks in it
+    -- /metrics while it runs: valid Prometheus text with the acks and the nack in
+    -- it. The failure's log line is written before its nack goes out, so the
+    -- nack is waited for too, not read at the first scrape that shows the acks.
     local samples
     wait_for(function()
       local body, status = scrape(port)
       assert.equal(200, status)
       samples = select(2, prom.parse(body))
       return (prom.value(samples, "mqlease_acks_total", '{result="ok"}') or 0) >= 2
-    end, 10, "two acks in /metrics")
+        and (prom.value(samples, "mqlease_nacks_total", '{result="ok"}') or 0) >= 1
+    end, 10, "two acks and the nack in /metrics")
     assert.is_true(prom.value(samples, "mqlease_messages_received_total", "") >= 3)
-    assert.is_true(prom.value(samples, "mqlease_nacks_total", '{result="ok"}') >= 1)
     local _, status = scrape(port, "/other")
     assert.equal(404, status)
 
