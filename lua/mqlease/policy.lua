@@ -28,7 +28,7 @@ local sched_adapter = require "mqlease.loop.scheduler"
 
 local pcall, tostring, type, error, pairs, rawget, setmetatable = pcall, tostring, type, error, pairs, rawget, setmetatable
 local floor, random, min = math.floor, math.random, math.min
-local byte, format = string.byte, string.format
+local eo_key = core.eo_key
 
 -- A done marker that could not be written is tried again after these
 -- seconds, doubled up to the most.
@@ -150,11 +150,15 @@ _M.scripts = { acquire = ACQUIRE, unlock = UNLOCK, finish = FINISH, acquire_many
 -- different slots, and every script over them would fail CROSSSLOT, for good.
 -- Those ids are written '%' and their bytes in hex, and their keys end in
 -- }%: where every other id's end in }: -- no other id's keys can be theirs,
--- and every other id keeps the keys it always had.
+-- and every other id keeps the keys it always had. The core writes them
+-- (core.eo_key, src/redis/mql_redis_keys.c), here as for the batches'
+-- calls and the lock keepalives, so one writer names a message's keys.
 local function key_base(id, prefix)
-  local first = byte(id, 1)
-  if first ~= nil and first ~= 0x7d then return prefix .. "{" .. id .. "}:" end   -- '}'
-  return prefix .. "{%" .. (id:gsub(".", function(c) return format("%02x", byte(c)) end)) .. "}%:"
+  local t = type(id)
+  if t ~= "string" and t ~= "number" then
+    error(("mqlease.policy: a message id must be a string (got %s)"):format(t), 2)
+  end
+  return eo_key(prefix, id, "")
 end
 _M.key_base = key_base
 

@@ -260,15 +260,11 @@ function methods:keepalive(key, owner, ttl, every, max, on_lost, since)
   return id
 end
 
--- keepalive() for mqlease.policy: the times already in whole milliseconds
--- (since_ms: when the acquire was sent), and no callback: the policy's lease
--- asks keepalive_lost (lease.lock_kept), so nothing is recorded for it here.
-function methods:_keep_lock(key, owner, ttl_ms, every_ms, max_ms, since_ms)
-  return self._session.client:keepalive(key, owner, ttl_ms, every_ms, max_ms, since_ms)
-end
-
--- _keep_lock for the key of id with the policy's layout (prefix{id}:lock),
--- which the core writes: the policy keeps no key string a message.
+-- keepalive() for mqlease.policy, for the lock of id with the policy's layout
+-- (prefix{id}:lock), which the core writes: the policy keeps no key string a
+-- message. The times already in whole milliseconds (since_ms: when the
+-- acquire was sent), and no callback: the policy's lease asks keepalive_lost
+-- (lease.lock_kept), so nothing is recorded for it here.
 function methods:_keep_lock_of(prefix, id, owner, ttl_ms, every_ms, max_ms, since_ms)
   return self._session.client:keepalive_of(prefix, id, "lock", owner, ttl_ms, every_ms, max_ms, since_ms)
 end

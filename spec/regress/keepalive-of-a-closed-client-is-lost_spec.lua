@@ -30,10 +30,11 @@ describe("mqlease regression: the keepalives of a closed Redis client", function
 
   it("end the lock a lease holds, so the lease is no longer alive", function()
     local r = mqlease.redis(REDIS)
-    local key = env.name("regress_ka_closed_lease")
+    local id = env.name("regress_ka_closed_lease")
+    local key = mqlease.policy.keys(id, "regress:").lock
     assert.equal("OK", r:call("SET", key, "me", "PX", 3000))
     local lease = {}   -- the lock's half of a lease (lease.lock_kept reads only it)
-    lease_mod.hold_lock(lease, r, r:_keep_lock(key, "me", 3000, 1000, 0, 0))
+    lease_mod.hold_lock(lease, r, r:_keep_lock_of("regress:", id, "me", 3000, 1000, 0, 0))
     assert.is_true(lease_mod.lock_kept(lease))
     r:close()
     assert.is_false(lease_mod.lock_kept(lease), "the lock of a closed client looked kept")
