@@ -16,7 +16,7 @@
 #    min-max; the dev broker's RSS and CPU per renewal beside the client's.
 #    Rate and CPU are measured in a window that opens at the first renewal (half a period
 #    later for rows whose renewals come in bursts) and lasts two renewal periods (80 s at
-#    invisible 120 s, 40 s at 60 s, 20 s at 30 s; QUICK: one for the small rows).
+#    invisible 120 s, 40 s at 60 s, 20 s at 30 s; QUICK: one, for every row).
 #    BENCH_LEASES ("1000 10000 100000 1000000"; QUICK: without 1000000) picks the rows.
 #    Then mqlease.run with a no-op handler over BENCH_RUN_COUNT (20000) pre-loaded
 #    messages of BENCH_SIZE bytes.
@@ -81,7 +81,7 @@ WORKERS_COUNT=${BENCH_WORKERS_COUNT:-$([[ $QUICK == 1 ]] && echo 10000 || echo 4
 JAVA_LEASES=${BENCH_JAVA_LEASES:-1000 10000 100000}
 RUN_COUNT=${BENCH_RUN_COUNT:-20000}
 
-note() { echo "bench: $*" >&2; }
+note() { echo "bench: [$(date -u +%T)] $*" >&2; }
 results=$(mktemp)
 lease_results=$(mktemp)
 replay_results=$(mktemp)
@@ -163,7 +163,7 @@ for run in $(seq "$RUNS"); do
   for n in $LEASES; do
     # hold: the window, two renewal periods (2 x invisible / 3)
     if ((n >= 1000000)); then inv=120; hold=80; elif ((n >= 100000)); then inv=60; hold=40; else inv=30; hold=20; fi
-    if [[ $QUICK == 1 ]] && ((n < 100000)); then hold=10; fi   # one renewal period
+    if [[ $QUICK == 1 ]]; then hold=$((hold / 2)); fi   # one renewal period
     note "lease scale: $n leases, invisible $inv s, hold $hold s (run $run/$RUNS)"
     lease_row "$n" "$inv" "$hold" 0 "$run"
     if part jcost && [[ " $JAVA_LEASES " == *" $n "* ]]; then

@@ -14,6 +14,9 @@
 --            (not a policy anyone runs: it prices the fence key)
 --   onekey   the two calls of bench/eo_onekey.lua, a probe of a leaner layout
 --            (one key a message, fences from one counter; no worker runs it)
+--   onevalue the two calls of bench/eo_onevalue.lua, the same with a Cluster
+--            form: one key a message, whose value holds the lock, the fence
+--            and then the done mark (no counter; no worker runs it)
 -- CPU is the server's utime + stime from /proc over each pass; the calls go
 -- one after another from this process, so the figures hold Redis's own work,
 -- not this client's.
@@ -23,6 +26,7 @@ local policy = require "mqlease.policy"
 local redis_mod = require "mqlease.redis"
 local common = require "bench.common"
 local onekey = require "bench.eo_onekey"
+local onevalue = require "bench.eo_onevalue"
 
 local address, pid, rounds = arg[1], arg[2], tonumber(arg[3]) or 1000
 if not (address and pid) then
@@ -42,7 +46,8 @@ local parts = {
   { name = "acquire", acquire = ACQUIRE, finish = NOOP },
   { name = "both", acquire = ACQUIRE, finish = FINISH },
   { name = "nofence", acquire = NOFENCE, finish = FINISH },
-  { name = "onekey", onekey = true },
+  { name = "onekey", probe = onekey },
+  { name = "onevalue", probe = onevalue },
 }
 
 local run_tag = ("%x%x"):format(os.time(), math.random(0, 0xffffff))
@@ -56,14 +61,14 @@ local function batch(part, pass, round)
     owners[i] = "bench-owner-" .. i
   end
   local acquire, finish
-  if part.onekey then acquire, finish = onekey.calls("mqlease:bench:", ids, owners, "30000", "60")
+  if part.probe then acquire, finish = part.probe.calls("mqlease:bench:", ids, owners, "30000", "60")
   else acquire, finish = common.eo_calls(part.acquire, part.finish, "mqlease:bench:", ids, owners, "30000", "60000", "60") end
   local got, err = r:_eval_cmd(acquire)
   assert(type(got) == "table", "acquire: " .. tostring(err))
   if part.acquire ~= NOOP then assert(got[1] == 1, "acquire: the first lock was not taken") end
   got, err = r:_eval_cmd(finish)
   assert(type(got) == "table", "finish: " .. tostring(err))
-  if part.onekey then assert(got[1] == 1, "onekey finish: the first lock was not ours") end
+  if part.probe then assert(got[1] == 1, part.name .. " finish: the first lock was not ours") end
 end
 
 -- The parts take turns, pass after pass: the keyspace grows as the done

@@ -121,6 +121,7 @@ if #part_order > 0 then
     both = "ACQUIRE_MANY and FINISH_MANY: what a message costs Redis",
     nofence = "both without the fence's INCR and PEXPIRE (prices the fence key)",
     onekey = "a probe of a leaner layout, one key a message (bench/eo_onekey.lua; no worker runs it)",
+    onevalue = "the same with a Cluster form: one key a message holding lock, fence and done mark (bench/eo_onevalue.lua)",
   }
   print("What the policy's scripts cost redis-server, per message, batches of 32 sent one after another")
   print(("(bench/eo_parts.lua; median of %d passes, min–max):"):format(parts[part_order[1]].passes))
