@@ -26,7 +26,8 @@ local wait = require "mqlease.loop"
 local batch_mod = require "mqlease.policy.batch"
 local sched_adapter = require "mqlease.loop.scheduler"
 
-local pcall, tostring, type, error, pairs, rawget, setmetatable = pcall, tostring, type, error, pairs, rawget, setmetatable
+local pcall, tostring, type, error, pairs, ipairs, rawget, setmetatable =
+  pcall, tostring, type, error, pairs, ipairs, rawget, setmetatable
 local floor, random, min = math.floor, math.random, math.min
 local eo_key = core.eo_key
 
@@ -181,7 +182,7 @@ end
 local defaults = {
   redis = "127.0.0.1:6379", prefix = "mqlease:", done_ttl = 7 * 86400, lock_ttl = 30,
   on_locked = "defer", fail = "closed", defer_delay = 5, fail_delay = 5, max_hold = 3600,
-  max_defer = 600, batch = true,
+  max_defer = 600, batch = true, prefetch = true,
 }
 
 -- The least each number may be, and why: a TTL is whole seconds on the wire
@@ -234,6 +235,7 @@ local function check_options(opts)
   end
   if type(o.prefix) ~= "string" then error("mqlease.policy.exactly_once: option 'prefix' must be a string", 3) end
   if type(o.batch) ~= "boolean" then error("mqlease.policy.exactly_once: option 'batch' must be true or false", 3) end
+  if type(o.prefetch) ~= "boolean" then error("mqlease.policy.exactly_once: option 'prefetch' must be true or false", 3) end
   -- a Redis address or options table: checked now, connected at the first message
   if not (type(o.redis) == "table" and o.redis.call) then
     local ok, err = pcall(redis_mod.check, o.redis)
@@ -257,6 +259,16 @@ local function owners()
     n = n + 1
     return base .. n
   end
+end
+
+-- The lock prefetch of each exactly-once policy (see exactly_once), for
+-- mqlease.run to find: policy function -> its prefetcher.
+local prefetchers = setmetatable({}, { __mode = "k" })
+
+-- The prefetcher of a policy made by exactly_once, or nil (any other policy,
+-- or prefetch = false): { prefetch(msgs), release(m, spawn) }.
+function _M.prefetcher(policy)
+  return prefetchers[policy]
 end
 
 -- The handler's effect happens once per message id, even when a lease runs
@@ -422,20 +434,101 @@ function _M.exactly_once(opts)
     return nil, err
   end
 
-  return function(m, lease, handler)
+  -- The lock's keepalive, registered as soon as the acquire's reply is read:
+  -- for a client of mqlease.redis the core writes the key from the id; a
+  -- client of the user's own gets the key and a callback for a lost lock.
+  local function keep_lock(rc, id, owner, acquired_at, lease)
+    if rc._keep_lock_of then
+      return rc:_keep_lock_of(prefix, id, owner, ka_ttl_ms, ka_every_ms, ka_max_ms, floor(acquired_at * 1000))
+    end
+    return rc:keepalive((key_strings(id, prefix)), owner, o.lock_ttl, ka_every, o.max_hold,
+      function() lease:_lock_lost() end, acquired_at)
+  end
+
+  -- The lock prefetch. Under mqlease.run the locks of a received batch are
+  -- taken in one call as it arrives, from a task of the run's own (the
+  -- receiver receives again meanwhile), and each kept alive from then on:
+  -- a message's policy then starts with its answer in hand, where each
+  -- message waited for its own in the scheduler (the waits were a good part
+  -- of what exactly-once cost the rate: bench/README "Waits or work").
+  -- Nothing about a lock changes: the same script, owner, TTL, keepalive.
+  -- A grant is used by the message's first ask; a message that ends without
+  -- one (given back, its lease ended, refused at a stop) has its grant
+  -- released by the run (release: keepalive stopped, lock deleted if ours).
+  -- Only what stays true while a message waits for its turn is kept: a lock
+  -- taken (renewed meanwhile) and "done before". A lock another owner held is
+  -- asked about again at the message's turn; a call that failed, or a reply
+  -- read late (the lock may lapse before its first renewal), leaves each
+  -- message to its own acquire.
+  local grants = setmetatable({}, { __mode = "k" })   -- message -> { got, fence, owner, at, ka, rc }
+  local prefetcher = {}
+
+  function prefetcher.prefetch(msgs)
+    local rc = client()
+    if not batches(rc) then return end
+    local items, owners, of = {}, {}, {}
+    for _, m in ipairs(msgs) do
+      local id = m.id
+      local t = type(id)
+      if t == "string" or t == "number" then
+        local n = #items + 1
+        items[n], owners[n], of[n] = tostring(id), owner_of(m), m
+      end
+    end
+    if #items == 0 then return end
+    local acquired_at = core.now()
+    local reply = acquires:call_all(items, owners)
+    if not reply then return end
+    local late = core.now() - acquired_at >= ka_late
+    for i = 1, #items do
+      local got, value = reply[2 * i - 1], reply[2 * i]
+      if got == 1 and late then
+        unlock(rc, (key_strings(items[i], prefix)), owners[i])
+      elseif got == 1 then
+        local m = of[i]
+        grants[m] = { got = 1, fence = value, owner = owners[i], at = acquired_at, rc = rc,
+          ka = keep_lock(rc, items[i], owners[i], acquired_at, m.lease) }
+      elseif got == 2 then
+        grants[of[i]] = { got = 2 }
+      end
+    end
+  end
+
+  -- Ends m's unused grant, if it has one: the keepalive stopped, and (spawn
+  -- given: spawn(fn) runs fn in a task) the lock deleted if still ours.
+  function prefetcher.release(m, spawn)
+    local g = grants[m]
+    if not g then return end
+    grants[m] = nil
+    if g.got ~= 1 then return end
+    g.rc:keepalive_stop(g.ka)
+    if spawn then
+      local rc, id, owner = g.rc, m.id, g.owner
+      spawn(function() unlock(rc, (key_strings(id, prefix)), owner) end)
+    end
+  end
+
+  local function policy(m, lease, handler)
     local rc = client()
     local id = m.id
-    local owner = owner_of(m)
-    -- the lock's TTL runs from the acquire, not from when this coroutine resumes
-    local acquired_at = core.now()
     local sched = batches(rc)
     -- got: 1 (ours; fence), 0 (another owner's), 2 (done before)
-    local got, fence
-    if sched then got, fence = acquires:call(sched, owner, id)
+    local got, fence, owner, acquired_at, keepalive
+    local g = grants[m]
+    if g then
+      -- taken when the message arrived (see prefetch): its keepalive runs
+      grants[m] = nil
+      got, fence, owner, acquired_at, keepalive = g.got, g.fence, g.owner, g.at, g.ka
     else
-      local lock_key, fence_key, done_key = key_strings(id, prefix)
-      local answer, err = acquire(rc, lock_key, fence_key, done_key, owner)
-      if type(answer) == "table" then got, fence = answer[1], answer[2] else fence = err end
+      owner = owner_of(m)
+      -- the lock's TTL runs from the acquire, not from when this coroutine resumes
+      acquired_at = core.now()
+      if sched then got, fence = acquires:call(sched, owner, id)
+      else
+        local lock_key, fence_key, done_key = key_strings(id, prefix)
+        local answer, err = acquire(rc, lock_key, fence_key, done_key, owner)
+        if type(answer) == "table" then got, fence = answer[1], answer[2] else fence = err end
+      end
     end
     if got ~= 1 and got ~= 0 and got ~= 2 then
       -- no answer, or one no honest server gives (fence holds the message):
@@ -456,29 +549,26 @@ function _M.exactly_once(opts)
     if not lease_mod.held(lease) then
       -- the broker's lease ended while the lock was taken: the message may be
       -- someone else's now, so the handler does not start; nothing to release
+      if keepalive then rc:keepalive_stop(keepalive) end
       unlock(rc, key_strings(id, prefix), owner)
       return "nack"
     end
     -- the live view shows both while the lock is held
     lease.fence, lease.lock_owner = fence, owner
-    local keepalive
-    if rc._keep_lock_of then
-      keepalive = rc:_keep_lock_of(prefix, id, owner, ka_ttl_ms, ka_every_ms, ka_max_ms, floor(acquired_at * 1000))
-    else
-      keepalive = rc:keepalive((key_strings(id, prefix)), owner, o.lock_ttl, ka_every, o.max_hold,
-        function() lease:_lock_lost() end, acquired_at)
-    end
+    keepalive = keepalive or keep_lock(rc, id, owner, acquired_at, lease)
     -- alive() sees the lock; mqlease.run stops the keepalive of a handler it
     -- leaves behind (one cut off by grace) when it returns
     lease_mod.hold_lock(lease, rc, keepalive)
     local waited = core.now() - acquired_at
-    if waited >= ka_late or (waited >= ka_every and not lease_mod.lock_kept(lease)) then
+    if (not g and waited >= ka_late) or (waited >= ka_every and not lease_mod.lock_kept(lease)) then
       -- the reply came late (a stalled process, a long turn): the lock may
       -- lapse before its overdue renewal reaches Redis, or has lapsed, and
       -- another instance may hold it and run the message. Not ours to run:
       -- ask again later, as for a held lock. No lock is held meanwhile, so
       -- none is lost. (A little later than that, the renewal sent at once on
       -- registration keeps it: see spec/regress/redis-keepalive-from-acquire.)
+      -- A prefetched lock's reply was read in time (its keepalive ran from
+      -- then), so only a loss while its message waited counts.
       lease_mod.drop_lock(lease, true)
       lease.fence, lease.lock_owner = nil, nil
       unlock(rc, key_strings(id, prefix), owner)
@@ -506,6 +596,8 @@ function _M.exactly_once(opts)
     if not ok then return "nack", nil, tostring(res) end
     return "nack", nil, herr ~= nil and tostring(herr) or "handler returned false"
   end
+  if o.prefetch then prefetchers[policy] = prefetcher end
+  return policy
 end
 
 -- consume-transform-produce exactly once (lua/mqlease/policy/transaction.lua)

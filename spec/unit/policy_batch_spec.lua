@@ -208,3 +208,44 @@ describe("mqlease.policy.batch", function()
     assert.equal(1, #rc.calls)
   end)
 end)
+
+-- call_all: the lock prefetch's one call for a received batch, outside the
+-- turn's batch (mqlease.policy's prefetcher).
+describe("mqlease.policy.batch call_all", function()
+  local ids = { prefix = "p:", suffixes = { "lock", "fence", "done" }, key_of = function() error("not here") end }
+
+  it("sends the given messages now as one call and returns the flat reply", function()
+    local rc = stand_in(function(call)
+      local cmd, out = call.cmd, {}
+      for i = 1, cmd[5] do out[#out + 1] = 1; out[#out + 1] = cmd[5 + cmd[5] + 2 + i] end
+      return out
+    end, true)
+    local b = batch_mod.new(rc, "SCRIPT", 3, { "ttl", "fence_ttl" }, 2, nil, ids)
+    local out = in_one_turn(1, function() return b:call_all({ "a", "b" }, { "oa", "ob" }) end)
+    assert.same({ "eval_ids", "SCRIPT", "p:", "lock fence done", 2, "a", "b", "ttl", "fence_ttl", "oa", "ob" },
+      rc.calls[1].cmd)
+    assert.same({ 1, "oa", 1, "ob" }, out[1][1])
+  end)
+
+  it("fails whole, with a message and code, for a call that fails, raises or gets a malformed reply", function()
+    for _, case in ipairs({
+      { function() return nil, "no reply within the timeout", "TIMEOUT" end, "no reply", "TIMEOUT" },
+      { function() error("boom") end, "boom", "INTERNAL" },
+      { function() return { 1, "x" } end, "redis answered 2 elements for a batch of 2", "REDIS_ERROR" },
+      { function() return "OK" end, "redis answered string for a batch of 2", "REDIS_ERROR" },
+    }) do
+      local b = batch_mod.new(stand_in(case[1], true), "SCRIPT", 3, {}, 2, nil, ids)
+      local out = in_one_turn(1, function() return b:call_all({ "a", "b" }, { "oa", "ob" }) end)
+      assert.is_nil(out[1][1])
+      assert.matches(case[2], out[1][2], 1, true)
+      assert.equal(case[3], out[1][3])
+    end
+  end)
+
+  it("refuses more messages than one call carries, by name", function()
+    local b = batch_mod.new(stand_in(function() return {} end, true), "SCRIPT", 3, {}, 2, 2, ids)
+    local ok, err = pcall(b.call_all, b, { "a", "b", "c" }, { "1", "2", "3" })
+    assert.is_false(ok)
+    assert.matches("3 messages in one call (at most 2)", err, 1, true)
+  end)
+end)

@@ -4,34 +4,13 @@
 -- in simulated time, made to fail where a test says.
 local policy = require "mqlease.policy"
 local lease_mod = require "mqlease.lease"
-local scheduler = require "mqlease.scheduler"
 local run = require "mqlease.run"
 local clock_mod = require "spec.support.model.clock"
 local redis_model = require "spec.support.model.redis"
 local broker_model = require "spec.support.model.broker"
 
-local NO_FAULTS = { eval_fail = 0, applied = 0, lock_break = 0, lock_break_within = 1, death = 0, death_within = 1,
-  ack_fail = 0, nack_fail = 0, dead_letter_fail = 0, receive_fail = 0 }
-
--- Runs fn(clock, redis) as a task of a scheduler in simulated time.
-local function simulate(fn)
-  clock_mod.simulate(3600, function(clock)
-    local redis = redis_model.new({ rng = clock_mod.rng(1), clock = clock, faults = NO_FAULTS })
-    local sched = scheduler.new(function(_, err) error(err, 0) end)
-    sched:spawn(fn, clock, redis)
-    sched:loop()
-  end)
-end
-
--- A message of the model's kind: a lease whose state the test sets.
-local function message(id)
-  local counts = {}
-  local l = { state = "held" }
-  function l.alive(self) return lease_mod.lock_kept(self) and (self.state == "held" or self.state == "expiring") end
-  function l._lock_lost(self) rawset(self, "_lock_is_lost", true) end
-  return { id = id, lease = l, counts = counts,
-    consumer = { id = function() return "c@1" end, count = function(_, n) counts[n] = (counts[n] or 0) + 1 end } }
-end
+local eo_sim = require "spec.support.eo_sim"
+local NO_FAULTS, simulate, message = eo_sim.NO_FAULTS, eo_sim.simulate, eo_sim.message
 
 describe("mqlease.policy.exactly_once options", function()
   local redis = { call = true }

@@ -264,9 +264,14 @@ describe("mqlease.run.receiver", function()
     end
     w.stopping = function() return stopping end
     w.stop = function(reason) stopping = true; w.reason = reason end
-    w.admit = function(m) w.admitted[#w.admitted + 1] = m.id; w.st.inflight = w.st.inflight + 1 end
-    w.refuse = function(m) w.refused[#w.refused + 1] = m.id end
-    w.started = function() end
+    -- the run's side (mqlease.run.worker): counts each message in, and
+    -- notes which batches came after the stop (the run gives those back)
+    w.arrived = function(batch)
+      for _, m in ipairs(batch) do
+        if stopping then w.refused[#w.refused + 1] = m.id
+        else w.admitted[#w.admitted + 1] = m.id; w.st.inflight = w.st.inflight + 1 end
+      end
+    end
     w.ended = function() w.ended_at = now() end
     return w
   end
@@ -293,7 +298,7 @@ describe("mqlease.run.receiver", function()
     assert.is_number(w.ended_at)
   end)
 
-  it("gives straight back what arrives after a stop", function()
+  it("hands the run what arrives after a stop, for the run to give back", function()
     local w
     in_task(function(sched)
       w = wiring(sched, { msgs("a", "b") })

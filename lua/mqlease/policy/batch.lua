@@ -100,20 +100,39 @@ local function send(self, batch)
   return rc:eval(self.script, keys, argv)
 end
 
+-- Sends batch: its reply, if it holds width elements a message, else nil,
+-- message, code (a raise in the send is its message, code INTERNAL).
+local function sent(self, batch)
+  local called, reply, err, code = pcall(send, self, batch)
+  if not called then return nil, tostring(reply), "INTERNAL" end
+  if reply ~= nil and (type(reply) ~= "table" or #reply ~= batch.n * self.width) then
+    return nil, ("redis answered %s for a batch of %d"):format(
+      type(reply) == "table" and #reply .. " elements" or type(reply), batch.n), "REDIS_ERROR"
+  end
+  return reply, err, code
+end
+
 -- Runs once every task of the turn has added its message: sends the batch
 -- and wakes each of its waiters with the reply.
 local function flush(self, batch, sched)
   if self.open == batch then self.open = nil end
-  local called, reply, err, code = pcall(send, self, batch)
-  if not called then reply, err, code = nil, tostring(reply), "INTERNAL" end
-  if reply ~= nil and (type(reply) ~= "table" or #reply ~= batch.n * self.width) then
-    reply, err, code = nil, ("redis answered %s for a batch of %d"):format(
-      type(reply) == "table" and #reply .. " elements" or type(reply), batch.n), "REDIS_ERROR"
-  end
-  batch.reply, batch.err, batch.code = reply, err, code
+  batch.reply, batch.err, batch.code = sent(self, batch)
   batch.done = true
   local waiters = batch.waiters
   for i = 1, #waiters do sched:wake(waiters[i]) end
+end
+
+-- One call for the given messages now, outside the turn's batch (the lock
+-- prefetch of a received batch: mqlease.policy): items[i] is the i-th
+-- message's id (a batch of ids) and args[i] its argument. -> the flat reply
+-- (width elements a message, as call reads them), or nil, message, code. At
+-- most max messages (a receive brings at most 32).
+function methods:call_all(items, args)
+  local n = #items
+  if n > self.max then
+    error(("mqlease.policy.batch: %d messages in one call (at most %d)"):format(n, self.max), 2)
+  end
+  return sent(self, { n = n, keys = items, args = args })
 end
 
 -- Adds one message (its argument, then its per_key keys, or its id for a

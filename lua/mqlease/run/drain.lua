@@ -10,9 +10,10 @@
 --   5. give back what still runs: its handler's later release fails, never
 --      doubles (the core no longer holds the lease), and its task settles it;
 --   6. wait for those nacks, for the messages that end by themselves (a
---      waiting one giving itself back, a release under way), and for the
---      receiver's cancelled call, so no lease arrives after the consumer is
---      closed.
+--      waiting one giving itself back, a release under way, an unused lock
+--      deleted), and for the receiver's cancelled call and the batches still
+--      taking their locks (given back once they have), so no lease arrives
+--      after the consumer is closed.
 --
 -- Every nack of the drain goes out at once: one at a time, n slow nacks
 -- would outlast any deadline.
@@ -26,9 +27,11 @@ local _M = {}
 
 -- w: the run's wiring (see mqlease.run.worker): o, st, sched, release_delay
 -- (the consumer's: when what it gives back is due again), seq,
--- waiter, client, watcher, receiving(), give_back(m) (a queued message: back
+-- waiter, client, watcher, receiving() (the receiver, or a received batch
+-- whose locks the policy is taking), give_back(m) (a queued message: back
 -- to the broker, settled), running() (messages whose handler runs),
--- nrunning(), ending() (messages waiting or releasing), drain_extension,
+-- nrunning(), ending() (messages waiting or releasing, and the unlocks of
+-- prefetched locks their messages never used), drain_extension,
 -- and done() when it is over.
 function _M.run(w)
   local o, st, sched = w.o, w.st, w.sched

@@ -1,19 +1,19 @@
 -- mqlease.run.receiver: the task that receives for mqlease.run, while the
--- in-flight limits allow (messages and body bytes held), and hands each
--- message to the run (w.admit). It parks while the run holds its limit (a
+-- in-flight limits allow (messages and body bytes held), and hands what it
+-- receives to the run (w.arrived). It parks while the run holds its limit (a
 -- settling message wakes it) and ends once the run stops or the consumer is
 -- closed.
 
 local metrics = require "mqlease.metrics"
 local wait = require "mqlease.loop"
 
-local min, ipairs, tostring = math.min, ipairs, tostring
+local min, tostring = math.min, tostring
 
 local _M = {}
 
--- w: the run's wiring: consumer, client, o (options), st (inflight, bytes,
--- received), sched, stopping(), stop(reason), admit(m), refuse(m) (a message
--- that arrived after the stop), started(), ended().
+-- w: the run's wiring: consumer, client, o (options), st (inflight, bytes),
+-- sched, stopping(), stop(reason), arrived(msgs) (each message counted in
+-- st at once, then admitted or, after the stop, given back), ended().
 function _M.run(w)
   local consumer, client, o, st, sched = w.consumer, w.client, w.o, w.st, w.sched
   local batch = consumer.options.batch
@@ -26,11 +26,7 @@ function _M.run(w)
         { max_bytes = o.max_inflight_bytes - st.bytes })
       if msgs then
         metrics.received(consumer, msgs)
-        for _, m in ipairs(msgs) do
-          st.received = st.received + 1
-          if w.stopping() then w.refuse(m) else w.admit(m) end
-        end
-        w.started()
+        w.arrived(msgs)
       elseif code == "CLOSED" or (client.closed and client:closed()) then
         -- closed under the run (its receive in flight fails CANCELLED) or
         -- before it: nothing can come any more

@@ -2,7 +2,9 @@
 -- scheduler (the caller's event loop, or a simulated one in the fault model
 -- of spec/unit/run_model_spec.lua).
 --
---   receiver   receives while the in-flight limits allow   (run/receiver.lua)
+--   receiver   receives while the in-flight limits allow;  (run/receiver.lua)
+--              with the exactly-once policy, each batch's
+--              locks are taken as it arrives (its prefetch)
 --   sequencer  which message may start next; FIFO groups   (run/sequencer.lua)
 --   task       one per started message: policy, verb,      (run/task.lua)
 --              release; the one owner of its end
@@ -99,7 +101,28 @@ function _M.run(consumer, handler, o, sched, probe)
     if receiver_co then sched:wake(receiver_co) end
   end
 
+  -- The policy's lock prefetch (mqlease.policy.exactly_once): the locks of a
+  -- received batch taken as it arrives, in a task of its own. A grant its
+  -- message never used (given back, its lease ended, refused at the stop) is
+  -- released when the message settles: its keepalive stopped at once, its
+  -- lock deleted by a task the drain waits for (unlocking).
+  local prefetcher = policy_mod.prefetcher(ctx.policy)
+  local prefetching = {}   -- message -> true while its batch's locks are taken
+  local nprefetches, unlocking = 0, 0
+  -- batches enter the run in the order they arrived, whichever's locks come
+  -- first (an ordered group's messages must reach the sequencer in order)
+  local arrivals, admitted_upto, waiting_turn = 0, 0, {}
+  local function spawn_unlock(fn)
+    unlocking = unlocking + 1
+    sched:spawn(function()
+      pcall(fn)
+      unlocking = unlocking - 1
+      if drainer_co then sched:wake(drainer_co) end
+    end)
+  end
+
   local function on_settled(m, outcome)
+    if prefetcher then prefetcher.release(m, spawn_unlock) end
     st.inflight = st.inflight - 1
     st.bytes = st.bytes - #m.body
     local back = seq:settled(m, outcome == "acked" or outcome == "dead_lettered")
@@ -138,21 +161,86 @@ function _M.run(consumer, handler, o, sched, probe)
     end
   end
 
+  -- A received message enters the run; one that arrived after the stop
+  -- never ran: it goes straight back.
+  local function refuse(m)
+    if prefetcher then prefetcher.release(m, spawn_unlock) end
+    if m:nack(release_delay) then st.drained = st.drained + 1 end
+  end
+  local function admit(m)
+    st.received = st.received + 1
+    if st.stopping then return refuse(m) end
+    life:enter(m)
+    seq:admit(m)
+    st.inflight = st.inflight + 1
+    st.bytes = st.bytes + #m.body
+  end
+  -- Refuses msgs all at once (one slow nack after another could outlast the
+  -- drain), and returns once every nack has its answer.
+  local function refuse_all(msgs)
+    local left, me = #msgs, coroutine.running()
+    for _, m in ipairs(msgs) do
+      sched:spawn(function()
+        pcall(refuse, m)
+        left = left - 1
+        if left == 0 then sched:wake(me) end
+      end)
+    end
+    while left > 0 do sched:park() end
+  end
+
+  -- What a receive brought. With a prefetch its messages count against the
+  -- in-flight limits at once, and enter the run once their locks are taken
+  -- (or the call failed: each then acquires its own at its turn).
+  local function arrived(msgs)
+    if not prefetcher or #msgs == 0 then
+      for _, m in ipairs(msgs) do admit(m) end
+      start_handlers()
+      return
+    end
+    for _, m in ipairs(msgs) do
+      prefetching[m] = true
+      st.inflight = st.inflight + 1
+      st.bytes = st.bytes + #m.body
+    end
+    nprefetches = nprefetches + 1
+    arrivals = arrivals + 1
+    local turn = arrivals
+    sched:spawn(function()
+      if not st.stopping then pcall(prefetcher.prefetch, msgs) end
+      if admitted_upto ~= turn - 1 then
+        waiting_turn[turn] = coroutine.running()
+        repeat sched:park() until admitted_upto == turn - 1
+        waiting_turn[turn] = nil
+      end
+      local back = {}
+      for _, m in ipairs(msgs) do
+        prefetching[m] = nil
+        st.inflight = st.inflight - 1
+        st.bytes = st.bytes - #m.body
+        if st.stopping then
+          st.received = st.received + 1
+          back[#back + 1] = m
+        else
+          admit(m)
+        end
+      end
+      admitted_upto = turn
+      if waiting_turn[turn + 1] then sched:wake(waiting_turn[turn + 1]) end
+      start_handlers()
+      -- the drain waits for this batch (receiving) until its last nack is in
+      if #back > 0 then refuse_all(back) end
+      nprefetches = nprefetches - 1
+      wake_receiver()
+      if drainer_co then sched:wake(drainer_co) end
+    end)
+  end
+
   receiver_co = sched:spawn(receiver.run, {
     consumer = consumer, client = client, o = o, st = st, sched = sched,
     stopping = function() return st.stopping end,
     stop = function(reason) stop(reason) end,
-    admit = function(m)
-      life:enter(m)
-      seq:admit(m)
-      st.inflight = st.inflight + 1
-      st.bytes = st.bytes + #m.body
-    end,
-    -- arrived after the stop: it never ran, give it straight back
-    refuse = function(m)
-      if m:nack(release_delay) then st.drained = st.drained + 1 end
-    end,
-    started = function() start_handlers() end,
+    arrived = arrived,
     ended = function()
       receiver_co = nil
       if drainer_co then sched:wake(drainer_co) end
@@ -175,10 +263,10 @@ function _M.run(consumer, handler, o, sched, probe)
     drainer_co = sched:spawn(drain.run, {
       o = o, st = st, sched = sched, seq = seq, waiter = waiter, client = client, release_delay = release_delay,
       watcher = watcher, drain_extension = drain_extension, wake_receiver = wake_receiver,
-      receiving = function() return receiver_co ~= nil end,
+      receiving = function() return receiver_co ~= nil or nprefetches > 0 end,
       give_back = give_back,
       nrunning = function() return st.nrunning end,
-      ending = function() return life.count.waiting + life.count.releasing end,
+      ending = function() return life.count.waiting + life.count.releasing + unlocking end,
       running = function()
         local out = {}
         for m, s in pairs(life.state) do
@@ -224,7 +312,9 @@ function _M.run(consumer, handler, o, sched, probe)
   for _, m in ipairs(life:unsettled()) do
     local lease = message.made_lease(m)
     if type(lease) == "table" then lease_mod.drop_lock(lease) end
+    if prefetcher then prefetcher.release(m) end
   end
+  for m in pairs(prefetching) do prefetcher.release(m) end
   consumer:close()
   if watcher then
     watcher:done()

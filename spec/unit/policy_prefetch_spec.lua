@@ -1,0 +1,199 @@
+-- The exactly-once policy's lock prefetch (mqlease.policy.prefetcher): the
+-- locks of a received batch taken in one call as it arrives, each kept alive
+-- from its reply on, and used by its message's first ask. Against the fault
+-- model's Redis in simulated time (spec/support/eo_sim.lua), which records
+-- every script it is sent here, and fails where a spec says.
+local policy = require "mqlease.policy"
+local core = require "mqlease.core"
+local wait = require "mqlease.loop"
+local eo_sim = require "spec.support.eo_sim"
+local simulate, message = eo_sim.simulate, eo_sim.message
+
+local NAMES = {}
+for name, script in pairs(policy.scripts) do NAMES[script] = name end
+
+-- Records the name of every script redis is sent, in order; before(i), if
+-- given, runs before the i-th call is made.
+local function record(redis, before)
+  local calls, eval = {}, redis.eval
+  redis.eval = function(self, script, keys, args)
+    calls[#calls + 1] = NAMES[script] or "?"
+    if before then before(#calls) end
+    return eval(self, script, keys, args)
+  end
+  return calls
+end
+
+-- The value of key in the model Redis now, or nil (gone, or lapsed).
+local function value(redis, key)
+  local e = redis.keys[key]
+  if e and e.expires > core.now() then return e.value end
+  return nil
+end
+
+-- Runs each message's policy in a task of its own, all in one turn, and
+-- waits for every answer: { action, ... } in the messages' order.
+local function ask_all(sched, p, msgs, handler)
+  local answers, left = {}, #msgs
+  for i, m in ipairs(msgs) do
+    sched:spawn(function()
+      answers[i] = p(m, m.lease, handler or function() return true end)
+      left = left - 1
+    end)
+  end
+  while left > 0 do wait.sleep(0.01) end
+  return answers
+end
+
+local function copy(t)
+  local out = {}
+  for k, v in pairs(t) do out[k] = v end
+  return out
+end
+
+describe("mqlease.policy.exactly_once lock prefetch", function()
+  it("takes a batch's locks in one call; each message's ask uses its grant and sends no acquire", function()
+    simulate(function(_, redis, sched)
+      local calls = record(redis)
+      local p = policy.exactly_once({ redis = redis, lock_ttl = 6 })
+      local pf = policy.prefetcher(p)
+      local msgs = { message("a"), message("b"), message("c") }
+      pf.prefetch(msgs)
+      assert.same({ "acquire_many" }, calls)
+      assert.equal(3, #redis.running(), "each lock kept alive from its reply on")
+      for _, m in ipairs(msgs) do assert.is_string(value(redis, policy.keys(m.id).lock)) end
+      wait.sleep(4)   -- past a renewal: the locks outlive their first TTL's third while waiting
+      assert.same({ "ack", "ack", "ack" }, ask_all(sched, p, msgs))
+      assert.same({ "acquire_many", "finish_many" }, calls)
+      for _, m in ipairs(msgs) do
+        assert.is_true(redis.done_of(m.id))
+        assert.is_nil(value(redis, policy.keys(m.id).lock), "unlocked with the marker")
+        assert.equal(1, m.lease.fence)
+      end
+      assert.same({}, redis.running())
+    end)
+  end)
+
+  it("releases a grant its message never used: keepalive stopped at once, lock deleted", function()
+    simulate(function(_, redis, sched)
+      local calls = record(redis)
+      local p = policy.exactly_once({ redis = redis })
+      local pf = policy.prefetcher(p)
+      local m = message("a")
+      pf.prefetch({ m })
+      local unlock
+      pf.release(m, function(fn) unlock = fn end)
+      assert.same({}, redis.running())
+      assert.is_string(value(redis, policy.keys("a").lock), "deleted by the task it hands out")
+      unlock()
+      assert.is_nil(value(redis, policy.keys("a").lock))
+      assert.same({ "acquire_many", "unlock" }, calls)
+      pf.release(m, function() error("released twice") end)
+      -- the grant is gone: the message's ask takes its own lock
+      assert.same({ "ack" }, ask_all(sched, p, { m }))
+      assert.same({ "acquire_many", "unlock", "acquire_many", "finish_many" }, calls)
+    end)
+  end)
+
+  it("leaves each message to its own acquire when the call gets no reply", function()
+    local faults = copy(eo_sim.NO_FAULTS)
+    simulate(function(_, redis, sched)
+      local calls = record(redis)
+      local p = policy.exactly_once({ redis = redis })
+      local pf = policy.prefetcher(p)
+      local msgs = { message("a"), message("b") }
+      faults.eval_fail = 1
+      pf.prefetch(msgs)
+      faults.eval_fail = 0
+      assert.same({}, redis.running())
+      assert.same({ "ack", "ack" }, ask_all(sched, p, msgs))
+      assert.same({ "acquire_many", "acquire_many", "finish_many" }, calls)
+    end, faults)
+  end)
+
+  it("runs nothing twice when Redis applied the call whose reply was lost: each message defers", function()
+    local faults = copy(eo_sim.NO_FAULTS)
+    simulate(function(_, redis, sched)
+      local p = policy.exactly_once({ redis = redis, lock_ttl = 5 })
+      local pf = policy.prefetcher(p)
+      local m = message("a")
+      faults.eval_fail, faults.applied = 1, 1
+      pf.prefetch({ m })
+      faults.eval_fail, faults.applied = 0, 0
+      assert.same({ "defer" }, ask_all(sched, p, { m }, function() error("must not run") end))
+      assert.equal(1, m.counts.handoff)
+      wait.sleep(5)   -- the unanswered call's lock lapses at its TTL
+      assert.same({ "ack" }, ask_all(sched, p, { m }))
+    end, faults)
+  end)
+
+  it("keeps \"done before\" for the message's ask, and asks again about a lock another owner held", function()
+    simulate(function(_, redis, sched)
+      local calls = record(redis)
+      local p = policy.exactly_once({ redis = redis })
+      local pf = policy.prefetcher(p)
+      redis.keys[policy.keys("a").done] = { value = "1", expires = core.now() + 100 }
+      redis.keys[policy.keys("b").lock] = { value = "other", expires = core.now() + 100 }
+      local a, b = message("a"), message("b")
+      pf.prefetch({ a, b })
+      assert.same({}, redis.running())
+      assert.same({ "ack" }, ask_all(sched, p, { a }, function() error("must not run") end))
+      assert.equal(1, a.counts.duplicate_skipped)
+      assert.same({ "acquire_many" }, calls)
+      assert.same({ "defer" }, ask_all(sched, p, { b }, function() error("must not run") end))
+      assert.same({ "acquire_many", "acquire_many" }, calls)
+      assert.equal(1, b.counts.handoff)
+    end)
+  end)
+
+  it("runs nothing on a grant whose lock was lost while its message waited", function()
+    simulate(function(_, redis, sched)
+      local p = policy.exactly_once({ redis = redis, lock_ttl = 3 })
+      local pf = policy.prefetcher(p)
+      local m = message("a")
+      pf.prefetch({ m })
+      redis.keys[policy.keys("a").lock] = nil   -- evicted, or a failover lost it
+      wait.sleep(1.5)                           -- its renewal finds it gone
+      assert.same({ "defer" }, ask_all(sched, p, { m }, function() error("must not run") end))
+      assert.equal(1, m.counts.deferred_held)
+      assert.same({}, redis.running())
+    end)
+  end)
+
+  it("grants nothing from a reply read too late for the lock's first renewal, and unlocks", function()
+    simulate(function(_, redis, sched)
+      -- lock_ttl 3: renewed every second, so a reply read 2 s after the call is late
+      local calls = record(redis, function(i) if i == 1 then wait.sleep(2.5) end end)
+      local p = policy.exactly_once({ redis = redis, lock_ttl = 3 })
+      local pf = policy.prefetcher(p)
+      local m = message("a")
+      pf.prefetch({ m })
+      assert.same({ "acquire_many", "unlock" }, calls)
+      assert.same({}, redis.running())
+      assert.is_nil(value(redis, policy.keys("a").lock))
+      assert.same({ "ack" }, ask_all(sched, p, { m }))
+    end)
+  end)
+
+  it("is the exactly-once policy's alone, and off with prefetch = false", function()
+    local redis = { call = true }
+    assert.is_table(policy.prefetcher(policy.exactly_once({ redis = redis })))
+    assert.is_nil(policy.prefetcher(policy.exactly_once({ redis = redis, prefetch = false })))
+    assert.is_nil(policy.prefetcher(policy.plain))
+    local ok, err = pcall(policy.exactly_once, { redis = redis, prefetch = "yes" })
+    assert.is_false(ok)
+    assert.matches("option 'prefetch' must be true or false", err, 1, true)
+  end)
+
+  it("does nothing without batches (batch = false): each message acquires its own", function()
+    simulate(function(_, redis, sched)
+      local calls = record(redis)
+      local p = policy.exactly_once({ redis = redis, batch = false })
+      local m = message("a")
+      policy.prefetcher(p).prefetch({ m })
+      assert.same({}, calls)
+      assert.same({ "ack" }, ask_all(sched, p, { m }))
+      assert.same({ "acquire", "finish" }, calls)
+    end)
+  end)
+end)
