@@ -197,3 +197,92 @@ describe("mqlease.policy.exactly_once lock prefetch", function()
     end)
   end)
 end)
+
+-- The prefetch inside mqlease.run, over the fault model's broker (its
+-- invariants checked: nothing stranded, no ack without a marker, ...).
+describe("mqlease.run with the lock prefetch", function()
+  local run = require "mqlease.run"
+  local clock_mod = require "spec.support.model.clock"
+  local redis_model = require "spec.support.model.redis"
+  local broker_model = require "spec.support.model.broker"
+
+  -- Runs count unordered messages (or the groups given) through mqlease.run
+  -- with the exactly-once policy until stop_at seconds; slow(i): extra
+  -- seconds before the i-th script call's reply. -> summary, broker, redis, calls.
+  local function run_model(cfg)
+    local summary, b, redis, calls
+    clock_mod.simulate(3600, function(clock)
+      local rng = clock_mod.rng(cfg.seed or 5)
+      redis = redis_model.new({ rng = rng, clock = clock, faults = eo_sim.NO_FAULTS })
+      calls = record(redis, function(i) if cfg.slow then wait.sleep(cfg.slow(i)) end end)
+      b = broker_model.new({ rng = rng, clock = clock, count = cfg.count, groups = cfg.groups, fifo = cfg.groups ~= nil,
+        batch = cfg.batch or 4, invisible = 10, faults = eo_sim.NO_FAULTS, release_delay = 0.5, eo = redis })
+      local receive = b.consumer.receive
+      b.receives = 0   -- the receives that brought messages
+      b.consumer.receive = function(...)
+        local msgs, err, code = receive(...)
+        if msgs and #msgs > 0 then b.receives = b.receives + 1 end
+        return msgs, err, code
+      end
+      summary = run(b.consumer, cfg.handler or function() return true end, {
+        policy = policy.exactly_once({ redis = redis, lock_ttl = 6 }), concurrency = cfg.concurrency or 2,
+        max_inflight = cfg.max_inflight or math.max(cfg.batch or 4, cfg.concurrency or 2),
+        stop = function() return clock.t - 1000 >= cfg.stop_at end, grace = cfg.grace or 5,
+      })
+    end)
+    return summary, b, redis, calls
+  end
+
+  local function held_locks(redis)
+    local out = {}
+    for key, e in pairs(redis.keys) do
+      if key:match(":lock$") and e.expires > core.now() then out[#out + 1] = key end
+    end
+    return out
+  end
+
+  it("runs every message once, its lock taken with its batch's", function()
+    local summary, b, redis, calls = run_model({ count = 12, batch = 4, stop_at = 20 })
+    assert.same({}, b.violations)
+    assert.equal(12, summary.acked)
+    for i = 1, 12 do assert.is_true(redis.done_of("u:" .. i)) end
+    local acquires = 0
+    for _, c in ipairs(calls) do if c == "acquire_many" or c == "acquire" then acquires = acquires + 1 end end
+    assert.equal(b.receives, acquires, "one call a received batch, none of a message's own")
+    assert.is_true(b.receives >= 3)
+    assert.same({}, redis.running())
+  end)
+
+  it("gives back unrun a batch whose locks were being taken at the stop, its locks deleted", function()
+    -- the first batch's call answers after 2 s; the stop comes at 1 s
+    local summary, b, redis = run_model({ count = 4, batch = 4, stop_at = 1,
+      slow = function(i) return i == 1 and 2 or 0 end })
+    assert.same({}, b.violations)
+    assert.equal(0, summary.acked)
+    assert.equal(4, summary.drained)
+    assert.same({}, redis.running())
+    assert.same({}, held_locks(redis))
+  end)
+
+  it("deletes the locks of messages given back unrun at the stop (queued behind a slot)", function()
+    -- one slot, a handler of 3 s: at the stop 1 s in, three of the batch wait
+    local summary, b, redis = run_model({ count = 4, batch = 4, stop_at = 1, concurrency = 1, grace = 5,
+      handler = function() wait.sleep(3); return true end })
+    assert.same({}, b.violations)
+    assert.equal(1, summary.acked)
+    assert.equal(3, summary.drained)
+    assert.same({}, redis.running())
+    assert.same({}, held_locks(redis))
+  end)
+
+  it("lets batches in in the order they arrived, whichever's locks come first", function()
+    -- batches of 1, one handler slot: messages run in the order they enter
+    -- the run; the first batch's call answers after the next two
+    local order = {}
+    local _, b = run_model({ count = 3, batch = 1, concurrency = 1, max_inflight = 3, stop_at = 30,
+      slow = function(i) return i == 1 and 1 or 0 end,
+      handler = function(m) order[#order + 1] = m.id; return true end })
+    assert.same({}, b.violations)
+    assert.same({ "u:1", "u:2", "u:3" }, order)
+  end)
+end)

@@ -27,8 +27,8 @@ local _M = {}
 
 -- w: the run's wiring (see mqlease.run.worker): o, st, sched, release_delay
 -- (the consumer's: when what it gives back is due again), seq,
--- waiter, client, watcher, receiving() (the receiver, or a received batch
--- whose locks the policy is taking), give_back(m) (a queued message: back
+-- waiter, client, watcher, receiving() (the receiver, a received batch
+-- whose locks the policy is taking, or an unused lock being deleted), give_back(m) (a queued message: back
 -- to the broker, settled), running() (messages whose handler runs),
 -- nrunning(), ending() (messages waiting or releasing, and the unlocks of
 -- prefetched locks their messages never used), drain_extension,

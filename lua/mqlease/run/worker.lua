@@ -164,7 +164,9 @@ function _M.run(consumer, handler, o, sched, probe)
   -- A received message enters the run; one that arrived after the stop
   -- never ran: it goes straight back.
   local function refuse(m)
-    if prefetcher then prefetcher.release(m, spawn_unlock) end
+    -- its unused lock deleted here, before the nack: whoever waits for this
+    -- refusal (the drain, through its batch) waits for the delete too
+    if prefetcher then prefetcher.release(m, function(unlock) pcall(unlock) end) end
     if m:nack(release_delay) then st.drained = st.drained + 1 end
   end
   local function admit(m)
@@ -263,7 +265,7 @@ function _M.run(consumer, handler, o, sched, probe)
     drainer_co = sched:spawn(drain.run, {
       o = o, st = st, sched = sched, seq = seq, waiter = waiter, client = client, release_delay = release_delay,
       watcher = watcher, drain_extension = drain_extension, wake_receiver = wake_receiver,
-      receiving = function() return receiver_co ~= nil or nprefetches > 0 end,
+      receiving = function() return receiver_co ~= nil or nprefetches > 0 or unlocking > 0 end,
       give_back = give_back,
       nrunning = function() return st.nrunning end,
       ending = function() return life.count.waiting + life.count.releasing + unlocking end,
