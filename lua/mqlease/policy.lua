@@ -465,7 +465,8 @@ function _M.exactly_once(opts)
 
   function prefetcher.prefetch(msgs)
     local rc = client()
-    if not batches(rc) then return end
+    local sched = batches(rc)
+    if not sched then return end
     local items, owners, of = {}, {}, {}
     for _, m in ipairs(msgs) do
       local id = m.id
@@ -483,7 +484,10 @@ function _M.exactly_once(opts)
     for i = 1, #items do
       local got, value = reply[2 * i - 1], reply[2 * i]
       if got == 1 and late then
-        unlock(rc, (key_strings(items[i], prefix)), owners[i])
+        -- each from a task of its own: one after another they would hold
+        -- back this batch, and every batch behind it
+        local key, owner = (key_strings(items[i], prefix)), owners[i]
+        sched:spawn(function() unlock(rc, key, owner) end)
       elseif got == 1 then
         local m = of[i]
         grants[m] = { got = 1, fence = value, owner = owners[i], at = acquired_at, rc = rc,

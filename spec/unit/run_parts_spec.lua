@@ -318,6 +318,7 @@ describe("mqlease.run.drain", function()
     local w = { o = { mode = mode, grace = grace }, release_delay = 1, st = { drained = 0 }, sched = sched,
       given = {}, nacked = {}, client = { cancel_receives = function() end }, drain_extension = 10,
       wake_receiver = function() end, receiving = function() return false end,
+      take_arriving = function() return {} end, refuse = function() error("nothing to refuse") end,
       running_set = {}, waiting = 0 }
     w.seq = { take_all = function() return { { id = "q1" }, { id = "q2" } } end }
     w.waiter = { wake_all = function() w.woken = true end }

@@ -2,7 +2,8 @@
 -- multiplies or loses a message:
 --
 --   1. stop receiving (the receive in flight is cancelled);
---   2. give back what never started, and what waits behind an unfinished
+--   2. give back what never started (queued, or in a batch whose locks are
+--      still being taken), and what waits behind an unfinished
 --      message of its group (the broker keeps an ordered queue blocked while
 --      that one's lease lives, so nothing after it is delivered before it);
 --   3. wake what waits to be tried again: each gives itself back;
@@ -11,8 +12,7 @@
 --      doubles (the core no longer holds the lease), and its task settles it;
 --   6. wait for those nacks, for the messages that end by themselves (a
 --      waiting one giving itself back, a release under way, an unused lock
---      deleted), and for the receiver's cancelled call and the batches still
---      taking their locks (given back once they have), so no lease arrives
+--      deleted), and for the receiver's cancelled call, so no lease arrives
 --      after the consumer is closed.
 --
 -- Every nack of the drain goes out at once: one at a time, n slow nacks
@@ -27,8 +27,10 @@ local _M = {}
 
 -- w: the run's wiring (see mqlease.run.worker): o, st, sched, release_delay
 -- (the consumer's: when what it gives back is due again), seq,
--- waiter, client, watcher, receiving() (the receiver, a received batch
--- whose locks the policy is taking, or an unused lock being deleted), give_back(m) (a queued message: back
+-- waiter, client, watcher, receiving() (the receiver, a batch refused at the
+-- stop, or an unused lock being deleted), take_arriving() (the messages of
+-- batches whose locks the policy is taking, out of the run: each goes back
+-- through refuse(m)), give_back(m) (a queued message: back
 -- to the broker, settled), running() (messages whose handler runs),
 -- nrunning(), ending() (messages waiting or releasing, and the unlocks of
 -- prefetched locks their messages never used), drain_extension,
@@ -63,6 +65,16 @@ function _M.run(w)
     end)
   end
 
+  -- a batch still taking its locks (the exactly-once prefetch) goes back
+  -- at once: its call may take up to Redis's timeout
+  for _, m in ipairs(w.take_arriving()) do
+    pending = pending + 1
+    sched:spawn(function()
+      w.refuse(m)
+      pending = pending - 1
+      if pending == 0 then sched:wake(me) end
+    end)
+  end
   for _, m in ipairs(w.seq:take_all()) do give_back(m) end
   w.waiter:wake_all()
   if o.mode == "wait" then

@@ -86,29 +86,15 @@ function _M.run(consumer, handler, o, sched, probe)
     releaser = releaser_mod.new(consumer, sched),
   }
 
-  -- A message given back unrun: after the stop, or held behind an ordered
-  -- message that ended unreleased. It is queued (give_back) or already
-  -- moved to releasing (settle_given_back); it settles here.
-  local function settle_given_back(m)
-    ctx.life:settle(m, task.give_back(ctx, m))
-  end
-  local function give_back(m)
-    ctx.life:move(m, "releasing")
-    settle_given_back(m)
-  end
-
-  local function wake_receiver()
-    if receiver_co then sched:wake(receiver_co) end
-  end
-
   -- The policy's lock prefetch (mqlease.policy.exactly_once): the locks of a
   -- received batch taken as it arrives, in a task of its own. A grant its
   -- message never used (given back, its lease ended, refused at the stop) is
   -- released when the message settles: its keepalive stopped at once, its
   -- lock deleted by a task the drain waits for (unlocking).
   local prefetcher = policy_mod.prefetcher(ctx.policy)
-  local prefetching = {}   -- message -> true while its batch's locks are taken
-  local nprefetches, unlocking = 0, 0
+  local prefetching = {}   -- message -> true until its batch's locks are taken or released
+  local arriving = {}      -- batch -> true while its locks are taken (see arrived)
+  local unlocking, refusing = 0, 0
   -- batches enter the run in the order they arrived, whichever's locks come
   -- first (an ordered group's messages must reach the sequencer in order)
   local arrivals, admitted_upto, waiting_turn = 0, 0, {}
@@ -119,6 +105,24 @@ function _M.run(consumer, handler, o, sched, probe)
       unlocking = unlocking - 1
       if drainer_co then sched:wake(drainer_co) end
     end)
+  end
+
+  -- A message given back unrun: after the stop, or held behind an ordered
+  -- message that ended unreleased. It is queued (give_back) or already
+  -- moved to releasing (settle_given_back); it settles here.
+  local function settle_given_back(m)
+    -- an unused prefetched lock deleted before the nack: a redelivery must
+    -- not find it held (and defer)
+    if prefetcher then prefetcher.release(m, function(unlock) pcall(unlock) end) end
+    ctx.life:settle(m, task.give_back(ctx, m))
+  end
+  local function give_back(m)
+    ctx.life:move(m, "releasing")
+    settle_given_back(m)
+  end
+
+  local function wake_receiver()
+    if receiver_co then sched:wake(receiver_co) end
   end
 
   local function on_settled(m, outcome)
@@ -193,49 +197,89 @@ function _M.run(consumer, handler, o, sched, probe)
 
   -- What a receive brought. With a prefetch its messages count against the
   -- in-flight limits at once, and enter the run once their locks are taken
-  -- (or the call failed: each then acquires its own at its turn).
+  -- (or the call failed: each then acquires its own at its turn). A stop
+  -- does not wait for a batch's call (up to Redis's timeout): the drain takes
+  -- the batch (take_arriving) and gives it back, and when the call returns,
+  -- only the grants it made are left to release.
   local function arrived(msgs)
-    if not prefetcher or #msgs == 0 then
+    if not prefetcher or #msgs == 0 or st.stopping then
       for _, m in ipairs(msgs) do admit(m) end
       start_handlers()
       return
     end
+    local batch = { msgs = msgs }
+    arriving[batch] = true
     for _, m in ipairs(msgs) do
       prefetching[m] = true
       st.inflight = st.inflight + 1
       st.bytes = st.bytes + #m.body
     end
-    nprefetches = nprefetches + 1
     arrivals = arrivals + 1
     local turn = arrivals
     sched:spawn(function()
       if not st.stopping then pcall(prefetcher.prefetch, msgs) end
-      if admitted_upto ~= turn - 1 then
+      if batch.taken then
+        -- given back by the drain while the call was out
+        for _, m in ipairs(msgs) do
+          prefetcher.release(m, spawn_unlock)
+          prefetching[m] = nil
+        end
+        return
+      end
+      if admitted_upto ~= turn - 1 and not st.stopping then
         waiting_turn[turn] = coroutine.running()
-        repeat sched:park() until admitted_upto == turn - 1
+        repeat sched:park() until admitted_upto == turn - 1 or batch.taken
         waiting_turn[turn] = nil
       end
+      arriving[batch] = nil
       local back = {}
       for _, m in ipairs(msgs) do
-        prefetching[m] = nil
-        st.inflight = st.inflight - 1
-        st.bytes = st.bytes - #m.body
-        if st.stopping then
-          st.received = st.received + 1
-          back[#back + 1] = m
+        if batch.taken then
+          prefetcher.release(m, spawn_unlock)
+          prefetching[m] = nil
         else
-          admit(m)
+          st.inflight = st.inflight - 1
+          st.bytes = st.bytes - #m.body
+          if st.stopping then
+            st.received = st.received + 1
+            back[#back + 1] = m
+          else
+            prefetching[m] = nil
+            admit(m)
+          end
         end
       end
-      admitted_upto = turn
+      if admitted_upto < turn then admitted_upto = turn end
       if waiting_turn[turn + 1] then sched:wake(waiting_turn[turn + 1]) end
       start_handlers()
-      -- the drain waits for this batch (receiving) until its last nack is in
-      if #back > 0 then refuse_all(back) end
-      nprefetches = nprefetches - 1
       wake_receiver()
+      -- refused at the stop: their grants released, then nacked, all at once
+      -- (the drain waits for them: receiving)
+      if #back > 0 then
+        refusing = refusing + 1
+        refuse_all(back)
+        refusing = refusing - 1
+      end
       if drainer_co then sched:wake(drainer_co) end
     end)
+  end
+
+  -- The drain's: the messages of every batch still taking its locks, taken
+  -- out of the run's counts, to be given back at once (refuse). Their
+  -- batches' tasks release the grants when the calls return.
+  local function take_arriving()
+    local out = {}
+    for batch in pairs(arriving) do
+      arriving[batch] = nil
+      batch.taken = true
+      for _, m in ipairs(batch.msgs) do
+        st.inflight = st.inflight - 1
+        st.bytes = st.bytes - #m.body
+        st.received = st.received + 1
+        out[#out + 1] = m
+      end
+    end
+    return out
   end
 
   receiver_co = sched:spawn(receiver.run, {
@@ -265,7 +309,8 @@ function _M.run(consumer, handler, o, sched, probe)
     drainer_co = sched:spawn(drain.run, {
       o = o, st = st, sched = sched, seq = seq, waiter = waiter, client = client, release_delay = release_delay,
       watcher = watcher, drain_extension = drain_extension, wake_receiver = wake_receiver,
-      receiving = function() return receiver_co ~= nil or nprefetches > 0 or unlocking > 0 end,
+      receiving = function() return receiver_co ~= nil or refusing > 0 or unlocking > 0 end,
+      take_arriving = take_arriving, refuse = refuse,
       give_back = give_back,
       nrunning = function() return st.nrunning end,
       ending = function() return life.count.waiting + life.count.releasing + unlocking end,
