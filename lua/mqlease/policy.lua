@@ -266,7 +266,7 @@ end
 local prefetchers = setmetatable({}, { __mode = "k" })
 
 -- The prefetcher of a policy made by exactly_once, or nil (any other policy,
--- or prefetch = false): { prefetch(msgs), release(m, spawn) }.
+-- or prefetch = false): { prefetch(msgs, spawn), release(m, spawn) }.
 function _M.prefetcher(policy)
   return prefetchers[policy]
 end
@@ -463,7 +463,9 @@ function _M.exactly_once(opts)
   local grants = setmetatable({}, { __mode = "k" })   -- message -> { got, fence, owner, at, ka, rc }
   local prefetcher = {}
 
-  function prefetcher.prefetch(msgs)
+  -- spawn(fn), if given, runs fn in a task its caller waits for (the run's
+  -- drain): the unlocks of a late reply go through it.
+  function prefetcher.prefetch(msgs, spawn)
     local rc = client()
     local sched = batches(rc)
     if not sched then return end
@@ -487,7 +489,8 @@ function _M.exactly_once(opts)
         -- each from a task of its own: one after another they would hold
         -- back this batch, and every batch behind it
         local key, owner = (key_strings(items[i], prefix)), owners[i]
-        sched:spawn(function() unlock(rc, key, owner) end)
+        local fn = function() unlock(rc, key, owner) end
+        if spawn then spawn(fn) else sched:spawn(fn) end
       elseif got == 1 then
         local m = of[i]
         grants[m] = { got = 1, fence = value, owner = owners[i], at = acquired_at, rc = rc,

@@ -231,12 +231,14 @@ describe("mqlease.run with the lock prefetch", function()
       end
       summary = run(b.consumer, cfg.handler or function() return true end, {
         policy = policy.exactly_once({ redis = redis, lock_ttl = 6 }), concurrency = cfg.concurrency or 2,
-        max_inflight = cfg.max_inflight or math.max(cfg.batch or 4, cfg.concurrency or 2),
+        max_inflight = cfg.max_inflight or math.max(cfg.batch or 4, cfg.concurrency or 2), grace = cfg.grace or 5,
         stop = function()
-          if clock.t - 1000 < cfg.stop_at then return false end
+          if cfg.stop then
+            if not cfg.stop() then return false end
+          elseif clock.t - 1000 < cfg.stop_at then return false end
           stopped.at = stopped.at or core.now()
           return true
-        end, grace = cfg.grace or 5,
+        end,
       })
     end)
     return summary, b, redis, calls
@@ -300,6 +302,64 @@ describe("mqlease.run with the lock prefetch", function()
     end })
     assert.same({}, b.violations)
     assert.same({}, redis.running())
+  end)
+
+  -- Found by a second review (the first two fail on the commit before the
+  -- fix): a batch parked for its turn stayed parked when the drain took the
+  -- batch before it; one whose reply came in the stop's own round gave
+  -- itself back, waited for only 2 s; a late reply's unlocks were not
+  -- waited for (the third holds that; its timing did not show it here).
+  it("leaves no batch parked for its turn when the drain takes the one before it", function()
+    local scheduler = require "mqlease.scheduler"
+    local sched, new = nil, scheduler.new
+    scheduler.new = function(...) sched = new(...); return sched end
+    local ok, err = pcall(function()
+      -- A runs (4 s handlers); B's call answers after 3 s, C's at once: C waits for B
+      local _, b = run_model({ count = 6, batch = 2, stop_at = 1, concurrency = 2, max_inflight = 8,
+        slow = function(i) return i == 2 and 3 or 0 end, handler = function() wait.sleep(4); return true end })
+      assert.same({}, b.violations)
+    end)
+    scheduler.new = new
+    assert(ok, err)
+    for co in pairs(sched.tasks) do
+      for level = 0, 10 do
+        local info = debug.getinfo(co, level, "S")
+        if not info then break end
+        assert.is_nil(info.short_src:match("run/worker%.lua"), "a task of the run left parked")
+      end
+    end
+  end)
+
+  it("gives back through the drain a batch whose reply comes in the stop's own round", function()
+    local a_read = false
+    local summary, b, redis = run_model({ count = 4, batch = 2, concurrency = 2, max_inflight = 8,
+      stop = function() return a_read end,
+      wrap = function(redis)
+        local eval, n = redis.eval, 0
+        redis.eval = function(self, script, keys, args)
+          n = n + 1
+          local i = n
+          if i == 1 then wait.sleep(2) end   -- batch A's call answers after 2 s
+          if script == policy.scripts.unlock and tostring(keys[1]):match("u:[34]") then wait.sleep(3) end
+          local r = eval(self, script, keys, args)
+          if i == 1 then a_read = true end
+          return r
+        end
+      end })
+    assert.same({}, b.violations)
+    assert.equal(4, summary.acked + summary.drained)
+    assert.is_true(summary.drained >= 2, "B, whose unlocks are slow, given back")
+    assert.same({}, redis.running())
+  end)
+
+  it("waits for the unlocks of a late reply at the stop", function()
+    -- A runs (6.5 s handlers, grace 10); B's reply is read 5.5 s late (lock_ttl 6), its unlocks take 2 s
+    local _, b, redis = run_model({ count = 4, batch = 2, stop_at = 1, concurrency = 2, max_inflight = 8, grace = 10,
+      slow = function(i) if i == 2 then return 5.5 elseif i == 3 or i == 4 then return 2 end return 0 end,
+      handler = function() wait.sleep(6.5); return true end })
+    assert.same({}, b.violations)
+    assert.same({}, redis.running())
+    assert.same({}, held_locks(redis))
   end)
 
   it("deletes the locks of messages given back unrun at the stop (queued behind a slot)", function()

@@ -94,10 +94,10 @@ function _M.run(consumer, handler, o, sched, probe)
   local prefetcher = policy_mod.prefetcher(ctx.policy)
   local prefetching = {}   -- message -> true until its batch's locks are taken or released
   local arriving = {}      -- batch -> true while its locks are taken (see arrived)
-  local unlocking, refusing = 0, 0
+  local unlocking = 0
   -- batches enter the run in the order they arrived, whichever's locks come
   -- first (an ordered group's messages must reach the sequencer in order)
-  local arrivals, admitted_upto, waiting_turn = 0, 0, {}
+  local arrivals, admitted_upto, by_turn = 0, 0, {}   -- by_turn: turn -> its batch, until it enters
   local function spawn_unlock(fn)
     unlocking = unlocking + 1
     sched:spawn(function()
@@ -181,26 +181,14 @@ function _M.run(consumer, handler, o, sched, probe)
     st.inflight = st.inflight + 1
     st.bytes = st.bytes + #m.body
   end
-  -- Refuses msgs all at once (one slow nack after another could outlast the
-  -- drain), and returns once every nack has its answer.
-  local function refuse_all(msgs)
-    local left, me = #msgs, coroutine.running()
-    for _, m in ipairs(msgs) do
-      sched:spawn(function()
-        pcall(refuse, m)
-        left = left - 1
-        if left == 0 then sched:wake(me) end
-      end)
-    end
-    while left > 0 do sched:park() end
-  end
 
   -- What a receive brought. With a prefetch its messages count against the
   -- in-flight limits at once, and enter the run once their locks are taken
-  -- (or the call failed: each then acquires its own at its turn). A stop
-  -- does not wait for a batch's call (up to Redis's timeout): the drain takes
-  -- the batch (take_arriving) and gives it back, and when the call returns,
-  -- only the grants it made are left to release.
+  -- (or the call failed: each then acquires its own at its turn), in the
+  -- order they arrived. A stop does not wait for a batch's call (up to
+  -- Redis's timeout): the drain takes every batch not yet in the run
+  -- (take_arriving) and gives its messages back, grants released; a call
+  -- that returns after that only releases what it granted.
   local function arrived(msgs)
     if not prefetcher or #msgs == 0 or st.stopping then
       for _, m in ipairs(msgs) do admit(m) end
@@ -217,61 +205,48 @@ function _M.run(consumer, handler, o, sched, probe)
     arrivals = arrivals + 1
     local turn = arrivals
     sched:spawn(function()
-      if not st.stopping then pcall(prefetcher.prefetch, msgs) end
+      if not st.stopping then pcall(prefetcher.prefetch, msgs, spawn_unlock) end
+      while not batch.taken and not st.stopping and admitted_upto ~= turn - 1 do
+        batch.co = coroutine.running()
+        sched:park()   -- the batch before it, or the drain, wakes it
+        batch.co = nil
+      end
       if batch.taken then
-        -- given back by the drain while the call was out
         for _, m in ipairs(msgs) do
           prefetcher.release(m, spawn_unlock)
           prefetching[m] = nil
         end
         return
       end
-      if admitted_upto ~= turn - 1 and not st.stopping then
-        waiting_turn[turn] = coroutine.running()
-        repeat sched:park() until admitted_upto == turn - 1 or batch.taken
-        waiting_turn[turn] = nil
-      end
+      -- stopping: the drain takes it (it has not run yet, or it would have)
+      if st.stopping then return end
       arriving[batch] = nil
-      local back = {}
       for _, m in ipairs(msgs) do
-        if batch.taken then
-          prefetcher.release(m, spawn_unlock)
-          prefetching[m] = nil
-        else
-          st.inflight = st.inflight - 1
-          st.bytes = st.bytes - #m.body
-          if st.stopping then
-            st.received = st.received + 1
-            back[#back + 1] = m
-          else
-            prefetching[m] = nil
-            admit(m)
-          end
-        end
+        prefetching[m] = nil
+        st.inflight = st.inflight - 1
+        st.bytes = st.bytes - #m.body
+        admit(m)
       end
-      if admitted_upto < turn then admitted_upto = turn end
-      if waiting_turn[turn + 1] then sched:wake(waiting_turn[turn + 1]) end
+      admitted_upto = turn
+      by_turn[turn] = nil
+      local next_batch = by_turn[turn + 1]
+      if next_batch and next_batch.co then sched:wake(next_batch.co) end
       start_handlers()
       wake_receiver()
-      -- refused at the stop: their grants released, then nacked, all at once
-      -- (the drain waits for them: receiving)
-      if #back > 0 then
-        refusing = refusing + 1
-        refuse_all(back)
-        refusing = refusing - 1
-      end
-      if drainer_co then sched:wake(drainer_co) end
     end)
+    by_turn[turn] = batch
   end
 
-  -- The drain's: the messages of every batch still taking its locks, taken
-  -- out of the run's counts, to be given back at once (refuse). Their
-  -- batches' tasks release the grants when the calls return.
+  -- The drain's: the messages of every batch not yet in the run, taken out
+  -- of the run's counts, for the drain to give back at once (refuse, which
+  -- releases what their call granted so far). Their tasks release the rest
+  -- when the calls return.
   local function take_arriving()
     local out = {}
     for batch in pairs(arriving) do
       arriving[batch] = nil
       batch.taken = true
+      if batch.co then sched:wake(batch.co) end
       for _, m in ipairs(batch.msgs) do
         st.inflight = st.inflight - 1
         st.bytes = st.bytes - #m.body
@@ -279,6 +254,7 @@ function _M.run(consumer, handler, o, sched, probe)
         out[#out + 1] = m
       end
     end
+    by_turn = {}
     return out
   end
 
@@ -309,7 +285,7 @@ function _M.run(consumer, handler, o, sched, probe)
     drainer_co = sched:spawn(drain.run, {
       o = o, st = st, sched = sched, seq = seq, waiter = waiter, client = client, release_delay = release_delay,
       watcher = watcher, drain_extension = drain_extension, wake_receiver = wake_receiver,
-      receiving = function() return receiver_co ~= nil or refusing > 0 or unlocking > 0 end,
+      receiving = function() return receiver_co ~= nil or unlocking > 0 end,
       take_arriving = take_arriving, refuse = refuse,
       give_back = give_back,
       nrunning = function() return st.nrunning end,
