@@ -456,7 +456,8 @@ function _M.exactly_once(opts)
   -- one (given back, its lease ended, refused at a stop) has its grant
   -- released by the run (release: keepalive stopped, lock deleted if ours).
   -- Only what stays true while a message waits for its turn is kept: a lock
-  -- taken (renewed meanwhile) and "done before". A lock another owner held is
+  -- taken (renewed meanwhile), "done before", and a message's own failed
+  -- part (fail closed at its ask, as alone). A lock another owner held is
   -- asked about again at the message's turn; a call that failed, or a reply
   -- read late (the lock may lapse before its first renewal), leaves each
   -- message to its own acquire.
@@ -497,6 +498,11 @@ function _M.exactly_once(opts)
           ka = keep_lock(rc, items[i], owners[i], acquired_at, m.lease) }
       elseif got == 2 then
         grants[of[i]] = { got = 2 }
+      elseif type(got) == "string" then
+        -- this message's part failed (a key of the wrong type): its ask
+        -- takes the path of an unreachable Redis (fail closed), counted, as
+        -- its own acquire's failure would
+        grants[of[i]] = { got = false, fence = got }
       end
     end
   end

@@ -146,6 +146,30 @@ describe("mqlease.policy.exactly_once lock prefetch", function()
     end)
   end)
 
+  it("fails closed at its ask a message whose own part of the call failed, counted as alone", function()
+    simulate(function(_, redis, sched)
+      local p = policy.exactly_once({ redis = redis })
+      local pf = policy.prefetcher(p)
+      local eval = redis.eval
+      redis.eval = function(self, script, keys, args)
+        local reply, err, code = eval(self, script, keys, args)
+        if script == policy.scripts.acquire_many and type(reply) == "table" then
+          reply[3], reply[4] = "WRONGTYPE Operation against a key holding the wrong kind of value", ""
+        end
+        return reply, err, code
+      end
+      local a, b = message("a"), message("b")
+      pf.prefetch({ a, b })
+      redis.eval = eval
+      assert.same({ "ack", "defer" }, ask_all(sched, p, { a, b }, function(m)
+        assert(m.id == "a", "b must not run")
+        return true
+      end))
+      assert.equal(1, b.counts.redis_unavailable)
+      assert.is_nil(a.counts.redis_unavailable)
+    end)
+  end)
+
   it("runs nothing on a grant whose lock was lost while its message waited", function()
     simulate(function(_, redis, sched)
       local p = policy.exactly_once({ redis = redis, lock_ttl = 3 })
