@@ -182,7 +182,7 @@ end
 local defaults = {
   redis = "127.0.0.1:6379", prefix = "mqlease:", done_ttl = 7 * 86400, lock_ttl = 30,
   on_locked = "defer", fail = "closed", defer_delay = 5, fail_delay = 5, max_hold = 3600,
-  max_defer = 600, batch = true, prefetch = true,
+  max_defer = 600, batch = true, prefetch = false,
 }
 
 -- The least each number may be, and why: a TTL is whole seconds on the wire
@@ -261,12 +261,12 @@ local function owners()
   end
 end
 
--- The lock prefetch of each exactly-once policy (see exactly_once), for
--- mqlease.run to find: policy function -> its prefetcher.
+-- The lock prefetch of each exactly-once policy made with prefetch = true
+-- (see exactly_once), for mqlease.run to find: policy function -> its prefetcher.
 local prefetchers = setmetatable({}, { __mode = "k" })
 
--- The prefetcher of a policy made by exactly_once, or nil (any other policy,
--- or prefetch = false): { prefetch(msgs, spawn), release(m, spawn) }.
+-- The prefetcher of a policy made by exactly_once with prefetch = true, or
+-- nil: { prefetch(msgs, spawn), release(m, spawn) }.
 function _M.prefetcher(policy)
   return prefetchers[policy]
 end
@@ -445,12 +445,13 @@ function _M.exactly_once(opts)
       function() lease:_lock_lost() end, acquired_at)
   end
 
-  -- The lock prefetch. Under mqlease.run the locks of a received batch are
-  -- taken in one call as it arrives, from a task of the run's own (the
-  -- receiver receives again meanwhile), and each kept alive from then on:
-  -- a message's policy then starts with its answer in hand, where each
-  -- message waited for its own in the scheduler (the waits were a good part
-  -- of what exactly-once cost the rate: bench/README "Waits or work").
+  -- The lock prefetch (prefetch = true). Under mqlease.run the locks of a
+  -- received batch are taken in one call as it arrives, from a task of the
+  -- run's own (the receiver receives again meanwhile), and each kept alive
+  -- from then on: a message's policy then starts with its answer in hand,
+  -- where each message waited for its own in the scheduler. Off by default:
+  -- it gained less than the noise (bench/README "The lock prefetch,
+  -- measured"), and it holds a lock from its message's arrival.
   -- Nothing about a lock changes: the same script, owner, TTL, keepalive.
   -- A grant is used by the message's first ask; a message that ends without
   -- one (given back, its lease ended, refused at a stop) has its grant

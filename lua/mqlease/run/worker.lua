@@ -3,8 +3,8 @@
 -- of spec/unit/run_model_spec.lua).
 --
 --   receiver   receives while the in-flight limits allow;  (run/receiver.lua)
---              with the exactly-once policy, each batch's
---              locks are taken as it arrives (its prefetch)
+--              with the exactly-once policy's prefetch,
+--              each batch's locks are taken as it arrives
 --   sequencer  which message may start next; FIFO groups   (run/sequencer.lua)
 --   task       one per started message: policy, verb,      (run/task.lua)
 --              release; the one owner of its end

@@ -34,7 +34,7 @@ local function pick(rng, list) return list[rng.int(1, #list)] end
 -- The schedule's parameters from its seed.
 function _M.plan(seed)
   local rng = clock_mod.rng(seed)
-  local p = { seed = seed, rng = rng }
+  local p = { seed = seed, rng = rng, prefetch = seed % 2 == 0 }
   p.fifo = rng.chance(0.5)
   p.eo = rng.chance(0.5)
   if p.fifo then
@@ -76,12 +76,13 @@ function _M.describe(p)
   for i, g in ipairs(p.groups or {}) do sizes[i] = g[2] end
   return ("seed %d: %s %s, %s%s messages, concurrency %d, batch %d, max_attempts %s, stop at %.1f s, grace %.1f (%s); "
     .. "handler fail %.2f raise %.2f long %.1f; lease death %.1f within %.1f s, ack fail %.1f (applied %.1f), "
-    .. "nack fail %.1f, dlq fail %.1f; redis fail %.2f, lock break %.1f, lock_ttl %.1f, max_hold %.1f, max_defer %.1f"):format(
+    .. "nack fail %.1f, dlq fail %.1f; redis fail %.2f, lock break %.1f, lock_ttl %.1f, max_hold %.1f, max_defer %.1f%s"):format(
     p.seed, p.fifo and "FIFO" or "unordered", p.eo and "exactly-once" or "plain",
     p.groups and (#p.groups .. " groups of ") or tostring(p.count), table.concat(sizes, "+"),
     p.concurrency, p.batch, tostring(p.max_attempts), p.stop_at, p.grace, p.mode,
     p.handler.fail, p.handler.raise, p.handler.long, f.death, f.death_within, f.ack_fail, f.applied,
-    f.nack_fail, f.dead_letter_fail, f.eval_fail, f.lock_break, p.lock_ttl, p.max_hold, p.max_defer)
+    f.nack_fail, f.dead_letter_fail, f.eval_fail, f.lock_break, p.lock_ttl, p.max_hold, p.max_defer,
+    p.eo and p.prefetch and ", lock prefetch" or "")
 end
 
 -- Runs the schedule of seed. -> violations, description, stats
@@ -125,8 +126,10 @@ function _M.run(seed)
       end,
     }
     if p.eo then
+      -- the lock prefetch on every other seed (drawn from the seed, not the
+      -- generator, so the other draws and the pinned seeds stay as they were)
       opts.policy = policy.exactly_once({ redis = redis, lock_ttl = p.lock_ttl, max_hold = p.max_hold,
-        max_defer = p.max_defer, defer_delay = p.defer_delay, fail_delay = p.fail_delay })
+        max_defer = p.max_defer, defer_delay = p.defer_delay, fail_delay = p.fail_delay, prefetch = p.prefetch })
     end
     local summary = run(b.consumer, handler, opts)
     stats.summary = summary
