@@ -47,35 +47,24 @@ function _M.run(w)
   if not (client.closed and client:closed()) then client:cancel_receives() end
   w.wake_receiver()
 
+  -- each give-back in a task of its own, all waited for below (pending)
   local pending = 0
-  local function nack_running(m)
+  local function in_task(fn, m)
     pending = pending + 1
     sched:spawn(function()
-      if m:nack(w.release_delay) then st.drained = st.drained + 1 end
+      fn(m)
       pending = pending - 1
       if pending == 0 then sched:wake(me) end
     end)
   end
-  local function give_back(m)
-    pending = pending + 1
-    sched:spawn(function()
-      w.give_back(m)
-      pending = pending - 1
-      if pending == 0 then sched:wake(me) end
-    end)
+  local function nack_running(m)
+    if m:nack(w.release_delay) then st.drained = st.drained + 1 end
   end
 
   -- a batch still taking its locks (the exactly-once prefetch) goes back
   -- at once: its call may take up to Redis's timeout
-  for _, m in ipairs(w.take_arriving()) do
-    pending = pending + 1
-    sched:spawn(function()
-      w.refuse(m)
-      pending = pending - 1
-      if pending == 0 then sched:wake(me) end
-    end)
-  end
-  for _, m in ipairs(w.seq:take_all()) do give_back(m) end
+  for _, m in ipairs(w.take_arriving()) do in_task(w.refuse, m) end
+  for _, m in ipairs(w.seq:take_all()) do in_task(w.give_back, m) end
   w.waiter:wake_all()
   if o.mode == "wait" then
     while w.nrunning() > 0 and core.now() < grace_deadline do
@@ -84,7 +73,7 @@ function _M.run(w)
   end
   if w.watcher then w.watcher:extend(w.drain_extension) end
   for m in pairs(w.running()) do
-    if lease_mod.held(m.lease) then nack_running(m) end
+    if lease_mod.held(m.lease) then in_task(nack_running, m) end
   end
   -- the nacks, and the messages that end by themselves now: those that
   -- waited and give themselves back, those whose release is under way
