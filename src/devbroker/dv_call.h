@@ -75,6 +75,7 @@ struct dv_server {
     int port;
     unsigned int seed;
     uint64_t served, changes, acks, sent, received;
+    uint64_t streams_dropped;   /* receive streams cancelled by `drop_streams` */
     dv_wire_stats wire;
 };
 

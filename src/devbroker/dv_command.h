@@ -8,7 +8,7 @@
  *   topic NAME                 create a topic
  *   publish TOPIC [DELAY_MS]   store a message that carries every field (README)
  *   set KEY VALUE              a setting of dv_faults (see dv_faults_set)
- *   drop_streams               cancel the receive streams in flight
+ *   drop_streams               cancel the receive streams in flight, or the next one
  *   reconnect                  send ReconnectEndpointsCommand on every Telemetry stream
  *   stats                      one line of counters
  */
@@ -32,7 +32,7 @@ typedef struct dv_faults {
     int64_t delay_send_ms;     /* every SendMessage answers this much later (stored at once) */
     int max_renewals;          /* < 0: no cap; else changes per delivery before they fail */
     int paused;                /* hold every answer until unpaused */
-    int drop_streams;          /* one-shot: cancel the receive streams in flight */
+    int drop_streams;          /* armed until a tick cancels receive streams (at least one) */
     int reconnect_streams;     /* one-shot: ReconnectEndpointsCommand on every Telemetry stream */
     int64_t min_invisible_ms;  /* receive's lower bound (the proxy's is 10 s) */
     double time_scale;         /* invisible durations last this factor of what is asked (1 = real) */

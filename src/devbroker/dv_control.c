@@ -73,7 +73,7 @@ void dv_control_apply(dv_server *s, const char *line, char *out, size_t outlen) 
         snprintf(out, outlen, "ok");
         break;
     case DV_CMD_STATS: {
-        char buf[384];
+        char buf[480];   /* within the 512 of an answer line */
         dv_server_stats(s, buf, sizeof(buf));
         snprintf(out, outlen, "ok %s", buf);
         break;

@@ -168,8 +168,11 @@ static void on_event(dv_server *s, tag *t, int success) {
 static void tick(dv_server *s) {
     dv_call **pp = &s->waiting, *parked = NULL;
     int64_t now = mql_wall_ms();
+    /* armed until it cancels a stream: a receive still on its way when the
+     * command came (a loaded client, a session not yet ready) is dropped
+     * when it arrives, instead of the command doing nothing */
     int drop = s->faults.drop_streams;
-    s->faults.drop_streams = 0;
+    uint64_t dropped = 0;
     if (s->faults.reconnect_streams) {
         s->faults.reconnect_streams = 0;
         streams_reconnect(s);
@@ -198,6 +201,7 @@ static void tick(dv_server *s) {
         } else if (drop) {
             grpc_call_cancel_with_status(c->call, GRPC_STATUS_UNAVAILABLE,
                                          "stream dropped (dev broker fault)", NULL);
+            dropped++;
             done = 1;
         } else {
             done = dv_try_receive(s, c, now);
@@ -208,6 +212,10 @@ static void tick(dv_server *s) {
         } else {
             pp = &c->next;
         }
+    }
+    if (dropped) {
+        s->faults.drop_streams = 0;
+        s->streams_dropped += dropped;
     }
     while (parked) {
         dv_call *c = parked;
@@ -296,7 +304,7 @@ void dv_server_stats(dv_server *s, char *buf, size_t len) {
              "calls=%llu sent=%llu delivered=%llu acks=%llu changes=%llu topics=%zu clients=%zu"
              " gzip=%llu corrupt_digest=%llu bomb=%llu malformed=%llu truncated_frame=%llu"
              " tx_open=%zu tx_begun=%llu tx_committed=%llu tx_rolled_back=%llu tx_checks=%llu"
-             " tx_dropped=%llu tx_ends_lost=%llu",
+             " tx_dropped=%llu tx_ends_lost=%llu streams_dropped=%llu",
              (unsigned long long)s->served, (unsigned long long)s->sent,
              (unsigned long long)s->received, (unsigned long long)s->acks,
              (unsigned long long)s->changes, s->store.ntopics, s->nclients,
@@ -305,7 +313,7 @@ void dv_server_stats(dv_server *s, char *buf, size_t len) {
              (unsigned long long)s->wire.truncated, h->n, (unsigned long long)h->begun,
              (unsigned long long)h->committed, (unsigned long long)h->rolled_back,
              (unsigned long long)h->checks, (unsigned long long)h->dropped,
-             (unsigned long long)h->ends_lost);
+             (unsigned long long)h->ends_lost, (unsigned long long)s->streams_dropped);
 }
 
 void dv_server_run(dv_server *s, volatile int *stop) {
