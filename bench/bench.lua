@@ -8,7 +8,8 @@
 --           10,000. With REDIS ("host:port") the run uses mqlease.policy.exactly_once there, and
 --           REDIS_PID's CPU (utime + stime from /proc) is reported per message too; with
 --           BENCH_BROKER_PID set, that process's (the dev broker's) as well; BENCH_EO_PREFETCH=1
---           runs the policy with prefetch = true (a received batch's locks taken as it arrives)
+--           runs the policy with prefetch = true (a received batch's locks taken as it arrives),
+--           BENCH_EO_FENCE=on_grant with the fencing token issued at each grant
 --   send    ENDPOINT TOPIC COUNT SIZE HOW INFLIGHT: COUNT sends of SIZE bytes, HOW = one (one
 --           at a time), coroutines (INFLIGHT coroutines sending one at a time each, under
 --           mqlease's scheduler) or many (one send_many of all COUNT); max_inflight INFLIGHT.
@@ -28,7 +29,8 @@ if mode == "run" then
   local endpoint, group, topic, count = arg[2], arg[3], arg[4], tonumber(arg[5])
   local redis, redis_pid = arg[6], arg[7]
   local policy = redis and mqlease.policy.exactly_once {
-    redis = redis, prefetch = os.getenv("BENCH_EO_PREFETCH") == "1" } or nil
+    redis = redis, prefetch = os.getenv("BENCH_EO_PREFETCH") == "1",
+    fence = os.getenv("BENCH_EO_FENCE") or "on_read" } or nil
   local rcpu0 = redis_pid and cpu_s(redis_pid)
   local broker_pid = os.getenv("BENCH_BROKER_PID")
   local bcpu0 = broker_pid and cpu_s(broker_pid)

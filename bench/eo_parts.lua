@@ -9,9 +9,10 @@
 --   call     the same two calls with the same keys and arguments, to a
 --            script that does nothing: what a call costs whatever it does
 --   acquire  ACQUIRE_MANY, then the no-op in place of FINISH_MANY
---   both     ACQUIRE_MANY then FINISH_MANY: what a message costs Redis
---   nofence  both, with the fence's INCR and PEXPIRE left out of ACQUIRE_MANY
---            (not a policy anyone runs: it prices the fence key)
+--   both     ACQUIRE_MANY then FINISH_MANY: what a message costs Redis, with
+--            the fencing token issued on read (the default) and not read
+--   on_grant both, with the token issued at each grant (fence = "on_grant":
+--            the fence's INCR and PEXPIRE, and its key kept for done_ttl)
 --   onekey   the two calls of bench/eo_onekey.lua, a probe of a leaner layout
 --            (one key a message, fences from one counter; no worker runs it)
 --   onevalue the two calls of bench/eo_onevalue.lua, the same with a Cluster
@@ -37,15 +38,14 @@ local r = assert(redis_mod.new(address))
 local BATCH, PASSES = 32, 5
 local NOOP = "return {}"
 local ACQUIRE, FINISH = policy.scripts.acquire_many, policy.scripts.finish_many
-local NOFENCE = ACQUIRE:gsub("local f = redis.call%('incr', fence%)\n%s*redis.call%('pexpire', fence, fence_ttl%)",
-  "local f = 1")
-assert(NOFENCE ~= ACQUIRE, "bench/eo_parts.lua: ACQUIRE_MANY changed; update the nofence pattern")
+-- the acquire's fence TTL in ms: '0' issues no token at the grant (on_read)
+local ON_READ, ON_GRANT = "0", "60000"
 
 local parts = {
-  { name = "call", acquire = NOOP, finish = NOOP },
-  { name = "acquire", acquire = ACQUIRE, finish = NOOP },
-  { name = "both", acquire = ACQUIRE, finish = FINISH },
-  { name = "nofence", acquire = NOFENCE, finish = FINISH },
+  { name = "call", acquire = NOOP, finish = NOOP, fence_ttl = ON_READ },
+  { name = "acquire", acquire = ACQUIRE, finish = NOOP, fence_ttl = ON_READ },
+  { name = "both", acquire = ACQUIRE, finish = FINISH, fence_ttl = ON_READ },
+  { name = "on_grant", acquire = ACQUIRE, finish = FINISH, fence_ttl = ON_GRANT },
   { name = "onekey", probe = onekey },
   { name = "onevalue", probe = onevalue },
 }
@@ -62,7 +62,7 @@ local function batch(part, pass, round)
   end
   local acquire, finish
   if part.probe then acquire, finish = part.probe.calls("mqlease:bench:", ids, owners, "30000", "60")
-  else acquire, finish = common.eo_calls(part.acquire, part.finish, "mqlease:bench:", ids, owners, "30000", "60000", "60") end
+  else acquire, finish = common.eo_calls(part.acquire, part.finish, "mqlease:bench:", ids, owners, "30000", part.fence_ttl, "60") end
   local got, err = r:_eval_cmd(acquire)
   assert(type(got) == "table", "acquire: " .. tostring(err))
   if part.acquire ~= NOOP then assert(got[1] == 1, "acquire: the first lock was not taken") end

@@ -118,8 +118,8 @@ if #part_order > 0 then
   local what = {
     call = "the two calls of a batch, to a script that does nothing",
     acquire = "ACQUIRE_MANY (and the no-op call)",
-    both = "ACQUIRE_MANY and FINISH_MANY: what a message costs Redis",
-    nofence = "both without the fence's INCR and PEXPIRE (prices the fence key)",
+    both = "ACQUIRE_MANY and FINISH_MANY: what a message costs Redis (the token issued on read, not read)",
+    on_grant = "both with the token issued at each grant (fence = \"on_grant\": INCR, PEXPIRE, a key kept)",
     onekey = "a probe of a leaner layout, one key a message (bench/eo_onekey.lua; no worker runs it)",
     onevalue = "the same with a Cluster form: one key a message holding lock, fence and done mark (bench/eo_onevalue.lua)",
   }

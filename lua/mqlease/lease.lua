@@ -43,8 +43,19 @@ local function index(self, k)
     -- true once a renewal went unanswered: the message may come back once more
     local _, _, _, uncertain = self:_info()
     return uncertain
+  elseif k == "fence" then
+    return _M.fence_of(self)
   end
   return methods[k]
+end
+
+-- lease.fence when the field is not set: the exactly-once policy's token,
+-- issued at the first read (fence = "on_read"; mqlease.policy) while the
+-- handler holds the lock, else nil.
+function _M.fence_of(lease)
+  local issue = rawget(lease, "_fence_issue")
+  if issue then return issue(lease) end
+  return nil
 end
 
 local function tostring_lease(self)

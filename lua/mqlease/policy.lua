@@ -49,14 +49,30 @@ end
 -- and INCR the fence. -> {1, fence} | {0, owner} | {2, ''} (done before).
 -- Checking the marker in its own round trip would let an owner finish (mark,
 -- ack, unlock) in between, and this caller would run the handler again.
+-- ARGV[3], the fence's TTL, is '0' when the token is issued on read (FENCE,
+-- fence = "on_read"): then no fence key is touched and the answer is {1, ''}.
 local ACQUIRE = [[
 if redis.call('exists', KEYS[3]) == 1 then return {2, ''} end
 if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if ARGV[3] == '0' then return {1, ''} end
   local fence = redis.call('incr', KEYS[2])
   redis.call('pexpire', KEYS[2], ARGV[3])
   return {1, fence}
 end
 return {0, redis.call('get', KEYS[1]) or ''}
+]]
+
+-- The fencing token of a lock still held by its owner, issued when the
+-- handler first reads lease.fence (fence = "on_read"): compare owner, then
+-- INCR and PEXPIRE the fence. -> {1, fence}, or 0 when the lock is not the
+-- caller's (lapsed, or another owner's): no token then. A token read later
+-- than another owner's grant is never issued, so each is greater than the
+-- token of every owner before it, as a token issued at each grant was.
+local FENCE = [[
+if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
+local fence = redis.call('incr', KEYS[2])
+redis.call('pexpire', KEYS[2], ARGV[2])
+return {1, fence}
 ]]
 
 -- compare owner, then DEL
@@ -85,8 +101,9 @@ return 0
 -- client see it and run the script again on the new master. (Redis 7 gives
 -- it as { err = "READONLY ..." }; Redis 6 as "@user_script: N: -READONLY ...".)
 -- KEYS: lock, fence, done of each message; ARGV: the lock's TTL in ms, the
--- fence's TTL in ms, then each message's owner. -> two elements per message:
--- 1, fence | 0, owner | 2, '' | error, ''.
+-- fence's TTL in ms ('0': no token at the grant, as ACQUIRE), then each
+-- message's owner. -> two elements per message: 1, fence (or '') | 0, owner
+-- | 2, '' | error, ''.
 -- The batch scripts' part error: its message, and the READONLY in it if any.
 local PART_ERROR = [[
 local function part_error(e)
@@ -99,6 +116,7 @@ local out, ttl, fence_ttl = {}, ARGV[1], ARGV[2]
 local function one(lock, fence, done, owner)
   if redis.call('exists', done) == 1 then return 2, '' end
   if redis.call('set', lock, owner, 'NX', 'PX', ttl) then
+    if fence_ttl == '0' then return 1, '' end
     local f = redis.call('incr', fence)
     redis.call('pexpire', fence, fence_ttl)
     return 1, f
@@ -140,7 +158,7 @@ return out
 ]]
 
 _M.scripts = { acquire = ACQUIRE, unlock = UNLOCK, finish = FINISH, acquire_many = ACQUIRE_MANY,
-  finish_many = FINISH_MANY }
+  finish_many = FINISH_MANY, fence = FENCE }
 
 -- What a message's keys start with: prefix{<id>}: and then lock, fence,
 -- done (docs/exactly-once.md "Key layout"). The braces are a Redis Cluster
@@ -182,7 +200,7 @@ end
 local defaults = {
   redis = "127.0.0.1:6379", prefix = "mqlease:", done_ttl = 7 * 86400, lock_ttl = 30,
   on_locked = "defer", fail = "closed", defer_delay = 5, fail_delay = 5, max_hold = 3600,
-  max_defer = 600, batch = true, prefetch = false,
+  max_defer = 600, batch = true, prefetch = false, fence = "on_read",
 }
 
 -- The least each number may be, and why: a TTL is whole seconds on the wire
@@ -219,6 +237,9 @@ local function check_options(opts)
   end
   if o.fail ~= "closed" and o.fail ~= "open" then
     error("mqlease.policy.exactly_once: option 'fail' must be \"closed\" or \"open\"", 3)
+  end
+  if o.fence ~= "on_read" and o.fence ~= "on_grant" then
+    error("mqlease.policy.exactly_once: option 'fence' must be \"on_read\" or \"on_grant\"", 3)
   end
   for k, low in pairs(LOWEST) do
     local v = o[k]
@@ -282,6 +303,9 @@ function _M.exactly_once(opts)
   local ttl_ms = tostring(floor(o.lock_ttl * 1000))
   local done_ttl = tostring(floor(o.done_ttl))
   local done_ttl_ms = tostring(floor(o.done_ttl) * 1000)
+  -- the fence's TTL as the acquire takes it: '0' when no token is issued at
+  -- the grant (on_read: FENCE issues it when the handler first reads it)
+  local grant_fence_ttl_ms = o.fence == "on_grant" and done_ttl_ms or "0"
   local prefix = o.prefix
   local owner_of = owners()
   -- the keepalive renews every third of lock_ttl from the acquire; before
@@ -315,7 +339,7 @@ function _M.exactly_once(opts)
         -- the keys of a batch are written by the core from the ids (no key
         -- strings a message in Lua)
         local k = key_of(prefix)
-        acquires = batch_mod.new(rc, ACQUIRE_MANY, 3, { ttl_ms, done_ttl_ms }, 2, nil,
+        acquires = batch_mod.new(rc, ACQUIRE_MANY, 3, { ttl_ms, grant_fence_ttl_ms }, 2, nil,
           { prefix = prefix, suffixes = { "lock", "fence", "done" }, key_of = k })
         finishes = batch_mod.new(rc, FINISH_MANY, 2, { done_ttl }, 1, nil,
           { prefix = prefix, suffixes = { "lock", "done" }, key_of = k })
@@ -374,9 +398,9 @@ function _M.exactly_once(opts)
   -- (see redis:_eval_cmd); a client of the user's own, as eval(script, keys, args).
   local function acquire(rc, lock_key, fence_key, done_key, owner)
     if rc._eval_cmd then
-      return rc:_eval_cmd({ "eval", ACQUIRE, 3, lock_key, fence_key, done_key, owner, ttl_ms, done_ttl_ms })
+      return rc:_eval_cmd({ "eval", ACQUIRE, 3, lock_key, fence_key, done_key, owner, ttl_ms, grant_fence_ttl_ms })
     end
-    return rc:eval(ACQUIRE, { lock_key, fence_key, done_key }, { owner, ttl_ms, done_ttl_ms })
+    return rc:eval(ACQUIRE, { lock_key, fence_key, done_key }, { owner, ttl_ms, grant_fence_ttl_ms })
   end
   local function unlock(rc, lock_key, owner)
     if rc._eval_cmd then return rc:_eval_cmd({ "eval", UNLOCK, 1, lock_key, owner }) end
@@ -398,6 +422,7 @@ function _M.exactly_once(opts)
   -- taken: the marker's script found the lock another's (or none): lost,
   -- whether or not a renewal has noticed yet.
   local function let_lock_go(m, lease, unlocked, taken)
+    lease._fence_issue = nil   -- no token once the lock is let go
     if lease_mod.drop_lock(lease, unlocked) or taken then
       lease:_lock_lost()
       m.consumer:count("lock_lost")
@@ -433,6 +458,43 @@ function _M.exactly_once(opts)
     end
     return nil, err
   end
+
+  -- The fencing token of the lock lease holds, issued when the handler first
+  -- reads lease.fence (fence = "on_read": lease.lua's index calls this) and
+  -- kept in the field from then on. Most handlers never read it, and a token
+  -- at every grant was a third of what exactly-once cost Redis a message (an
+  -- INCR, a PEXPIRE, and a key kept for done_ttl). A read that gets no token
+  -- raises: the lock is no longer ours (another owner may hold it, and a
+  -- write with no token or an old one is what fencing keeps out), or Redis
+  -- did not answer; the handler then fails and its message is nacked, as it
+  -- is when the handler raises.
+  local function issue_fence(lease)
+    local owner, rc, m = rawget(lease, "lock_owner"), rawget(lease, "_lock_client"), rawget(lease, "_message")
+    if not (owner and rc and m) then
+      error("mqlease.policy.exactly_once: lease.fence is issued only while the handler holds the lock", 3)
+    end
+    local lock_key, fence_key = key_strings(m.id, prefix)
+    local answer, err
+    if rc._eval_cmd then
+      answer, err = rc:_eval_cmd({ "eval", FENCE, 2, lock_key, fence_key, owner, done_ttl_ms })
+    else
+      answer, err = rc:eval(FENCE, { lock_key, fence_key }, { owner, done_ttl_ms })
+    end
+    if type(answer) == "table" and answer[1] == 1 and type(answer[2]) == "number" then
+      lease.fence = answer[2]
+      return answer[2]
+    end
+    if answer == 0 then
+      -- lapsed or taken: the keepalive may not have seen it yet; the lease
+      -- learns it now, and the policy counts it when the handler ends
+      lease._fence_refused = true
+      lease:_lock_lost()
+      error("mqlease.policy.exactly_once: no fencing token: the lock of this message is no longer ours", 3)
+    end
+    m.consumer:count("redis_unavailable")
+    error("mqlease.policy.exactly_once: no fencing token: " .. tostring(err or answer), 3)
+  end
+  local issue = o.fence == "on_read" and issue_fence or nil
 
   -- The lock's keepalive, registered as soon as the acquire's reply is read:
   -- for a client of mqlease.redis the core writes the key from the id; a
@@ -567,8 +629,13 @@ function _M.exactly_once(opts)
       unlock(rc, key_strings(id, prefix), owner)
       return "nack"
     end
-    -- the live view shows both while the lock is held
-    lease.fence, lease.lock_owner = fence, owner
+    -- the live view shows both while the lock is held (a fence issued on
+    -- read, once the handler has read it)
+    lease.lock_owner = owner
+    -- (a retry in place runs the handler again on this lease: the token of
+    -- its earlier run is not this lock's)
+    if issue then lease.fence, lease._fence_issue, lease._fence_refused = nil, issue, nil
+    else lease.fence = fence end
     keepalive = keepalive or keep_lock(rc, id, owner, acquired_at, lease)
     -- alive() sees the lock; mqlease.run stops the keepalive of a handler it
     -- leaves behind (one cut off by grace) when it returns
@@ -584,7 +651,7 @@ function _M.exactly_once(opts)
       -- A prefetched lock's reply was read in time (its keepalive ran from
       -- then), so only a loss while its message waited counts.
       lease_mod.drop_lock(lease, true)
-      lease.fence, lease.lock_owner = nil, nil
+      lease.fence, lease.lock_owner, lease._fence_issue = nil, nil, nil
       unlock(rc, key_strings(id, prefix), owner)
       return defer(m, o.defer_delay, "deferred_held")
     end
@@ -599,13 +666,15 @@ function _M.exactly_once(opts)
       -- marker then found: the handler was told (alive() turned false).
       local kept = core.now() - acquired_at < ka_every or lease_mod.lock_kept(lease)
       local marked, after = finish(rc, sched, m, id, lease, owner)
-      let_lock_go(m, lease, marked and kept and after == "unlocked", marked and after == "taken")
+      let_lock_go(m, lease, marked and kept and after == "unlocked",
+        (marked and after == "taken") or rawget(lease, "_fence_refused"))
       if marked then return "ack" end
       -- the lease ended first: no ack; the lock lapses at its TTL, and the
       -- redelivery runs the handler again (the marker is all that could tell)
       return "nack", nil, "done marker not recorded: " .. tostring(after)
     end
-    let_lock_go(m, lease)
+    -- a fence read that found the lock gone: lost, whatever the keepalive saw
+    let_lock_go(m, lease, nil, rawget(lease, "_fence_refused"))
     unlock(rc, key_strings(id, prefix), owner)
     if not ok then return "nack", nil, tostring(res) end
     return "nack", nil, herr ~= nil and tostring(herr) or "handler returned false"

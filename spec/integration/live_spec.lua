@@ -44,6 +44,8 @@ describe("the live view of mqlease run --metrics", function()
     local handler = write_file(([[
 local mqlease = require "mqlease"
 return function(m)
+  -- the token, as a fenced write takes it (issued at this first read)
+  assert(m.lease.fence)
   local deadline = mqlease.now() + 60
   while mqlease.now() < deadline do
     local f = io.open(%q)

@@ -130,7 +130,8 @@ describe("mqlease.redis in mqlease's scheduler", function()
 
   it("fails in a shared script call only the message whose key is of the wrong type", function()
     local c = fake_consumer(40, "pipe_poisoned")
-    local policy = mqlease.policy.exactly_once { redis = r, defer_delay = 0.05 }
+    -- the token at the grant: the poisoned fence key fails the acquire's INCR
+    local policy = mqlease.policy.exactly_once { redis = r, defer_delay = 0.05, fence = "on_grant" }
     -- message 7's fence is a list: its INCR fails inside the batch's script
     local poisoned = c.prefix .. 7
     local fence = mqlease.policy.keys(poisoned).fence

@@ -208,7 +208,9 @@ describe("mqlease.policy.exactly_once when a failover loses a lock", function()
     local function write(fence)
       return business:eval(FENCED_WRITE, { "biz:" .. id, "bizfence:" .. id }, { fence })
     end
-    local opts = { redis = { sentinels = SENTINELS, master = "mqmaster", timeout = 0.5 }, lock_ttl = 3 }
+    -- the token at each grant (fence = "on_grant"), whose failover these specs follow
+    local opts = { redis = { sentinels = SENTINELS, master = "mqmaster", timeout = 0.5 }, lock_ttl = 3,
+      fence = "on_grant" }
     local policy_a, policy_b = mqlease.policy.exactly_once(opts), mqlease.policy.exactly_once(opts)
     local ca, lease_a, counts_a = instance("A")
     local cb, lease_b, counts_b = instance("B")
@@ -276,7 +278,9 @@ describe("mqlease.policy.exactly_once when the master freezes past a failover an
     end
     -- a lock TTL well past the failover (a few seconds here): A's lock, renewed on the
     -- promoted master, is there all along for B to find
-    local opts = { redis = { sentinels = SENTINELS, master = "mqmaster", timeout = 0.5 }, lock_ttl = 20 }
+    -- the token at each grant (fence = "on_grant"), whose failover these specs follow
+    local opts = { redis = { sentinels = SENTINELS, master = "mqmaster", timeout = 0.5 }, lock_ttl = 20,
+      fence = "on_grant" }
     local policy_a, policy_b = mqlease.policy.exactly_once(opts), mqlease.policy.exactly_once(opts)
     local ca, lease_a, counts_a = instance("A")
     local cb, lease_b, counts_b = instance("B")
@@ -343,7 +347,9 @@ describe("mqlease.policy.exactly_once when the master freezes past a failover an
     local function write(fence)
       return business:eval(FENCED_WRITE, { "biz:" .. id, "bizfence:" .. id }, { fence })
     end
-    local opts = { redis = { sentinels = SENTINELS, master = "mqmaster", timeout = 0.5 }, lock_ttl = 3 }
+    -- the token at each grant (fence = "on_grant"), whose failover these specs follow
+    local opts = { redis = { sentinels = SENTINELS, master = "mqmaster", timeout = 0.5 }, lock_ttl = 3,
+      fence = "on_grant" }
     local policy_a, policy_b = mqlease.policy.exactly_once(opts), mqlease.policy.exactly_once(opts)
     local ca, lease_a, counts_a = instance("A")
     local cb, lease_b, counts_b = instance("B")

@@ -127,7 +127,8 @@ describe("mqlease.redis", function()
     local lease = { _lock_lost = function(self) self.lost = true end,
       alive = function(self) return not self.lost end }
     -- lock_ttl 4: renewals every 1.33 s, so at least one falls into 1.5 s of BUSY
-    local policy = mqlease.policy.exactly_once { redis = r, prefix = prefix, lock_ttl = 4 }
+    -- the token at the grant: the renewals through BUSY must leave it as it was
+    local policy = mqlease.policy.exactly_once { redis = r, prefix = prefix, lock_ttl = 4, fence = "on_grant" }
     local seen = {}
     local rejected_before = rejected(probe, "evalsha")
     local action, _, err = policy(m, lease, function(_, l)
@@ -157,6 +158,7 @@ describe("mqlease.redis", function()
     assert.is_true(lease:alive())
     assert.is_string(seen.owner)
     assert.equal(seen.owner, seen.owner_after)
+    assert.is_number(seen.fence)
     assert.equal(seen.fence, seen.fence_after)
     assert.is_true(seen.pttl_after > 0, "the lock has no TTL left")
     -- the unlock rides in the done marker's script, before the ack: both are done

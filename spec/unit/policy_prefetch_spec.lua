@@ -55,7 +55,8 @@ describe("mqlease.policy.exactly_once lock prefetch", function()
   it("takes a batch's locks in one call; each message's ask uses its grant and sends no acquire", function()
     simulate(function(_, redis, sched)
       local calls = record(redis)
-      local p = policy.exactly_once({ redis = redis, prefetch = true, lock_ttl = 6 })
+      -- the token issued at the grant, to see the grant's reach the lease
+      local p = policy.exactly_once({ redis = redis, prefetch = true, lock_ttl = 6, fence = "on_grant" })
       local pf = policy.prefetcher(p)
       local msgs = { message("a"), message("b"), message("c") }
       pf.prefetch(msgs)

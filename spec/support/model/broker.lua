@@ -84,6 +84,7 @@ function _M.new(cfg)
   local lease_mt = {
     __index = function(l, k)
       if k == "state" then return tick(l) end
+      if k == "fence" then return lease_mod.fence_of(l) end
       return lease_methods[k]
     end,
   }
@@ -199,6 +200,7 @@ function _M.new(cfg)
     msg.inflight = l
     local m = { id = msg.id, body = msg.id, topic = "t", delivery_attempt = msg.deliveries,
       message_group = cfg.fifo and msg.group or nil, consumer = c, lease = l, _model = msg }
+    l._message = m   -- as mqlease.lease keeps its message
     function m.nack(self, delay)
       -- mqlease.run always says when a message it gives back is due again
       -- (release_delay, a retry delay): a nack without one is visible at once

@@ -1,6 +1,7 @@
 -- spec/support/model/redis.lua: the Redis half of the fault model -- what the
--- exactly-once policy asks of mqlease.redis (eval of its three scripts, lock
--- keepalives), over simulated time, failing on purpose.
+-- exactly-once policy asks of mqlease.redis (eval of its scripts, lock
+-- keepalives), over simulated time, failing on purpose. Fencing tokens issued
+-- on read are kept in issue order (fences) for the model to check.
 --
 -- Keys live with an expiry in simulated seconds. A script call fails (no
 -- reply within the timeout) as the schedule says, sometimes after Redis ran
@@ -19,7 +20,7 @@ local _M = {}
 -- cfg: rng, clock, faults = { eval_fail, applied, lock_break, lock_break_within }.
 function _M.new(cfg)
   local rng, clock, faults = cfg.rng, cfg.clock, cfg.faults
-  local r = { keys = {}, kas = {}, next_ka = 0, lock_lost_of = {}, released = {}, call = true }
+  local r = { keys = {}, kas = {}, next_ka = 0, lock_lost_of = {}, released = {}, call = true, fences = {} }
 
   local function get(k)
     local e = r.keys[k]
@@ -70,6 +71,7 @@ function _M.new(cfg)
       if get(keys[3]) then return { 2, "" } end
       if not get(keys[1]) then
         set(keys[1], args[1], tonumber(args[2]) / 1000)
+        if args[3] == "0" then return { 1, "" } end   -- the token is issued on read
         local fence = (tonumber(get(keys[2])) or 0) + 1
         set(keys[2], tostring(fence), tonumber(args[3]) / 1000)
         return { 1, fence }
@@ -99,6 +101,12 @@ function _M.new(cfg)
         out[i] = run_script(policy.scripts.finish, { keys[2 * i - 1], keys[2 * i] }, { args[i + 1], args[1] })
       end
       return out
+    elseif script == policy.scripts.fence then
+      if get(keys[1]) ~= args[1] then return 0 end
+      local fence = (tonumber(get(keys[2])) or 0) + 1
+      set(keys[2], tostring(fence), tonumber(args[2]) / 1000)
+      r.fences[#r.fences + 1] = { id = id_of(keys[1]), fence = fence, owner = args[1] }
+      return { 1, fence }
     elseif script == policy.scripts.unlock then
       if get(keys[1]) == args[1] then
         r.keys[keys[1]] = nil

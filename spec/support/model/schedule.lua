@@ -34,7 +34,12 @@ local function pick(rng, list) return list[rng.int(1, #list)] end
 -- The schedule's parameters from its seed.
 function _M.plan(seed)
   local rng = clock_mod.rng(seed)
-  local p = { seed = seed, rng = rng, prefetch = seed % 2 == 0 }
+  -- drawn from the seed, not the generator, so the other draws (and the
+  -- pinned seeds, none of which is a multiple of 3) stay as they were: the
+  -- token issued at each grant on a third of the seeds, on read elsewhere,
+  -- and read by the handler (a Redis call that may fail) on the last third
+  local p = { seed = seed, rng = rng, prefetch = seed % 2 == 0,
+    fence = seed % 3 == 1 and "on_grant" or "on_read", read_fence = seed % 3 == 0 }
   p.fifo = rng.chance(0.5)
   p.eo = rng.chance(0.5)
   if p.fifo then
@@ -82,7 +87,8 @@ function _M.describe(p)
     p.concurrency, p.batch, tostring(p.max_attempts), p.stop_at, p.grace, p.mode,
     p.handler.fail, p.handler.raise, p.handler.long, f.death, f.death_within, f.ack_fail, f.applied,
     f.nack_fail, f.dead_letter_fail, f.eval_fail, f.lock_break, p.lock_ttl, p.max_hold, p.max_defer,
-    p.eo and p.prefetch and ", lock prefetch" or "")
+    (p.eo and p.prefetch and ", lock prefetch" or "")
+      .. (p.eo and (", fence " .. p.fence .. (p.read_fence and ", read by the handler" or "")) or ""))
 end
 
 -- Runs the schedule of seed. -> violations, description, stats
@@ -106,10 +112,24 @@ function _M.run(seed)
       max_attempts = p.max_attempts })
     violations = b.violations
     local effects, excuses = {}, {}
+    local last_fence = {}
     local function handler(m)
       b.handler_starts(m)
       local d = rng.chance(p.handler.long) and rng.range(3, 20) or rng.range(0, 2)
       wait.sleep(d)
+      if p.eo and p.read_fence then
+        -- as a handler passing its token to a fenced write: issued while the
+        -- lock is ours, or the read raises (the handler then fails)
+        local fence = m.lease.fence
+        if math.type(fence) ~= "integer" then
+          b.violation("%s: lease.fence read %s", m.id, tostring(fence))
+        elseif fence <= (last_fence[m.id] or 0) then
+          b.violation("%s: fence %d read after %d (tokens must grow)", m.id, fence, last_fence[m.id])
+        else
+          last_fence[m.id] = fence
+        end
+        if m.lease.fence ~= fence then b.violation("%s: a second read of lease.fence changed it", m.id) end
+      end
       if rng.chance(p.handler.raise) then error("model: the handler raised") end
       if rng.chance(p.handler.fail) then return nil, "model: the handler failed" end
       effects[m.id] = (effects[m.id] or 0) + 1
@@ -129,7 +149,8 @@ function _M.run(seed)
       -- the lock prefetch on every other seed (drawn from the seed, not the
       -- generator, so the other draws and the pinned seeds stay as they were)
       opts.policy = policy.exactly_once({ redis = redis, lock_ttl = p.lock_ttl, max_hold = p.max_hold,
-        max_defer = p.max_defer, defer_delay = p.defer_delay, fail_delay = p.fail_delay, prefetch = p.prefetch })
+        max_defer = p.max_defer, defer_delay = p.defer_delay, fail_delay = p.fail_delay, prefetch = p.prefetch,
+        fence = p.fence })
     end
     local summary = run(b.consumer, handler, opts)
     stats.summary = summary

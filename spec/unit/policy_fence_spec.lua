@@ -1,0 +1,182 @@
+-- The exactly-once policy's fencing token issued on read (fence = "on_read",
+-- the default): no fence key is touched at the grant, and the first read of
+-- lease.fence in the handler issues a token while the lock is still the
+-- handler's, or raises. Against the fault model's Redis in simulated time
+-- (spec/support/eo_sim.lua), which records every script it is sent here and
+-- fails where a spec says.
+local policy = require "mqlease.policy"
+local core = require "mqlease.core"
+local wait = require "mqlease.loop"
+local eo_sim = require "spec.support.eo_sim"
+local simulate, message = eo_sim.simulate, eo_sim.message
+
+local NAMES = {}
+for name, script in pairs(policy.scripts) do NAMES[script] = name end
+
+local function record(redis)
+  local calls, eval = {}, redis.eval
+  redis.eval = function(self, script, keys, args)
+    calls[#calls + 1] = NAMES[script] or "?"
+    return eval(self, script, keys, args)
+  end
+  return calls
+end
+
+local function value(redis, key)
+  local e = redis.keys[key]
+  if e and e.expires > core.now() then return e.value end
+  return nil
+end
+
+local function copy(t)
+  local out = {}
+  for k, v in pairs(t) do out[k] = v end
+  return out
+end
+
+-- The policy's answer for m, asked from a task of its own (the batches of
+-- one turn need a scheduler's task), waited for: action, delay, err.
+local function ask(sched, p, m, handler)
+  local out
+  sched:spawn(function() out = table.pack(p(m, m.lease, handler)) end)
+  while not out do wait.sleep(0.01) end
+  return table.unpack(out, 1, out.n)
+end
+
+describe("mqlease.policy.exactly_once fencing token", function()
+  it("touches no fence key for a handler that never reads lease.fence", function()
+    simulate(function(_, redis, sched)
+      local calls = record(redis)
+      local p = policy.exactly_once({ redis = redis })
+      local m = message("a")
+      assert.equal("ack", (ask(sched, p, m, function() return true end)))
+      assert.same({ "acquire_many", "finish_many" }, calls)
+      assert.is_nil(value(redis, policy.keys("a").fence))
+      assert.is_true(redis.done_of("a"))
+      assert.is_nil(rawget(m.lease, "fence"))
+      assert.is_nil(m.lease.fence, "no token once the handler has ended")
+      assert.same({ "acquire_many", "finish_many" }, calls)
+    end)
+  end)
+
+  it("issues one token at the first read and keeps it for the handler's later reads", function()
+    simulate(function(_, redis, sched)
+      local calls = record(redis)
+      local p = policy.exactly_once({ redis = redis, done_ttl = 600 })
+      local m = message("a")
+      local seen = {}
+      assert.equal("ack", (ask(sched, p, m, function(_, lease)
+        seen[1] = lease.fence
+        seen[2] = lease.fence
+        return true
+      end)))
+      assert.same({ 1, 1 }, seen)
+      assert.same({ "acquire_many", "fence", "finish_many" }, calls)
+      -- kept as long as a token at the grant was: the done marker's TTL
+      local e = redis.keys[policy.keys("a").fence]
+      assert.equal("1", e.value)
+      assert.is_true(e.expires > core.now() + 590)
+    end)
+  end)
+
+  it("issues a greater token to each later attempt that reads it", function()
+    simulate(function(_, redis, sched)
+      local p = policy.exactly_once({ redis = redis })
+      local tokens = {}
+      for i = 1, 3 do
+        local action = ask(sched, p, message("a"), function(_, lease)
+          tokens[i] = lease.fence
+          return i == 3, "again"
+        end)
+        assert.equal(i == 3 and "ack" or "nack", action)
+      end
+      assert.same({ 1, 2, 3 }, tokens)
+    end)
+  end)
+
+  it("issues a new token when the handler runs again on the same lease (a retry in place)", function()
+    simulate(function(_, redis, sched)
+      local p = policy.exactly_once({ redis = redis })
+      local m = message("a")
+      local tokens = {}
+      assert.equal("nack", (ask(sched, p, m, function(_, lease) tokens[1] = lease.fence; return false end)))
+      assert.equal("ack", (ask(sched, p, m, function(_, lease) tokens[2] = lease.fence; return true end)))
+      assert.same({ 1, 2 }, tokens)
+    end)
+  end)
+
+  it("refuses a token once the lock is another owner's: the read raises, the message is nacked, the loss counted", function()
+    simulate(function(_, redis, sched)
+      local p = policy.exactly_once({ redis = redis, lock_ttl = 30 })
+      local m = message("a")
+      local alive_after
+      local action, _, err = ask(sched, p, m, function(_, lease)
+        -- the lock lapsed (a failover lost it) and another instance took it
+        redis.keys[policy.keys("a").lock] = { value = "someone-else", expires = core.now() + 30 }
+        local fence = lease.fence
+        error("must not get here, got " .. tostring(fence))
+      end)
+      alive_after = m.lease:alive()
+      assert.equal("nack", action)
+      assert.matches("no fencing token: the lock of this message is no longer ours", err, 1, true)
+      assert.is_false(alive_after)
+      assert.equal(1, m.counts.lock_lost)
+      assert.is_nil(value(redis, policy.keys("a").fence), "no token issued")
+      assert.equal("someone-else", value(redis, policy.keys("a").lock), "the other owner's lock left alone")
+      assert.is_false(redis.done_of("a"))
+    end)
+  end)
+
+  it("counts a refused token as a lost lock even when the handler swallows the error and succeeds", function()
+    simulate(function(_, redis, sched)
+      local p = policy.exactly_once({ redis = redis })
+      local m = message("a")
+      local action = ask(sched, p, m, function(_, lease)
+        redis.keys[policy.keys("a").lock] = nil   -- lapsed
+        assert.is_false(pcall(function() return lease.fence end))
+        return true
+      end)
+      -- the done marker still goes (the handler's work is done), as for any
+      -- lock lost while a handler ran, and the loss is counted once
+      assert.equal("ack", action)
+      assert.equal(1, m.counts.lock_lost)
+    end)
+  end)
+
+  it("raises when Redis does not answer the read, counted as unavailable", function()
+    local faults = copy(eo_sim.NO_FAULTS)
+    simulate(function(_, redis, sched)
+      local p = policy.exactly_once({ redis = redis })
+      local m = message("a")
+      local action, _, err = ask(sched, p, m, function(_, lease)
+        faults.eval_fail = 1
+        local ok, e = pcall(function() return lease.fence end)
+        faults.eval_fail = 0
+        error(e, 0)
+      end)
+      assert.equal("nack", action)
+      assert.matches("no fencing token: no reply within the timeout", err, 1, true)
+      assert.equal(1, m.counts.redis_unavailable)
+    end, faults)
+  end)
+
+  it("issues the token at the grant with fence = \"on_grant\", and never on read", function()
+    simulate(function(_, redis, sched)
+      local calls = record(redis)
+      local p = policy.exactly_once({ redis = redis, fence = "on_grant" })
+      local m = message("a")
+      local seen
+      assert.equal("ack", (ask(sched, p, m, function(_, lease) seen = lease.fence; return true end)))
+      assert.equal(1, seen)
+      assert.same({ "acquire_many", "finish_many" }, calls)
+      assert.equal("1", value(redis, policy.keys("a").fence))
+    end)
+  end)
+
+  it("names the option when fence is neither \"on_read\" nor \"on_grant\"", function()
+    assert.has_error(function() policy.exactly_once({ redis = "127.0.0.1:1", fence = "lazy" }) end,
+      "mqlease.policy.exactly_once: option 'fence' must be \"on_read\" or \"on_grant\"")
+    assert.has_error(function() policy.exactly_once({ redis = "127.0.0.1:1", fence = true }) end,
+      "mqlease.policy.exactly_once: option 'fence' must be \"on_read\" or \"on_grant\"")
+  end)
+end)
