@@ -23,10 +23,9 @@ local REDIS = os.getenv("MQLEASE_REDIS") or "127.0.0.1:6379"
 function _M.handle(m, lease)
   ngx.log(ngx.INFO, "order ", m.id, " (attempt ", m.delivery_attempt, "): ", m.body)
   ngx.sleep(0.5)                      -- stands for real work (an HTTP call, a query)
-  if lease.fence then
-    -- exactly-once policy: pass lease.fence to the system you write to, so a
-    -- stale owner's late write can be refused there
-  end
+  -- under the exactly-once policy, a write to another system takes
+  -- lease.fence, so that a stale owner's late write can be refused there;
+  -- read it only where a write takes it (its first read asks Redis for it)
   return true
 end
 

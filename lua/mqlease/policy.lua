@@ -378,7 +378,11 @@ function _M.exactly_once(opts)
   -- Redis did not answer: fail closed (do not run, come back later) or open.
   local function unreachable(m, lease, handler, err)
     m.consumer:count("redis_unavailable")
-    if o.fail == "open" then return _M.plain(m, lease, handler) end
+    -- run with no lock, and so no token (not an earlier attempt's either)
+    if o.fail == "open" then
+      lease.fence = nil
+      return _M.plain(m, lease, handler)
+    end
     return defer(m, o.fail_delay, "fail_closed_held")
   end
 
@@ -422,7 +426,8 @@ function _M.exactly_once(opts)
   -- taken: the marker's script found the lock another's (or none): lost,
   -- whether or not a renewal has noticed yet.
   local function let_lock_go(m, lease, unlocked, taken)
-    lease._fence_issue = nil   -- no token once the lock is let go
+    -- no token once the lock is let go, nor one to be issued
+    lease.fence, lease._fence_issue = nil, nil
     if lease_mod.drop_lock(lease, unlocked) or taken then
       lease:_lock_lost()
       m.consumer:count("lock_lost")
@@ -468,31 +473,44 @@ function _M.exactly_once(opts)
   -- write with no token or an old one is what fencing keeps out), or Redis
   -- did not answer; the handler then fails and its message is nacked, as it
   -- is when the handler raises.
-  local function issue_fence(lease)
-    local owner, rc, m = rawget(lease, "lock_owner"), rawget(lease, "_lock_client"), rawget(lease, "_message")
-    if not (owner and rc and m) then
-      error("mqlease.policy.exactly_once: lease.fence is issued only while the handler holds the lock", 3)
+  local NOT_HELD = "mqlease.policy.exactly_once: lease.fence is issued only while the handler holds the lock"
+  local function fence_call(rc, id, owner)
+    local lock_key, fence_key = key_strings(id, prefix)
+    if rc._eval_cmd then return rc:_eval_cmd({ "eval", FENCE, 2, lock_key, fence_key, owner, done_ttl_ms }) end
+    return rc:eval(FENCE, { lock_key, fence_key }, { owner, done_ttl_ms })
+  end
+  -- m: the lease's message (mqlease.lease keeps it; given for a lease of
+  -- the caller's own, whose token is issued at the grant).
+  local function issue_fence(lease, m)
+    m = m or rawget(lease, "_message")
+    local owner, rc = rawget(lease, "lock_owner"), rawget(lease, "_lock_client")
+    if not (owner and rc and m) then error(NOT_HELD, 2) end
+    -- another task of the handler asked first: its answer is this one's too
+    while rawget(lease, "_fence_reading") == owner do wait.sleep(0.005) end
+    local token = rawget(lease, "fence")
+    if token ~= nil then return token end
+    if rawget(lease, "lock_owner") ~= owner then error(NOT_HELD, 2) end
+    lease._fence_reading = owner
+    local called, answer, err = pcall(fence_call, rc, m.id, owner)
+    lease._fence_reading = nil
+    -- the attempt ended while the call was out (a task of the handler's
+    -- outliving it): nothing of it reaches the lease, which may hold a
+    -- later attempt's lock by now
+    if rawget(lease, "lock_owner") ~= owner then error(NOT_HELD, 2) end
+    local issued = called and type(answer) == "table" and answer[1] == 1 and answer[2]
+    if type(issued) == "number" and issued >= 1 and issued == floor(issued) then
+      lease.fence = issued
+      return issued
     end
-    local lock_key, fence_key = key_strings(m.id, prefix)
-    local answer, err
-    if rc._eval_cmd then
-      answer, err = rc:_eval_cmd({ "eval", FENCE, 2, lock_key, fence_key, owner, done_ttl_ms })
-    else
-      answer, err = rc:eval(FENCE, { lock_key, fence_key }, { owner, done_ttl_ms })
-    end
-    if type(answer) == "table" and answer[1] == 1 and type(answer[2]) == "number" then
-      lease.fence = answer[2]
-      return answer[2]
-    end
-    if answer == 0 then
+    if called and answer == 0 then
       -- lapsed or taken: the keepalive may not have seen it yet; the lease
       -- learns it now, and the policy counts it when the handler ends
       lease._fence_refused = true
       lease:_lock_lost()
-      error("mqlease.policy.exactly_once: no fencing token: the lock of this message is no longer ours", 3)
+      error("mqlease.policy.exactly_once: no fencing token: the lock of this message is no longer ours", 2)
     end
     m.consumer:count("redis_unavailable")
-    error("mqlease.policy.exactly_once: no fencing token: " .. tostring(err or answer), 3)
+    error("mqlease.policy.exactly_once: no fencing token: " .. tostring(err or answer), 2)
   end
   local issue = o.fence == "on_read" and issue_fence or nil
 
@@ -634,8 +652,15 @@ function _M.exactly_once(opts)
     lease.lock_owner = owner
     -- (a retry in place runs the handler again on this lease: the token of
     -- its earlier run is not this lock's)
-    if issue then lease.fence, lease._fence_issue, lease._fence_refused = nil, issue, nil
-    else lease.fence = fence end
+    -- A lease of the caller's own (not mqlease.lease's, which keeps its
+    -- message) has no index to issue lease.fence on read: its token is
+    -- issued before the handler runs, as at a grant.
+    local own_lease = issue and rawget(lease, "_message") == nil
+    if not issue then lease.fence = fence
+    else
+      lease.fence, lease._fence_refused = nil, nil
+      if not own_lease then lease._fence_issue = issue end
+    end
     keepalive = keepalive or keep_lock(rc, id, owner, acquired_at, lease)
     -- alive() sees the lock; mqlease.run stops the keepalive of a handler it
     -- leaves behind (one cut off by grace) when it returns
@@ -652,6 +677,14 @@ function _M.exactly_once(opts)
       -- then), so only a loss while its message waited counts.
       lease_mod.drop_lock(lease, true)
       lease.fence, lease.lock_owner, lease._fence_issue = nil, nil, nil
+      unlock(rc, key_strings(id, prefix), owner)
+      return defer(m, o.defer_delay, "deferred_held")
+    end
+    if own_lease and not pcall(issue_fence, lease, m) then
+      -- refused (the lock lapsed, counted lost) or no answer (counted): not
+      -- ours to run now, asked again later, as for a held lock
+      let_lock_go(m, lease, nil, rawget(lease, "_fence_refused"))
+      lease.lock_owner = nil
       unlock(rc, key_strings(id, prefix), owner)
       return defer(m, o.defer_delay, "deferred_held")
     end

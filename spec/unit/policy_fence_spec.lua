@@ -119,6 +119,7 @@ describe("mqlease.policy.exactly_once fencing token", function()
       alive_after = m.lease:alive()
       assert.equal("nack", action)
       assert.matches("no fencing token: the lock of this message is no longer ours", err, 1, true)
+      assert.matches("^[^:]*policy_fence_spec%.lua:%d+: ", err)   -- where the handler read it
       assert.is_false(alive_after)
       assert.equal(1, m.counts.lock_lost)
       assert.is_nil(value(redis, policy.keys("a").fence), "no token issued")
@@ -158,6 +159,120 @@ describe("mqlease.policy.exactly_once fencing token", function()
       assert.matches("no fencing token: no reply within the timeout", err, 1, true)
       assert.equal(1, m.counts.redis_unavailable)
     end, faults)
+  end)
+
+  -- Found by a review of the first version (each failed on it):
+
+  it("gives two tasks of one handler reading at once the same token, asked of Redis once", function()
+    simulate(function(_, redis, sched)
+      local calls = record(redis)
+      local p = policy.exactly_once({ redis = redis })
+      local m = message("a")
+      local got = {}
+      assert.equal("ack", (ask(sched, p, m, function(_, lease)
+        local left = 2
+        for i = 1, 2 do sched:spawn(function() got[i] = lease.fence; left = left - 1 end) end
+        while left > 0 do wait.sleep(0.01) end
+        got[3] = lease.fence
+        return true
+      end)))
+      assert.same({ 1, 1, 1 }, got)
+      assert.same({ "acquire_many", "fence", "finish_many" }, calls)
+    end)
+  end)
+
+  it("leaves no token on the lease once the handler has ended, in either mode", function()
+    for _, mode in ipairs({ "on_read", "on_grant" }) do
+      simulate(function(_, redis, sched)
+        local p = policy.exactly_once({ redis = redis, fence = mode })
+        local m = message("a")
+        ask(sched, p, m, function(_, lease) return lease.fence == 1 end)
+        assert.is_nil(rawget(m.lease, "fence"), mode)
+        assert.is_nil(m.lease.fence, mode)
+      end)
+    end
+  end)
+
+  it("gives a handler run without a lock (fail = \"open\") no token of an earlier attempt", function()
+    local faults = copy(eo_sim.NO_FAULTS)
+    simulate(function(_, redis, sched)
+      local p = policy.exactly_once({ redis = redis, fail = "open" })
+      local m = message("a")
+      local seen = {}
+      ask(sched, p, m, function(_, lease) seen[1] = lease.fence; return false end)
+      faults.eval_fail = 1   -- the retry's acquire gets no reply: it runs open, with no lock
+      ask(sched, p, m, function(_, lease) seen[2] = lease.fence; return true end)
+      faults.eval_fail = 0
+      assert.equal(1, seen[1])
+      assert.is_nil(seen[2])
+    end, faults)
+  end)
+
+  it("writes nothing on the lease from a read still out when its attempt ended", function()
+    simulate(function(_, redis, sched)
+      local p = policy.exactly_once({ redis = redis })
+      local m = message("a")
+      -- the token's call is held until the next attempt has its lock (a
+      -- reply that comes late: a reconnect, a failover's re-send)
+      local second_started, eval = false, redis.eval
+      redis.eval = function(self, script, keys, args)
+        if script == policy.scripts.fence then
+          while not second_started do wait.sleep(0.05) end
+        end
+        return eval(self, script, keys, args)
+      end
+      local late = {}
+      -- the handler's own task reads the token and outlives the handler
+      ask(sched, p, m, function(_, lease)
+        sched:spawn(function() late.ok, late.err = pcall(function() return lease.fence end) end)
+        wait.sleep(0.01)
+        return false
+      end)
+      -- a retry in place takes the lock again; the late call is then refused
+      local alive
+      ask(sched, p, m, function(_, lease)
+        second_started = true
+        while late.ok == nil do wait.sleep(0.05) end
+        alive = lease:alive()
+        return true
+      end)
+      assert.is_false(late.ok)
+      assert.is_true(alive, "the second attempt's lock was taken for lost")
+      assert.is_nil(m.counts.lock_lost)
+    end)
+  end)
+
+  it("issues the token at the grant for a lease of the caller's own, which cannot issue it on read", function()
+    simulate(function(_, redis, sched)
+      local p = policy.exactly_once({ redis = redis })
+      local m = message("a")
+      local own = setmetatable({}, { __index = { alive = function() return true end, _lock_lost = function() end } })
+      local seen, out
+      sched:spawn(function() out = { p(m, own, function(_, lease) seen = lease.fence; return true end) } end)
+      while not out do wait.sleep(0.01) end
+      assert.equal("ack", out[1])
+      assert.equal(1, seen)
+    end)
+  end)
+
+  it("defers a message whose own lease's token gets no answer, the handler not run and the lock let go", function()
+    simulate(function(_, redis, sched)
+      local p = policy.exactly_once({ redis = redis })
+      local m = message("a")
+      local eval = redis.eval
+      redis.eval = function(self, script, keys, args)
+        if script == policy.scripts.fence then return nil, "no reply within the timeout", "TIMEOUT" end
+        return eval(self, script, keys, args)
+      end
+      local own = setmetatable({}, { __index = { alive = function() return true end, _lock_lost = function() end } })
+      local out
+      sched:spawn(function() out = { p(m, own, function() error("must not run") end) } end)
+      while not out do wait.sleep(0.01) end
+      assert.equal("defer", out[1])
+      assert.equal(1, m.counts.redis_unavailable)
+      assert.is_nil(value(redis, policy.keys("a").lock), "the lock let go")
+      assert.same({}, redis.running())
+    end)
   end)
 
   it("issues the token at the grant with fence = \"on_grant\", and never on read", function()
