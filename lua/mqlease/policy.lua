@@ -26,8 +26,8 @@ local wait = require "mqlease.loop"
 local batch_mod = require "mqlease.policy.batch"
 local sched_adapter = require "mqlease.loop.scheduler"
 
-local pcall, tostring, type, error, pairs, ipairs, rawget, setmetatable =
-  pcall, tostring, type, error, pairs, ipairs, rawget, setmetatable
+local pcall, tostring, type, error, pairs, ipairs, rawget, setmetatable, getmetatable =
+  pcall, tostring, type, error, pairs, ipairs, rawget, setmetatable, getmetatable
 local floor, random, min = math.floor, math.random, math.min
 local eo_key = core.eo_key
 
@@ -36,6 +36,12 @@ local eo_key = core.eo_key
 local FINISH_BACKOFF, FINISH_MAX_BACKOFF = 0.1, 2
 
 local _M = {}
+
+-- The index of a plain-table lease of the caller's own under fence =
+-- "on_read": lease.fence is issued on read, as mqlease.lease's index does.
+local FENCE_ON_READ = { __index = function(lease, k)
+  if k == "fence" then return lease_mod.fence_of(lease) end
+end }
 
 -- Runs the handler; ack on success, nack on failure (the default policy).
 function _M.plain(m, lease, handler)
@@ -653,8 +659,13 @@ function _M.exactly_once(opts)
     -- (a retry in place runs the handler again on this lease: the token of
     -- its earlier run is not this lock's)
     -- A lease of the caller's own (not mqlease.lease's, which keeps its
-    -- message) has no index to issue lease.fence on read: its token is
-    -- issued before the handler runs, as at a grant.
+    -- message): a plain table is given the index that issues lease.fence on
+    -- read; one with a metatable of its own has no such index, and its
+    -- token is issued before the handler runs, as at a grant.
+    if issue and rawget(lease, "_message") == nil and getmetatable(lease) == nil then
+      lease._message = m
+      setmetatable(lease, FENCE_ON_READ)
+    end
     local own_lease = issue and rawget(lease, "_message") == nil
     if not issue then lease.fence = fence
     else

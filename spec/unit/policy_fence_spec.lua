@@ -242,7 +242,28 @@ describe("mqlease.policy.exactly_once fencing token", function()
     end)
   end)
 
-  it("issues the token at the grant for a lease of the caller's own, which cannot issue it on read", function()
+  it("issues the token on read for a plain-table lease of the caller's own, and asks nothing if unread", function()
+    simulate(function(_, redis, sched)
+      local calls = record(redis)
+      local p = policy.exactly_once({ redis = redis })
+      local plain = { alive = function() return true end, _lock_lost = function() end }
+      local m = message("a")
+      local out
+      sched:spawn(function() out = { p(m, plain, function() return true end) } end)
+      while not out do wait.sleep(0.01) end
+      assert.equal("ack", out[1])
+      assert.same({ "acquire_many", "finish_many" }, calls)
+      local m2, plain2, seen = message("b"), { alive = function() return true end, _lock_lost = function() end }, nil
+      out = nil
+      sched:spawn(function() out = { p(m2, plain2, function(_, lease) seen = lease.fence; return true end) } end)
+      while not out do wait.sleep(0.01) end
+      assert.equal("ack", out[1])
+      assert.equal(1, seen)
+      assert.is_nil(plain2.fence)
+    end)
+  end)
+
+  it("issues the token at the grant for a lease of the caller's own with a metatable of its own", function()
     simulate(function(_, redis, sched)
       local p = policy.exactly_once({ redis = redis })
       local m = message("a")
