@@ -259,6 +259,61 @@ describe("mqlease.policy.exactly_once when a failover loses a lock", function()
   end)
 end)
 
+describe("mqlease.policy.exactly_once when a failover loses a lock, the token issued on read", function()
+  setup(function() env.sh(HA .. "start-sentinel") end)
+  teardown(function() os.execute(HA .. "stop >/dev/null") end)
+
+  -- The same failover with the token issued on read (the default): A asks for
+  -- its token only when it writes, after the failover, of the new master,
+  -- which holds B's lock or none of A's: A gets no token, so no stale write
+  -- is even tried, and A learns at once that its lock is lost.
+  it("gives the old owner no token at all when the token is issued on read", function()
+    local id = env.name("failover_on_read")
+    local business = mqlease.redis("127.0.0.1:" .. env.redis_port)
+    local function write(fence)
+      return business:eval(FENCED_WRITE, { "biz:" .. id, "bizfence:" .. id }, { fence })
+    end
+    local opts = { redis = { sentinels = SENTINELS, master = "mqmaster", timeout = 0.5 }, lock_ttl = 3 }
+    local policy_a, policy_b = mqlease.policy.exactly_once(opts), mqlease.policy.exactly_once(opts)
+    local ca, lease_a, counts_a = instance("A")
+    local cb, lease_b, counts_b = instance("B")
+    local old = env.sh(HA .. "master"):gsub("%s+$", "")
+    env.sh(HA .. "cut-replica")
+    local seen = {}
+    local action_a, _, err_a = policy_a({ id = id, consumer = ca }, lease_a, function(_, lease)
+      env.sh(HA .. "kill-master")
+      env.sh(HA .. "thaw-replica")
+      env.wait_for(function() return env.sh(HA .. "master"):gsub("%s+$", "") ~= old end, 30, "the failover")
+      local deadline = mqlease.now() + 20
+      repeat
+        seen.action_b = policy_b({ id = id, consumer = cb }, lease_b, function(_, lb)
+          seen.fence_b = lb.fence
+          seen.b = write(lb.fence)
+          return seen.b == 1, "stale fence"
+        end)
+        if not seen.fence_b then mqlease.sleep(0.3) end
+      until seen.fence_b or mqlease.now() > deadline
+      seen.read_a = true
+      seen.fence_a = lease.fence   -- raises: no token for A
+      seen.a = write(seen.fence_a)
+      return true
+    end)
+    assert.equal("ack", seen.action_b)
+    assert.equal(1, seen.fence_b)
+    assert.equal(1, seen.b)
+    assert.is_true(seen.read_a)
+    assert.is_nil(seen.fence_a, "A was given a token after the failover")
+    assert.is_nil(seen.a, "A wrote")
+    assert.equal("nack", action_a)
+    assert.matches("no fencing token: the lock of this message is no longer ours", err_a, 1, true)
+    assert.equal("1", business:call("GET", "biz:" .. id))
+    assert.is_false(lease_a:alive())
+    assert.equal(1, counts_a.lock_lost)
+    assert.is_nil(counts_b.lock_lost)
+    business:close()
+  end)
+end)
+
 describe("mqlease.policy.exactly_once when the master freezes past a failover and comes back", function()
   -- each test fails the master over: each starts from a fresh setup
   before_each(function() env.sh(HA .. "start-sentinel") end)
