@@ -116,6 +116,27 @@ end
 -- builds them) the core writes from the ids: acquire (the lock's TTL and the
 -- fence's in ms, then the owners) and finish (the marker's TTL in seconds,
 -- then the owners). owners[i] is ids[i]'s.
+-- The two calls of a probe of a one-key-a-message layout (bench/eo_onekey.lua,
+-- bench/eo_onevalue.lua): a message's key is prefix{<id>}. The acquire takes
+-- the keys in lead before the messages' (a shared counter), then
+-- acquire_args, then each message's owner; the finish takes the messages'
+-- keys, then finish_args, then each owner.
+function _M.one_key_calls(acquire_script, finish_script, prefix, ids, owners, lead, acquire_args, finish_args)
+  local n, nl = #ids, #lead
+  local acquire, finish = { "eval", acquire_script, nl + n }, { "eval", finish_script, n }
+  table.move(lead, 1, nl, 4, acquire)
+  for i = 1, n do
+    local key = prefix .. "{" .. ids[i] .. "}"
+    acquire[3 + nl + i] = key
+    finish[3 + i] = key
+  end
+  table.move(acquire_args, 1, #acquire_args, #acquire + 1, acquire)
+  table.move(finish_args, 1, #finish_args, #finish + 1, finish)
+  table.move(owners, 1, n, #acquire + 1, acquire)
+  table.move(owners, 1, n, #finish + 1, finish)
+  return acquire, finish
+end
+
 function _M.eo_calls(acquire_script, finish_script, prefix, ids, owners, lock_ttl_ms, fence_ttl_ms, done_ttl)
   local n = #ids
   local acquire = { "eval_ids", acquire_script, prefix, "lock fence done", n }

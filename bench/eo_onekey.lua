@@ -13,6 +13,8 @@
 -- locks), the policy's answer for a lock another owner holds, and a Cluster
 -- form (the counter's slot is not the messages'). bench/eo_parts.lua prices
 -- it ("onekey"), and bench/eo_load.lua sends it with LAYOUT=onekey.
+local common = require "bench.common"
+
 local _M = {}
 
 -- KEYS: the fence counter, then each message's key; ARGV: the lock's TTL in
@@ -54,18 +56,8 @@ return out
 -- The two calls of a batch of ids, as { "eval", ... } tables for
 -- redis:_eval_cmd: acquire and finish. owners[i] is ids[i]'s owner.
 function _M.calls(prefix, ids, owners, ttl_ms, done_ttl)
-  local n = #ids
-  local acquire, finish = { "eval", _M.acquire_many, n + 1, prefix .. "fence" }, { "eval", _M.finish_many, n }
-  for i = 1, n do
-    local key = prefix .. "{" .. ids[i] .. "}"
-    acquire[i + 4] = key
-    finish[i + 3] = key
-  end
-  acquire[n + 5] = ttl_ms
-  finish[n + 4] = done_ttl
-  table.move(owners, 1, n, n + 6, acquire)
-  table.move(owners, 1, n, n + 5, finish)
-  return acquire, finish
+  return common.one_key_calls(_M.acquire_many, _M.finish_many, prefix, ids, owners, { prefix .. "fence" },
+    { ttl_ms }, { done_ttl })
 end
 
 return _M

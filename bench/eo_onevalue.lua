@@ -22,6 +22,8 @@
 -- current layout on the same Redis would not see this one's locks). TIME
 -- before a write needs effects replication: the default from Redis 5, the only
 -- mode from 7; redis.replicate_commands() asks for it on 5 and 6.
+local common = require "bench.common"
+
 local _M = {}
 
 local NOW = [[
@@ -80,18 +82,8 @@ return out
 -- The two calls of a batch of ids, as { "eval", ... } tables for
 -- redis:_eval_cmd: acquire and finish. owners[i] is ids[i]'s owner.
 function _M.calls(prefix, ids, owners, ttl_ms, done_ttl)
-  local n = #ids
-  local acquire, finish = { "eval", _M.acquire_many, n }, { "eval", _M.finish_many, n }
-  for i = 1, n do
-    local key = prefix .. "{" .. ids[i] .. "}"
-    acquire[i + 3] = key
-    finish[i + 3] = key
-  end
-  acquire[n + 4], acquire[n + 5] = ttl_ms, tostring(tonumber(done_ttl) * 1000)
-  finish[n + 4] = done_ttl
-  table.move(owners, 1, n, n + 6, acquire)
-  table.move(owners, 1, n, n + 5, finish)
-  return acquire, finish
+  return common.one_key_calls(_M.acquire_many, _M.finish_many, prefix, ids, owners, {},
+    { ttl_ms, tostring(tonumber(done_ttl) * 1000) }, { done_ttl })
 end
 
 return _M
