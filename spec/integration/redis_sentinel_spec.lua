@@ -198,64 +198,81 @@ local function instance(name)
   return consumer, lease, counts
 end
 
+-- A takes the lock on a master cut off from its replica. In A's handler the
+-- master dies and the replica is promoted without A's lock; the broker hands
+-- the message to B meanwhile (A's lease ran out, say), and B runs it on the
+-- new master, writing with its token (until the new master answers as one,
+-- B's policy fails closed: nack, retry). Then a_writes(lease, write, seen)
+-- is A's write, and its answer the handler's. fence: the policies' option.
+-- -> a table: seen (action_b, fence_b, b: B's write; what a_writes put),
+-- action_a, err_a, counts_a, counts_b, lease_a, business, redeliver_to_a(handler)
+local function lose_the_lock(name, fence, a_writes)
+  local id = env.name(name)
+  local business = mqlease.redis("127.0.0.1:" .. env.redis_port)
+  local function write(token)
+    return business:eval(FENCED_WRITE, { "biz:" .. id, "bizfence:" .. id }, { token })
+  end
+  local opts = { redis = { sentinels = SENTINELS, master = "mqmaster", timeout = 0.5 }, lock_ttl = 3,
+    fence = fence }
+  local policy_a, policy_b = mqlease.policy.exactly_once(opts), mqlease.policy.exactly_once(opts)
+  local ca, lease_a, counts_a = instance("A")
+  local cb, lease_b, counts_b = instance("B")
+  local old = env.sh(HA .. "master"):gsub("%s+$", "")
+  -- the replica stops hearing from the master: A's lock and fence never reach it
+  env.sh(HA .. "cut-replica")
+  local seen = {}
+  local action_a, _, err_a = policy_a({ id = id, consumer = ca }, lease_a, function(_, lease)
+    env.sh(HA .. "kill-master")
+    env.sh(HA .. "thaw-replica")
+    env.wait_for(function() return env.sh(HA .. "master"):gsub("%s+$", "") ~= old end, 30, "the failover")
+    local deadline = mqlease.now() + 20
+    repeat
+      seen.action_b = policy_b({ id = id, consumer = cb }, lease_b, function(_, lb)
+        seen.fence_b = lb.fence
+        seen.b = write(lb.fence)
+        return seen.b == 1, "stale fence"
+      end)
+      if not seen.fence_b then mqlease.sleep(0.3) end
+    until seen.fence_b or mqlease.now() > deadline
+    return a_writes(lease, write, seen)
+  end)
+  return { seen = seen, action_a = action_a, err_a = err_a, counts_a = counts_a, counts_b = counts_b,
+    lease_a = lease_a, business = business, id = id,
+    redeliver_to_a = function(handler)
+      return policy_a({ id = id, consumer = ca }, select(2, instance("A")), handler)
+    end }
+end
+
 describe("mqlease.policy.exactly_once when a failover loses a lock", function()
   setup(function() env.sh(HA .. "start-sentinel") end)
   teardown(function() os.execute(HA .. "stop >/dev/null") end)
 
+  -- the token at each grant (fence = "on_grant"): the new master has no lock
+  -- and no fence, and B is granted A's token
   it("lets the fence reject the second owner's write: one effect, the lost lock counted", function()
-    local id = env.name("failover_lost_lock")
-    local business = mqlease.redis("127.0.0.1:" .. env.redis_port)
-    local function write(fence)
-      return business:eval(FENCED_WRITE, { "biz:" .. id, "bizfence:" .. id }, { fence })
-    end
-    -- the token at each grant (fence = "on_grant"), whose failover these specs follow
-    local opts = { redis = { sentinels = SENTINELS, master = "mqmaster", timeout = 0.5 }, lock_ttl = 3,
-      fence = "on_grant" }
-    local policy_a, policy_b = mqlease.policy.exactly_once(opts), mqlease.policy.exactly_once(opts)
-    local ca, lease_a, counts_a = instance("A")
-    local cb, lease_b, counts_b = instance("B")
-    local old = env.sh(HA .. "master"):gsub("%s+$", "")
-    -- the replica stops hearing from the master: A's lock and fence never reach it
-    env.sh(HA .. "cut-replica")
-    local written = {}
-    local action_a = policy_a({ id = id, consumer = ca }, lease_a, function(_, lease)
-      env.sh(HA .. "kill-master")
-      env.sh(HA .. "thaw-replica")
-      env.wait_for(function() return env.sh(HA .. "master"):gsub("%s+$", "") ~= old end, 30, "the failover")
-      -- the broker hands the message to B meanwhile (A's lease ran out, say);
-      -- the new master has no lock and no fence: B is granted the same token
-      -- (until the new master answers as one, B's policy fails closed: nack, retry)
-      local deadline = mqlease.now() + 20
-      repeat
-        written.action_b = policy_b({ id = id, consumer = cb }, lease_b, function(_, lb)
-          written.b = write(lb.fence)
-          written.fence_b = lb.fence
-          return written.b == 1, "stale fence"
-        end)
-        if not written.fence_b then mqlease.sleep(0.3) end
-      until written.fence_b or mqlease.now() > deadline
-      written.a = write(lease.fence)
-      written.fence_a = lease.fence
+    local r = lose_the_lock("failover_lost_lock", "on_grant", function(lease, write, seen)
+      seen.a = write(lease.fence)
+      seen.fence_a = lease.fence
       mqlease.sleep(1.5)   -- a renewal of A's lock runs on the new master
-      return written.a == 1, "stale fence"
+      return seen.a == 1, "stale fence"
     end)
+    local seen = r.seen
     -- the failover handed out one token twice ...
-    assert.equal(written.fence_a, written.fence_b)
+    assert.equal(seen.fence_a, seen.fence_b)
     -- ... and the fence-checking writer applied exactly one of the two writes
-    assert.equal(1, written.b)
-    assert.equal(0, written.a)
-    assert.equal("1", business:call("GET", "biz:" .. id))
-    assert.equal("ack", written.action_b)
-    assert.equal("nack", action_a)
+    assert.equal(1, seen.b)
+    assert.equal(0, seen.a)
+    assert.equal("1", r.business:call("GET", "biz:" .. r.id))
+    assert.equal("ack", seen.action_b)
+    assert.equal("nack", r.action_a)
     -- A learns that its lock was lost, and the count shows it
-    assert.is_false(lease_a:alive())
-    assert.equal(1, counts_a.lock_lost)
-    assert.is_nil(counts_b.lock_lost)
+    assert.is_false(r.lease_a:alive())
+    assert.equal(1, r.counts_a.lock_lost)
+    assert.is_nil(r.counts_b.lock_lost)
     -- the redelivery to A finds B's done marker
-    local again = policy_a({ id = id, consumer = ca }, select(2, instance("A")), function() error("ran twice") end)
-    assert.equal("ack", again)
-    assert.equal(1, counts_a.duplicate_skipped)
-    business:close()
+    assert.equal("ack", r.redeliver_to_a(function() error("ran twice") end))
+    assert.equal(1, r.counts_a.duplicate_skipped)
+    r.business:close()
   end)
 end)
 
@@ -263,54 +280,31 @@ describe("mqlease.policy.exactly_once when a failover loses a lock, the token is
   setup(function() env.sh(HA .. "start-sentinel") end)
   teardown(function() os.execute(HA .. "stop >/dev/null") end)
 
-  -- The same failover with the token issued on read (the default): A asks for
-  -- its token only when it writes, after the failover, of the new master,
-  -- which holds B's lock or none of A's: A gets no token, so no stale write
-  -- is even tried, and A learns at once that its lock is lost.
+  -- The token issued on read (the default): A asks for it only when it
+  -- writes, after the failover, of the new master, which holds B's lock or
+  -- none of A's: A gets no token, so no stale write is even tried, and A
+  -- learns at once that its lock is lost.
   it("gives the old owner no token at all when the token is issued on read", function()
-    local id = env.name("failover_on_read")
-    local business = mqlease.redis("127.0.0.1:" .. env.redis_port)
-    local function write(fence)
-      return business:eval(FENCED_WRITE, { "biz:" .. id, "bizfence:" .. id }, { fence })
-    end
-    local opts = { redis = { sentinels = SENTINELS, master = "mqmaster", timeout = 0.5 }, lock_ttl = 3 }
-    local policy_a, policy_b = mqlease.policy.exactly_once(opts), mqlease.policy.exactly_once(opts)
-    local ca, lease_a, counts_a = instance("A")
-    local cb, lease_b, counts_b = instance("B")
-    local old = env.sh(HA .. "master"):gsub("%s+$", "")
-    env.sh(HA .. "cut-replica")
-    local seen = {}
-    local action_a, _, err_a = policy_a({ id = id, consumer = ca }, lease_a, function(_, lease)
-      env.sh(HA .. "kill-master")
-      env.sh(HA .. "thaw-replica")
-      env.wait_for(function() return env.sh(HA .. "master"):gsub("%s+$", "") ~= old end, 30, "the failover")
-      local deadline = mqlease.now() + 20
-      repeat
-        seen.action_b = policy_b({ id = id, consumer = cb }, lease_b, function(_, lb)
-          seen.fence_b = lb.fence
-          seen.b = write(lb.fence)
-          return seen.b == 1, "stale fence"
-        end)
-        if not seen.fence_b then mqlease.sleep(0.3) end
-      until seen.fence_b or mqlease.now() > deadline
+    local r = lose_the_lock("failover_on_read", "on_read", function(lease, write, seen)
       seen.read_a = true
       seen.fence_a = lease.fence   -- raises: no token for A
       seen.a = write(seen.fence_a)
       return true
     end)
+    local seen = r.seen
     assert.equal("ack", seen.action_b)
     assert.equal(1, seen.fence_b)
     assert.equal(1, seen.b)
     assert.is_true(seen.read_a)
     assert.is_nil(seen.fence_a, "A was given a token after the failover")
     assert.is_nil(seen.a, "A wrote")
-    assert.equal("nack", action_a)
-    assert.matches("no fencing token: the lock of this message is no longer ours", err_a, 1, true)
-    assert.equal("1", business:call("GET", "biz:" .. id))
-    assert.is_false(lease_a:alive())
-    assert.equal(1, counts_a.lock_lost)
-    assert.is_nil(counts_b.lock_lost)
-    business:close()
+    assert.equal("nack", r.action_a)
+    assert.matches("no fencing token: the lock of this message is no longer ours", r.err_a, 1, true)
+    assert.equal("1", r.business:call("GET", "biz:" .. r.id))
+    assert.is_false(r.lease_a:alive())
+    assert.equal(1, r.counts_a.lock_lost)
+    assert.is_nil(r.counts_b.lock_lost)
+    r.business:close()
   end)
 end)
 

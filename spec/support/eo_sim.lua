@@ -2,6 +2,8 @@
 -- without a server, against the fault model's Redis (spec/support/model/
 -- redis.lua) in simulated time, made to fail where a spec says.
 local lease_mod = require "mqlease.lease"
+local policy = require "mqlease.policy"
+local core = require "mqlease.core"
 local scheduler = require "mqlease.scheduler"
 local clock_mod = require "spec.support.model.clock"
 local redis_model = require "spec.support.model.redis"
@@ -38,6 +40,34 @@ function _M.message(id)
     consumer = { id = function() return "c@1" end, count = function(_, n) counts[n] = (counts[n] or 0) + 1 end } }
   l._message = m   -- as mqlease.lease keeps its message
   return m
+end
+
+-- Records the name of every script redis is sent, in order (the names of
+-- mqlease.policy.scripts); before(i), if given, runs before the i-th call.
+function _M.record(redis, before)
+  local names = {}
+  for name, script in pairs(policy.scripts) do names[script] = name end
+  local calls, eval = {}, redis.eval
+  redis.eval = function(self, script, keys, args)
+    calls[#calls + 1] = names[script] or "?"
+    if before then before(#calls) end
+    return eval(self, script, keys, args)
+  end
+  return calls
+end
+
+-- The value of key in the model Redis now, or nil (gone, or lapsed).
+function _M.value(redis, key)
+  local e = redis.keys[key]
+  if e and e.expires > core.now() then return e.value end
+  return nil
+end
+
+-- A shallow copy of t (a spec's own faults, from NO_FAULTS).
+function _M.copy(t)
+  local out = {}
+  for k, v in pairs(t) do out[k] = v end
+  return out
 end
 
 return _M

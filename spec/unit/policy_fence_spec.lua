@@ -9,30 +9,7 @@ local core = require "mqlease.core"
 local wait = require "mqlease.loop"
 local eo_sim = require "spec.support.eo_sim"
 local simulate, message = eo_sim.simulate, eo_sim.message
-
-local NAMES = {}
-for name, script in pairs(policy.scripts) do NAMES[script] = name end
-
-local function record(redis)
-  local calls, eval = {}, redis.eval
-  redis.eval = function(self, script, keys, args)
-    calls[#calls + 1] = NAMES[script] or "?"
-    return eval(self, script, keys, args)
-  end
-  return calls
-end
-
-local function value(redis, key)
-  local e = redis.keys[key]
-  if e and e.expires > core.now() then return e.value end
-  return nil
-end
-
-local function copy(t)
-  local out = {}
-  for k, v in pairs(t) do out[k] = v end
-  return out
-end
+local record, value, copy = eo_sim.record, eo_sim.value, eo_sim.copy
 
 -- The policy's answer for m, asked from a task of its own (the batches of
 -- one turn need a scheduler's task), waited for: action, delay, err.

@@ -8,28 +8,7 @@ local core = require "mqlease.core"
 local wait = require "mqlease.loop"
 local eo_sim = require "spec.support.eo_sim"
 local simulate, message = eo_sim.simulate, eo_sim.message
-
-local NAMES = {}
-for name, script in pairs(policy.scripts) do NAMES[script] = name end
-
--- Records the name of every script redis is sent, in order; before(i), if
--- given, runs before the i-th call is made.
-local function record(redis, before)
-  local calls, eval = {}, redis.eval
-  redis.eval = function(self, script, keys, args)
-    calls[#calls + 1] = NAMES[script] or "?"
-    if before then before(#calls) end
-    return eval(self, script, keys, args)
-  end
-  return calls
-end
-
--- The value of key in the model Redis now, or nil (gone, or lapsed).
-local function value(redis, key)
-  local e = redis.keys[key]
-  if e and e.expires > core.now() then return e.value end
-  return nil
-end
+local record, value, copy = eo_sim.record, eo_sim.value, eo_sim.copy
 
 -- Runs each message's policy in a task of its own, all in one turn, and
 -- waits for every answer: { action, ... } in the messages' order.
@@ -43,12 +22,6 @@ local function ask_all(sched, p, msgs, handler)
   end
   while left > 0 do wait.sleep(0.01) end
   return answers
-end
-
-local function copy(t)
-  local out = {}
-  for k, v in pairs(t) do out[k] = v end
-  return out
 end
 
 describe("mqlease.policy.exactly_once lock prefetch", function()
