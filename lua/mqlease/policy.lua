@@ -498,7 +498,8 @@ function _M.exactly_once(opts)
     if rawget(lease, "lock_owner") ~= owner then error(NOT_HELD, 2) end
     lease._fence_reading = owner
     local called, answer, err = pcall(fence_call, rc, m.id, owner)
-    lease._fence_reading = nil
+    -- (a read of an attempt that ended meanwhile leaves a later one's mark)
+    if rawget(lease, "_fence_reading") == owner then lease._fence_reading = nil end
     -- the attempt ended while the call was out (a task of the handler's
     -- outliving it): nothing of it reaches the lease, which may hold a
     -- later attempt's lock by now
@@ -656,8 +657,6 @@ function _M.exactly_once(opts)
     -- the live view shows both while the lock is held (a fence issued on
     -- read, once the handler has read it)
     lease.lock_owner = owner
-    -- (a retry in place runs the handler again on this lease: the token of
-    -- its earlier run is not this lock's)
     -- A lease of the caller's own (not mqlease.lease's, which keeps its
     -- message): a plain table is given the index that issues lease.fence on
     -- read; one with a metatable of its own has no such index, and its
@@ -669,6 +668,8 @@ function _M.exactly_once(opts)
     local own_lease = issue and rawget(lease, "_message") == nil
     if not issue then lease.fence = fence
     else
+      -- (a retry in place runs the handler again on this lease: the token
+      -- of its earlier run is not this lock's)
       lease.fence, lease._fence_refused = nil, nil
       if not own_lease then lease._fence_issue = issue end
     end

@@ -219,6 +219,46 @@ describe("mqlease.policy.exactly_once fencing token", function()
     end)
   end)
 
+  it("keeps a later attempt's readers together when a read of an ended attempt returns among them", function()
+    simulate(function(_, redis, sched)
+      local p = policy.exactly_once({ redis = redis })
+      local m = message("a")
+      -- each token call waits for its gate: the stale one (the first
+      -- attempt's) until the second attempt's first reader is out
+      local gates, n, eval = {}, 0, redis.eval
+      redis.eval = function(self, script, keys, args)
+        if script == policy.scripts.fence then
+          n = n + 1
+          local mine = n
+          gates[mine] = gates[mine] or false
+          while not gates[mine] do wait.sleep(0.01) end
+        end
+        return eval(self, script, keys, args)
+      end
+      local stale = {}
+      ask(sched, p, m, function(_, lease)
+        sched:spawn(function() stale.ok = pcall(function() return lease.fence end) end)
+        wait.sleep(0.01)
+        return false
+      end)
+      local got = {}
+      assert.equal("ack", (ask(sched, p, m, function(_, lease)
+        sched:spawn(function() got[1] = lease.fence end)   -- its call: the second
+        wait.sleep(0.05)
+        gates[1] = true                                    -- the stale read returns
+        while stale.ok == nil do wait.sleep(0.01) end
+        sched:spawn(function() got[2] = lease.fence end)   -- must wait for the first
+        wait.sleep(0.05)
+        gates[2], gates[3] = true, true
+        while not (got[1] and got[2]) do wait.sleep(0.01) end
+        return true
+      end)))
+      assert.is_false(stale.ok)
+      assert.equal(got[1], got[2])
+      assert.equal(2, n, "a second call for one attempt's token")
+    end)
+  end)
+
   it("issues the token on read for a plain-table lease of the caller's own, and asks nothing if unread", function()
     simulate(function(_, redis, sched)
       local calls = record(redis)
