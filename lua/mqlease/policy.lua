@@ -687,8 +687,7 @@ function _M.exactly_once(opts)
       -- registration keeps it: see spec/regress/redis-keepalive-from-acquire.)
       -- A prefetched lock's reply was read in time (its keepalive ran from
       -- then), so only a loss while its message waited counts.
-      lease_mod.drop_lock(lease, true)
-      lease.fence, lease.lock_owner, lease._fence_issue = nil, nil, nil
+      let_lock_go(m, lease, true)
       unlock(rc, key_strings(id, prefix), owner)
       return defer(m, o.defer_delay, "deferred_held")
     end
@@ -696,7 +695,6 @@ function _M.exactly_once(opts)
       -- refused (the lock lapsed, counted lost) or no answer (counted): not
       -- ours to run now, asked again later, as for a held lock
       let_lock_go(m, lease, nil, rawget(lease, "_fence_refused"))
-      lease.lock_owner = nil
       unlock(rc, key_strings(id, prefix), owner)
       return defer(m, o.defer_delay, "deferred_held")
     end

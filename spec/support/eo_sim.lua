@@ -30,16 +30,12 @@ end
 -- consumer that counts what the policy counts (m.counts).
 function _M.message(id)
   local counts = {}
-  -- lease.fence read as mqlease.lease reads it (issued on read)
-  local l = setmetatable({ state = "held" }, { __index = function(self, k)
-    if k == "fence" then return lease_mod.fence_of(self) end
-  end })
+  -- a plain table: the policy gives it the index that issues lease.fence on read
+  local l = { state = "held" }
   function l.alive(self) return lease_mod.lock_kept(self) and (self.state == "held" or self.state == "expiring") end
   function l._lock_lost(self) rawset(self, "_lock_is_lost", true) end
-  local m = { id = id, lease = l, counts = counts,
+  return { id = id, lease = l, counts = counts,
     consumer = { id = function() return "c@1" end, count = function(_, n) counts[n] = (counts[n] or 0) + 1 end } }
-  l._message = m   -- as mqlease.lease keeps its message
-  return m
 end
 
 -- Records the name of every script redis is sent, in order (the names of
