@@ -11,7 +11,7 @@ local file = ...
 local f = file and io.open(file)
 if not f then return end
 local by = { plain = {}, exactly_once = {}, bound = {}, bound_onekey = {} }
-local parts, part_order, policies = {}, {}, {}
+local parts, part_order, policies, client = {}, {}, {}, {}
 for line in f:lines() do
   local kind, json = line:match("^(eo%a*) (%b{})")
   local r = json and cjson.decode(json)
@@ -19,6 +19,8 @@ for line in f:lines() do
     table.insert(by[r.policy], r)
   elseif kind == "eopolicy" then
     policies[r.policy] = r   -- the last invocation's
+  elseif kind == "eoclient" then
+    client[r.part] = r   -- the last invocation's
   elseif kind == "eoparts" then
     if not parts[r.part] then part_order[#part_order + 1] = r.part end
     parts[r.part] = r   -- the last invocation's
@@ -111,6 +113,31 @@ if plain_alone and eo_alone then
   print(("passes, min–max): plain %.2f (%.2f–%.2f) µs a message, exactly-once %.2f (%.2f–%.2f)."):format(
     plain_alone.cpu_us_per_msg, plain_alone.min, plain_alone.max, eo_alone.cpu_us_per_msg, eo_alone.min, eo_alone.max))
   print("")
+end
+
+-- the policy's work on the worker, by part (bench/eo_policy.lua's eoclient lines)
+local frame = client.plain
+if frame and eo_alone and client.calls and client.park and client.keepalive then
+  local function net(r) return r.cpu_us_per_msg - frame.cpu_us_per_msg end
+  print("Its work on the worker, part by part, each alone in the same frame (bench/eo_policy.lua; median of")
+  print(("%d passes, the frame's own %.2f µs a message taken off each):"):format(frame.passes, frame.cpu_us_per_msg))
+  print("")
+  print("| part | worker CPU µs/msg |")
+  print("|---|---|")
+  print(("| the policy's two batched calls (ACQUIRE_MANY, FINISH_MANY) and their waits | %.1f |"):format(net(client.calls)))
+  print(("| of which a park and a wake a call (the scheduler alone) | %.1f |"):format(2 * net(client.park)))
+  print(("| the lock keepalive registered and stopped | %.1f |"):format(net(client.keepalive)))
+  print(("| the rest: the policy's own Lua (owner, lease fields, checks) | %.1f |"):format(
+    eo_alone.cpu_us_per_msg - plain_alone.cpu_us_per_msg - net(client.calls) - net(client.keepalive)))
+  print(("| the whole policy, beyond plain | %.1f |"):format(eo_alone.cpu_us_per_msg - plain_alone.cpu_us_per_msg))
+  print("")
+  local trip = client.round_trip
+  if trip then
+    print(("One round trip to Redis, a no-op script sent alone, costs this process %.0f (%.0f–%.0f) µs of CPU"):format(
+      trip.cpu_us_per_call, trip.min, trip.max))
+    print("(its Lua thread and the Redis client's I/O thread): a batch of 32 pays it once a call, twice a message.")
+    print("")
+  end
 end
 
 -- the Redis side by part (bench/eo_parts.lua)
