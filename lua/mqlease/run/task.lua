@@ -37,6 +37,13 @@ end
 -- attempt left, so its handler refused to run.
 function _M.decide(ctx, m, action, delay, err, refused)
   if action == "ack" then return "ack" end
+  -- a delay that is no number of seconds (NaN among them: a NaN deadline
+  -- stopped every timed wait of the scheduler, not only this one) is the
+  -- policy's error: the message is given back, as when the policy raises
+  if delay ~= nil and (type(delay) ~= "number" or delay ~= delay) then
+    error(("mqlease.run: the policy answered %s with a delay of %s (want a number of seconds)"):format(
+      tostring(action), tostring(delay)), 0)
+  end
   if action == "defer" then return "hold", delay or ctx.release_delay end
   if action == "skip" then return "skip" end
   if action ~= "nack" then
@@ -86,13 +93,25 @@ local function release(ctx, m, verb, arg)
   return life_mod.ended_as(m)
 end
 
--- Gives m back at once (a stop): the outcome.
-function _M.give_back(ctx, m)
+-- Gives m back at once: the outcome. drained: the stop's drain gives it back
+-- (counted as drained); an ordered message given back behind one that may
+-- come back is counted as given_back by its caller, not here.
+function _M.give_back(ctx, m, drained)
   if lease_mod.held(m.lease) and m:nack(ctx.release_delay) then
-    ctx.st.drained = ctx.st.drained + 1
+    if drained then ctx.st.drained = ctx.st.drained + 1 end
     return "nacked"
   end
   return life_mod.ended_as(m)
+end
+
+-- Tells on_error of m's failure. on_error is the user's logging hook: one
+-- that raises changes nothing of what becomes of the message (its raise
+-- counted a second failure and turned a retry in place into a nack).
+local function report(ctx, m, err)
+  local ok, raised = pcall(ctx.on_error, m, err)
+  if not ok then
+    io.stderr:write(("mqlease: on_error raised for %s: %s\n"):format(_M.printable(m.id), tostring(raised)))
+  end
 end
 
 -- The handler a message past its last attempt gets: it refuses, so a policy
@@ -113,8 +132,11 @@ function _M.run(ctx, m)
   local exhausted = ctx.max_attempts and (m.delivery_attempt or 1) > ctx.max_attempts
   local handler = exhausted and refusing(flag) or ctx.handler
   life:move(m, "running")
+  -- this attempt's failure is counted (once, whatever raises after it)
+  local counted
   local ok, raised = pcall(function()
     while true do
+      counted = false
       -- no handler starts on a lease that has ended: the broker may have
       -- handed the message to someone else already
       if not lease_mod.held(m.lease) then
@@ -125,7 +147,8 @@ function _M.run(ctx, m)
       local action, delay, err, after = ctx.policy(m, m.lease, handler)
       if err ~= nil and not flag.refused then
         st.failed = st.failed + 1
-        ctx.on_error(m, err)
+        counted = true
+        report(ctx, m, err)
       end
       local verb, arg = decide(ctx, m, action, delay, err, flag.refused)
       if verb == "hold" or verb == "retry" then
@@ -141,7 +164,7 @@ function _M.run(ctx, m)
         local why = ctx.waiter:hold(m, arg)
         if why ~= "again" then
           life:move(m, "releasing")
-          outcome = why == "stopping" and _M.give_back(ctx, m) or life_mod.ended_as(m)
+          outcome = why == "stopping" and _M.give_back(ctx, m, true) or life_mod.ended_as(m)
           return
         end
         life:move(m, "running")
@@ -154,10 +177,10 @@ function _M.run(ctx, m)
     end
   end)
   if not ok then
-    -- a raising policy, on_error, nack_delay or after() costs no slot and
-    -- strands no message: if nothing released it, it is given back
-    st.failed = st.failed + 1
-    pcall(ctx.on_error, m, raised)
+    -- a raising policy, nack_delay or after() costs no slot and strands no
+    -- message: if nothing released it, it is given back
+    if not counted then st.failed = st.failed + 1 end
+    report(ctx, m, raised)
     if life:state_of(m) ~= "releasing" then life:move(m, "releasing") end
     if not outcome then
       if lease_mod.held(m.lease) and m:nack(ctx.release_delay) then

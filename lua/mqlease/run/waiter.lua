@@ -30,12 +30,17 @@ function methods:hold(m, delay)
   local sched, lease = self.sched, m.lease
   self.tasks[m] = coroutine.running()
   local why
+  -- a delay of 0 or less still yields once: asked again at once, a policy
+  -- that does not yield itself would keep every other task, and the stop,
+  -- from running
+  local parked = false
   while true do
     if self.stopping() then why = "stopping" break end
     -- the broker's lease, not a Redis lock: none is held while it waits
     if not lease_mod.held(lease) then why = "ended" break end
     local now = core.now()
-    if now >= deadline then why = "again" break end
+    if now >= deadline and parked then why = "again" break end
+    parked = true
     sched:park(min(deadline, now + LOOK_EVERY))
   end
   self.tasks[m] = nil

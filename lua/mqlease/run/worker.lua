@@ -110,15 +110,17 @@ function _M.run(consumer, handler, o, sched, probe)
   -- A message given back unrun: after the stop, or held behind an ordered
   -- message that ended unreleased. It is queued (give_back) or already
   -- moved to releasing (settle_given_back); it settles here.
-  local function settle_given_back(m)
+  -- drained: the stop's drain gives it back (counted so); else it is an
+  -- ordered message given back behind one that may come back (given_back)
+  local function settle_given_back(m, drained)
     -- an unused prefetched lock deleted before the nack: a redelivery must
     -- not find it held (and defer)
     if prefetcher then prefetcher.release(m, function(unlock) pcall(unlock) end) end
-    ctx.life:settle(m, task.give_back(ctx, m))
+    ctx.life:settle(m, task.give_back(ctx, m, drained))
   end
   local function give_back(m)
     ctx.life:move(m, "releasing")
-    settle_given_back(m)
+    settle_given_back(m, true)
   end
 
   local function wake_receiver()
@@ -139,7 +141,7 @@ function _M.run(consumer, handler, o, sched, probe)
         -- that looks before then must see it ending and wait for its nack
         -- (it ended the run and closed the consumer with the lease held)
         ctx.life:move(b, "releasing")
-        sched:spawn(settle_given_back, b)
+        sched:spawn(settle_given_back, b, false)
       end
     end
     wake_receiver()
