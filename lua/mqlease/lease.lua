@@ -23,7 +23,7 @@
 -- leases of one consumer share. A dropped message is nacked by the message's
 -- finalizer (collect below), lease object or not.
 
-local setmetatable, getmetatable, rawget = setmetatable, getmetatable, rawget
+local setmetatable, getmetatable, rawget, rawset = setmetatable, getmetatable, rawget, rawset
 local floor = math.floor
 
 local _M = {}
@@ -132,7 +132,7 @@ local function lock_kept(lease)
   -- a client of the user's own may lack keepalive_lost: its keepalive's
   -- on_lost callback is then all that tells
   if client and client.keepalive_lost and client:keepalive_lost(rawget(lease, "_lock_id")) then
-    lease._lock_is_lost = true
+    rawset(lease, "_lock_is_lost", true)
     return false
   end
   return true
@@ -148,7 +148,7 @@ end
 
 -- The Redis lock that guarded this lease could not be renewed.
 function methods:_lock_lost()
-  self._lock_is_lost = true
+  rawset(self, "_lock_is_lost", true)
 end
 
 -- true while the broker still hides the message for us, whatever became of
@@ -162,9 +162,13 @@ end
 
 -- The policy keeps a Redis lock for the lease: keepalive id of client (a
 -- mqlease.redis). alive() answers false once it is lost; drop_lock stops it.
+-- These fields, as the policy's, are written raw, where they are read: a
+-- lease of the caller's own may be a proxy whose __newindex sends writes
+-- elsewhere.
 function _M.hold_lock(lease, client, id)
-  lease._lock_client, lease._lock_id = client, id
-  lease._lock_is_lost = nil   -- a new lock: a lost one of an earlier attempt is gone with it
+  rawset(lease, "_lock_client", client)
+  rawset(lease, "_lock_id", id)
+  rawset(lease, "_lock_is_lost", nil)   -- a new lock: a lost one of an earlier attempt is gone with it
 end
 
 -- Stops the lease's lock keepalive, if it has one (the lock then lapses at its
@@ -177,13 +181,14 @@ function _M.drop_lock(lease, released)
   local client = rawget(lease, "_lock_client")
   if not client then return false end
   local id = rawget(lease, "_lock_id")
-  lease._lock_client, lease._lock_id = nil, nil
+  rawset(lease, "_lock_client", nil)
+  rawset(lease, "_lock_id", nil)
   local lost = client:keepalive_stop(id)
   if released then
-    lease._lock_is_lost = nil
+    rawset(lease, "_lock_is_lost", nil)
     return false
   end
-  if lost then lease._lock_is_lost = true end
+  if lost then rawset(lease, "_lock_is_lost", true) end
   return lost
 end
 

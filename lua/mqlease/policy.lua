@@ -26,8 +26,8 @@ local wait = require "mqlease.loop"
 local batch_mod = require "mqlease.policy.batch"
 local sched_adapter = require "mqlease.loop.scheduler"
 
-local pcall, tostring, type, error, pairs, ipairs, rawget, setmetatable, getmetatable =
-  pcall, tostring, type, error, pairs, ipairs, rawget, setmetatable, getmetatable
+local pcall, tostring, type, error, pairs, ipairs, rawget, rawset, setmetatable, getmetatable =
+  pcall, tostring, type, error, pairs, ipairs, rawget, rawset, setmetatable, getmetatable
 local floor, random, min = math.floor, math.random, math.min
 local eo_key = core.eo_key
 
@@ -274,9 +274,11 @@ end
 -- The lock owners of one policy: the consumer's id and a random token, made
 -- once per consumer, then a count, so every acquire has an owner of its own
 -- (an attempt whose lock lapsed must not unlock a later attempt's lock).
+-- -> owner_of(m), and mine(m, owner): whether owner is one this policy gave
+-- out for m's consumer.
 local function owners()
   local bases, n = setmetatable({}, { __mode = "k" }), 0
-  return function(m)
+  local function owner_of(m)
     local c = m.consumer
     local base = bases[c]
     if not base then
@@ -286,6 +288,22 @@ local function owners()
     n = n + 1
     return base .. n
   end
+  local function mine(m, owner)
+    local base = bases[m.consumer]
+    return base ~= nil and type(owner) == "string" and owner:sub(1, #base) == base
+  end
+  return owner_of, mine
+end
+
+-- A fencing token as Redis issues it: an integer of 1 or more (INCR's).
+local function is_token(v)
+  return type(v) == "number" and v >= 1 and v == floor(v) and v < math.huge
+end
+
+-- A done marker's answer: the unlock's 1 or 0; anything else (no honest
+-- server's) is no proof that the marker was written.
+local function is_marked(v)
+  return v == 0 or v == 1
 end
 
 -- The lock prefetch of each exactly-once policy made with prefetch = true
@@ -313,7 +331,7 @@ function _M.exactly_once(opts)
   -- the grant (on_read: FENCE issues it when the handler first reads it)
   local grant_fence_ttl_ms = o.fence == "on_grant" and done_ttl_ms or "0"
   local prefix = o.prefix
-  local owner_of = owners()
+  local owner_of, mine = owners()
   -- the keepalive renews every third of lock_ttl from the acquire; before
   -- its first renewal a lock can end only by the clock, so until then the
   -- keepalive has nothing else to tell and is not asked (two calls into the
@@ -386,7 +404,7 @@ function _M.exactly_once(opts)
     m.consumer:count("redis_unavailable")
     -- run with no lock, and so no token (not an earlier attempt's either)
     if o.fail == "open" then
-      lease.fence = nil
+      rawset(lease, "fence", nil)
       return _M.plain(m, lease, handler)
     end
     return defer(m, o.fail_delay, "fail_closed_held")
@@ -433,12 +451,13 @@ function _M.exactly_once(opts)
   -- whether or not a renewal has noticed yet.
   local function let_lock_go(m, lease, unlocked, taken)
     -- no token once the lock is let go, nor one to be issued
-    lease.fence, lease._fence_issue = nil, nil
+    rawset(lease, "fence", nil)
+    rawset(lease, "_fence_issue", nil)
     if lease_mod.drop_lock(lease, unlocked) or taken then
       lease:_lock_lost()
       m.consumer:count("lock_lost")
     end
-    lease.lock_owner = nil   -- the live view shows the lock only while it is held
+    rawset(lease, "lock_owner", nil)   -- the live view shows the lock only while it is held
   end
 
   -- sched: the scheduler whose turns batch the markers, or nil. -> true and
@@ -446,25 +465,39 @@ function _M.exactly_once(opts)
   -- ours, or an attempt before, unanswered, may have) or "taken" (the first
   -- attempt found it another's, or gone); or nil, message. A closed client
   -- writes nothing again: no retries then.
+  -- An answer that is no 1 or 0 proves nothing was written: a failure, but
+  -- one after which the script may have run (BAD_REPLY).
+  local function marker_answer(marked, err, code)
+    if marked ~= nil and not is_marked(marked) then
+      return nil, ("redis answered %s for the done marker"):format(tostring(marked)), "BAD_REPLY"
+    end
+    return marked, err, code
+  end
   local function finish(rc, sched, m, id, lease, owner)
     local marked, err, code
     local lock_key, done_key, _
-    if sched then marked, err, code = finishes:call(sched, owner, id)
+    if sched then marked, err, code = marker_answer(finishes:call(sched, owner, id))
     else
       lock_key, _, done_key = key_strings(id, prefix)
-      marked, err, code = mark_done(rc, lock_key, done_key, owner)
+      marked, err, code = marker_answer(mark_done(rc, lock_key, done_key, owner))
     end
     if marked ~= nil then return true, marked == 1 and "unlocked" or "taken" end
     if not lock_key then lock_key, _, done_key = key_strings(id, prefix) end
+    -- whether an attempt so far may have run, and so deleted the lock: only
+    -- an error reply (OOM, BUSY, READONLY: the script aborted before its
+    -- DEL, its last step) proves one did not
+    local may_have_run = code ~= "REDIS_ERROR"
     local backoff = FINISH_BACKOFF
     m.consumer:count("done_marker_failed")
     while code ~= "CLOSED" and worth_trying(lease) do
       wait.sleep(backoff)
       if not worth_trying(lease) then break end
       m.consumer:count("done_marker_retries")
-      marked, err, code = mark_done(rc, lock_key, done_key, owner)
-      -- a 0 now may be the earlier attempt's own delete
-      if marked ~= nil then return true, "unlocked" end
+      marked, err, code = marker_answer(mark_done(rc, lock_key, done_key, owner))
+      -- a 0 now may be an earlier attempt's own delete; after error replies
+      -- alone it is a lock another owner took
+      if marked ~= nil then return true, (marked == 1 or may_have_run) and "unlocked" or "taken" end
+      if code ~= "REDIS_ERROR" then may_have_run = true end
       backoff = min(backoff * 2, FINISH_MAX_BACKOFF)
     end
     return nil, err
@@ -496,23 +529,23 @@ function _M.exactly_once(opts)
     local token = rawget(lease, "fence")
     if token ~= nil then return token end
     if rawget(lease, "lock_owner") ~= owner then error(NOT_HELD, 2) end
-    lease._fence_reading = owner
+    rawset(lease, "_fence_reading", owner)
     local called, answer, err = pcall(fence_call, rc, m.id, owner)
     -- (a read of an attempt that ended meanwhile leaves a later one's mark)
-    if rawget(lease, "_fence_reading") == owner then lease._fence_reading = nil end
+    if rawget(lease, "_fence_reading") == owner then rawset(lease, "_fence_reading", nil) end
     -- the attempt ended while the call was out (a task of the handler's
     -- outliving it): nothing of it reaches the lease, which may hold a
     -- later attempt's lock by now
     if rawget(lease, "lock_owner") ~= owner then error(NOT_HELD, 2) end
     local issued = called and type(answer) == "table" and answer[1] == 1 and answer[2]
-    if type(issued) == "number" and issued >= 1 and issued == floor(issued) then
-      lease.fence = issued
+    if is_token(issued) then
+      rawset(lease, "fence", issued)
       return issued
     end
     if called and answer == 0 then
       -- lapsed or taken: the keepalive may not have seen it yet; the lease
       -- learns it now, and the policy counts it when the handler ends
-      lease._fence_refused = true
+      rawset(lease, "_fence_refused", true)
       lease:_lock_lost()
       error("mqlease.policy.exactly_once: no fencing token: the lock of this message is no longer ours", 2)
     end
@@ -644,8 +677,18 @@ function _M.exactly_once(opts)
     if got == 0 then
       -- another live owner holds it: the take-over race
       m.consumer:count("handoff")
-      if o.on_locked == "ack" then return "ack" end   -- risky: lost if that owner fails
+      -- risky: lost if that owner fails. Never for a lock this policy gave
+      -- out (fence holds its owner): one left behind (an acquire whose reply
+      -- was lost, an unlock that got none) has no owner running the message.
+      if o.on_locked == "ack" and not mine(m, fence) then return "ack" end
       return defer(m, o.defer_delay, "deferred_held")
+    end
+    if got == 1 and not issue and not is_token(fence) then
+      -- a grant with no token an honest server gives (fence = "on_grant"):
+      -- not run with it; the lock goes, as for an unreachable Redis
+      if keepalive then rc:keepalive_stop(keepalive) end
+      unlock(rc, key_strings(id, prefix), owner)
+      return unreachable(m, lease, handler, ("redis answered %s for the fencing token"):format(tostring(fence)))
     end
     if not lease_mod.held(lease) then
       -- the broker's lease ended while the lock was taken: the message may be
@@ -656,22 +699,25 @@ function _M.exactly_once(opts)
     end
     -- the live view shows both while the lock is held (a fence issued on
     -- read, once the handler has read it)
-    lease.lock_owner = owner
+    rawset(lease, "lock_owner", owner)
     -- A lease of the caller's own (not mqlease.lease's, which keeps its
     -- message): a plain table is given the index that issues lease.fence on
-    -- read; one with a metatable of its own has no such index, and its
-    -- token is issued before the handler runs, as at a grant.
-    if issue and rawget(lease, "_message") == nil and getmetatable(lease) == nil then
-      lease._message = m
-      setmetatable(lease, FENCE_ON_READ)
+    -- read, and this message (a lease reused for the next message reads
+    -- that one's token); one with a metatable of its own has no such index,
+    -- and its token is issued before the handler runs, as at a grant.
+    local lease_mt = getmetatable(lease)
+    if issue and (lease_mt == FENCE_ON_READ or (lease_mt == nil and rawget(lease, "_message") == nil)) then
+      rawset(lease, "_message", m)
+      if lease_mt == nil then setmetatable(lease, FENCE_ON_READ) end
     end
     local own_lease = issue and rawget(lease, "_message") == nil
-    if not issue then lease.fence = fence
+    if not issue then rawset(lease, "fence", fence)
     else
       -- (a retry in place runs the handler again on this lease: the token
       -- of its earlier run is not this lock's)
-      lease.fence, lease._fence_refused = nil, nil
-      if not own_lease then lease._fence_issue = issue end
+      rawset(lease, "fence", nil)
+      rawset(lease, "_fence_refused", nil)
+      if not own_lease then rawset(lease, "_fence_issue", issue) end
     end
     keepalive = keepalive or keep_lock(rc, id, owner, acquired_at, lease)
     -- alive() sees the lock; mqlease.run stops the keepalive of a handler it
@@ -708,6 +754,10 @@ function _M.exactly_once(opts)
       -- written. A lock lost before the marker is counted, whatever the
       -- marker then found: the handler was told (alive() turned false).
       local kept = core.now() - acquired_at < ka_every or lease_mod.lock_kept(lease)
+      -- the handler has ended: a task it left reading lease.fence while the
+      -- marker is out gets none (the marker's script deletes the lock, and
+      -- a token asked after it would be refused as a lost lock)
+      rawset(lease, "_fence_issue", nil)
       local marked, after = finish(rc, sched, m, id, lease, owner)
       let_lock_go(m, lease, marked and kept and after == "unlocked",
         (marked and after == "taken") or rawget(lease, "_fence_refused"))

@@ -16,7 +16,9 @@
 -- no connection) fails every message in it, each of which then takes the
 -- policy's own path for an unreachable Redis (fail closed: defer), as it
 -- would have alone. A reply that does not hold one well-formed answer per
--- message (no honest server sends one) fails every message of the call.
+-- message (no honest server sends one) fails every message of the call,
+-- with the code BAD_REPLY: unlike an error reply (REDIS_ERROR), it does not
+-- prove that the script did not run.
 --
 -- The reply is one flat list, `width` elements a message (a table of its
 -- own per message was one more allocation a message on the client, made
@@ -107,7 +109,7 @@ local function sent(self, batch)
   if not called then return nil, tostring(reply), "INTERNAL" end
   if reply ~= nil and (type(reply) ~= "table" or #reply ~= batch.n * self.width) then
     return nil, ("redis answered %s for a batch of %d"):format(
-      type(reply) == "table" and #reply .. " elements" or type(reply), batch.n), "REDIS_ERROR"
+      type(reply) == "table" and #reply .. " elements" or type(reply), batch.n), "BAD_REPLY"
   end
   return reply, err, code
 end
@@ -179,7 +181,7 @@ function methods:call(sched, arg, k1, k2, k3)
   local first = reply[at]
   if type(first) ~= "number" then
     if type(first) == "string" then return nil, first, "REDIS_ERROR" end
-    return nil, ("redis answered %s for one message of a batch"):format(type(first)), "REDIS_ERROR"
+    return nil, ("redis answered %s for one message of a batch"):format(type(first)), "BAD_REPLY"
   end
   if width == 1 then return first end
   return first, reply[at + 1]
