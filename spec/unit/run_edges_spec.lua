@@ -123,3 +123,25 @@ describe("mqlease.run at its edges: the run's summary", function()
     assert.are.equal(1, summary.failed, ("one handler failure counted %d times"):format(summary.failed))
   end)
 end)
+
+describe("mqlease.run at its edges: a receive that raises", function()
+  it("is reported and tried again, as a failed receive: the run goes on and ends at its stop", function()
+    local raised = 0
+    local summary, err = simulate({ count = 3 }, function(b0, clock)
+      local receive = b0.consumer.receive
+      b0.consumer.receive = function(self, ...)
+        if raised < 2 then
+          raised = raised + 1
+          error("a receive that raised")
+        end
+        return receive(self, ...)
+      end
+      return ok_handler(b0), { concurrency = 2, grace = 5,
+        stop = function() return clock.t - 1000 >= 20 end }
+    end)
+    assert.is_nil(err, tostring(err))
+    assert.equal(2, raised)
+    assert.equal(3, summary.acked, "the run stopped receiving after a receive raised")
+    assert.equal("stop", summary.reason)
+  end)
+end)

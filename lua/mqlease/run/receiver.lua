@@ -7,7 +7,7 @@
 local metrics = require "mqlease.metrics"
 local wait = require "mqlease.loop"
 
-local min, tostring = math.min, tostring
+local min, tostring, pcall = math.min, tostring, pcall
 
 local _M = {}
 
@@ -21,9 +21,13 @@ function _M.run(w)
     if st.inflight >= o.max_inflight or st.bytes >= o.max_inflight_bytes then
       sched:park()   -- a settling message wakes us
     else
-      -- the byte budget holds per receive too: the core gives back what would pass it
-      local msgs, err, code = consumer:receive(min(batch, o.max_inflight - st.inflight),
+      -- the byte budget holds per receive too: the core gives back what would pass it.
+      -- A receive that raises (a consumer of the caller's own, a defect) is
+      -- a failed receive: reported and tried again, where it ended this task
+      -- and the run received nothing more until its stop.
+      local called, msgs, err, code = pcall(consumer.receive, consumer, min(batch, o.max_inflight - st.inflight),
         { max_bytes = o.max_inflight_bytes - st.bytes })
+      if not called then msgs, err, code = nil, msgs, "INTERNAL" end
       if msgs then
         metrics.received(consumer, msgs)
         w.arrived(msgs)
