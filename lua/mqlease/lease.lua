@@ -171,6 +171,21 @@ function _M.hold_lock(lease, client, id)
   rawset(lease, "_lock_is_lost", nil)   -- a new lock: a lost one of an earlier attempt is gone with it
 end
 
+-- The lock a policy holds on a lease of its caller's own (a proxy, say),
+-- noted on the message's own lease too: what mqlease.run stops for a handler
+-- it leaves behind (drop_lock(m.lease)) is found there. unmirror_lock
+-- clears the note once the policy has let the lock go itself.
+function _M.mirror_lock(lease, client, id)
+  rawset(lease, "_lock_client", client)
+  rawset(lease, "_lock_id", id)
+end
+function _M.unmirror_lock(lease, id)
+  if rawget(lease, "_lock_id") == id then
+    rawset(lease, "_lock_client", nil)
+    rawset(lease, "_lock_id", nil)
+  end
+end
+
 -- Stops the lease's lock keepalive, if it has one (the lock then lapses at its
 -- TTL unless its owner deletes it). true if the lock had been lost meanwhile.
 -- released: its owner deleted the lock, finding it its own, so a loss the

@@ -453,6 +453,11 @@ function _M.exactly_once(opts)
     -- no token once the lock is let go, nor one to be issued
     rawset(lease, "fence", nil)
     rawset(lease, "_fence_issue", nil)
+    local mirror = rawget(lease, "_lock_mirror")
+    if mirror then
+      lease_mod.unmirror_lock(mirror, rawget(lease, "_lock_id"))
+      rawset(lease, "_lock_mirror", nil)
+    end
     if lease_mod.drop_lock(lease, unlocked) or taken then
       lease:_lock_lost()
       m.consumer:count("lock_lost")
@@ -520,12 +525,15 @@ function _M.exactly_once(opts)
   end
   -- m: the lease's message (mqlease.lease keeps it; given for a lease of
   -- the caller's own, whose token is issued at the grant).
-  local function issue_fence(lease, m)
-    m = m or rawget(lease, "_message")
+  local function issue_fence(lease, given_m)
+    local m = given_m or rawget(lease, "_message")
     local owner, rc = rawget(lease, "lock_owner"), rawget(lease, "_lock_client")
     if not (owner and rc and m) then error(NOT_HELD, 2) end
     -- another task of the handler asked first: its answer is this one's too
     while rawget(lease, "_fence_reading") == owner do wait.sleep(0.005) end
+    -- read through the index, after the handler ended meanwhile (its marker
+    -- may be out, and deletes the lock): no token, as after the handler
+    if given_m == nil and rawget(lease, "_fence_issue") == nil then return nil end
     local token = rawget(lease, "fence")
     if token ~= nil then return token end
     if rawget(lease, "lock_owner") ~= owner then error(NOT_HELD, 2) end
@@ -723,6 +731,16 @@ function _M.exactly_once(opts)
     -- alive() sees the lock; mqlease.run stops the keepalive of a handler it
     -- leaves behind (one cut off by grace) when it returns
     lease_mod.hold_lock(lease, rc, keepalive)
+    -- a lease of the caller's own: the run finds the lock on the message's
+    -- lease, to stop it for a handler it leaves behind (mqlease.lease's own
+    -- lease of m, the usual one, is not asked for m.lease again)
+    if rawget(lease, "_message") ~= m or getmetatable(lease) == FENCE_ON_READ then
+      local of_m = m.lease
+      if type(of_m) == "table" and of_m ~= lease then
+        lease_mod.mirror_lock(of_m, rc, keepalive)
+        rawset(lease, "_lock_mirror", of_m)
+      end
+    end
     local waited = core.now() - acquired_at
     if (not g and waited >= ka_late) or (waited >= ka_every and not lease_mod.lock_kept(lease)) then
       -- the reply came late (a stalled process, a long turn): the lock may

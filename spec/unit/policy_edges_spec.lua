@@ -7,6 +7,9 @@ local policy = require "mqlease.policy"
 local core = require "mqlease.core"
 local wait = require "mqlease.loop"
 local eo_sim = require "spec.support.eo_sim"
+local run = require "mqlease.run"
+local clock_mod = require "spec.support.model.clock"
+local broker_mod = require "spec.support.model.broker"
 local simulate, message = eo_sim.simulate, eo_sim.message
 local value, copy = eo_sim.value, eo_sim.copy
 
@@ -227,6 +230,100 @@ describe("exactly-once at its edges: a lease of the caller's own whose metatable
       assert.same({}, redis.running(), "a lock keepalive left running after the policy returned")
       assert.is_true(ran, "the handler did not run (" .. tostring(action) .. ")")
       assert.equal("ack", action)
+    end)
+  end)
+end)
+
+describe("exactly-once at its edges: a proxy lease (its metatable's __newindex forwards to m.lease) under mqlease.run", function()
+  local policy = require "mqlease.policy"
+  local redis_model = require "spec.support.model.redis"
+  local eo_sim = require "spec.support.eo_sim"
+
+  -- A custom policy that hands exactly_once a proxy of the run's lease (the
+  -- shape of policy_edges_spec's proxy), a handler that hangs past grace.
+  local function run_cut_off(wrap, fence)
+    local summary, redis, b
+    clock_mod.simulate(3600, function(clock)
+      local rng = clock_mod.rng(5)
+      redis = redis_model.new({ rng = rng, clock = clock, faults = eo_sim.NO_FAULTS })
+      b = broker_mod.new({ rng = rng, clock = clock, count = 1, batch = 1, invisible = 10,
+        faults = eo_sim.NO_FAULTS, release_delay = 0.5, eo = redis })
+      local eo = policy.exactly_once({ redis = redis, lock_ttl = 6, fence = fence })
+      local p = eo
+      if wrap then
+        p = function(m, lease, handler)
+          return eo(m, setmetatable({}, { __index = lease, __newindex = lease }), handler)
+        end
+      end
+      summary = run(b.consumer, function() wait.sleep(1000); return true end, {
+        policy = p, concurrency = 1, grace = 1, mode = "wait",
+        stop = function() return clock.t - 1000 >= 2 end })
+    end)
+    return summary, redis, b
+  end
+
+  it("(control) a plain lease: the run stops the keepalive of a handler cut off by grace", function()
+    local _, redis = run_cut_off(false)
+    assert.same({}, redis.running())
+  end)
+
+  for _, fence in ipairs({ "on_read", "on_grant" }) do
+    it("a proxy lease: the run stops the keepalive of a handler cut off by grace (fence = " .. fence .. ")", function()
+      local _, redis = run_cut_off(true, fence)
+      assert.same({}, redis.running(), "a lock keepalive runs on after mqlease.run returned (until max_hold)")
+    end)
+  end
+end)
+
+
+describe("exactly-once at its edges: a fence read of the handler's left waiting behind another read while the marker is out", function()
+  local policy = require "mqlease.policy"
+  local eo_sim = require "spec.support.eo_sim"
+  local function ask(sched, p, m, handler, lease)
+    local out
+    sched:spawn(function() out = table.pack(p(m, lease or m.lease, handler)) end)
+    while not out do wait.sleep(0.01) end
+    return table.unpack(out, 1, out.n)
+  end
+
+  it("counts no lock_lost and leaves the lease alive when the first read failed", function()
+    eo_sim.simulate(function(_, redis, sched)
+      local p = policy.exactly_once({ redis = redis })
+      local real_eval, fence_calls = redis.eval, 0
+      redis.eval = function(self, script, keys, args)
+        if script == policy.scripts.fence then
+          fence_calls = fence_calls + 1
+          if fence_calls == 1 then
+            -- the first read's call times out (unrun)
+            wait.sleep(0.05)
+            return nil, "no reply within the timeout", "TIMEOUT"
+          end
+        end
+        local a, b, c = real_eval(self, script, keys, args)
+        -- the marker's reply is slow to come back (it ran)
+        if script == policy.scripts.finish_many or script == policy.scripts.finish then wait.sleep(0.3) end
+        return a, b, c
+      end
+      local m = eo_sim.message("stray2")
+      local reads = {}
+      local function reader(i, delay)
+        return function(lease)
+          if delay then wait.sleep(delay) end
+          local ok, v = pcall(function() return lease.fence end)
+          reads[i] = { ok = ok, value = v }
+        end
+      end
+      local action = ask(sched, p, m, function(_, lease)
+        sched:spawn(reader(1), lease)
+        sched:spawn(reader(2, 0.005), lease)   -- waits for the first read's answer
+        wait.sleep(0.02)                       -- both reads are out: the handler returns
+        return true
+      end)
+      while not (reads[1] and reads[2]) do wait.sleep(0.01) end
+      assert.equal("ack", action)
+      assert.is_nil(m.counts.lock_lost, "the marker's own unlock counted as a lost lock (second read: "
+        .. tostring(reads[2].value) .. ")")
+      assert.is_true(m.lease:alive(), "the lease reads lock-lost after its own marker")
     end)
   end)
 end)

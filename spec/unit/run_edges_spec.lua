@@ -145,3 +145,23 @@ describe("mqlease.run at its edges: a receive that raises", function()
     assert.equal("stop", summary.reason)
   end)
 end)
+
+describe("mqlease.run at its edges: a NaN delay on the ordered retry path", function()
+  it("a nack_delay(attempt) of NaN for a failed ordered message does not freeze the run", function()
+    local summary, err, b = simulate({ groups = { { "g", 1 } }, count = 3, batch = 4 }, function(b0, clock)
+      local failed = false
+      local handler = function(m)
+        b0.handler_starts(m)
+        if m.id == "g:1" and not failed then failed = true; return nil, "boom" end
+        wait.sleep(0.1)
+        return true
+      end
+      return handler, { concurrency = 4, grace = 2, on_error = function() end,
+        nack_delay = function() return 0 / 0 end,
+        stop = function() return clock.t - 1000 >= 10 end }
+    end)
+    assert.is_nil(err, "the run did not end: " .. tostring(err))
+    assert.is_table(summary)
+  end)
+end)
+

@@ -35,30 +35,35 @@ end
 -- delay), "retry" (in place, arg: the delay), "hold" (arg: the delay) or
 -- "skip" (the policy ended the message itself). refused: the message had no
 -- attempt left, so its handler refused to run.
+-- A delay in seconds, the policy's or nack_delay's: one that is no number
+-- (NaN among them: a NaN deadline stopped every timed wait of the scheduler,
+-- not only this one) raises, and the message is given back, as when the
+-- policy raises.
+local function seconds(action, delay)
+  if type(delay) ~= "number" or delay ~= delay then
+    error(("mqlease.run: a delay of %s for %s (want a number of seconds)"):format(
+      tostring(delay), tostring(action)), 0)
+  end
+  return delay
+end
+
 function _M.decide(ctx, m, action, delay, err, refused)
   if action == "ack" then return "ack" end
-  -- a delay that is no number of seconds (NaN among them: a NaN deadline
-  -- stopped every timed wait of the scheduler, not only this one) is the
-  -- policy's error: the message is given back, as when the policy raises
-  if delay ~= nil and (type(delay) ~= "number" or delay ~= delay) then
-    error(("mqlease.run: the policy answered %s with a delay of %s (want a number of seconds)"):format(
-      tostring(action), tostring(delay)), 0)
-  end
-  if action == "defer" then return "hold", delay or ctx.release_delay end
   if action == "skip" then return "skip" end
+  if action == "defer" then return "hold", seconds(action, delay or ctx.release_delay) end
   if action ~= "nack" then
     error(("mqlease.run: the policy answered %s (want \"ack\", \"nack\", \"defer\" or \"skip\")"):format(
       tostring(action)), 0)
   end
   local attempt = m.delivery_attempt or 1
   if refused then return "dead_letter" end
-  if err == nil then return "nack", delay or ctx.nack_delay(attempt) end
+  if err == nil then return "nack", seconds(action, delay or ctx.nack_delay(attempt)) end
   if sequencer.ordered(m) then
     if attempt >= ctx.ordered_max_attempts then return "dead_letter" end
-    return "retry", delay or ctx.nack_delay(attempt)
+    return "retry", seconds(action, delay or ctx.nack_delay(attempt))
   end
   if ctx.max_attempts and attempt >= ctx.max_attempts then return "dead_letter" end
-  return "nack", delay or ctx.nack_delay(attempt)
+  return "nack", seconds(action, delay or ctx.nack_delay(attempt))
 end
 local decide = _M.decide
 
