@@ -400,7 +400,7 @@ local MAX_EPOCH_SECONDS = 1e11
 -- The send options, as the command line shares them (the message's part; the
 -- routing part, topic, is a name as in the consumer options).
 _M.SEND_OPTIONS = { "delay", "deliver_at", "keys", "lite_topic", "message_group", "priority", "properties", "tag",
-  "timeout", "trace_context" }
+  "trace_context" }
 
 -- SystemProperties.priority is an int32 (apache/rocketmq-apis 2.1.x); the broker maps
 -- priority n to queue min(n, queues - 1) of a PRIORITY topic (SendMessageProcessor, 5.4+).
@@ -467,7 +467,11 @@ function _M.send_problem(k, v)
       return ("option 'trace_context' must be a W3C traceparent, 00-<trace-id: 32 hex>-<parent-id: 16 hex>-<flags: 2 hex>: %s (got %s)")
         :format(why, describe(v))
     end
-  elseif k ~= "timeout" then
+  elseif k == "timeout" then
+    -- once listed as known and taken by nothing: a deadline given here was
+    -- silently not kept
+    return "option 'timeout' is not one of a send: the producer's option 'request_timeout' is each send's deadline"
+  else
     return ("unknown option '%s' (known: %s)"):format(tostring(k), concat(_M.SEND_OPTIONS, ", "))
   end
 end
@@ -535,7 +539,7 @@ end
 -- MessageBuilder refuses a group or a delivery time on it), plus recovery.
 local NOT_IN_TRANSACTION = { message_group = "FIFO", delay = "DELAY", deliver_at = "DELAY" }
 local MAX_RECOVERY_SECONDS = 86400 * 30
-_M.BEGIN_OPTIONS = { "keys", "properties", "recovery", "tag", "timeout", "trace_context" }
+_M.BEGIN_OPTIONS = { "keys", "properties", "recovery", "tag", "trace_context" }
 local IN_BEGIN = {}
 for _, k in ipairs(_M.BEGIN_OPTIONS) do IN_BEGIN[k] = true end
 
@@ -554,7 +558,7 @@ function _M.check_begin(topic, body, opts)
   for k, v in pairs(opts) do
     if NOT_IN_TRANSACTION[k] then
       error(("mqlease.begin: option '%s' makes a %s message; a transaction's message is TRANSACTION"):format(k, NOT_IN_TRANSACTION[k]), 3)
-    elseif not IN_BEGIN[k] then
+    elseif not IN_BEGIN[k] and k ~= "timeout" then
       error(("mqlease.begin: unknown option '%s' (known: %s)"):format(tostring(k), concat(_M.BEGIN_OPTIONS, ", ")), 3)
     elseif k == "recovery" then
       if type(v) ~= "number" or v ~= v or v < 1 or v > MAX_RECOVERY_SECONDS or not is_integer(v) then

@@ -98,6 +98,16 @@ if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) 
 return 0
 ]]
 
+-- FINISH with the run's owner as the marker's value, where it is '1': for a
+-- policy whose runs send transactions (mqlease.policy.transaction_checker
+-- asks for it, see mark_runs), whose checks must tell the run that
+-- completed the message from one that did not.
+local FINISH_RUN = [[
+redis.call('set', KEYS[2], ARGV[1], 'EX', ARGV[2])
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
+return 0
+]]
+
 -- ACQUIRE and FINISH for the messages of one scheduler turn at once (see
 -- mqlease.policy.batch): each message's part as its own script does it, in a
 -- pcall, so one message's error is its answer alone (its message, a string,
@@ -143,11 +153,13 @@ return out
 
 -- KEYS: lock, done of each message; ARGV: the marker's TTL in seconds, then
 -- each message's owner. -> one element per message: the unlock's 1 or 0, or
--- the message's error (a string).
-local FINISH_MANY = PART_ERROR .. [[
+-- the message's error (a string). FINISH_RUN_MANY: the same, each marker's
+-- value its run's owner (FINISH_RUN).
+local function finish_many(value)
+  return PART_ERROR .. [[
 local out, ttl = {}, ARGV[1]
 local function one(lock, done, owner)
-  redis.call('set', done, '1', 'EX', ttl)
+  redis.call('set', done, ]] .. value .. [[, 'EX', ttl)
   if redis.call('get', lock) == owner then return redis.call('del', lock) end
   return 0
 end
@@ -162,9 +174,11 @@ for i = 1, #ARGV - 1 do
 end
 return out
 ]]
+end
+local FINISH_MANY, FINISH_RUN_MANY = finish_many("'1'"), finish_many("owner")
 
 _M.scripts = { acquire = ACQUIRE, unlock = UNLOCK, finish = FINISH, acquire_many = ACQUIRE_MANY,
-  finish_many = FINISH_MANY, fence = FENCE }
+  finish_many = FINISH_MANY, fence = FENCE, finish_run = FINISH_RUN, finish_run_many = FINISH_RUN_MANY }
 
 -- What a message's keys start with: prefix{<id>}: and then lock, fence,
 -- done (docs/exactly-once.md "Key layout"). The braces are a Redis Cluster
@@ -310,6 +324,22 @@ end
 -- (see exactly_once), for mqlease.run to find: policy function -> its prefetcher.
 local prefetchers = setmetatable({}, { __mode = "k" })
 
+-- Each exactly-once policy's settings that may change after it is made:
+-- policy function -> { mark_runs = bool }.
+local settings = setmetatable({}, { __mode = "k" })
+
+-- Has the exactly-once policy pol write each done marker with the owner of
+-- the run that completed the message (its value is '1' otherwise): for
+-- mqlease.policy.transaction_checker, whose checks then tell that run's
+-- half messages from those of a run that failed or died. true, or false
+-- when pol is no policy made by exactly_once (a wrapper of the caller's own).
+function _M.mark_runs(pol)
+  local these = settings[pol]
+  if not these then return false end
+  these.mark_runs = true
+  return true
+end
+
 -- The prefetcher of a policy made by exactly_once with prefetch = true, or
 -- nil: { prefetch(msgs, spawn), release(m, spawn) }.
 function _M.prefetcher(policy)
@@ -356,7 +386,8 @@ function _M.exactly_once(opts)
   -- (Redis Cluster, a client of the user's own) or batch = false (a proxy
   -- that shards keys by their hash tag: one script over many messages' keys
   -- would reach one shard).
-  local acquires, finishes
+  local acquires, finishes, finishes_run
+  local tuned = { mark_runs = false }
   local function batches(rc)
     if acquires == nil then
       if o.batch and rc._one_server and rc:_one_server() then
@@ -367,8 +398,10 @@ function _M.exactly_once(opts)
           { prefix = prefix, suffixes = { "lock", "fence", "done" }, key_of = k })
         finishes = batch_mod.new(rc, FINISH_MANY, 2, { done_ttl }, 1, nil,
           { prefix = prefix, suffixes = { "lock", "done" }, key_of = k })
+        finishes_run = batch_mod.new(rc, FINISH_RUN_MANY, 2, { done_ttl }, 1, nil,
+          { prefix = prefix, suffixes = { "lock", "done" }, key_of = k })
       else
-        acquires, finishes = false, false
+        acquires, finishes, finishes_run = false, false, false
       end
     end
     return acquires and sched_adapter.current()
@@ -435,8 +468,9 @@ function _M.exactly_once(opts)
     return rc:eval(UNLOCK, { lock_key }, { owner })
   end
   local function mark_done(rc, lock_key, done_key, owner)
-    if rc._eval_cmd then return rc:_eval_cmd({ "eval", FINISH, 2, lock_key, done_key, owner, done_ttl }) end
-    return rc:eval(FINISH, { lock_key, done_key }, { owner, done_ttl })
+    local script = tuned.mark_runs and FINISH_RUN or FINISH
+    if rc._eval_cmd then return rc:_eval_cmd({ "eval", script, 2, lock_key, done_key, owner, done_ttl }) end
+    return rc:eval(script, { lock_key, done_key }, { owner, done_ttl })
   end
 
   -- Stops the lock's keepalive; one that found the lock lapsed or taken
@@ -481,7 +515,8 @@ function _M.exactly_once(opts)
   local function finish(rc, sched, m, id, lease, owner)
     local marked, err, code
     local lock_key, done_key, _
-    if sched then marked, err, code = marker_answer(finishes:call(sched, owner, id))
+    if sched then
+      marked, err, code = marker_answer((tuned.mark_runs and finishes_run or finishes):call(sched, owner, id))
     else
       lock_key, _, done_key = key_strings(id, prefix)
       marked, err, code = marker_answer(mark_done(rc, lock_key, done_key, owner))
@@ -791,6 +826,7 @@ function _M.exactly_once(opts)
     return "nack", nil, herr ~= nil and tostring(herr) or "handler returned false"
   end
   if o.prefetch then prefetchers[policy] = prefetcher end
+  settings[policy] = tuned
   return policy
 end
 

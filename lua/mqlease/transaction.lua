@@ -153,6 +153,17 @@ local function finish(self, commit)
       state == "committed" and "commit" or "rollback", tostring(self.message_id)), 3)
   end
   local p = self.producer
+  local tid = self.transaction_id
+  -- the broker's check ended it here meanwhile (its end is remembered), or
+  -- is ending it now: a second end would deliver it twice (header)
+  local ended = p._ended[tid]
+  if ended then
+    self.state = ended.commit and "committed" or "rolled_back"
+    if ended.commit == commit then return true end
+    return nil, ("the broker's check already %s it"):format(ended.commit and "committed" or "rolled back"),
+      "ALREADY_ENDED"
+  end
+  if p._ending[tid] then return nil, "a check of the broker's is ending it now", "ENDING" end
   -- sent in time, it met no copy: a later check means it was lost (header)
   local in_time = now() - self._sent_at < COMMIT_WITHIN
   local ok, err, code = end_tx(p, self.topic, self.message_id, self.transaction_id, commit, false, self._trace,
@@ -232,6 +243,12 @@ local function run_check(p, ev)
   end
   c["tx_check_" .. answer] = c["tx_check_" .. answer] + 1
   if answer == "unknown" then return nil end
+  -- the checker may yield (Redis, a database): an end of the producer's own,
+  -- or of another poller's check, may have gone out meanwhile
+  if p._ending[ev.transaction_id] or p._ended[ev.transaction_id] then
+    c.tx_check_already_ended = c.tx_check_already_ended + 1
+    return nil
+  end
   local done = end_tx(p, view.topic, view.id, view.transaction_id, answer == "commit", true, view.trace_context)
   if not done then c.tx_check_end_fail = c.tx_check_end_fail + 1 end
   return nil

@@ -25,7 +25,7 @@ describe("begin options", function()
     refused({ recovery = 1.5 }, "option 'recovery'")
     refused({ recovery = "10" }, "option 'recovery'")
     refused({ tag = "a|b" }, "option 'tag'")
-    refused({ nope = 1 }, "unknown option 'nope' %(known: keys, properties, recovery, tag, timeout, trace_context%)")
+    refused({ nope = 1 }, "unknown option 'nope' %(known: keys, properties, recovery, tag, trace_context%)")
   end)
 
   it("refuses a bad topic, body or options table, naming the argument", function()

@@ -327,3 +327,28 @@ describe("exactly-once at its edges: a fence read of the handler's left waiting 
     end)
   end)
 end)
+
+describe("exactly-once at its edges: done markers that name their run", function()
+  -- mqlease.policy.transaction_checker's checks tell the run that completed
+  -- a message from one that failed or died by the marker's value
+  for _, batch in ipairs({ true, false }) do
+    it(("writes the run's owner as the marker once mark_runs asked, else '1'%s"):format(
+      batch and " (batched)" or ""), function()
+      simulate(function(_, redis, sched)
+        local plain_p = policy.exactly_once({ redis = redis, batch = batch })
+        local p = policy.exactly_once({ redis = redis, batch = batch })
+        assert.is_true(policy.mark_runs(p))
+        assert.is_false(policy.mark_runs(function() end), "a policy of the caller's own cannot be asked")
+        local owner
+        assert.equal("ack", (ask(sched, p, message("named"), function(_, lease)
+          owner = lease.lock_owner
+          return true
+        end)))
+        assert.is_string(owner)
+        assert.equal(owner, value(redis, policy.keys("named").done))
+        assert.equal("ack", (ask(sched, plain_p, message("unnamed"), function() return true end)))
+        assert.equal("1", value(redis, policy.keys("unnamed").done))
+      end)
+    end)
+  end
+end)

@@ -6,7 +6,8 @@ local mqlease = require "mqlease"
 local tc_mod = require "mqlease.policy.transaction"
 
 -- A Redis stand-in: eval of the claim script only -- the script's own text,
--- run here over store with a redis.call of GET, SET (EX), EXISTS and TTL --
+-- run here over store with a redis.call of GET, SET (EX), EXISTS, TTL, SADD,
+-- SISMEMBER and EXPIRE --
 -- with a clock of its own (r.now, seconds) for the TTLs; down = true makes
 -- every call fail as an unreachable server does.
 local function fake_redis()
@@ -30,6 +31,20 @@ local function fake_redis()
       assert.equal("EX", ex)
       r.store[key], r.expire_at[key] = value, r.now + tonumber(seconds)
       return { ok = "OK" }
+    end
+    -- a set: a table of members (the ids of the half messages a check committed)
+    if name == "sadd" then
+      local set = live(key) or {}
+      r.store[key] = set
+      local new = set[...] and 0 or 1
+      set[...] = true
+      return new
+    end
+    if name == "sismember" then return (live(key) or {})[...] and 1 or 0 end
+    if name == "expire" then
+      if not live(key) then return 0 end
+      r.expire_at[key] = r.now + tonumber((...))
+      return 1
     end
     error("the fake Redis has no " .. name)
   end
@@ -241,7 +256,7 @@ describe("mqlease.policy.transaction_checker", function()
     assert.has_error(function() mqlease.policy.transaction_checker { nope = 1 } end,
       "mqlease.policy.transaction_checker: unknown option 'nope'")
     assert.has_error(function() mqlease.policy.transaction_checker { claim_ttl = 0 } end,
-      "mqlease.policy.transaction_checker: option 'claim_ttl' must be at least 1 second")
+      "mqlease.policy.transaction_checker: option 'claim_ttl' must be from 1 to 2147483647 seconds")
     assert.has_error(function() mqlease.policy.transaction_checker { recovery = 0.5 } end,
       "mqlease.policy.transaction_checker: option 'recovery' must be whole seconds from 1 to 3600")
     local t2 = mqlease.policy.transaction_checker { redis = fake_redis(), recovery = 60 }

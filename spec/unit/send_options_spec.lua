@@ -71,7 +71,7 @@ describe("send options", function()
   end)
 
   it("names the new options among the known ones", function()
-    refused({ group = "g" }, "unknown option 'group' %(known: delay, deliver_at, keys, lite_topic, message_group, priority, properties, tag, timeout, trace_context%)")
+    refused({ group = "g" }, "unknown option 'group' %(known: delay, deliver_at, keys, lite_topic, message_group, priority, properties, tag, trace_context%)")
   end)
 
   it("accepts a W3C traceparent as trace_context, with a message group or a delay too", function()

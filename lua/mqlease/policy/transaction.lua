@@ -88,9 +88,26 @@ _M.SOURCE, _M.RUN = SOURCE, RUN
 --        committing it), or C (a check committed it: this is a copy)
 --   -> 4 (the policy) nothing: a check has it (C) and committed
 --   -> 0 no done marker and no claim: the run may still finish
+--
+-- A check commits each half message of the run once (KEYS[3], the set of
+-- the ids of those a check committed, kept as long as the claim; ARGV[5] the
+-- checked half message's id): a half message the set holds is a copy
+-- (3); one it does not is another half message of the same run, which
+-- the run's other outputs do not stand for. A claim C without the set is
+-- one a check made before the set was kept: every half message then counts
+-- as a copy (3), as it did.
+-- The done marker names the run that wrote it when the exactly-once policy
+-- marks runs (mqlease.policy.mark_runs, which t:policy asks): a check of a
+-- run that is not the marker's finds the message completed by another run
+-- (2: its own handler failed or died), where a marker '1' cannot tell.
 local CLAIM = [[
 local claim = redis.call('get', KEYS[2])
-local run, who = ARGV[1], ARGV[4]
+local run, who, ttl = ARGV[1], ARGV[4], ARGV[2]
+local function committed_by_check()
+  redis.call('sadd', KEYS[3], ARGV[5])
+  redis.call('expire', KEYS[3], ttl)
+  return 1
+end
 if claim then
   local kind = string.sub(claim, 1, 1)
   if string.sub(claim, 3) ~= run then return 2 end
@@ -98,13 +115,19 @@ if claim then
     if kind == who then return 1 end
     return 4
   end
-  if kind == 'C' then return 3 end
-  if kind == 'P' and tonumber(ARGV[2]) - redis.call('ttl', KEYS[2]) < tonumber(ARGV[3]) then return 3 end
-  redis.call('set', KEYS[2], 'C:' .. run, 'EX', ARGV[2])
-  return 1
+  if kind == 'C' then
+    if redis.call('exists', KEYS[3]) == 0 or redis.call('sismember', KEYS[3], ARGV[5]) == 1 then return 3 end
+    return committed_by_check()
+  end
+  if kind == 'P' and tonumber(ttl) - redis.call('ttl', KEYS[2]) < tonumber(ARGV[3]) then return 3 end
+  redis.call('set', KEYS[2], 'C:' .. run, 'EX', ttl)
+  return committed_by_check()
 end
-if redis.call('exists', KEYS[1]) == 0 then return 0 end
-redis.call('set', KEYS[2], who .. ':' .. run, 'EX', ARGV[2])
+local done = redis.call('get', KEYS[1])
+if not done then return 0 end
+if who == 'C' and done ~= '1' and done ~= run then return 2 end
+redis.call('set', KEYS[2], who .. ':' .. run, 'EX', ttl)
+if who == 'C' then return committed_by_check() end
 return 1
 ]]
 _M.script = CLAIM
@@ -126,8 +149,11 @@ local function check_options(opts)
   if type(o.prefix) ~= "string" then
     error("mqlease.policy.transaction_checker: option 'prefix' must be a string (the exactly-once policy's)", 3)
   end
-  if type(o.claim_ttl) ~= "number" or o.claim_ttl ~= o.claim_ttl or o.claim_ttl < 1 or o.claim_ttl == math.huge then
-    error("mqlease.policy.transaction_checker: option 'claim_ttl' must be at least 1 second", 3)
+  -- at most 2^31 - 1 seconds (68 years), as the exactly-once policy's times:
+  -- past it SET ... EX is refused (or the number is sent as "1e+20"), every
+  -- claim fails, and nothing is ever committed
+  if type(o.claim_ttl) ~= "number" or o.claim_ttl ~= o.claim_ttl or o.claim_ttl < 1 or o.claim_ttl > 2147483647 then
+    error("mqlease.policy.transaction_checker: option 'claim_ttl' must be from 1 to 2147483647 seconds", 3)
   end
   if o.recovery ~= false and (type(o.recovery) ~= "number" or o.recovery ~= o.recovery or o.recovery < 1
     or o.recovery > 3600 or o.recovery ~= math.floor(o.recovery)) then
@@ -166,13 +192,12 @@ local function client(self)
 end
 
 -- CLAIM for source id and run, asked by who ("P" or "L" the policy, "C" a
--- check): 0 to 4 (above), or nil, err.
-local function claim(self, id, run, who)
+-- check of half message half_id): 0 to 4 (above), or nil, err.
+local function claim(self, id, run, who, half_id)
   -- the exactly-once policy's done marker, and the claim beside it (same hash tag)
-  local done = policy.keys(id, self._o.prefix).done
-  local tx_key = policy.key_base(id, self._o.prefix) .. "tx"
-  local got, err = client(self):eval(CLAIM, { done, tx_key },
-    { run, self._claim_ttl, tostring(self._o.claim_grace), who })
+  local base = policy.key_base(id, self._o.prefix)
+  local got, err = client(self):eval(CLAIM, { base .. "done", base .. "tx", base .. "txc" },
+    { run, self._claim_ttl, tostring(self._o.claim_grace), who, half_id or "" })
   if got == nil then return nil, err end
   return got
 end
@@ -266,6 +291,11 @@ function methods:policy(inner)
   if type(inner) ~= "function" then
     error("bad argument #1 to 'policy' (the exactly-once policy expected, got " .. type(inner) .. ")", 2)
   end
+  -- its done markers name the run that wrote them, so that a check tells
+  -- the run that completed a message from one that failed or died (a
+  -- wrapper of the caller's own around it cannot be asked: its markers
+  -- stay '1', and a check of no claim commits whichever run it asks about)
+  policy.mark_runs(inner)
   return function(m, lease, handler)
     local handler_ok
     local function run_handler(hm, hl)
@@ -305,7 +335,10 @@ function methods:check(m)
   local props = m.properties or {}
   local source, run = props[SOURCE], props[RUN]
   if type(source) ~= "string" or type(run) ~= "string" then return "unknown" end
-  local got = claim(self, source, run, "C")
+  -- (a view without an id, which no check of the broker's gives, counts as
+  -- one half message)
+  local half_id = type(m.id) == "string" and m.id or ""
+  local got = claim(self, source, run, "C", half_id)
   if got == 1 then return "commit" end
   if got == 2 then return "rollback" end
   return "unknown"

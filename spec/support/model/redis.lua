@@ -77,8 +77,9 @@ function _M.new(cfg)
         return { 1, fence }
       end
       return { 0, get(keys[1]) }
-    elseif script == policy.scripts.finish then
-      set(keys[2], "1", tonumber(args[2]))
+    elseif script == policy.scripts.finish or script == policy.scripts.finish_run then
+      -- the marker's value: '1', or the run's owner (finish_run)
+      set(keys[2], script == policy.scripts.finish_run and args[1] or "1", tonumber(args[2]))
       if get(keys[1]) == args[1] then
         r.keys[keys[1]] = nil
         r.released[keys[1]] = args[1]
@@ -95,10 +96,11 @@ function _M.new(cfg)
         out[2 * i - 1], out[2 * i] = one[1], one[2]
       end
       return out
-    elseif script == policy.scripts.finish_many then
+    elseif script == policy.scripts.finish_many or script == policy.scripts.finish_run_many then
+      local one = script == policy.scripts.finish_many and policy.scripts.finish or policy.scripts.finish_run
       local out = {}
       for i = 1, #args - 1 do
-        out[i] = run_script(policy.scripts.finish, { keys[2 * i - 1], keys[2 * i] }, { args[i + 1], args[1] })
+        out[i] = run_script(one, { keys[2 * i - 1], keys[2 * i] }, { args[i + 1], args[1] })
       end
       return out
     elseif script == policy.scripts.fence then
