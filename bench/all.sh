@@ -46,7 +46,7 @@
 #    other in each of BENCH_RUNS runs: msg/s, client (and its main thread's), redis-server and
 #    dev broker CPU per message; then "bound", plain once more beside bench/eo_load.lua sending
 #    the policy's scripts to that Redis at 3/4 of the run's plain rate (and, not under QUICK=1,
-#    "bound_onekey", the same with bench/eo_onekey.lua's probe of a leaner layout); then the policy's own CPU per message against stand-in messages (bench/eo_policy.lua) and
+#    "bound_onekey", the same with bench/eo_onekey.lua's probe of a leaner layout); then the policy's own CPU per message against stand-in messages, and by part (its two batched calls, a park and a wake, the keepalive, one round trip alone: bench/eo_policy.lua), and
 #    the redis-server's CPU per message by part of the policy's scripts (bench/eo_parts.lua).
 # brokers: 1, 2, 4 worker processes of mqlease.run over two brokers of a real RocketMQ cluster
 #    (bench/brokers.sh: its own namesrv, broker-a, broker-b and two cluster-mode proxies);
