@@ -59,17 +59,22 @@ local function pass(name, pol, n)
   return (os.clock() - c0) / (TASKS * rounds)
 end
 
-local policies = {
+-- Each of list ({ name, policy }) in PASSES passes: one JSON line each,
+-- `kind {"<field>": name, ...}`, the median µs a message and min-max.
+local function measure(kind, field, list)
+  for _, p in ipairs(list) do
+    local v = {}
+    for n = 1, PASSES do v[n] = pass(p[1], p[2], n) * 1e6 end
+    local median = common.median(v)   -- sorts v
+    print(kind .. " " .. common.json({ _order = { field, "passes", "cpu_us_per_msg", "min", "max" },
+      [field] = p[1], passes = PASSES, cpu_us_per_msg = median, min = v[1], max = v[#v] }))
+  end
+end
+
+measure("eopolicy", "policy", {
   { "plain", policy.plain },
   { "exactly_once", policy.exactly_once { redis = address } },
-}
-for _, p in ipairs(policies) do
-  local v = {}
-  for n = 1, PASSES do v[n] = pass(p[1], p[2], n) * 1e6 end
-  local median = common.median(v)   -- sorts v
-  print("eopolicy " .. common.json({ _order = { "policy", "passes", "cpu_us_per_msg", "min", "max" },
-    policy = p[1], passes = PASSES, cpu_us_per_msg = median, min = v[1], max = v[#v] }))
-end
+})
 
 -- The parts, as "policies" of the same frame: each does one part of the
 -- exactly-once policy's work for its message and answers "ack".
@@ -113,13 +118,7 @@ local parts = {
     return "ack"
   end },
 }
-for _, p in ipairs(parts) do
-  local v = {}
-  for n = 1, PASSES do v[n] = pass(p[1], p[2], n) * 1e6 end
-  local median = common.median(v)   -- sorts v
-  print("eoclient " .. common.json({ _order = { "part", "passes", "cpu_us_per_msg", "min", "max" },
-    part = p[1], passes = PASSES, cpu_us_per_msg = median, min = v[1], max = v[#v] }))
-end
+measure("eoclient", "part", parts)
 -- one round trip alone, ROUNDS * 25 of them, outside any scheduler
 local trips = {}
 for n = 1, PASSES do

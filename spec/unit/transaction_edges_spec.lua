@@ -2,102 +2,13 @@
 -- Each spec failed before its fix. No server: fakes of Redis and of the
 -- producer, as policy_transaction_spec uses.
 local mqlease = require "mqlease"
-local tc_mod = require "mqlease.policy.transaction"
 local transaction = require "mqlease.transaction"
 local message_mod = require "mqlease.message"
 local config = require "mqlease.config"
 
--- The fake Redis of policy_transaction_spec: eval of the claim script only,
--- run over a table, with a clock of its own (r.now) for TTLs.
-local function fake_redis()
-  local r = { store = {}, expire_at = {}, now = 0, down = false, evals = 0, args = {} }
-  function r.call() error("not used") end
-  local function live(key)
-    local at = r.expire_at[key]
-    if at and at <= r.now then r.store[key], r.expire_at[key] = nil, nil end
-    return r.store[key]
-  end
-  local function call(name, key, ...)
-    name = name:lower()
-    if name == "get" then return live(key) or false end
-    if name == "exists" then return live(key) and 1 or 0 end
-    if name == "ttl" then
-      if not live(key) then return -2 end
-      return r.expire_at[key] and math.floor(r.expire_at[key] - r.now) or -1
-    end
-    if name == "set" then
-      local value, ex, seconds = ...
-      assert.equal("EX", ex)
-      -- as Redis: EX takes a positive integer that fits (LLONG_MAX / 1000)
-      if not tostring(seconds):match("^%d+$") or tonumber(seconds) > 9223372036854775 then
-        error("ERR invalid expire time in 'set' command")
-      end
-      r.store[key], r.expire_at[key] = value, r.now + tonumber(seconds)
-      return { ok = "OK" }
-    end
-    -- a set: a table of members (the ids of the half messages a check committed)
-    if name == "sadd" then
-      local set = live(key) or {}
-      r.store[key] = set
-      local new = set[...] and 0 or 1
-      set[...] = true
-      return new
-    end
-    if name == "sismember" then return (live(key) or {})[...] and 1 or 0 end
-    if name == "expire" then
-      if not live(key) then return 0 end
-      r.expire_at[key] = r.now + tonumber((...))
-      return 1
-    end
-    error("the fake Redis has no " .. name)
-  end
-  function r:eval(script, keys, args)
-    assert.equal(tc_mod.script, script)
-    self.evals = self.evals + 1
-    self.args[#self.args + 1] = args
-    if self.down then return nil, "connection refused", "UNAVAILABLE" end
-    local env = { redis = { call = call }, KEYS = keys, ARGV = args, string = string, tonumber = tonumber }
-    local ok, res = pcall(assert(load(script, "=claim", "t", env)))
-    if not ok then return nil, tostring(res), "REDIS_ERROR" end
-    return res
-  end
-  return r
-end
-
--- A producer stand-in whose transactions record their end; rollback_fails
--- makes a rollback get no answer (the transaction stays open).
-local function fake_producer(rollback_fails)
-  local p = { begun = {}, polls = 0, now = 0 }
-  function p:begin(topic, body, opts)
-    -- each half message its own id, as the broker's are (a copy a check makes keeps it)
-    local tx = { id = ("H%d"):format(#self.begun + 1), topic = topic, body = body, opts = opts, state = "open",
-      sent = p.now }
-    function tx:commit() self.state = "committed"; return true end
-    function tx:rollback()
-      if rollback_fails then return nil, "no answer", "TIMEOUT" end
-      self.state = "rolled_back"; return true
-    end
-    function tx:age() return p.now - self.sent end
-    self.begun[#self.begun + 1] = tx
-    return tx
-  end
-  function p:poll() self.polls = self.polls + 1; return 0 end
-  return p
-end
-
-local function message(id, run) return { id = id, lease = { lock_owner = run } } end
-
--- the exactly-once policy reduced to its outcome (success: marker, then
--- ack), its marker naming the run, as exactly_once's does under t:policy
--- (mqlease.policy.mark_runs)
-local function eo_like(r, prefix)
-  return function(m, lease, handler)
-    local ok, res = pcall(handler, m, lease)
-    if not (ok and res) then return "nack" end
-    r.store[prefix .. "{" .. m.id .. "}:done"] = lease.lock_owner
-    return "ack"
-  end
-end
+local fakes = require "spec.support.transaction_fakes"
+local fake_redis, fake_producer, message = fakes.redis, fakes.producer, fakes.message
+local function eo_like(r, prefix) return fakes.eo_like(r, prefix, true) end
 
 -- The view a check gives the checker of half message tx (what t reads).
 local function view_of(tx)
