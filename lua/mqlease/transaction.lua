@@ -85,6 +85,10 @@ function _M.attach(p, o)
   p._tx = new_counters()
   p._ended, p._ended_ring, p._ended_at = {}, {}, 0
   p._ending = {}   -- transaction id -> true while its EndTransaction is in flight
+  -- transaction id -> its transaction object while the caller keeps it: a
+  -- check's end is noted on it (_check_end), for as long as it lives, where
+  -- the ring of ends keeps the last ENDED_KEPT only
+  p._open = setmetatable({}, { __mode = "v" })
   p._router.on_orphan = function(ev)
     local q = p._checks
     q[#q + 1] = ev
@@ -109,9 +113,11 @@ function _M.begun(p, topic, ev, trace_context, sent_at)
     -- the proxy answers every half message with one (SendMessageActivity)
     return nil, "SendMessage: the proxy sent no transaction id for a half message", "PROTOCOL"
   end
-  return setmetatable({ producer = p, topic = topic, message_id = ev.message_id, offset = ev.offset,
+  local tx = setmetatable({ producer = p, topic = topic, message_id = ev.message_id, offset = ev.offset,
     transaction_id = ev.transaction_id, _trace = trace_context, state = "open", _sent_at = sent_at or now() },
     tx_mt)
+  p._open[ev.transaction_id] = tx
+  return tx
 end
 
 -- Remembers that p ended transaction_id with commit (a boolean), and when
@@ -156,11 +162,12 @@ local function finish(self, commit)
   local tid = self.transaction_id
   -- the broker's check ended it here meanwhile (its end is remembered), or
   -- is ending it now: a second end would deliver it twice (header)
-  local ended = p._ended[tid]
-  if ended then
-    self.state = ended.commit and "committed" or "rolled_back"
-    if ended.commit == commit then return true end
-    return nil, ("the broker's check already %s it"):format(ended.commit and "committed" or "rolled back"),
+  local ended = self._check_end
+  if ended == nil and p._ended[tid] then ended = p._ended[tid].commit end
+  if ended ~= nil then
+    self.state = ended and "committed" or "rolled_back"
+    if ended == commit then return true end
+    return nil, ("the broker's check already %s it"):format(ended and "committed" or "rolled back"),
       "ALREADY_ENDED"
   end
   if p._ending[tid] then return nil, "a check of the broker's is ending it now", "ENDING" end
@@ -250,7 +257,11 @@ local function run_check(p, ev)
     return nil
   end
   local done = end_tx(p, view.topic, view.id, view.transaction_id, answer == "commit", true, view.trace_context)
-  if not done then c.tx_check_end_fail = c.tx_check_end_fail + 1 end
+  if not done then c.tx_check_end_fail = c.tx_check_end_fail + 1
+  else
+    local tx = p._open[ev.transaction_id]
+    if tx then tx._check_end = answer == "commit" end
+  end
   return nil
 end
 

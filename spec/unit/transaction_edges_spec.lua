@@ -166,3 +166,62 @@ describe("transactions at their edges: begin options", function()
     assert.matches("option 'timeout'", config.send_options_problem({ timeout = 5 }), 1, true)
   end)
 end)
+
+describe("transactions at their edges: a second review", function()
+  it("does not lose both runs' output when a check rolls back a run whose claim then comes", function()
+    -- runs A and B of one message both ran (A's lock lapsed, B took it over):
+    -- A wrote its marker, B overwrote it (a marker is written whoever holds
+    -- the lock); a check of A's half message lands before A's (slow) claim
+    local r, p = fake_redis(), fake_producer()
+    local t = mqlease.policy.transaction_checker { redis = r }
+    local done = "mqlease:{M1}:done"
+    local answer_a
+    local pol_a = t:policy(function(m, lease, handler)
+      assert(handler(m, lease))
+      r.store[done] = lease.lock_owner       -- A's marker
+      r.store[done] = "run-b"                -- B's marker, written after it
+      answer_a = t:check(view_of(p.begun[1]))  -- the broker checks A's half message
+      return "ack"
+    end)
+    local ma = message("M1", "run-a")
+    assert.equal("ack", pol_a(ma, ma.lease, function(hm)
+      assert(t:begin(p, hm, "B", "a-out"))
+      p.now = p.now + 10   -- a slow handler: L, the checks commit
+      return true
+    end))
+    local pol_b = t:policy(function(m, lease, handler)
+      assert(handler(m, lease))
+      return "ack"
+    end)
+    local mb = message("M1", "run-b")
+    assert.equal("ack", pol_b(mb, mb.lease, function(hm)
+      assert(t:begin(p, hm, "B", "b-out"))
+      return true
+    end))
+    -- what reaches B's consumers: A's output unless the check rolled it
+    -- back, B's unless it was rolled back; exactly one of them
+    local delivered_a = answer_a ~= "rollback"
+    local delivered_b = p.begun[2].state == "committed"
+    assert.is_true(delivered_a ~= delivered_b, ("the check answered %s for A's half message (the marker names B), "
+      .. "the claim is %s, B's output is %s"):format(tostring(answer_a), tostring(r.store["mqlease:{M1}:tx"]),
+      p.begun[2].state))
+  end)
+
+  it("sends no second commit of a transaction a check committed, however many ended since", function()
+    local p = tx_producer(function() return "commit" end)
+    local now = require("mqlease.core").now
+    local tx = assert(transaction.begun(p, "B", { message_id = "MID0", transaction_id = "TX0", offset = 0 }, nil,
+      now() - 10))
+    p._router.on_orphan(orphan(tx))
+    assert.equal(1, (transaction.poll(p, 0)))
+    assert.equal(1, #p.ends)
+    -- a busy producer: 4096 other transactions end meanwhile
+    for i = 1, 4096 do
+      assert(assert(transaction.begun(p, "B", { message_id = "MID" .. i, transaction_id = "TX" .. i, offset = i },
+        nil, now())):commit())
+    end
+    local before = #p.ends
+    assert.is_true(tx:commit())
+    assert.equal(before, #p.ends, "a second commit of TX0 went out after its check had committed it")
+  end)
+end)

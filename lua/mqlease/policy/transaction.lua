@@ -97,9 +97,11 @@ _M.SOURCE, _M.RUN = SOURCE, RUN
 -- one a check made before the set was kept: every half message then counts
 -- as a copy (3), as it did.
 -- The done marker names the run that wrote it when the exactly-once policy
--- marks runs (mqlease.policy.mark_runs, which t:policy asks): a check of a
--- run that is not the marker's finds the message completed by another run
--- (2: its own handler failed or died), where a marker '1' cannot tell.
+-- marks runs (mqlease.policy.mark_runs, which t:policy asks): before any
+-- claim, a run that is not the marker's, asked about by a check or claiming
+-- for itself, finds the message completed by another run (2: its handler
+-- failed or died, or, both having run, the other's marker came last), where
+-- a marker '1' cannot tell. Once a claim is there, it decides.
 local CLAIM = [[
 local claim = redis.call('get', KEYS[2])
 local run, who, ttl = ARGV[1], ARGV[4], ARGV[2]
@@ -125,7 +127,7 @@ if claim then
 end
 local done = redis.call('get', KEYS[1])
 if not done then return 0 end
-if who == 'C' and done ~= '1' and done ~= run then return 2 end
+if done ~= '1' and done ~= run then return 2 end
 redis.call('set', KEYS[2], who .. ':' .. run, 'EX', ttl)
 if who == 'C' then return committed_by_check() end
 return 1
