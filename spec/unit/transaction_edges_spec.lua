@@ -225,3 +225,24 @@ describe("transactions at their edges: a second review", function()
     assert.equal(before, #p.ends, "a second commit of TX0 went out after its check had committed it")
   end)
 end)
+
+describe("transactions at their edges: copies of what the run committed itself", function()
+  it("answers unknown for a copy of a half message the policy committed in time, after claim_grace", function()
+    -- with recovery (check immunity) the broker may copy a half message it
+    -- checks while young, and a commit in time leaves the copy checked again
+    local r, p = fake_redis(), fake_producer()
+    local t = mqlease.policy.transaction_checker { redis = r }
+    local m = message("M4", "run-a")
+    assert.equal("ack", t:policy(eo_like(r, "mqlease:"))(m, m.lease, function(hm)
+      assert(t:begin(p, hm, "B", "out-1"))
+      assert(t:begin(p, hm, "B", "out-2"))
+      return true
+    end))
+    assert.equal("P:run-a", r.store["mqlease:{M4}:tx"])
+    assert.equal("committed", p.begun[1].state)
+    assert.equal("committed", p.begun[2].state)
+    r.now = 60   -- past claim_grace: the run's commits should have come
+    assert.equal("unknown", t(view_of(p.begun[2])), "a copy of a half message the policy committed was committed")
+    assert.equal("unknown", t(view_of(p.begun[1])))
+  end)
+end)

@@ -90,12 +90,12 @@ _M.SOURCE, _M.RUN = SOURCE, RUN
 --   -> 0 no done marker and no claim: the run may still finish
 --
 -- A check commits each half message of the run once (KEYS[3], the set of
--- the ids of those a check committed, kept as long as the claim; ARGV[5] the
--- checked half message's id): a half message the set holds is a copy
--- (3); one it does not is another half message of the same run, which
--- the run's other outputs do not stand for. A claim C without the set is
--- one a check made before the set was kept: every half message then counts
--- as a copy (3), as it did.
+-- the ids of those a check, or the policy itself, committed, kept as long as
+-- the claim; ARGV[5] the checked half message's id): a half message the set
+-- holds is a copy (3); one it does not is another half message of the same
+-- run, which the run's other outputs do not stand for. A claim C without
+-- the set is one a check made before the set was kept: every half message
+-- then counts as a copy (3), as it did.
 -- The done marker names the run that wrote it when the exactly-once policy
 -- marks runs (mqlease.policy.mark_runs, which t:policy asks): before any
 -- claim, a run that is not the marker's, asked about by a check or claiming
@@ -117,12 +117,14 @@ if claim then
     if kind == who then return 1 end
     return 4
   end
-  if kind == 'C' then
-    if redis.call('exists', KEYS[3]) == 0 or redis.call('sismember', KEYS[3], ARGV[5]) == 1 then return 3 end
-    return committed_by_check()
-  end
   if kind == 'P' and tonumber(ttl) - redis.call('ttl', KEYS[2]) < tonumber(ARGV[3]) then return 3 end
-  redis.call('set', KEYS[2], 'C:' .. run, 'EX', ttl)
+  -- committed already (by a check, or by the policy: NOTE_COMMITTED): a copy
+  if redis.call('sismember', KEYS[3], ARGV[5]) == 1 then return 3 end
+  if kind == 'C' then
+    if redis.call('exists', KEYS[3]) == 0 then return 3 end
+  else
+    redis.call('set', KEYS[2], 'C:' .. run, 'EX', ttl)
+  end
   return committed_by_check()
 end
 local done = redis.call('get', KEYS[1])
@@ -133,6 +135,18 @@ if who == 'C' then return committed_by_check() end
 return 1
 ]]
 _M.script = CLAIM
+
+-- The ids of half messages the policy committed itself (claim P), added to
+-- the set a check reads (KEYS[1], CLAIM's KEYS[3]; ARGV[1] its TTL, then
+-- the ids): a check of a copy of one (the broker may copy a half message it
+-- checks within its check immunity, recovery) then answers unknown, where
+-- it committed the copy once claim_grace had passed.
+local NOTE_COMMITTED = [[
+for i = 2, #ARGV do redis.call('sadd', KEYS[1], ARGV[i]) end
+redis.call('expire', KEYS[1], ARGV[1])
+return 1
+]]
+_M.note_script = NOTE_COMMITTED
 
 local defaults = { redis = "127.0.0.1:6379", prefix = "mqlease:", claim_ttl = 7 * 86400, claim_grace = 15,
   recovery = false }
@@ -202,6 +216,19 @@ local function claim(self, id, run, who, half_id)
     { run, self._claim_ttl, tostring(self._o.claim_grace), who, half_id or "" })
   if got == nil then return nil, err end
   return got
+end
+
+-- Notes the half messages of entry that the policy committed (see
+-- NOTE_COMMITTED). Not answered (Redis down): a copy of one may be
+-- committed by a check, as before the note was kept.
+local function note_committed(self, id, entry)
+  local ids = { self._claim_ttl }
+  for _, tx in ipairs(entry.txs) do
+    local half_id = tx.message_id or tx.id
+    if tx.state == "committed" and type(half_id) == "string" then ids[#ids + 1] = half_id end
+  end
+  if #ids == 1 then return end
+  client(self):eval(NOTE_COMMITTED, { policy.key_base(id, self._o.prefix) .. "txc" }, ids)
 end
 
 -- Sends body to topic through producer p as a half message caused by m (a
@@ -318,7 +345,9 @@ function methods:policy(inner)
         -- commit it here if there is time (see the header), else for the checks
         local kind = in_time(entry) and "P" or "L"
         local got = claim(self, m.id, entry.run, kind)
-        if got == 1 and kind == "P" then end_all(entry, true, true)
+        if got == 1 and kind == "P" then
+          end_all(entry, true, true)
+          note_committed(self, m.id, entry)
         elseif got == 2 then end_all(entry, false) end
         -- L: the checks commit them; 4: a check committed them; nil: Redis
         -- did not answer, the checks decide
