@@ -797,6 +797,14 @@ function _M.exactly_once(opts)
       unlock(rc, key_strings(id, prefix), owner)
       return defer(m, o.defer_delay, "deferred_held")
     end
+    if own_lease and not lease_mod.held(lease) then
+      -- the broker's lease ended during the token's call (a yield): as
+      -- above, the handler does not start on a message that may be
+      -- redelivered to another consumer by now
+      let_lock_go(m, lease, true)
+      unlock(rc, key_strings(id, prefix), owner)
+      return "nack"
+    end
 
     local ok, res, herr = pcall(handler, m, lease)
     if ok and res then

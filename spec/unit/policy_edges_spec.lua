@@ -348,3 +348,30 @@ describe("exactly-once at its edges: done markers that name their run", function
     end)
   end
 end)
+
+describe("exactly-once at its edges: a lease of the caller's own that ends while its token is asked for", function()
+  -- A lease with a metatable of its own gets its token before the handler
+  -- runs (one call to Redis, a yield). The policy does not start a handler
+  -- whose broker lease ended while its lock was taken; the same holds when
+  -- it ended during the token's call: the message may be redelivered to
+  -- another consumer by now.
+  it("does not run the handler, and lets the lock go", function()
+    simulate(function(_, redis, sched)
+      local p = policy.exactly_once({ redis = redis })
+      local m = message("ends")
+      local alive = true
+      local eval = redis.eval
+      redis.eval = function(self, script, keys, args)
+        if script == policy.scripts.fence then alive = false end   -- the broker's lease ends meanwhile
+        return eval(self, script, keys, args)
+      end
+      local own = setmetatable({}, { __index = { alive = function() return alive end, _lock_lost = function() end } })
+      local ran = false
+      local action = ask(sched, p, m, function() ran = true; return true end, own)
+      assert.is_false(ran, "the handler ran on a lease that ended while its token was asked for")
+      assert.equal("nack", action)
+      assert.is_nil(value(redis, policy.keys("ends").lock), "the lock let go")
+      assert.same({}, redis.running())
+    end)
+  end)
+end)
