@@ -222,6 +222,7 @@ typedef struct fake {
 typedef struct served {
     fake *f;
     int fd;
+    int twice;   /* a node named "twice-...": answers its first command twice */
 } served;
 
 static void *serve(void *arg) {
@@ -235,8 +236,17 @@ static void *serve(void *arg) {
         while (redisReaderGetReply(reader, &cmd) == REDIS_OK && cmd) {
             redisReply *c = cmd;
             const char *out = "+OK\r\n";
+            char echo[128];
             pthread_mutex_lock(&sv->f->mu);
-            if (c->elements > 0 && strcasecmp(c->element[0]->str, "CLUSTER") == 0) out = sv->f->slots;
+            if (c->elements > 0 && strcasecmp(c->element[0]->str, "CLUSTER") == 0) {
+                out = sv->f->slots;
+            } else if (sv->twice) {   /* its last argument, the first time twice */
+                const redisReply *last = c->element[c->elements - 1];
+                snprintf(echo, sizeof(echo), "$%zu\r\n%s\r\n", last->len, last->str);
+                if (sv->twice++ == 1) snprintf(echo + strlen(echo), sizeof(echo) - strlen(echo),
+                                               "$%zu\r\n%s\r\n", last->len, last->str);
+                out = echo;
+            }
             if (write(sv->fd, out, strlen(out)) < 0) n = 0;
             pthread_mutex_unlock(&sv->f->mu);
             freeReplyObject(cmd);
@@ -269,6 +279,7 @@ static redisContext *fake_connect(void *arg, const char *host, int port, mql_res
     s = malloc(sizeof(*s));
     s->f = f;
     s->fd = sv[1];
+    s->twice = strncmp(host, "twice-", 6) == 0;
     f->fds[f->nconns] = sv[1];
     snprintf(f->hosts[f->nconns], sizeof(f->hosts[0]), "%s", host);
     pthread_create(&f->threads[f->nconns++], NULL, serve, s);
@@ -338,6 +349,37 @@ static void a_refresh_asks_the_named_nodes_before_the_seeds(void) {
     pthread_mutex_destroy(&f.mu);
 }
 
+/* A node that answers a command twice: the spare reply must never be taken
+ * for the next command's on that connection (it is made again instead). */
+static void a_spare_reply_of_a_node_is_never_taken_for_a_later_command(void) {
+    fake f;
+    mql_cluster cl;
+    mql_result res;
+    char one[1][32] = {"twice-a"};
+    memset(&f, 0, sizeof(f));
+    pthread_mutex_init(&f.mu, NULL);
+    fake_set_slots(&f, slots_text(1, one, NULL));
+    mql_cluster_init(&cl);
+    mql_cluster_add_seed(&cl, "twice-a", 7000);
+    for (int i = 0; i < 3; i++) {
+        char v[16];
+        const char *argv[3] = {"SET", "k", v};
+        size_t lens[3] = {3, 1, 0};
+        redisReply *reply;
+        lens[2] = (size_t)snprintf(v, sizeof(v), "v%d", i);
+        reply = mql_cluster_run(&cl, fake_connect, &f, 3, argv, lens, 1, &res);
+        CHECK(reply && reply->type == REDIS_REPLY_STRING && strcmp(reply->str, v) == 0);
+        if (reply) freeReplyObject(reply);
+    }
+    mql_cluster_close(&cl);
+    for (int i = 0; i < f.nconns; i++) {
+        pthread_join(f.threads[i], NULL);
+        close(f.fds[i]);
+    }
+    free(f.slots);
+    pthread_mutex_destroy(&f.mu);
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);   /* a fake node's far end may be gone when written to */
     RUN(crc16_matches_the_cluster_spec_vector);
@@ -348,5 +390,6 @@ int main(void) {
     RUN(the_node_table_follows_the_addresses_cluster_slots_names);
     RUN(a_cluster_of_a_hundred_masters_is_mapped_whole);
     RUN(a_refresh_asks_the_named_nodes_before_the_seeds);
+    RUN(a_spare_reply_of_a_node_is_never_taken_for_a_later_command);
     return TEST_REPORT("redis_cluster_test");
 }

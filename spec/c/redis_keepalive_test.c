@@ -7,9 +7,17 @@
  * that tells whether the lookup found it. Renewals are an hour or more
  * apart: the keepalive thread never runs one, and never needs the server.
  * Each is due at a different time, in an order unlike their registration's,
- * so stops take them from every place in the thread's due-order heap. */
+ * so stops take them from every place in the thread's due-order heap. One
+ * test more runs renewals against a fake server on a unix socket. */
+#include <hiredis/hiredis.h>
+#include <poll.h>
+#include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include "mql.h"
 #include "mql_redis.h"
@@ -88,8 +96,122 @@ static void a_sliding_window_of_keepalives_stays_found(void) {
     mql_redis_free(r);
 }
 
+/* ------------------------------------------------------------ a fake server */
+
+/* A Redis on a unix socket that answers the first renewal it gets 1 (kept),
+ * twice over, as no honest server does, and every later one 0 (the key is
+ * gone). It counts the renewals it was sent. */
+typedef struct fake {
+    int listen_fd;
+    char path[108];
+    pthread_t thread;
+    int renewals;   /* under mu */
+    pthread_mutex_t mu;
+} fake;
+
+static void serve(fake *f, int fd) {
+    redisReader *reader = redisReaderCreate();
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof(buf))) > 0) {
+        void *req = NULL;
+        redisReaderFeed(reader, buf, (size_t)n);
+        while (redisReaderGetReply(reader, &req) == REDIS_OK && req) {
+            int first;
+            freeReplyObject(req);
+            req = NULL;
+            pthread_mutex_lock(&f->mu);
+            first = f->renewals++ == 0;
+            pthread_mutex_unlock(&f->mu);
+            if (write(fd, first ? ":1\r\n:1\r\n" : ":0\r\n", first ? 8 : 4) < 0) n = 0;
+        }
+    }
+    redisReaderFree(reader);
+    close(fd);
+}
+
+static void *fake_main(void *arg) {
+    fake *f = arg;
+    int fd;
+    while ((fd = accept(f->listen_fd, NULL, NULL)) >= 0) serve(f, fd);
+    return NULL;
+}
+
+static void fake_start(fake *f) {
+    struct sockaddr_un sa;
+    memset(f, 0, sizeof(*f));
+    pthread_mutex_init(&f->mu, NULL);
+    snprintf(f->path, sizeof(f->path), "/tmp/mql-keepalive-%d.sock", (int)getpid());
+    unlink(f->path);
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", f->path);
+    f->listen_fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    CHECK(bind(f->listen_fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+    CHECK(listen(f->listen_fd, 4) == 0);
+    pthread_create(&f->thread, NULL, fake_main, f);
+}
+
+static void fake_stop(fake *f) {
+    shutdown(f->listen_fd, SHUT_RDWR);
+    pthread_join(f->thread, NULL);
+    close(f->listen_fd);
+    unlink(f->path);
+    pthread_mutex_destroy(&f->mu);
+}
+
+/* 1 once the LOCK_LOST event of id is read (waits up to about 5 s). */
+static int wait_lock_lost(mql_redis *r, uint64_t id) {
+    for (int spins = 0; spins < 50; spins++) {
+        struct pollfd p = {mql_redis_fd(r), POLLIN, 0};
+        mql_event *ev, *next;
+        int lost = 0;
+        poll(&p, 1, 100);
+        for (ev = mql_redis_take_events(r); ev; ev = next) {
+            next = ev->next;
+            if (ev->kind == MQL_EV_LOCK_LOST && ev->keepalive_id == id) lost = 1;
+            ev->next = NULL;
+            mql_event_free(ev);
+        }
+        if (lost) return 1;
+    }
+    return 0;
+}
+
+/* The first renewal is answered twice: the spare "kept" must not stand as the
+ * second renewal's answer. The second renewal itself finds the key gone and
+ * the lock is lost then -- not one renewal later, after a third was sent,
+ * with keepalive_lost saying kept all the while. */
+static void a_renewal_answered_twice_reports_no_lock_kept(void) {
+    mql_redis_config cfg;
+    char err[128];
+    fake f;
+    mql_redis *r;
+    uint64_t id;
+    int renewals;
+    fake_start(&f);
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.unix_path = f.path;
+    cfg.timeout_ms = 2000;
+    r = mql_redis_new(&cfg, err, sizeof(err));
+    /* a TTL long enough that only a renewal's answer can make it lost */
+    id = mql_redis_keepalive(r, "lock:a", 6, "me", 2, 60000, 50, 0, 0);
+    CHECK(wait_lock_lost(r, id));
+    CHECK(mql_redis_keepalive_lost(r, id) == 1);
+    usleep(200 * 1000);   /* a lost lock is renewed no more: the count is final */
+    pthread_mutex_lock(&f.mu);
+    renewals = f.renewals;
+    pthread_mutex_unlock(&f.mu);
+    CHECK(renewals == 2);
+    if (renewals != 2) fprintf(stderr, "  renewals sent before the loss: %d\n", renewals);
+    CHECK(mql_redis_keepalive_stop(r, id) == 1);
+    mql_redis_free(r);
+    fake_stop(&f);
+}
+
 int main(void) {
     RUN(every_keepalive_is_found_until_stopped_in_any_order);
     RUN(a_sliding_window_of_keepalives_stays_found);
+    RUN(a_renewal_answered_twice_reports_no_lock_kept);
     return TEST_REPORT("redis_keepalive");
 }

@@ -4,8 +4,9 @@
  * part of the replies fails the rest (none lost, none shifted); a server that
  * sends more replies than commands fails the whole batch; NOSCRIPT replies
  * re-run as EVAL, with their own script's text even when the client's cache of
- * scripts dropped it while they were queued. The fake parses requests with
- * hiredis' own reader. */
+ * scripts dropped it while they were queued; a reply sent twice is never
+ * taken for a later command's, and a connection the server closed while idle
+ * fails no command. The fake parses requests with hiredis' own reader. */
 #include <hiredis/hiredis.h>
 #include <poll.h>
 #include <pthread.h>
@@ -21,7 +22,11 @@
 #include "mql_redis.h"
 #include "mql_test.h"
 
-enum { ECHO, CUT, EXTRA, SCRIPTS };
+enum { ECHO, CUT, EXTRA, SCRIPTS, TWICE, IDLE_CLOSE };
+
+/* IDLE_CLOSE: how long a connection may stay idle before the fake closes it,
+ * as a Redis with `timeout` set (or a proxy) does. */
+#define IDLE_MS 30
 
 typedef struct fake {
     int listen_fd;
@@ -45,13 +50,21 @@ static void reply_to(const fake *f, const redisReply *req, char *out, size_t out
     snprintf(out, outlen, "$%zu\r\n%s\r\n", last->len, last->str);
 }
 
-/* Serves one connection until the client closes it, or CUT/EXTRA are done. */
+/* IDLE_CLOSE: 1 once fd stayed IDLE_MS without a request (the fake hangs up). */
+static int idle_too_long(const fake *f, int fd) {
+    struct pollfd p = {fd, POLLIN, 0};
+    return f->mode == IDLE_CLOSE && poll(&p, 1, IDLE_MS) == 0;
+}
+
+/* Serves one connection until the client closes it, or CUT/EXTRA are done.
+ * TWICE answers the connection's first request twice, in one write, as no
+ * honest server does; IDLE_CLOSE closes a connection left idle. */
 static void serve(fake *f, int fd) {
     redisReader *reader = redisReaderCreate();
     char buf[4096], batch[8192] = "";
     int seen = 0, done = 0;
     ssize_t n;
-    while (!done && (n = read(fd, buf, sizeof(buf))) > 0) {
+    while (!done && !idle_too_long(f, fd) && (n = read(fd, buf, sizeof(buf))) > 0) {
         void *req = NULL;
         redisReaderFeed(reader, buf, (size_t)n);
         while (redisReaderGetReply(reader, &req) == REDIS_OK && req) {
@@ -60,13 +73,18 @@ static void serve(fake *f, int fd) {
             freeReplyObject(req);
             req = NULL;
             seen++;
-            if (f->mode == ECHO || f->mode == SCRIPTS) {
+            if (f->mode == TWICE && seen == 1) {
+                char two[512];
+                snprintf(two, sizeof(two), "%s%s", one, one);
+                if (write(fd, two, strlen(two)) < 0) done = 1;
+            } else if (f->mode == ECHO || f->mode == SCRIPTS || f->mode == TWICE ||
+                       f->mode == IDLE_CLOSE) {
                 if (write(fd, one, strlen(one)) < 0) done = 1;
             } else if (f->mode == EXTRA || seen <= f->answer) {
                 strncat(batch, one, sizeof(batch) - strlen(batch) - 1);
             }
         }
-        if (f->mode != ECHO && f->mode != SCRIPTS && seen >= f->expect) {
+        if ((f->mode == CUT || f->mode == EXTRA) && seen >= f->expect) {
             if (f->mode == EXTRA) strncat(batch, "+SURPLUS\r\n", sizeof(batch) - strlen(batch) - 1);
             if (write(fd, batch, strlen(batch)) < 0) {
             }
@@ -266,11 +284,78 @@ static void scripts_evicted_while_queued_rerun_with_their_own_text(void) {
     fake_stop(&f);
 }
 
+/* Submits ECHO v<i> alone and waits for its event. */
+static mql_event *echo_alone(mql_redis *r, int i) {
+    char v[16];
+    const char *argv[2] = {"ECHO", v};
+    size_t lens[2] = {4, 0};
+    mql_event *ev = NULL;
+    uint64_t op;
+    snprintf(v, sizeof(v), "v%d", i);
+    lens[1] = strlen(v);
+    op = mql_redis_command(r, 2, argv, lens);
+    collect(r, op, 1, &ev);
+    return ev;
+}
+
+/* A reply that comes twice: the one left over must never be taken for the
+ * next command's (hiredis hands a buffered reply out without even sending
+ * the command, and every reply after it would be one behind). */
+static void a_reply_sent_twice_is_never_taken_for_a_later_command(void) {
+    fake f;
+    mql_redis *r;
+    fake_start(&f, TWICE, 0, 0);
+    r = client_for(&f);
+    for (int i = 0; i < 4; i++) {
+        mql_event *ev = echo_alone(r, i);
+        CHECK(ev != NULL);
+        /* its own reply, or a failure; never another command's */
+        CHECK(ev && (!ev->result.ok || reply_is(ev, i)));
+        if (i > 0) CHECK(reply_is(ev, i));   /* a fresh connection serves it */
+        mql_event_free(ev);
+    }
+    mql_redis_free(r);
+    fake_stop(&f);
+}
+
+/* A server that closed an idle connection (Redis's `timeout`, a proxy): the
+ * next command, alone or in a batch, never left, so it must not fail. */
+static void a_connection_closed_while_idle_fails_no_command(void) {
+    fake f;
+    mql_event *evs[3] = {0};
+    mql_event *ev;
+    uint64_t first;
+    mql_redis *r;
+    fake_start(&f, IDLE_CLOSE, 0, 0);
+    r = client_for(&f);
+    ev = echo_alone(r, 0);
+    CHECK(reply_is(ev, 0));
+    mql_event_free(ev);
+    usleep(4 * IDLE_MS * 1000);   /* the fake hangs up */
+    ev = echo_alone(r, 1);
+    CHECK(reply_is(ev, 1));
+    if (ev && !ev->result.ok) fprintf(stderr, "  alone: %s %s\n", ev->result.code, ev->result.msg);
+    mql_event_free(ev);
+    ev = echo_alone(r, 2);   /* a connection for the batch below, whatever became of v1 */
+    CHECK(reply_is(ev, 2));
+    mql_event_free(ev);
+    usleep(4 * IDLE_MS * 1000);
+    first = submit(r, 3, 0);
+    CHECK(collect(r, first, 3, evs) == 3);
+    for (int i = 0; i < 3; i++) CHECK(reply_is(evs[i], i));
+    if (evs[0] && !evs[0]->result.ok) fprintf(stderr, "  batch: %s\n", evs[0]->result.msg);
+    free_events(evs, 3);
+    mql_redis_free(r);
+    fake_stop(&f);
+}
+
 int main(void) {
     RUN(commands_queued_together_cross_in_one_round_trip);
     RUN(a_server_that_dies_mid_reply_fails_the_rest);
     RUN(more_replies_than_commands_fail_the_whole_batch);
     RUN(noscript_replies_rerun_as_eval_in_one_more_round_trip);
     RUN(scripts_evicted_while_queued_rerun_with_their_own_text);
+    RUN(a_reply_sent_twice_is_never_taken_for_a_later_command);
+    RUN(a_connection_closed_while_idle_fails_no_command);
     return TEST_REPORT("redis_pipeline");
 }

@@ -1,6 +1,8 @@
 /* mql_redis_cluster.c -- Redis Cluster routing (see mql_redis_cluster.h). */
 #include "mql_redis_cluster.h"
 
+#include "mql_redis_link.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -209,6 +211,8 @@ static void transport_fail(redisContext *ctx, mql_result *res, const char *what)
 static redisContext *node_ctx(mql_cluster *cl, int i, mql_cluster_connect_fn connect,
                               void *arg, mql_result *res) {
     mql_cluster_node *n = &cl->nodes[i];
+    /* out of step: a spare reply or a hang-up (mql_redis_ctx_in_step) */
+    if (n->ctx && !mql_redis_ctx_in_step(n->ctx)) drop_node(n);
     if (!n->ctx) n->ctx = connect(arg, n->host, n->port, res);
     return n->ctx;
 }

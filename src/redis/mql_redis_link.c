@@ -16,6 +16,7 @@
 #include "mql_redis_link.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -261,6 +262,18 @@ static int is_master(redisContext *ctx) {
     return yes;
 }
 
+/* Bytes waiting after the last reply read are no reply to anything we will
+ * send: a reply that came twice (hiredis would hand the spare one out as the
+ * next command's without even sending that command, and every reply after it
+ * would be one behind), or the end of a connection the server closed while it
+ * was idle (Redis's `timeout`, a proxy), on which the next command would fail
+ * though it never left. */
+int mql_redis_ctx_in_step(const redisContext *ctx) {
+    struct pollfd p = {ctx->fd, POLLIN, 0};
+    if (ctx->reader && ctx->reader->len > ctx->reader->pos) return 0;
+    return poll(&p, 1, 0) == 0;
+}
+
 static int connect_single(mql_redis_link *l, mql_result *res) {
     addr a;
     if (l->mode == MODE_SINGLE) {
@@ -280,6 +293,13 @@ static int connect_single(mql_redis_link *l, mql_result *res) {
     l->at = a;
     l->last_used = mql_now_ms();
     return 0;
+}
+
+/* The connection to send on, made again when it is missing or out of step;
+ * 0, else -1 with res set. */
+static int connected(mql_redis_link *l, mql_result *res) {
+    if (l->ctx && !mql_redis_ctx_in_step(l->ctx)) drop(&l->ctx);
+    return l->ctx || connect_single(l, res) == 0 ? 0 : -1;
 }
 
 /* Sentinel: drops an idle connection to a server the sentinels no longer name
@@ -308,7 +328,7 @@ redisReply *mql_redis_link_run(mql_redis_link *l, int argc, const char **argv,
         return mql_cluster_run(l->cluster, cluster_connect, l, argc, argv, lens, key_index, res);
     recheck_master(l);
     for (tries = 0; tries < 2; tries++) {
-        if (!l->ctx && connect_single(l, res) < 0) return NULL;
+        if (connected(l, res) < 0) return NULL;
         reply = redisCommandArgv(l->ctx, argc, argv, lens);
         if (!reply) {   /* the command may have run: never send it again */
             transport_fail(l->ctx, res, argv[0]);
@@ -352,7 +372,7 @@ static int pipeline(mql_redis_link *l, int n, const mql_redis_argv *cmds, redisR
                     mql_result *res) {
     mql_result why;
     int i;
-    if (!l->ctx && connect_single(l, &why) < 0) {
+    if (connected(l, &why) < 0) {
         fail_from(0, n, replies, res, &why);
         return 0;
     }

@@ -4,9 +4,10 @@
  * socket), the master that Sentinel names, or the Cluster node that owns the
  * command's slot. It connects lazily, authenticates (AUTH [user] password),
  * selects the db, and drops a broken connection so that the next command
- * connects again. It never sends a command twice after a transport failure:
- * only replies that prove the command did not run (MOVED, ASK, READONLY) are
- * followed by a second try elsewhere. One link belongs to one thread.
+ * connects again, as it does one with bytes no command asked for waiting on
+ * it (mql_redis_ctx_in_step). It never sends a command twice after a
+ * transport failure: only replies that prove the command did not run (MOVED,
+ * ASK, READONLY) are followed by a second try elsewhere. One link belongs to one thread.
  */
 #ifndef MQL_REDIS_LINK_H
 #define MQL_REDIS_LINK_H
@@ -47,6 +48,13 @@ typedef struct mql_redis_argv {
  * that fails all n, since it proves the replies cannot be matched to them. */
 int mql_redis_link_run_many(mql_redis_link *l, int n, const mql_redis_argv *cmds,
                             redisReply **replies, mql_result *res);
+
+/* 1 if ctx can take a command whose reply will be its own: nothing is left to
+ * read, neither in hiredis' buffer nor on the socket. Else the connection is
+ * out of step and must be made again before anything is sent on it (nothing
+ * of ours is in flight on it, so that runs no command twice). Shared by the
+ * Cluster code, whose node connections are kept the same way. */
+int mql_redis_ctx_in_step(const redisContext *ctx);
 
 /* Connects to host:port (a unix socket when port is 0) and authenticates;
  * NULL with res set on failure. Shared by the Sentinel and Cluster code. */
