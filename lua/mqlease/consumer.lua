@@ -18,6 +18,7 @@ local setmetatable, rawget, type, error, ipairs, pairs, tostring =
 local floor = math.floor
 
 local LITE_SET = 2   -- LiteSubscriptionAction.COMPLETE_ADD: the whole set, at start
+local MAX_BYTES = 2 ^ 53   -- receive's max_bytes: beyond it a float is no exact integer
 
 local _M = {}
 
@@ -143,13 +144,15 @@ function consumer_methods:receive(n, opts)
     for k, v in pairs(opts) do
       if k == "max_bytes" then
         -- body bytes this receive may take (the first message always): the rest go back
-        if type(v) ~= "number" or v < 1 or v ~= floor(v) then
-          error(("receive: option 'max_bytes' must be a positive integer (got %s)"):format(tostring(v)), 2)
+        -- at most 2^53: a float past 2^63 (math.huge among them) is its own
+        -- floor, yet has no integer for the core to take
+        if type(v) ~= "number" or v < 1 or v ~= floor(v) or v > MAX_BYTES then
+          error(("receive: option 'max_bytes' must be a positive integer of at most 2^53 (got %s)"):format(tostring(v)), 2)
         end
         max_bytes = v
       elseif k ~= "await" then
         error(("receive: unknown option '%s' (known: await, max_bytes)"):format(tostring(k)), 2)
-      elseif type(v) ~= "number" or v < 0 or v > 20 then
+      elseif type(v) ~= "number" or v ~= v or v < 0 or v > 20 then   -- (a NaN passes both bounds)
         error(("receive: option 'await' must be a number between 0 and 20 (got %s)"):format(tostring(v)), 2)
       else
         await = v
@@ -177,7 +180,22 @@ function consumer_methods:ack(msgs)
     error("bad argument #1 to 'ack' (an array of 1 to 256 messages expected)", 2)
   end
   local ids = {}
-  for i, m in ipairs(msgs) do ids[i] = message.lease_id(m) end
+  for i, m in ipairs(msgs) do
+    local id = message.lease_id(m)
+    if id == nil then
+      error(("bad argument #1 to 'ack' (msgs[%d] is not a message of this consumer)"):format(i), 2)
+    end
+    -- A lease id names a lease of one core client only (each counts from 1):
+    -- another consumer's message would ack whichever message of ours holds
+    -- that id, one its handler may never have finished, and leave its own
+    -- lease renewed while its lease object said acked. (Compared by core
+    -- client: a wrapper of this consumer acks this consumer's messages.)
+    local owner = m.consumer
+    if owner ~= nil and owner ~= self and owner._router ~= self._router then
+      error(("bad argument #1 to 'ack' (msgs[%d] is a message of another consumer: ack it there)"):format(i), 2)
+    end
+    ids[i] = id
+  end
   local router = self._router
   local ev = router:result(router.client:ack(ids))
   local results, first_err, first_code = {}, nil, nil

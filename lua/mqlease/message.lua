@@ -186,7 +186,8 @@ end
 -- Gives the message back: visible again after delay seconds (default 0).
 function methods:nack(delay)
   if delay == nil then delay = 0 end
-  if type(delay) ~= "number" or delay < 0 or delay > 43200 then
+  -- (a NaN passes both bounds, and the core would refuse it unnamed)
+  if type(delay) ~= "number" or delay ~= delay or delay < 0 or delay > 43200 then
     error(("bad argument #1 to 'nack' (delay: seconds between 0 and 43200 expected, got %s)"):format(tostring(delay)), 2)
   end
   local lease = self.lease
@@ -215,10 +216,21 @@ end
 function methods:let_expire()
   local lease = self.lease
   if closed(lease) then return nil, "the consumer is closed", "CLOSED" end
-  if lease_mod.router(lease).client:let_expire(rawget(lease, "id")) then
+  local router = lease_mod.router(lease)
+  local client, id = router.client, rawget(lease, "id")
+  if client:let_expire(id) then
     lease_mod.let_go(lease)
     return true
   end
+  -- The core refuses a lease it still holds only while a release of it (an
+  -- ack, nack or dead letter from another coroutine) is under way: that
+  -- release decides its fate. The lease is not lost.
+  if client:lease(id) then
+    return nil, "a release of this message is already under way", "BUSY"
+  end
+  -- The core let go of it: the event that says how (an ack another
+  -- coroutine made, say) may not have been read yet.
+  router:pump()
   local err, code = lease_mod.gone(lease, "no lease", "NO_LEASE")
   return nil, err, code
 end
