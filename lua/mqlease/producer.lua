@@ -184,7 +184,7 @@ function methods:begin(topic, body, opts)
   local sent_at = now()
   local ev = await_result(self, start_send(self, topic, body, opts, opts.recovery or 0))
   if not ev.ok then return nil, ev.err, ev.code end
-  return transaction.begun(self, topic, ev, opts.trace_context, sent_at)
+  return transaction.begun(self, topic, ev, opts.trace_context, sent_at, opts.recovery)
 end
 
 -- Runs the checker for every check the proxy sent (RecoverOrphanedTransactionCommand),

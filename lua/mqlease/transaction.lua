@@ -30,14 +30,21 @@
 -- than ENDED_QUIET seconds after the end means the end never reached the
 -- broker (a proxy in cluster mode passes EndTransaction on one-way and
 -- answers OK before the broker has it): the producer sends the same end
--- again, without asking its checker. Any other end of this producer -- one
--- sent later than COMMIT_WITHIN, or an answer to a check, which may have
--- left copies of its own (a CI run saw a transaction checked again 10 s and
--- 29 s after the commit that answered its check, and committed twice by the
--- resend) -- gets nothing for a later check: a copy is most likely, and the
--- broker drops it after transactionCheckMax checks. A producer remembers
--- the last ENDED_KEPT transactions it ended. A check that comes while the
--- producer's own end of it is in flight is answered with nothing too.
+-- again, once, without asking its checker -- or asks its checker, for a
+-- transaction mqlease.policy.transaction_checker began (_ask_checker): its
+-- checks may come to another producer of the group, whose checker must be
+-- the one that decides, so that only one of them commits. Any other end of
+-- this producer -- one sent later than COMMIT_WITHIN, one of a half message
+-- with check immunity (begin's recovery: RocketMQ 5.2's check copies a half
+-- message it meets within its immunity, however young,
+-- TransactionalMessageServiceImpl.checkPrepareQueueOffset), or an answer to
+-- a check, the resend included, which may have left copies of its own (a CI
+-- run saw a transaction checked again 10 s and 29 s after the commit that
+-- answered its check, and committed twice by the resend) -- gets nothing for
+-- a later check: a copy is most likely, and the broker drops it after
+-- transactionCheckMax checks. A producer remembers the last ENDED_KEPT
+-- transactions it ended. A check that comes while the producer's own end of
+-- it is in flight is answered with nothing too.
 --
 -- The checker never runs inside the core or inside the router's pump: a
 -- check waits in the producer's queue until producer:poll runs it in the
@@ -106,23 +113,25 @@ function _M.check_can_begin(p, topic)
 end
 
 -- The transaction of a half message the send answered (ev); sent_at is the
--- time (mqlease.now) just before its send.
-function _M.begun(p, topic, ev, trace_context, sent_at)
+-- time (mqlease.now) just before its send; recovery its check immunity
+-- (seconds), nil without.
+function _M.begun(p, topic, ev, trace_context, sent_at, recovery)
   p._tx.tx_begun = p._tx.tx_begun + 1
   if not ev.transaction_id then
     -- the proxy answers every half message with one (SendMessageActivity)
     return nil, "SendMessage: the proxy sent no transaction id for a half message", "PROTOCOL"
   end
   local tx = setmetatable({ producer = p, topic = topic, message_id = ev.message_id, offset = ev.offset,
-    transaction_id = ev.transaction_id, _trace = trace_context, state = "open", _sent_at = sent_at or now() },
-    tx_mt)
+    transaction_id = ev.transaction_id, _trace = trace_context, state = "open", _sent_at = sent_at or now(),
+    _recovery = recovery }, tx_mt)
   p._open[ev.transaction_id] = tx
   return tx
 end
 
 -- Remembers that p ended transaction_id with commit (a boolean), and when
 -- (the last ENDED_KEPT of them); resend: a later check may be answered with
--- the same end (a direct end sent within COMMIT_WITHIN, see the header).
+-- the same end (a direct end sent within COMMIT_WITHIN, see the header), or
+-- "ask": by the checker.
 local function remember_ended(p, transaction_id, commit, resend)
   local known = p._ended[transaction_id]
   if known then
@@ -171,10 +180,12 @@ local function finish(self, commit)
       "ALREADY_ENDED"
   end
   if p._ending[tid] then return nil, "a check of the broker's is ending it now", "ENDING" end
-  -- sent in time, it met no copy: a later check means it was lost (header)
-  local in_time = now() - self._sent_at < COMMIT_WITHIN
+  -- sent in time, it met no copy: a later check means it was lost (header);
+  -- not with check immunity, where the broker copies it however young
+  local resend = not self._recovery and now() - self._sent_at < COMMIT_WITHIN
+  if resend and self._ask_checker then resend = "ask" end
   local ok, err, code = end_tx(p, self.topic, self.message_id, self.transaction_id, commit, false, self._trace,
-    in_time)
+    resend)
   local c = p._tx
   if ok then
     self.state = commit and "committed" or "rolled_back"
@@ -230,14 +241,18 @@ local function run_check(p, ev)
     return nil
   end
   local view = check_view(ev)
-  if ended then
-    -- a direct end in time, long enough ago that the broker should know: it did not hear
+  if ended and ended.resend ~= "ask" then
+    -- a direct end in time, long enough ago that the broker should know: it
+    -- did not hear. Sent once: the resend answers a check, and a later check
+    -- is most likely of a copy it left (header)
     c.tx_check_resent = c.tx_check_resent + 1
-    if not end_tx(p, view.topic, view.id, view.transaction_id, ended.commit, true, view.trace_context, true) then
+    if not end_tx(p, view.topic, view.id, view.transaction_id, ended.commit, true, view.trace_context, false) then
       c.tx_check_end_fail = c.tx_check_end_fail + 1
     end
     return nil
   end
+  -- (ended "ask": its checker decides, as another producer's would)
+  local ended_at = ended and ended.at
   local ok, answer = pcall(p._checker, view)
   if not ok then
     c.tx_check_error = c.tx_check_error + 1
@@ -252,7 +267,8 @@ local function run_check(p, ev)
   if answer == "unknown" then return nil end
   -- the checker may yield (Redis, a database): an end of the producer's own,
   -- or of another poller's check, may have gone out meanwhile
-  if p._ending[ev.transaction_id] or p._ended[ev.transaction_id] then
+  local again = p._ended[ev.transaction_id]
+  if p._ending[ev.transaction_id] or (again and (again ~= ended or again.at ~= ended_at)) then
     c.tx_check_already_ended = c.tx_check_already_ended + 1
     return nil
   end

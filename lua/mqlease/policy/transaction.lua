@@ -30,7 +30,8 @@
 -- checks, which t answers as the producer's checker from the same keys:
 --   the claim is another run's -> "rollback";
 --   P (this run's policy) -> "unknown" while it is younger than claim_grace
---     (the policy is committing it), then "commit", and the claim becomes C;
+--     (the policy is committing it), then "commit" (its commit failed, or
+--     never reached the broker), and the claim becomes C;
 --   L (left to the checks) -> "commit", and the claim becomes C;
 --   C (a check committed this run's output) -> "unknown": what is checked is
 --     a copy of a half message already committed (the broker keeps checking
@@ -90,8 +91,9 @@ _M.SOURCE, _M.RUN = SOURCE, RUN
 --   -> 0 no done marker and no claim: the run may still finish
 --
 -- A check commits each half message of the run once (KEYS[3], the set of
--- the ids of those a check, or the policy itself, committed, kept as long as
--- the claim; ARGV[5] the checked half message's id): a half message the set
+-- the ids of those a check, or the policy itself with check immunity
+-- (NOTE_COMMITTED), committed, kept at least as long as the claim; ARGV[5]
+-- the checked half message's id): a half message the set
 -- holds is a copy (3); one it does not is another half message of the same
 -- run, which the run's other outputs do not stand for. A claim C without
 -- the set is one a check made before the set was kept: every half message
@@ -136,11 +138,15 @@ return 1
 ]]
 _M.script = CLAIM
 
--- The ids of half messages the policy committed itself (claim P), added to
--- the set a check reads (KEYS[1], CLAIM's KEYS[3]; ARGV[1] its TTL, then
--- the ids): a check of a copy of one (the broker may copy a half message it
--- checks within its check immunity, recovery) then answers unknown, where
--- it committed the copy once claim_grace had passed.
+-- The ids of half messages with check immunity (recovery) the policy
+-- committed itself (claim P), added to the set a check reads (KEYS[1],
+-- CLAIM's KEYS[3]; ARGV[1] its TTL, then the ids): a check of a copy of one
+-- (the broker copies a half message it checks within its immunity) then
+-- answers unknown, where it committed the copy once claim_grace had passed.
+-- Not those without: the broker copies none of them younger than its
+-- transactionTimeOut, so a check of one the policy committed in time means
+-- the commit never reached the broker, and the check (here, or in another
+-- worker) commits it, once.
 local NOTE_COMMITTED = [[
 for i = 2, #ARGV do redis.call('sadd', KEYS[1], ARGV[i]) end
 redis.call('expire', KEYS[1], ARGV[1])
@@ -218,14 +224,14 @@ local function claim(self, id, run, who, half_id)
   return got
 end
 
--- Notes the half messages of entry that the policy committed (see
--- NOTE_COMMITTED). Not answered (Redis down): a copy of one may be
--- committed by a check, as before the note was kept.
+-- Notes the half messages with check immunity of entry that the policy
+-- committed (see NOTE_COMMITTED). Not answered (Redis down): a copy of one
+-- may be committed by a check, as before the note was kept.
 local function note_committed(self, id, entry)
   local ids = { self._claim_ttl }
   for _, tx in ipairs(entry.txs) do
     local half_id = tx.message_id or tx.id
-    if tx.state == "committed" and type(half_id) == "string" then ids[#ids + 1] = half_id end
+    if entry.immune[tx] and tx.state == "committed" and type(half_id) == "string" then ids[#ids + 1] = half_id end
   end
   if #ids == 1 then return end
   client(self):eval(NOTE_COMMITTED, { policy.key_base(id, self._o.prefix) .. "txc" }, ids)
@@ -255,12 +261,18 @@ function methods:begin(p, m, topic, body, opts)
   if o.recovery == nil and self._o.recovery then o.recovery = self._o.recovery end
   local tx, err, code = p:begin(topic, body, o)
   if not tx then return nil, err, code end
+  -- a later check of it, after the policy's own end, goes to this checker
+  -- (as it would in another worker), not straight to a resend of that end:
+  -- one commit, recorded in the claim, whichever producer is asked
+  -- (mqlease.transaction's header)
+  if type(tx) == "table" then tx._ask_checker = true end
   local entry = self._runs[m]
   if not entry or entry.run ~= run then
-    entry = { producer = p, run = run, txs = {} }
+    entry = { producer = p, run = run, txs = {}, immune = {} }
     self._runs[m] = entry
   end
   entry.txs[#entry.txs + 1] = tx
+  if o.recovery then entry.immune[tx] = true end
   return tx
 end
 
