@@ -21,6 +21,7 @@
 
 #include "mql.h"
 #include "mql_redis.h"
+#include "fake_unix.h"
 #include "mql_test.h"
 
 static mql_redis *client(void) {
@@ -138,17 +139,10 @@ static void *fake_main(void *arg) {
 }
 
 static void fake_start(fake *f) {
-    struct sockaddr_un sa;
     memset(f, 0, sizeof(*f));
     pthread_mutex_init(&f->mu, NULL);
     snprintf(f->path, sizeof(f->path), "/tmp/mql-keepalive-%d.sock", (int)getpid());
-    unlink(f->path);
-    memset(&sa, 0, sizeof(sa));
-    sa.sun_family = AF_UNIX;
-    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", f->path);
-    f->listen_fd = socket(AF_UNIX, SOCK_STREAM, 0);
-    CHECK(bind(f->listen_fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
-    CHECK(listen(f->listen_fd, 4) == 0);
+    f->listen_fd = fake_unix_listen(f->path);
     pthread_create(&f->thread, NULL, fake_main, f);
 }
 

@@ -20,6 +20,7 @@
 
 #include "mql.h"
 #include "mql_redis.h"
+#include "fake_unix.h"
 #include "mql_test.h"
 
 enum { ECHO, CUT, EXTRA, SCRIPTS, TWICE, IDLE_CLOSE };
@@ -103,19 +104,12 @@ static void *fake_main(void *arg) {
 }
 
 static void fake_start(fake *f, int mode, int expect, int answer) {
-    struct sockaddr_un sa;
     memset(f, 0, sizeof(*f));
     f->mode = mode;
     f->expect = expect;
     f->answer = answer;
     snprintf(f->path, sizeof(f->path), "/tmp/mql-pipeline-%d-%d.sock", (int)getpid(), mode);
-    unlink(f->path);
-    memset(&sa, 0, sizeof(sa));
-    sa.sun_family = AF_UNIX;
-    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", f->path);
-    f->listen_fd = socket(AF_UNIX, SOCK_STREAM, 0);
-    CHECK(bind(f->listen_fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
-    CHECK(listen(f->listen_fd, 4) == 0);
+    f->listen_fd = fake_unix_listen(f->path);
     pthread_create(&f->thread, NULL, fake_main, f);
 }
 

@@ -93,6 +93,12 @@ function _M.producer(rollback_fails)
   return p
 end
 
+-- The view a check gives the checker of the fake producer's half message
+-- tx (what the transaction checker reads).
+function _M.view_of(tx)
+  return { id = tx.id, properties = tx.opts.properties }
+end
+
 -- A message of run `run` (its exactly-once lock owner).
 function _M.message(id, run) return { id = id, lease = { lock_owner = run } } end
 

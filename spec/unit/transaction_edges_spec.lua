@@ -8,12 +8,8 @@ local config = require "mqlease.config"
 
 local fakes = require "spec.support.transaction_fakes"
 local fake_redis, fake_producer, message = fakes.redis, fakes.producer, fakes.message
+local view_of = fakes.view_of
 local function eo_like(r, prefix) return fakes.eo_like(r, prefix, true) end
-
--- The view a check gives the checker of half message tx (what t reads).
-local function view_of(tx)
-  return { id = tx.id, properties = tx.opts.properties }
-end
 
 -- A real mqlease.transaction producer state over a fake router: every
 -- EndTransaction is recorded in p.ends; p.replies scripts router:call's answers.

@@ -9,12 +9,8 @@ local message_mod = require "mqlease.message"
 
 local fakes = require "spec.support.transaction_fakes"
 local fake_redis, fake_producer, message = fakes.redis, fakes.producer, fakes.message
+local view_of = fakes.view_of
 local function eo_like(r, prefix) return fakes.eo_like(r, prefix, true) end
-
--- The view a check gives the checker of the fake producer's half message tx.
-local function view_of(tx)
-  return { id = tx.id, properties = tx.opts.properties }
-end
 
 -- mqlease.producer and mqlease.transaction loaded afresh over a clock the
 -- spec moves (clock.t, seconds): the producer's "later than ENDED_QUIET"
