@@ -11,8 +11,10 @@ local core = require "mqlease.core"
 local consumer_mod = require "mqlease.consumer"
 local message = require "mqlease.message"
 
+-- (as luaL_checkinteger takes it: a number of integral value in range,
+-- a float one too; LuaJIT has no math.type)
 local function integer(v, what)
-  if math.type(v) ~= "integer" then
+  if type(v) ~= "number" or v ~= math.floor(v) or v >= 2 ^ 63 or v < -2 ^ 63 then
     error(("bad argument to '%s' (number has no integer representation)"):format(what), 2)
   end
   return v
