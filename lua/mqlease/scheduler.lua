@@ -15,7 +15,7 @@ local run_adapter = require "mqlease.loop.scheduler"
 local coroutine_create, coroutine_resume, coroutine_status = coroutine.create, coroutine.resume, coroutine.status
 local coroutine_yield = coroutine.yield
 local coroutine_close = coroutine.close   -- nil on LuaJIT
-local setmetatable, pairs, type, select = setmetatable, pairs, type, select
+local setmetatable, pairs, ipairs, type, select, tostring = setmetatable, pairs, ipairs, type, select, tostring
 local unpack = table.unpack or unpack   -- LuaJIT
 
 local _M = {}
@@ -125,8 +125,33 @@ local function expire(self, now)
   self.next_deadline = nd
 end
 
+-- Why what, yielded by a task, is no wait the scheduler can file, or nil.
+-- A deadline must be a number and not NaN: a NaN never passes, and once
+-- it was the earliest one known, no later deadline ever looked earlier than
+-- it, so every timed wait of every task stopped waking. A table is { fd =
+-- a descriptor, deadline = }, either optional.
+local function unwaitable(what)
+  if what == PARK then return nil end
+  local fd, deadline = nil, what
+  if type(what) == "table" then fd, deadline = what.fd, what.deadline
+  elseif type(what) ~= "number" then return "a " .. type(what) end
+  if fd ~= nil and type(fd) ~= "number" then return "a descriptor of " .. tostring(fd) end
+  if deadline ~= nil and (type(deadline) ~= "number" or deadline ~= deadline) then
+    return "a deadline of " .. (deadline ~= deadline and "NaN" or tostring(deadline))
+  end
+  return nil
+end
+
 local function resume(self, co)
   local ok, what = coroutine_resume(co)
+  -- (the task's return values are no wait: asked only of a live task, and
+  -- only once what it gave looks wrong, off the path of every park)
+  local bad = ok and what and unwaitable(what)
+  if bad and coroutine_status(co) ~= "dead" then
+    -- the task's error, as a raise would be: filed, it broke the whole loop
+    -- (a comparison or a poll that raised) or silenced every timed wait
+    ok, what = false, "mqlease.scheduler: a task yielded " .. bad .. " (want a deadline, { fd =, deadline = } or park)"
+  end
   if not ok then
     finish(self, co)
     self.on_error(co, what)

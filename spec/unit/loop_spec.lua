@@ -142,3 +142,96 @@ describe("mqlease.loop picks an event-loop adapter", function()
       "mqlease.run: option 'signals' must be false in this event loop (it owns the signals; use 'stop')")
   end)
 end)
+
+-- OpenResty's light threads, semaphores and sleeps as plain coroutines: a
+-- thread runs at spawn up to its first yield; a wait of 0 seconds, or on a
+-- semaphore with a resource, does not yield (as ngx.semaphore's wait does
+-- not); anything else yields, and step() resumes each suspended thread once.
+local function light_threads()
+  local ngx = fake_ngx("timer")
+  ngx.threads, ngx.raised, ngx.logged = {}, {}, {}
+  ngx.ERR = "error"
+  ngx.worker = { exiting = function() return false end }
+  ngx.log = function(_, ...) ngx.logged[#ngx.logged + 1] = table.concat({ ... }) end
+  ngx.sleep = function(s) ngx.slept[#ngx.slept + 1] = s; coroutine.yield("sleep") end
+  local function resume(co)
+    local ok, err = coroutine.resume(co)
+    if not ok then ngx.raised[#ngx.raised + 1] = tostring(err) end
+  end
+  ngx.thread = {
+    spawn = function(fn)
+      local co = coroutine.create(fn)
+      ngx.threads[#ngx.threads + 1] = co
+      resume(co)
+      return co
+    end,
+  }
+  function ngx.step()
+    for _, co in ipairs(ngx.threads) do
+      if coroutine.status(co) == "suspended" then resume(co) end
+    end
+  end
+  package.loaded["ngx.semaphore"] = {
+    new = function(n)
+      local sema = { n = n or 0 }
+      function sema.count() return sema.n end
+      function sema.post(_, k) sema.n = sema.n + (k or 1) end
+      function sema.wait(_, t)
+        if sema.n > 0 then sema.n = sema.n - 1; return true end
+        if t == 0 then return nil, "timeout" end
+        coroutine.yield("sema")
+        return nil, "timeout"
+      end
+      return sema
+    end,
+  }
+  return ngx
+end
+
+describe("mqlease.loop.ngx's tasks (mqlease.run in OpenResty)", function()
+  before_each(function()
+    saved = {}
+    for k, v in pairs(package.loaded) do saved[k] = v end
+  end)
+  after_each(function()
+    for k in pairs(package.loaded) do package.loaded[k] = nil end
+    for k, v in pairs(saved) do package.loaded[k] = v end
+  end)
+
+  it("a hold of 0 s or less yields once, as under mqlease.scheduler: a policy that defers at once lets the others run", function()
+    fresh()
+    local ngx = light_threads()
+    local core = require "mqlease.core"
+    local s = require("mqlease.loop.ngx").scheduler()
+    local waiter = require("mqlease.run.waiter").new(s, function() return false end)
+    local m = { lease = { alive = function() return true end } }
+    local why
+    local co = s:spawn(function() why = waiter:hold(m, 0) end)
+    ngx.step()   -- past its first sleep: into the hold
+    assert.is_nil(why, "the hold returned without yielding once")
+    assert.equal("suspended", coroutine.status(co))
+    ngx.step()
+    assert.equal("again", why)
+    -- and a park whose deadline has passed yields too
+    local parked = 0
+    s:spawn(function() s:park(core.now() - 1); parked = parked + 1 end)
+    ngx.step()
+    assert.equal(0, parked)
+    ngx.step()
+    assert.equal(1, parked)
+    assert.same({}, ngx.raised)
+  end)
+
+  it("a task that raises is reported with its own error, and the loop is told it ended", function()
+    fresh()
+    local ngx = light_threads()
+    local s = require("mqlease.loop.ngx").scheduler()   -- as mqlease.run makes it: no on_error
+    s:spawn(function() error("boom", 0) end)
+    ngx.step()
+    assert.same({}, ngx.raised)
+    assert.equal(0, s.count)
+    assert.equal(1, s.done:count())
+    assert.equal(1, #ngx.logged)
+    assert.truthy(ngx.logged[1]:find("boom", 1, true), ngx.logged[1])
+  end)
+end)

@@ -77,6 +77,47 @@ describe("mqlease.scheduler", function()
   end)
 end)
 
+describe("mqlease.scheduler against a task that waits for what it cannot", function()
+  it("a deadline of NaN fails its task and does not stop every other timed wait", function()
+    local errs = {}
+    local s = scheduler.new(function(_, err) errs[#errs + 1] = tostring(err) end)
+    local woke = false
+    s:spawn(function() s:park(0 / 0) end)
+    s:spawn(function()
+      s:park(core.now() + 0.02)
+      woke = true
+    end)
+    s:run_ready()
+    local started = core.now()
+    while not woke and core.now() - started < 0.5 do
+      s:poll(0.05)
+      s:run_ready()
+    end
+    assert.is_true(woke, "a wait with a deadline never woke after a NaN deadline")
+    assert.equal(1, #errs)
+    assert.truthy(errs[1]:find("NaN", 1, true), errs[1])
+    assert.equal(0, s.count)
+  end)
+
+  it("fails a task that yields something it cannot wait for, and runs the others on", function()
+    local errs = {}
+    local s = scheduler.new(function(_, err) errs[#errs + 1] = tostring(err) end)
+    local done = false
+    s:spawn(function() coroutine.yield(true) end)
+    s:spawn(function() coroutine.yield({ deadline = "soon" }) end)
+    s:spawn(function() coroutine.yield({ fd = "x" }) end)
+    s:spawn(function()
+      s:park(core.now() + 0.01)
+      done = true
+    end)
+    local ok, err = pcall(s.loop, s)
+    assert.is_true(ok, tostring(err))
+    assert.is_true(done)
+    assert.equal(3, #errs)
+    assert.equal(0, s.count)
+  end)
+end)
+
 describe("mqlease.router under mqlease.scheduler", function()
   local router_mod = require "mqlease.router"
   local adapter = require "mqlease.loop.scheduler"

@@ -121,8 +121,15 @@ end
 local sched_methods = {}
 local sched_mt = { __index = sched_methods }
 
+-- mqlease.run passes none: without this, a raising task's light thread died
+-- calling nil, and its error was never said
+local function log_task_error(_, err)
+  ngx.log(ngx.ERR, "mqlease: task failed: ", tostring(err))
+end
+
 function _M.scheduler(on_error)
-  return setmetatable({ tasks = {}, count = 0, done = semaphore.new(0), on_error = on_error }, sched_mt)
+  return setmetatable({ tasks = {}, count = 0, done = semaphore.new(0), on_error = on_error or log_task_error },
+    sched_mt)
 end
 
 function sched_methods:spawn(fn, ...)
@@ -135,16 +142,21 @@ function sched_methods:spawn(fn, ...)
     local ok, err = pcall(fn, unpack(args, 1, args.n))
     self.tasks[coroutine_running()] = nil
     self.count = self.count - 1
-    if not ok then self.on_error(co, err) end
+    -- the loop learns of the end first: an on_error that raises must not hide it
     self.done:post(1)
+    if not ok then self.on_error(co, err) end
   end)
   return co
 end
 
 -- Sleeps until wake(), or deadline (core.now() seconds; nil: at most 1 s).
+-- A deadline already past still yields (for 1 ms at most), as in
+-- mqlease.scheduler: a semaphore's wait of 0 s returns without yielding, and
+-- the waiter's hold of 0 s or less relies on the yield, or a policy that
+-- defers at once spins the worker and nothing else (nor the stop) runs.
 function sched_methods:park(deadline)
   local sema = self.tasks[coroutine_running()]
-  nap(sema, deadline and max(0, deadline - core.now()) or 1)
+  nap(sema, deadline and max(0.001, deadline - core.now()) or 1)
 end
 
 function sched_methods:wake(co)
