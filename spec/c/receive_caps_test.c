@@ -48,7 +48,7 @@ static grpc_byte_buffer *message_frame(const char *id, size_t body_len) {
     return bb;
 }
 
-static grpc_byte_buffer *ok_status_frame(void) {
+static grpc_byte_buffer *status_frame(Apache__Rocketmq__V2__Code code) {
     Apache__Rocketmq__V2__ReceiveMessageResponse resp =
         APACHE__ROCKETMQ__V2__RECEIVE_MESSAGE_RESPONSE__INIT;
     Apache__Rocketmq__V2__Status st = APACHE__ROCKETMQ__V2__STATUS__INIT;
@@ -56,7 +56,7 @@ static grpc_byte_buffer *ok_status_frame(void) {
     size_t len;
     grpc_slice s;
     grpc_byte_buffer *bb;
-    st.code = APACHE__ROCKETMQ__V2__CODE__OK;
+    st.code = code;
     resp.content_case = APACHE__ROCKETMQ__V2__RECEIVE_MESSAGE_RESPONSE__CONTENT_STATUS;
     resp.status = &st;
     len = protobuf_c_message_pack(&resp.base, buf);
@@ -64,6 +64,10 @@ static grpc_byte_buffer *ok_status_frame(void) {
     bb = grpc_raw_byte_buffer_create(&s, 1);
     grpc_slice_unref(s);
     return bb;
+}
+
+static grpc_byte_buffer *ok_status_frame(void) {
+    return status_frame(APACHE__ROCKETMQ__V2__CODE__OK);
 }
 
 /* The receive's stream brings frames, then ends OK; returns the result event. */
@@ -158,6 +162,49 @@ static void a_receive_stops_taking_at_its_byte_budget(void) {
     fixture_client_finish(&c, call);
 }
 
+static uint64_t error_count(const mql_metrics *m, const char *op, const char *code) {
+    int i;
+    for (i = 0; i < m->nerrors; i++)
+        if (strcmp(m->errors[i].op, op) == 0 && strcmp(m->errors[i].code, code) == 0) return m->errors[i].n;
+    return 0;
+}
+
+/* The proxy sends one status; it sends a second, an error, when it fails
+ * after its OK (ReceiveMessageResponseStreamWriter's catch). A later status
+ * replaced the earlier whatever it said: an error followed by an OK (or by
+ * MESSAGE_NOT_FOUND) was an empty batch, neither reported nor counted. */
+static void a_later_status_never_hides_an_error(void) {
+    mql_client c;
+    mql_call *call;
+    mql_event *ev;
+    grpc_byte_buffer *frames[3];
+    fixture_client_init(&c);
+    mql_client_receive(&c, 4, 5000, 0);
+    call = c.calls;
+    CHECK(call != NULL);
+    if (!call) return;
+    frames[0] = status_frame(APACHE__ROCKETMQ__V2__CODE__FORBIDDEN);
+    frames[1] = status_frame(APACHE__ROCKETMQ__V2__CODE__MESSAGE_NOT_FOUND);
+    frames[2] = ok_status_frame();
+    ev = stream(&c, call, frames, 3);
+    CHECK(ev && !ev->result.ok && strcmp(ev->result.code, "FORBIDDEN") == 0);
+    CHECK(error_count(&c.metrics, "receive", "FORBIDDEN") == 1);
+    mql_event_free(ev);
+    fixture_client_finish(&c, call);
+
+    /* an OK, then the proxy's error: the error stands */
+    fixture_client_init(&c);
+    mql_client_receive(&c, 4, 5000, 0);
+    call = c.calls;
+    if (!call) return;
+    frames[0] = ok_status_frame();
+    frames[1] = status_frame(APACHE__ROCKETMQ__V2__CODE__INTERNAL_SERVER_ERROR);
+    ev = stream(&c, call, frames, 2);
+    CHECK(ev && !ev->result.ok && strcmp(ev->result.code, "INTERNAL_SERVER_ERROR") == 0);
+    mql_event_free(ev);
+    fixture_client_finish(&c, call);
+}
+
 /* Several brokers (session_test: the route's readable masters are kept): the
  * receives take turns naming them, so every broker's queues are popped. */
 static void receives_take_turns_naming_the_route_brokers(void) {
@@ -182,5 +229,6 @@ int main(void) {
     RUN(a_stream_with_more_messages_than_the_batch_is_cut);
     RUN(a_receive_stops_taking_at_its_byte_budget);
     RUN(receives_take_turns_naming_the_route_brokers);
+    RUN(a_later_status_never_hides_an_error);
     return TEST_REPORT("receive_caps_test");
 }

@@ -106,6 +106,15 @@ static const char *past_bounds(receive_ctx *rx, const mql_message *m) {
     return rx->cut;
 }
 
+/* How bad a status is: OK, MESSAGE_NOT_FOUND (an empty poll), an error. The
+ * proxy sends one, and a second, an error, when it fails after its OK
+ * (ReceiveMessageResponseStreamWriter); a later status is kept only when it
+ * is worse, so that no OK (or empty poll) after an error hides the error. */
+static int status_rank(const mql_result *r) {
+    if (r->ok) return 0;
+    return strcmp(r->code, "MESSAGE_NOT_FOUND") == 0 ? 1 : 2;
+}
+
 /* Each frame is judged on its own (mql_inbound.h): a bad one costs only
  * itself, never the leases of the good ones around it. */
 static void on_receive_message(mql_client *c, mql_call *call, grpc_byte_buffer *reply) {
@@ -119,7 +128,8 @@ static void on_receive_message(mql_client *c, mql_call *call, grpc_byte_buffer *
     grpc_slice_unref(slice);
     switch (f.kind) {
     case MQL_FRAME_STATUS:
-        rx->status = f.status;
+        if (!rx->have_status || status_rank(&f.status) > status_rank(&rx->status))
+            rx->status = f.status;
         rx->have_status = 1;
         break;
     case MQL_FRAME_MESSAGE:

@@ -209,31 +209,51 @@ static void ack_send(mql_client *c, mql_release *rel) {
     free(entries);
 }
 
-/* The response entry for the lease sent at position: the unused entry that
- * names the same receipt handle (entries may come back in any order, and two
- * leases of one message id differ by handle), else the unused one with its
- * message id, else the unused one at its position. Each entry answers once. */
-static const Apache__Rocketmq__V2__AckMessageResultEntry *ack_entry_for(
-    const Apache__Rocketmq__V2__AckMessageResponse *resp, const mql_lease *l, size_t position,
-    unsigned char *used) {
-    size_t j;
-    int pass;
-    for (pass = 0; pass < 2; pass++) {
-        for (j = 0; j < resp->n_entries; j++) {
-            const char *want = pass == 0 ? l->handle : l->message_id;
-            const char *have = pass == 0 ? resp->entries[j]->receipt_handle
-                                         : resp->entries[j]->message_id;
-            if (!used[j] && have && *have && strcmp(have, want) == 0) {
-                used[j] = 1;
-                return resp->entries[j];
+typedef Apache__Rocketmq__V2__AckMessageResultEntry ack_entry;
+
+/* An entry that names neither a receipt handle nor a message id: only its
+ * position can say which lease it answers. */
+static int names_nothing(const ack_entry *e) {
+    return !(e->receipt_handle && *e->receipt_handle) && !(e->message_id && *e->message_id);
+}
+
+/* Which entry answers each lease of rel the ack sent (match[i], NULL: none):
+ * the unused entry that names its receipt handle (entries may come back in
+ * any order, and two leases of one message id differ by handle), else the
+ * unused one with its message id, else the unused one at its position if
+ * that names nothing. Each entry answers once. Each way is tried for every
+ * lease before the next way for any: lease by lease, one whose own entry was
+ * missing took the entry of a later lease of the ack by its id or position,
+ * and that lease's "ok" became its ack. */
+static void ack_match(mql_client *c, const mql_release *rel,
+                      const Apache__Rocketmq__V2__AckMessageResponse *resp, const ack_entry **match) {
+    unsigned char *used = mql_xcalloc(resp->n_entries, 1);
+    size_t i, j, position = 0;
+    int by_id;
+    for (by_id = 0; by_id < 2; by_id++) {
+        for (i = 0; i < rel->n; i++) {
+            const mql_lease *l;
+            if (rel->settled[i] || match[i] || !(l = mql_lease_find(&c->consumer.leases, rel->ids[i])))
+                continue;
+            for (j = 0; j < resp->n_entries && !match[i]; j++) {
+                const char *have = by_id ? resp->entries[j]->message_id : resp->entries[j]->receipt_handle;
+                if (!used[j] && have && *have && strcmp(have, by_id ? l->message_id : l->handle) == 0) {
+                    used[j] = 1;
+                    match[i] = resp->entries[j];
+                }
             }
         }
     }
-    if (position < resp->n_entries && !used[position]) {
-        used[position] = 1;
-        return resp->entries[position];
+    for (i = 0; i < rel->n; i++) {
+        if (rel->settled[i]) continue;   /* never sent: it has no position */
+        if (!match[i] && position < resp->n_entries && !used[position] &&
+            names_nothing(resp->entries[position]) && mql_lease_find(&c->consumer.leases, rel->ids[i])) {
+            used[position] = 1;
+            match[i] = resp->entries[position];
+        }
+        position++;
     }
-    return NULL;
+    free(used);
 }
 
 static void on_ack_done(mql_client *c, mql_call *call) {
@@ -241,10 +261,11 @@ static void on_ack_done(mql_client *c, mql_call *call) {
     mql_result top, r;
     Apache__Rocketmq__V2__AckMessageResponse *resp =
         mql_call_reply(call, &apache__rocketmq__v2__ack_message_response__descriptor, &top);
-    unsigned char *used = mql_xcalloc(resp ? resp->n_entries : 0, 1);
-    size_t i, sent = 0;
+    const ack_entry **match = mql_xcalloc(rel->n, sizeof(*match));
+    int answered = resp && call->status == GRPC_STATUS_OK;
+    size_t i;
+    if (answered) ack_match(c, rel, resp, match);
     for (i = 0; i < rel->n; i++) {
-        const Apache__Rocketmq__V2__AckMessageResultEntry *e = NULL;
         mql_lease *l;
         if (rel->settled[i]) continue;
         /* no renewal runs while a release is pending: the lease still holds
@@ -255,15 +276,16 @@ static void on_ack_done(mql_client *c, mql_call *call) {
             /* ended by the safety net while the reply was late: its one outcome
              * is already told (LOST); an "ok" now would be a second one */
             mql_result_fail(&r, "LEASE_LOST", "the lease ended before the ack's reply came");
-        } else if (resp && call->status == GRPC_STATUS_OK) {
-            e = ack_entry_for(resp, l, sent, used);
-            if (e) mql_result_from_status(&r, e->status, "AckMessage");
-            else mql_result_fail(&r, "PROTOCOL", "AckMessage: no entry answered this message");
+        } else if (answered && match[i]) {
+            mql_result_from_status(&r, match[i]->status, "AckMessage");
+        } else if (answered && !(resp->n_entries == 0 && !top.ok)) {
+            /* (no entry at all under an error: the proxy refused the whole
+             * request, flow control or validation, and its code stands) */
+            mql_result_fail(&r, "PROTOCOL", "AckMessage: no entry answered this message");
         }
-        sent++;
         release_settle_lease(c, rel, i, l, &r);
     }
-    free(used);
+    free(match);
     mql_call_reply_free(resp);
     call->ctx = NULL;
     release_post(c, rel);

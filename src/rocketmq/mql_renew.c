@@ -220,10 +220,17 @@ static void on_renew_done(mql_client *c, mql_call *call) {
         call, &apache__rocketmq__v2__change_invisible_duration_response__descriptor, &r);
     mql_lease *l = mql_lease_find(&cs->leases, call->op);
     int64_t now = mql_now_ms();
+    int no_handle = 0;
     cs->renew_inflight--;
     if (!l || l->state != MQL_LEASE_RENEWING) goto out;   /* gone meanwhile */
     l->state = MQL_LEASE_HELD;
-    if (r.ok && resp->receipt_handle && *resp->receipt_handle) {
+    /* An OK says the change was made, so the broker minted a handle; one
+     * that did not come back is a broken reply, and uncertain as a lost one */
+    if (r.ok && !(resp->receipt_handle && *resp->receipt_handle)) {
+        mql_result_fail(&r, "PROTOCOL", "ChangeInvisibleDuration: OK without a receipt handle");
+        no_handle = 1;
+    }
+    if (r.ok) {
         /* The old handle is dead to us from this instant: the proxy would still
          * accept it, but an ack with it does nothing and a change arms a
          * second deadline. */
@@ -247,7 +254,7 @@ static void on_renew_done(mql_client *c, mql_call *call) {
     } else {
         /* A reply that never came may still have minted a handle we never saw;
          * the message may come back once more. Count it apart. */
-        int uncertain = strcmp(r.code, "TIMEOUT") == 0 || strcmp(r.code, "CANCELLED") == 0;
+        int uncertain = no_handle || strcmp(r.code, "TIMEOUT") == 0 || strcmp(r.code, "CANCELLED") == 0;
         int64_t backoff = RENEW_BACKOFF_MIN_MS << (l->attempts < 5 ? l->attempts : 5);
         mql_pace_observe(&cs->pace, now - mql_lease_renew_sent_ms(l));   /* a timeout is slowness too */
         /* The change may have been applied: then the broker minted a handle we
