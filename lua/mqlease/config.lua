@@ -408,18 +408,29 @@ local MAX_PRIORITY = 2147483647
 -- ProxyConfig.maxLiteTopicSize's default (5.5.0): the proxy refuses a longer lite topic
 local MAX_LITE_TOPIC = 64
 
+-- The core hands the tag, the keys, the message group and the property names
+-- to protobuf-c as C strings, which end at a NUL: "vip\0x" would go out as the
+-- tag "vip" (the proxy refuses control characters there, but never sees it).
+local function has_nul(s)
+  return s:find("\0", 1, true) ~= nil
+end
+
 -- The message for a bad value of send option k, or nil: "option 'k' must be ...".
 function _M.send_problem(k, v)
   if k == "tag" then
     if type(v) ~= "string" or v:find("|", 1, true) or not v:match("%S") then
       return ("option 'tag' must be a non-blank string without '|' (got %s)"):format(describe(v))
+    elseif has_nul(v) then
+      return ("option 'tag' must be a string without a NUL byte (got %s)"):format(describe(v))
     end
   elseif k == "keys" then
     if type(v) == "string" then v = { v } end
     if type(v) ~= "table" then
       return "option 'keys' must be a string or an array of strings"
     end
-    for _, key in ipairs(v) do
+    -- every index up to #v: the core reads #v keys, and a hole would reach it as NULL
+    for i = 1, #v do
+      local key = v[i]
       if type(key) ~= "string" or not key:match("%S") then
         return ("option 'keys' must hold non-blank strings (got %s)"):format(describe(key))
       end
@@ -428,6 +439,8 @@ function _M.send_problem(k, v)
       if key:find("%s") then
         return ("option 'keys' must hold keys without whitespace (RocketMQ joins keys with a space; got %s)")
           :format(describe(key))
+      elseif has_nul(key) then
+        return ("option 'keys' must hold keys without a NUL byte (got %s)"):format(describe(key))
       end
     end
   elseif k == "properties" then
@@ -435,12 +448,16 @@ function _M.send_problem(k, v)
     for pk, pv in pairs(v) do
       if type(pk) ~= "string" or type(pv) ~= "string" then
         return ("option 'properties' must map strings to strings (bad entry %s)"):format(describe(pk))
+      elseif has_nul(pk) then
+        return ("option 'properties' must map names without a NUL byte to strings (bad entry %s)"):format(describe(pk))
       end
     end
   elseif k == "message_group" then
     if type(v) ~= "string" or not v:match("%S") or #v > MAX_MESSAGE_GROUP then
       return ("option 'message_group' must be a non-blank string of at most %d bytes (got %s)")
         :format(MAX_MESSAGE_GROUP, describe(v))
+    elseif has_nul(v) then
+      return ("option 'message_group' must be a string without a NUL byte (got %s)"):format(describe(v))
     end
   elseif k == "delay" then
     if type(v) ~= "number" or v ~= v or v <= 0 or v > MAX_DELAY_SECONDS then

@@ -240,7 +240,10 @@ static int l_send(lua_State *L) {
         o.keys = lua_newuserdata(L, (o.nkeys ? o.nkeys : 1) * sizeof(*o.keys));
         for (i = 0; i < o.nkeys; i++) {
             lua_rawgeti(L, 5, (int)i + 1);
-            o.keys[i] = lua_tostring(L, -1);   /* config.lua checked they are strings */
+            /* config.lua checks them; a hole here would be a NULL protobuf-c packs
+             * with strlen, and a number a string gone once popped */
+            if (lua_type(L, -1) != LUA_TSTRING) return luaL_error(L, "send: keys[%d] is not a string", (int)i + 1);
+            o.keys[i] = lua_tostring(L, -1);
             lua_pop(L, 1);
         }
     }
