@@ -108,8 +108,9 @@ static void a_prompt_receive_tightens_the_bound_for_later_long_polls(void) {
     CHECK(mql_anchor_deadline(&a, 2000, 2010, 1, skew + 2005, inv) == 2000 + inv);
     /* a long poll again, popped 400 ms in: 5 ms early at most, not 400 */
     CHECK(mql_anchor_deadline(&a, 3000, 3410, 1, skew + 3400, inv) == 3395 + inv);
-    /* never past arrival + invisible, whatever the handle claims */
-    CHECK(mql_anchor_deadline(&a, 4000, 4010, 1, skew + 9000, inv) == 4010 + inv);
+    /* never past arrival + invisible, whatever the handle claims: a pop the
+     * bound places after the frame is counted from the start */
+    CHECK(mql_anchor_deadline(&a, 4000, 4010, 1, skew + 9000, inv) == 4000 + inv);
     /* no pop time: from the start */
     CHECK(mql_anchor_deadline(&a, 5000, 5300, 0, 0, inv) == 5000 + inv);
 }
@@ -147,10 +148,30 @@ static void a_retry_after_unavailable_keeps_a_reconnects_margin(void) {
     CHECK(retried_after_unavailable(200 + MQL_RECONNECT_NEEDS_MS + 500) == 1);
 }
 
+/* Pure: the bound is learnt from the broker's clock as it was. When that
+ * clock steps forward (an NTP correction), or a message comes from another
+ * broker whose clock runs ahead, the learnt bound places the pop after the
+ * frame arrived: it was clamped to the arrival, the very count issue 20 item 4
+ * removed, seconds late behind a slow proxy, and for good (the bound only
+ * ever went down). Such a pop is counted from the start, and the bound learnt
+ * again. */
+static void a_broker_clock_stepped_forward_never_counts_from_the_arrival(void) {
+    mql_anchor a = {0, 0};
+    const int64_t skew = 5000, step = 10000, inv = 30000;
+    /* answered at once: the bound is tight */
+    CHECK(mql_anchor_deadline(&a, 1000, 1010, 1, skew + 1005, inv) == 1000 + inv);
+    /* the broker's clock jumps 10 s ahead; popped at 3200 on our clock, the
+     * frame 2 s late behind a slow proxy: the pop is before 3200 + inv */
+    CHECK(mql_anchor_deadline(&a, 3000, 5200, 1, skew + step + 3200, inv) <= 3200 + inv);
+    /* and the next prompt receive is placed tightly again, not at its arrival */
+    CHECK(mql_anchor_deadline(&a, 6000, 6400, 1, skew + step + 6005, inv) <= 6005 + inv);
+}
+
 int main(void) {
     RUN(a_lease_counts_from_the_receive_request_not_the_frame);
     RUN(a_pop_time_in_the_handle_places_the_deadline_no_later_than_it_can_be);
     RUN(a_prompt_receive_tightens_the_bound_for_later_long_polls);
+    RUN(a_broker_clock_stepped_forward_never_counts_from_the_arrival);
     RUN(a_retry_after_unavailable_keeps_a_reconnects_margin);
     return TEST_REPORT("lease_deadline_test");
 }

@@ -175,6 +175,61 @@ static void a_rejected_handle_still_ends_the_lease_lost(void) {
     fixture_teardown(&c);
 }
 
+/* The lease's one outcome after a release's reply came too late. The safety
+ * net ends a lease whose release is still on the wire two request timeouts
+ * past its deadline (mql_renew.c), and tells the host LOST. A nack's or a dead
+ * letter's reply that comes after that said "ok" as well: two outcomes for one
+ * lease (the ack's reply already answered LEASE_LOST). Returns the op's result
+ * (1 ok, 0 failed) and its code. */
+static int late_release_result(int dead_letter, char *code, size_t codelen) {
+    mql_client c;
+    mql_lease *l = setup(&c, 20000);
+    uint64_t id = l->id, op;
+    int64_t now = mql_now_ms();
+    int result, lost = 0;
+    mql_event *ev, *next;
+    op = dead_letter ? mql_client_dead_letter(&c, id, "handler") : mql_client_nack(&c, id, 0);
+    CHECK(c.calls != NULL);
+    /* the reply is late: the deadline passed two request timeouts ago */
+    l->deadline_ms = now - 2 * c.request_timeout_ms - 1;
+    mql_lease_arm(&c.consumer.leases, l, now);
+    mql_renew_timers(&c, now, now + 1000);
+    CHECK(mql_lease_find(&c.consumer.leases, id) == NULL);
+    CHECK(c.metrics.lost_expired == 1);
+    for (ev = mql_events_take(&c.events); ev; ev = next) {
+        next = ev->next;
+        if (ev->kind == MQL_EV_LEASE && ev->lease_id == id && ev->lease_state == MQL_LEASE_LOST) lost++;
+        mql_event_free(ev);
+    }
+    CHECK(lost == 1);
+    if (dead_letter) {
+        Apache__Rocketmq__V2__ForwardMessageToDeadLetterQueueResponse resp =
+            APACHE__ROCKETMQ__V2__FORWARD_MESSAGE_TO_DEAD_LETTER_QUEUE_RESPONSE__INIT;
+        Apache__Rocketmq__V2__Status st = APACHE__ROCKETMQ__V2__STATUS__INIT;
+        st.code = APACHE__ROCKETMQ__V2__CODE__OK;
+        resp.status = &st;
+        fixture_finish_call(&c, GRPC_STATUS_OK, &resp.base);
+    } else {
+        finish_change(&c, APACHE__ROCKETMQ__V2__CODE__OK, "h2");
+    }
+    result = fixture_op_result(&c, op, code, codelen);
+    CHECK(c.metrics.nacks_ok == 0 && c.metrics.dead_lettered.n == 0);
+    fixture_teardown(&c);
+    return result;
+}
+
+static void a_nack_whose_reply_comes_after_the_lease_was_lost_fails(void) {
+    char code[32] = "";
+    CHECK(late_release_result(0, code, sizeof(code)) == 0);
+    CHECK(strcmp(code, "LEASE_LOST") == 0);
+}
+
+static void a_dead_letter_whose_reply_comes_after_the_lease_was_lost_fails(void) {
+    char code[32] = "";
+    CHECK(late_release_result(1, code, sizeof(code)) == 0);
+    CHECK(strcmp(code, "LEASE_LOST") == 0);
+}
+
 int main(void) {
     RUN(a_nack_the_broker_refuses_lets_the_lease_expire);
     RUN(a_dead_letter_that_fails_lets_the_lease_expire);
@@ -183,5 +238,7 @@ int main(void) {
     RUN(a_nack_retried_after_a_failure_still_ends_the_lease);
     RUN(the_lease_ends_at_its_deadline_as_let_go);
     RUN(a_rejected_handle_still_ends_the_lease_lost);
+    RUN(a_nack_whose_reply_comes_after_the_lease_was_lost_fails);
+    RUN(a_dead_letter_whose_reply_comes_after_the_lease_was_lost_fails);
     return TEST_REPORT("release_failure_test");
 }

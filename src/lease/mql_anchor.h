@@ -9,7 +9,9 @@
  * tight) puts the deadline at the earliest it can be, popTime + invisible -
  * offset. It is never later than arrival + invisible (the pop came before the
  * frame) nor earlier than start + invisible (nor than the pop, after it); a
- * handle with no pop time we can read is counted from the start.
+ * handle with no pop time we can read is counted from the start, and so is one
+ * the bound would place after its frame (the broker's clock moved ahead of
+ * what the bound was learnt from: it is learnt again).
  *
  * Counting from the frame's arrival, as before, believed in time the broker no
  * longer gave: the whole of a long poll, or a slow proxy's delay.

@@ -336,6 +336,10 @@ static void part_done(mql_client *c, mql_call *call, const ProtobufCMessageDescr
     lease_part *part = call->ctx;
     mql_result r;
     void *resp = mql_call_reply(call, desc, &r);
+    /* ended by the safety net while the reply was late (as in on_ack_done):
+     * its one outcome is already told (LOST); an "ok" now would be a second */
+    if (!mql_lease_find(&c->consumer.leases, part->rel->ids[part->i]))
+        mql_result_fail(&r, "LEASE_LOST", "the lease ended before the reply came");
     part_settle(c, part->rel, part->i, &r);
     free(part);
     call->ctx = NULL;
