@@ -167,6 +167,11 @@ function _M.devbroker(opts)
   return dv
 end
 
+-- Whether p is a port number (NaN is not: p % 1 is NaN).
+local function is_port(p)
+  return type(p) == "number" and p % 1 == 0 and p >= 1 and p <= 65535
+end
+
 -- A redis-server on a free loopback port, saving nothing.
 --   opts.port  that port (else up to 8 random free ones are tried)
 --   opts.dir   an append-only file there (fsync always), so one started again on
@@ -180,6 +185,9 @@ end
 function _M.redis(opts)
   opts = opts or {}
   if type(opts) ~= "table" then error("mqlease.launch.redis: opts must be a table", 2) end
+  -- it goes into the shell command unquoted, and a redis-server on port 0
+  -- listens on no TCP port at all
+  if opts.port ~= nil and not is_port(opts.port) then error("mqlease.launch.redis: opts.port must be a port number", 2) end
   local program = opts.program or "redis-server"
   local tries = opts.port and 1 or 8
   local said = ""
@@ -227,8 +235,7 @@ end
 
 local function service_opts(opts, name)
   if type(opts) ~= "table" then error("mqlease.launch." .. name .. ": opts must be a table", 3) end
-  local port = opts.port
-  if type(port) ~= "number" or port % 1 ~= 0 or port < 1 or port > 65535 then
+  if not is_port(opts.port) then
     error("mqlease.launch." .. name .. ": opts.port must be a port number", 3)
   end
   if type(opts.run) ~= "string" or opts.run == "" then

@@ -140,6 +140,11 @@ local OFFICIAL = {
     buckets = { 1, 5, 10, 100, 1000, 10000, 60000 } },
 }
 local OFFICIAL_LABELS = { topic = true, consumer_group = true, client_id = true, invocation_status = true }
+-- the labels of mqlease's own families (and le, every histogram's): a constant
+-- label of one of these names would be written twice in a series, which
+-- Prometheus refuses, and with it the whole scrape
+local OWN_LABELS = { result = true, reason = true, decision = true, resolution = true, answer = true,
+  state = true, op = true, code = true, le = true }
 local BY_NAME = {}
 for _, f in ipairs(OFFICIAL) do BY_NAME[f.name] = f end
 
@@ -330,6 +335,11 @@ function _M.text(c, labels)
     -- constant label of one of those names is left out there, never doubled
     local parts, official = {}, {}
     for k, v in pairs(labels) do
+      if type(k) ~= "string" or not k:match("^[%a_][%w_]*$") or OWN_LABELS[k] then
+        error(("mqlease.metrics.text: %s is no constant label name (letters, digits and '_', not a "
+          .. "digit first, none of result, reason, decision, resolution, answer, state, op, code, le)")
+          :format(type(k) == "string" and ("%q"):format(k) or tostring(k)), 2)
+      end
       local part = format('%s="%s"', k, escape(v))
       parts[#parts + 1] = part
       if not OFFICIAL_LABELS[k] then official[#official + 1] = part end

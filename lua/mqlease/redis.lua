@@ -23,6 +23,15 @@ local type, tostring, error, setmetatable, pcall = type, tostring, error, setmet
 local coroutine_running = coroutine.running
 local floor = math.floor
 local MAX_ARGS = 64   -- what the core takes per command
+local MAX_DB = 2147483647   -- the core holds the db in a C int
+
+-- The port of "host:port" (a decimal 1..65535), or nil: the core casts it to
+-- a C int and the resolver keeps 16 bits of it, so 70000 would dial 4464 and
+-- 4294967297 port 1.
+local function port_of(a)
+  local port = tonumber(a:match(":(%d+)$"))
+  if port and port >= 1 and port <= 65535 then return port end
+end
 
 local _M = { null = core.null }
 local methods = {}
@@ -34,7 +43,7 @@ local function node_list(k, v)
   end
   local out = {}
   for i, a in ipairs(v) do
-    if type(a) ~= "string" or not a:match("^.+:%d+$") then
+    if type(a) ~= "string" or not a:match("^.+:%d+$") or not port_of(a) then
       error(("mqlease.redis: option '%s' must be a list of \"host:port\" strings (entry %d: %s)"):format(
         k, i, tostring(a)), 4)
     end
@@ -49,9 +58,10 @@ local function set_address(cfg, v)
   if path then
     cfg.unix = path
   else
-    local host, port = v:match("^([^:]+):(%d+)$")
-    if not host then error(("mqlease.redis: option 'address' must be host:port or unix:/path (got %q)"):format(v), 4) end
-    cfg.host, cfg.port = host, tonumber(port)
+    local host = v:match("^([^:]+):%d+$")
+    local port = host and port_of(v)
+    if not port then error(("mqlease.redis: option 'address' must be host:port or unix:/path (got %q)"):format(v), 4) end
+    cfg.host, cfg.port = host, port
   end
 end
 
@@ -75,10 +85,13 @@ local function parse(opts)
       if type(v) ~= "string" or v == "" then error(("mqlease.redis: option '%s' must be a string"):format(k), 3) end
       cfg[k] = v
     elseif k == "db" then
-      if type(v) ~= "number" or v < 0 or v ~= floor(v) then error("mqlease.redis: option 'db' must be an integer >= 0", 3) end
+      if type(v) ~= "number" or not (v >= 0 and v <= MAX_DB) or v ~= floor(v) then
+        error(("mqlease.redis: option 'db' must be an integer from 0 to %d"):format(MAX_DB), 3)
+      end
       cfg.db = v
     elseif k == "timeout" then
-      if type(v) ~= "number" or v <= 0 or v > 60 then error("mqlease.redis: option 'timeout' must be seconds in (0, 60]", 3) end
+      -- not (v > 0 and v <= 60): NaN fails too (the core would cast it to an integer)
+      if type(v) ~= "number" or not (v > 0 and v <= 60) then error("mqlease.redis: option 'timeout' must be seconds in (0, 60]", 3) end
       cfg.timeout_ms = floor(v * 1000)
     else
       error(("mqlease.redis: unknown option '%s' (known: %s)"):format(tostring(k), KNOWN), 3)

@@ -213,6 +213,50 @@ describe("mqlease command flags", function()
     assert.same({ host = "127.0.0.1", port = 6379, text = "127.0.0.1:6379" }, r.opts.redis)
   end)
 
+  it("refuses a --redis the exactly_once policy would refuse, as a usage error before anything connects", function()
+    for _, address in ipairs({ "[::1]:6379", "a:b:6379", "127.0.0.1:0" }) do
+      local ok, r = parse(with({ "--policy", "exactly_once", "--redis", address }))
+      assert.is_false(ok, address)
+      assert.equal(options.EXIT.usage, r.code)
+      assert.matches("^option '%-%-redis': mqlease.redis: option 'address' must be host:port", r.message)
+      ok, r = parse(with({ "--policy", "exactly_once" }), { MQLEASE_REDIS = address })
+      assert.is_false(ok, address)
+      assert.matches("^MQLEASE_REDIS: mqlease.redis: option 'address'", r.message)
+    end
+    -- the command itself: exit 2 and a message, not a traceback from the policy
+    local handler = os.tmpname()
+    write_file(handler, "return function() return true end")
+    local argv = with({ "--policy", "exactly_once", "--redis", "[::1]:6379" })
+    argv[2] = handler
+    local stderr, said = io.stderr, {}
+    io.stderr = { write = function(_, ...) for _, x in ipairs({ ... }) do said[#said + 1] = x end end }
+    local ok, code = pcall(require("mqlease.cli").main, argv, { env = {} })
+    io.stderr = stderr
+    os.remove(handler)
+    assert.is_true(ok, code)
+    assert.equal(options.EXIT.usage, code)
+    assert.matches("mqlease run: option '--redis': ", table.concat(said), 1, true)
+  end)
+
+  it("names the option of a negative number given as its own word (not argparse's unknown option '-1')", function()
+    local ok, r = parse(with({ "--grace", "-1" }))
+    assert.is_false(ok)
+    assert.equal(options.EXIT.usage, r.code)
+    assert.equal("option '--grace': option 'grace' must be a number between 0 and 3600 (got -1)", r.message)
+    ok, r = parse({ "send", "--endpoints", "h:1", "--topic", "t", "--delay", "-5", "x" })
+    assert.is_false(ok)
+    assert.matches("^option '%-%-delay': option 'delay' must be seconds", r.message)
+    ok, r = parse({ "peek", "--endpoints", "h:1", "--group", "g", "--topic", "t", "-n", "-3" })
+    assert.is_false(ok)
+    assert.equal("option '-n/--count' must be an integer from 1 to 10000 (got \"-3\")", r.message)
+    ok, r = parse({ "send", "--endpoints", "h:1", "--topic", "t", "--tag", "-1", "x" })
+    assert.is_true(ok, r.message)
+    assert.equal("-1", r.opts.tag)
+    ok, r = parse({ "send", "--endpoints", "h:1", "--topic", "t", "--", "-1" })
+    assert.is_true(ok, r.message)
+    assert.equal("-1", r.opts.body)
+  end)
+
   it("collects repeated --key and --prop for send and rejects a --prop without '='", function()
     local ok, r = parse({ "send", "--endpoints", "h:1", "--topic", "t", "--key", "a", "--key", "b",
       "--prop", "x=1", "--prop", "y=a=b", "body" })
@@ -278,6 +322,13 @@ describe("mqlease command flags", function()
     assert.equal("t", r.opts.topic)
     ok, r = parse({ "recall", "--endpoints", "h:1", "--topic", "t" })
     assert.is_false(ok)
+    -- a blank one is a usage error here, not a raise of producer:recall once connected
+    for _, blank in ipairs({ "", " " }) do
+      ok, r = parse({ "recall", "--endpoints", "h:1", "--topic", "t", blank })
+      assert.is_false(ok)
+      assert.equal(options.EXIT.usage, r.code)
+      assert.matches("HANDLE", r.message, 1, true)
+    end
   end)
 
   it("takes --trace-context for send, checked as a W3C traceparent naming the flag", function()

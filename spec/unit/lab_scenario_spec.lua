@@ -175,6 +175,19 @@ describe("mqlease lab flags", function()
     assert.is_false(ok)
   end)
 
+  it("takes a real proxy's --endpoints and --topic, checks the topic's name and --redis as the policy does", function()
+    local ok, o = lab_cli.parse({ "a.lua", "--endpoints", "h:8081", "--topic", "lab_topic" })
+    assert.is_true(ok, o)
+    assert.equal("lab_topic", o.topic)
+    local err
+    ok, err = lab_cli.parse({ "a.lua", "--endpoints", "h:8081", "--topic", "a b" })
+    assert.is_false(ok)
+    assert.matches("^option '%-%-topic': option 'topic' must be a name", err)
+    ok, err = lab_cli.parse({ "a.lua", "--redis", "[::1]:6379" })
+    assert.is_false(ok)
+    assert.matches("^option '%-%-redis': mqlease.redis: option 'address'", err)
+  end)
+
   it("is a subcommand of mqlease with its own help", function()
     local options = require "mqlease.cli.options"
     local ok, r = options.parse({ "lab", "--help" }, {})

@@ -53,6 +53,17 @@ describe("mqlease.launch", function()
       "mqlease.launch.redis_stop: opts.run must be a directory's path")
   end)
 
+  it("raises on a redis port that is no port number: it is never handed to the shell", function()
+    local marker = os.tmpname()
+    os.remove(marker)
+    for _, port in ipairs({ "1; touch " .. marker, 0, 70000, 1.5, 0 / 0 }) do
+      assert.has_error(function()
+        launch.redis { program = "/nonexistent/redis-server", port = port }
+      end, "mqlease.launch.redis: opts.port must be a port number")
+    end
+    assert.is_nil(io.open(marker))
+  end)
+
   it("says why redis-server did not start, in its own words", function()
     local r, err = launch.redis { program = "/nonexistent/redis-server", port = 1 }
     assert.is_nil(r)

@@ -87,6 +87,17 @@ describe("mqlease.metrics.text", function()
       assert.truthy(s.label_text:find('zone="x\\"y"', 1, true), s.name .. s.label_text)
     end
   end)
+  it("raises on a constant label that is no label name, or one a family already carries", function()
+    for _, name in ipairs({ "pod-name", "a b", '"', "1st", "", "result", "reason", "le", "state" }) do
+      local ok, err = pcall(mqlease.metrics.text, fake(raw), { [name] = "x" })
+      assert.is_false(ok, name)
+      assert.matches("mqlease.metrics.text: ", err, 1, true)
+    end
+    assert.has_error(function() mqlease.metrics.text(fake(raw), { "x" }) end)
+    -- the names mqlease.ngx gives stay, and the text they make parses
+    prom.parse(mqlease.metrics.text(fake(raw), { group = "g", topic = "t", worker = 0, _x1 = "y" }))
+  end)
+
   it("shows the server's retry policy, the fifo flag and the holds and in-place retries", function()
     local with = {
       inflight = 0, session_state = "ready", fifo = true,

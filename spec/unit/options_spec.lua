@@ -97,3 +97,30 @@ describe("exactly_once options", function()
     assert.is_function(mqlease.policy.exactly_once { redis = "127.0.0.1:6379" })
   end)
 end)
+
+describe("redis options", function()
+  local redis = require "mqlease.redis"
+
+  it("refuses a port the core would wrap or truncate (70000 dialled 4464, 4294967297 dialled 1) or 0", function()
+    for _, address in ipairs({ "127.0.0.1:0", "127.0.0.1:70000", "127.0.0.1:4294967297", "127.0.0.1:99999999999999999999" }) do
+      raises("option 'address' must be host:port", function() redis.check(address) end)
+    end
+    raises("option 'cluster' must be a list of \"host:port\" strings %(entry 2", function()
+      redis.check { cluster = { "127.0.0.1:7000", "127.0.0.1:70000" } }
+    end)
+    raises("option 'sentinels' must be a list", function()
+      redis.check { sentinels = { "127.0.0.1:0" }, master = "m" }
+    end)
+    redis.check("127.0.0.1:65535")
+    redis.check("127.0.0.1:1")
+  end)
+
+  it("refuses a db the core's int cannot hold (2^32 + 1 selected db 1) and a NaN timeout", function()
+    for _, db in ipairs({ 2 ^ 32 + 1, 2 ^ 31, math.huge, 0 / 0 }) do
+      raises("option 'db' must be an integer", function() redis.check { address = "127.0.0.1:1", db = db } end)
+    end
+    redis.check { address = "127.0.0.1:1", db = 2 ^ 31 - 1 }
+    raises("option 'timeout' must be seconds", function() redis.check { address = "127.0.0.1:1", timeout = 0 / 0 } end)
+    redis.check { address = "127.0.0.1:1", timeout = 60 }
+  end)
+end)

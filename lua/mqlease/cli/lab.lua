@@ -8,6 +8,7 @@
 
 local argparse = require "argparse"
 local options = require "mqlease.cli.options"
+local config = require "mqlease.config"
 
 local ipairs, pairs, pcall, tostring = ipairs, pairs, pcall, tostring
 local EXIT = options.EXIT
@@ -49,13 +50,16 @@ function _M.parse(argv)
   if r.endpoints and not r.topic then return false, "option '--endpoints' needs --topic (an existing topic)" end
   for _, key in ipairs({ "endpoints", "redis" }) do
     if r[key] then
-      local checked, err = options.check({ kind = "hostport" }, r[key], "option '--" .. key .. "'")
+      -- --redis as `mqlease run` checks it: as the exactly_once policy will
+      local d = key == "redis" and options.DEFS.redis or { kind = "hostport" }
+      local checked, err = options.check(d, r[key], "option '--" .. key .. "'")
       if not checked then return false, err end
     end
   end
   if r.topic then
-    local checked, err = options.check({ kind = "name" }, r.topic, "option '--topic'")
-    if not checked then return false, err end
+    -- a name as the consumer's option checks it (options.check has no kind "name")
+    local problem = config.problem(config.consumer, "topic", r.topic)
+    if problem then return false, "option '--topic': " .. problem end
   end
   r.html = r.html or "mqlease-lab.html"
   return true, r

@@ -17,7 +17,7 @@ local config = require "mqlease.config"
 -- library or OpenResty user needs neither; a missing one is named (see parse).
 local has_argparse, argparse = pcall(require, "argparse")
 
-local tostring, tonumber, ipairs, pairs, error = tostring, tonumber, ipairs, pairs, error
+local tostring, tonumber, ipairs, pairs, error, pcall = tostring, tonumber, ipairs, pairs, error, pcall
 local floor = math.floor
 local concat = table.concat
 
@@ -51,7 +51,8 @@ local DEFS = {
   grace = { kind = "number", lib = { "run", "grace" }, env = true, arg = "SECONDS", range = config.run.grace },
   policy = { kind = "choice", env = true, arg = "NAME", values = { "plain", "exactly_once" },
     help = "plain (ack on success) or exactly_once (Redis lock + done marker; needs --redis); default: the handler file's, else plain" },
-  redis = { kind = "hostport", env = true, arg = "HOST:PORT", help = "Redis for --policy exactly_once" },
+  -- redis = true: mqlease.redis checks it too, as exactly_once will
+  redis = { kind = "hostport", redis = true, env = true, arg = "HOST:PORT", help = "Redis for --policy exactly_once" },
   metrics = { kind = "hostport", env = true, arg = "HOST:PORT",
     help = "serve Prometheus text at http://HOST:PORT/metrics (port 0: any free port, printed)" },
   tls = { kind = "flag", help = "TLS to the proxy, checked against the system CAs unless --ca-file is given" },
@@ -269,6 +270,12 @@ local function check(d, v, label)
     local host, port = v:match("^(.+):(%d+)$")
     port = tonumber(port)
     if not host or not port or port > 65535 then return bad("HOST:PORT") end
+    if d.redis then
+      -- what the policy's client refuses ("[::1]:6379", port 0) is refused here,
+      -- not raised from the policy once the flags passed
+      local ok, err = pcall(require("mqlease.redis").check, v)
+      if not ok then return nil, label .. ": " .. tostring(err):gsub("^[^:]*:%d+: ", "") end
+    end
     return { host = host, port = port, text = v }
   elseif kind == "property" then
     local k, val = v:match("^([^=]+)=(.*)$")
@@ -378,6 +385,9 @@ local function relate(command, opts, env)
     if opts.redis and opts.policy ~= "exactly_once" then
       return "option '--redis' needs --policy exactly_once"
     end
+  elseif command == "recall" then
+    -- producer:recall raises on a blank handle: say so before connecting
+    if not opts.handle:match("%S") then return "HANDLE must be a recall handle, not blank" end
   elseif command == "send" then
     if opts.file and opts.body ~= nil then
       return "give either BODY or option '--file', not both"
@@ -447,6 +457,33 @@ function _M.parse(argv, env)
   local args = {}
   for i = 1, #argv do args[i] = argv[i] end
   local first = args[1]
+  local command = find_command(first or "")
+  if command and not command.passthrough then
+    -- "--grace -1": argparse would take the value for a flag of its own
+    -- ("unknown option '-1'"); as "--grace=-1" the check names the option
+    local joined, i = {}, 1
+    while i <= #args do
+      local a, key = args[i], args[i]:match("^%-%-([%w-]+)$")
+      local d = key and DEFS[key]
+      if a == "--" then
+        for j = i, #args do joined[#joined + 1] = args[j] end
+        break
+      end
+      if not d then
+        for _, k in ipairs(command.options) do
+          if DEFS[k].short == a then key, d = k, DEFS[k] end
+        end
+      end
+      if d and d.kind ~= "flag" and (args[i + 1] or ""):match("^%-%.?%d") then
+        joined[#joined + 1] = "--" .. key .. "=" .. args[i + 1]
+        i = i + 2
+      else
+        joined[#joined + 1] = a
+        i = i + 1
+      end
+    end
+    args = joined
+  end
   local ok, raw = _M.parser():pparse(args)
   local c = find_command(first)
   if not ok then
