@@ -600,12 +600,17 @@ function _M.exactly_once(opts)
   -- The lock's keepalive, registered as soon as the acquire's reply is read:
   -- for a client of mqlease.redis the core writes the key from the id; a
   -- client of the user's own gets the key and a callback for a lost lock.
-  local function keep_lock(rc, id, owner, acquired_at, lease)
+  -- grant: a prefetched lock's (see prefetch), on which the callback notes
+  -- a loss too, for its message's ask (hold_lock clears the lease's mark).
+  local function keep_lock(rc, id, owner, acquired_at, lease, grant)
     if rc._keep_lock_of then
       return rc:_keep_lock_of(prefix, id, owner, ka_ttl_ms, ka_every_ms, ka_max_ms, floor(acquired_at * 1000))
     end
     return rc:keepalive((key_strings(id, prefix)), owner, o.lock_ttl, ka_every, o.max_hold,
-      function() lease:_lock_lost() end, acquired_at)
+      function()
+        if grant then grant.lost = true end
+        lease:_lock_lost()
+      end, acquired_at)
   end
 
   -- The lock prefetch (prefetch = true). Under mqlease.run the locks of a
@@ -625,7 +630,7 @@ function _M.exactly_once(opts)
   -- asked about again at the message's turn; a call that failed, or a reply
   -- read late (the lock may lapse before its first renewal), leaves each
   -- message to its own acquire.
-  local grants = setmetatable({}, { __mode = "k" })   -- message -> { got, fence, owner, at, ka, rc }
+  local grants = setmetatable({}, { __mode = "k" })   -- message -> { got, fence, owner, at, ka, rc, lost }
   local prefetcher = {}
 
   -- spawn(fn), if given, runs fn in a task its caller waits for (the run's
@@ -658,8 +663,9 @@ function _M.exactly_once(opts)
         if spawn then spawn(fn) else sched:spawn(fn) end
       elseif got == 1 then
         local m = of[i]
-        grants[m] = { got = 1, fence = value, owner = owners[i], at = acquired_at, rc = rc,
-          ka = keep_lock(rc, items[i], owners[i], acquired_at, m.lease) }
+        local g = { got = 1, fence = value, owner = owners[i], at = acquired_at, rc = rc }
+        g.ka = keep_lock(rc, items[i], owners[i], acquired_at, m.lease, g)
+        grants[m] = g
       elseif got == 2 then
         grants[of[i]] = { got = 2 }
       elseif type(got) == "string" then
@@ -777,7 +783,11 @@ function _M.exactly_once(opts)
       end
     end
     local waited = core.now() - acquired_at
-    if (not g and waited >= ka_late) or (waited >= ka_every and not lease_mod.lock_kept(lease)) then
+    -- (g.lost: a loss its keepalive's callback told while the message
+    -- waited, all a client of the user's own without keepalive_lost tells,
+    -- and its mark on the lease was just cleared by hold_lock)
+    if (not g and waited >= ka_late) or (g and g.lost)
+      or (waited >= ka_every and not lease_mod.lock_kept(lease)) then
       -- the reply came late (a stalled process, a long turn): the lock may
       -- lapse before its overdue renewal reaches Redis, or has lapsed, and
       -- another instance may hold it and run the message. Not ours to run:

@@ -14,6 +14,7 @@
 -- the message comes back at its deadline all the same.
 
 local core = require "mqlease.core"
+local lease_mod = require "mqlease.lease"
 
 local setmetatable, ipairs, pcall, type, tostring = setmetatable, ipairs, pcall, type, tostring
 local min = math.min
@@ -85,14 +86,19 @@ end
 
 -- Releases m (kind "ack", "dead_letter" with arg the reason, "nack" with arg
 -- the delay): true, or nil, message, code once it can do no more.
+-- Retried while the broker holds the lease for us (lease_mod.held), not
+-- while lease:alive(): that is false too once an exactly-once lock is known
+-- lost, and the release needs the lease alone (the ack of a message whose
+-- done marker went out after its lock was lost was tried once, and the
+-- message came back at its deadline, its ordered group given back with it).
 function methods:release(m, kind, arg)
   local ok, err, code = once(self, m, kind, arg)
   if ok or kind == "nack" then return ok, err, code end
   local backoff, lease = FIRST_BACKOFF, m.lease
-  while not FINAL[code] and lease:alive() do
+  while not FINAL[code] and lease_mod.held(lease) do
     local deadline = core.now() + backoff
     repeat self.sched:park(deadline) until core.now() >= deadline
-    if not lease:alive() then break end
+    if not lease_mod.held(lease) then break end
     self.consumer:count("release_retries")
     ok, err, code = once(self, m, kind, arg)
     if ok then return true end

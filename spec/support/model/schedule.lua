@@ -13,6 +13,8 @@
 --               and no effect twice unless its lock was lost or its marker
 --               could never be written
 --   locks       no lock keepalive runs once mqlease.run has returned
+--   alone       under exactly-once, no handler of a message starts while
+--               another of it runs, unless its lock was lost
 --   stranded    nothing is left held at close that never ran (the drain
 --               gives back what it does not run)
 --   clean       the run returns, no task of it fails, no message makes an
@@ -113,8 +115,8 @@ function _M.run(seed)
     violations = b.violations
     local effects, excuses = {}, {}
     local last_fence = {}
-    local function handler(m)
-      b.handler_starts(m)
+    local running = {}   -- message id -> handlers of it running now
+    local function body(m)
       local d = rng.chance(p.handler.long) and rng.range(3, 20) or rng.range(0, 2)
       wait.sleep(d)
       if p.eo and p.read_fence then
@@ -134,6 +136,17 @@ function _M.run(seed)
       if rng.chance(p.handler.fail) then return nil, "model: the handler failed" end
       effects[m.id] = (effects[m.id] or 0) + 1
       return true
+    end
+    local function handler(m)
+      b.handler_starts(m)
+      if p.eo and (running[m.id] or 0) > 0 and not redis.lock_lost_of[m.id] then
+        b.violation("%s: a handler started while another of it ran, no lock lost", m.id)
+      end
+      running[m.id] = (running[m.id] or 0) + 1
+      local ok, res, err = pcall(body, m)
+      running[m.id] = running[m.id] - 1
+      if not ok then error(res, 0) end
+      return res, err
     end
     local opts = {
       concurrency = p.concurrency, max_attempts = p.max_attempts, nack_delay = p.nack_delay,
