@@ -10,9 +10,14 @@
 -- max_attempts is the group's retryMaxTimes + 1. The delay after a failed
 -- attempt n is read as the official clients read it
 -- (CustomizedBackoffRetryPolicy, ExponentialBackoffRetryPolicy):
--- steps[min(n, #steps)], or min(initial * multiplier^(n-1), max).
+-- steps[min(n, #steps)], or min(initial * multiplier^(n-1), max), a max of
+-- 0 included (the Java client's min takes it as it is: no wait). Never past
+-- MAX_DELAY, the longest nack m:nack takes (the proxy's longest invisible
+-- duration): a longer step, or a policy growing with no max, would make the
+-- nack raise, and the run give the message back after its release_delay.
 
 local min, floor = math.min, math.floor
+local MAX_DELAY = 43200
 
 local _M = {}
 
@@ -30,13 +35,13 @@ function _M.delay(policy, attempt)
   local steps = policy.steps
   if steps then
     if #steps == 0 then return fallback(attempt) end
-    return steps[min(attempt, #steps)]
+    return min(steps[min(attempt, #steps)], MAX_DELAY)
   end
   local initial, max, mul = policy.initial, policy.max, policy.multiplier or 1
   if not initial then return fallback(attempt) end
   local d = initial * mul ^ (attempt - 1)
-  if max and max > 0 and d > max then d = max end
-  return d
+  if max and d > max then d = max end
+  return min(d, MAX_DELAY)
 end
 
 -- Attempts the policy allows in all (nil when there is no policy).
