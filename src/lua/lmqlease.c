@@ -11,6 +11,7 @@
 #include "lmqlease.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -480,10 +481,19 @@ static int l_closed(lua_State *L) {
 
 /* core.wait(fd, timeout_s) -> true when fd is readable, false on timeout.
  * The one place a plain script blocks; coroutines yield instead (lua/mqlease/wait.lua). */
+/* poll's milliseconds for the timeout at arg (seconds; none or negative: no
+ * limit, as is one past what an int holds, math.huge among them). A NaN
+ * raises: cast to an int, it and a number past INT_MAX are undefined. */
+static int poll_ms(lua_State *L, int arg) {
+    lua_Number t = luaL_optnumber(L, arg, -1);
+    luaL_argcheck(L, t == t, arg, "timeout: seconds expected, got NaN");
+    if (t < 0 || t * 1000.0 >= (lua_Number)INT_MAX - 1) return -1;
+    return (int)(t * 1000.0 + 0.5);
+}
+
 static int l_wait(lua_State *L) {
     struct pollfd p;
-    lua_Number t = luaL_optnumber(L, 2, -1);
-    int ms = t < 0 ? -1 : (int)(t * 1000.0 + 0.5), rc;
+    int ms = poll_ms(L, 2), rc;
     p.fd = (int)luaL_checkinteger(L, 1);
     p.events = POLLIN;
     p.revents = 0;
@@ -498,8 +508,7 @@ static int l_wait(lua_State *L) {
 static int l_poll(lua_State *L) {
     struct pollfd ps[256];
     size_t n, i;
-    int k = 0, ms;
-    lua_Number t = luaL_optnumber(L, 2, -1);
+    int k = 0, ms = poll_ms(L, 2);
     luaL_checktype(L, 1, LUA_TTABLE);
     n = lua_rawlen(L, 1);
     luaL_argcheck(L, n <= 256, 1, "at most 256 descriptors");
@@ -510,7 +519,6 @@ static int l_poll(lua_State *L) {
         ps[i].revents = 0;
         lua_pop(L, 1);
     }
-    ms = t < 0 ? -1 : (int)(t * 1000.0 + 0.5);
     lua_newtable(L);
     if (poll(ps, (nfds_t)n, ms) > 0) {
         for (i = 0; i < n; i++) {
