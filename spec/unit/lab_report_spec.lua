@@ -201,3 +201,65 @@ describe("lab log follower", function()
     assert.equal(200, follow:events(w)[4].t)
   end)
 end)
+
+describe("lab logs with lines that are not the worker's format", function()
+  it("are skipped, not taken as events with fields missing", function()
+    for _, line in ipairs({ "start", "start 7", "start x a 100 1", "end 7 a 100", "end 7 a oops ok 1 -",
+      "end 7 a 100 maybe 1 -", "dlq 7", "metrics", "metrics soon 1 2", "push4x 100" }) do
+      assert.is_nil(logs.parse(line), line)
+    end
+    assert.same({ kind = "end", seq = 7, id = "a", t = 100, ok = true, attempt = 1, why = nil },
+      logs.parse("end 7 a 100 ok"))
+  end)
+
+  it("do not stop the follower, which keeps counting the good ones", function()
+    local path = os.tmpname()
+    local f = assert(io.open(path, "w"))
+    f:write("ready\nstart\nstart 7 x 100 1\nend zz x 150 ok 1 -\nstart 8 y 110\xff 1\nend 7 x 200 ok 1 -\n")
+    f:close()
+    local w = {}
+    local follow = logs.follower()
+    local ok, err = pcall(follow.read, follow, path, w)
+    os.remove(path)
+    assert.is_true(ok, err)
+    assert.equal(0, follow:open_count(w))
+    assert.equal(1, follow:effects(7))
+    assert.equal(3, #follow:events(w))
+  end)
+end)
+
+describe("lab duplicates", function()
+  -- message 2's send timed out (the proxy was frozen) but reached the broker:
+  -- it ran twice. Message 1 ran once. A foreign message (seq -1: not a lab
+  -- body, e.g. another producer's on an existing --topic) ran under two ids.
+  local function raw_with_unconfirmed_send()
+    local s = scenario.check({ name = "unconfirmed", workload = { rate = 10, duration = 1 } })
+    local w1 = { slot = 1, died = 1002, events = events([[
+ready
+start 1 a 1000100 1
+end 1 a 1000200 ok 1 -
+start 2 b 1000300 1
+end 2 b 1000400 ok 1 -
+start -1 f 1000500 1
+end -1 f 1000510 ok 1 -
+]]) }
+    local w2 = { slot = 2, died = 1002, events = events([[
+ready
+start 2 b 1000700 2
+end 2 b 1000800 ok 2 -
+start -1 g 1000900 1
+end -1 g 1000910 ok 1 -
+]]) }
+    return { scenario = s, t0 = 1000, t_sent = 1000.5, t_end = 1001, sent = { [1] = { t = 1000.01 } }, nsent = 2,
+      send_failed = 1, incarnations = { w1, w2 }, faults = {} }
+  end
+
+  it("count a message whose send failed but that ran twice, in the table as in the plot", function()
+    local raw = raw_with_unconfirmed_send()
+    local r = analyze.report(raw)
+    assert.equal(1, r.duplicates)          -- message 2's second run
+    assert.equal(0, r.lost)
+    local s = analyze.series(raw, 10)
+    assert.equal(r.duplicates, s.duplicates[10])   -- the foreign message is no duplicate
+  end)
+end)

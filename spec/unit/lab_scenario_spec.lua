@@ -86,6 +86,50 @@ describe("a lab scenario", function()
     raises(with { faults = { { at = 1000, kill = 1 } } }, "scenario.faults[1].at must be a number from 0 to 65")
   end)
 
+  it("names a faults key that is not a position in the list", function()
+    -- one fault without its braces: the list's keys are at and kill, and no fault ran
+    raises(with { faults = { at = 30, kill = 1 } }, "scenario.faults.at is not a fault position")
+    raises(with { faults = { { at = 1, kill = 1 }, extra = { at = 2, kill = 2 } } },
+      "scenario.faults.extra is not a fault position")
+    -- a hole: the faults after it were dropped
+    raises(with { faults = { [1] = { at = 1, kill = 1 }, [3] = { at = 2, kill = 2 } } },
+      "scenario.faults[3] is not a fault position")
+  end)
+
+  it("keeps the file's order of faults at the same time", function()
+    local f = {}
+    for i = 1, 8 do f[i] = { at = 5, broker = { fail_change = i / 100 } } end
+    local s = scenario.check(with { faults = f })
+    for i = 1, 8 do assert.near(i / 100, s.faults[i].settings.fail_change, 1e-12) end
+  end)
+
+  it("refuses a broker value the dev broker would refuse or truncate", function()
+    raises(with { faults = { { at = 1, broker = { paused = 0.5 } } } },
+      "scenario.faults[1].broker.paused must be an integer from 0 to 1")
+    raises(with { faults = { { at = 1, broker = { max_renewals = 1.5 } } } },
+      "scenario.faults[1].broker.max_renewals must be an integer")
+    local s = scenario.check(with { faults = { { at = 1, broker = { paused = true, max_renewals = 3 } } } })
+    assert.same({ paused = 1, max_renewals = 3 }, s.faults[1].settings)
+  end)
+
+  it("refuses a handler max below the p999 it was asked for", function()
+    raises({ workload = { rate = 1, duration = 5, handler = { p99 = 6, p999 = 252, max = 100 } } },
+      "scenario.workload.handler.max must be a number from 252")
+    -- a p999 left to its default (10 x p99) is cut to a max given below it
+    local s = scenario.check({ workload = { rate = 1, duration = 5, handler = { p99 = 6, max = 7 } } })
+    assert.equal(7, s.workload.handler.p999)
+    assert.equal(7, s.workload.handler.max)
+  end)
+
+  it("refuses fleet options the workers cannot be given (their config is JSON)", function()
+    -- mqlease.run takes nack_delay = fn(attempt), but the lab's workers would not:
+    -- the run failed after the dev broker had started, with cjson's message
+    raises(with { fleet = { run = { nack_delay = function() return 1 end } } },
+      "scenario.fleet.run.nack_delay must be plain data")
+    local ok, err = pcall(require("cjson").encode, scenario.check(with { fleet = { run = { nack_delay = 2 } } }).fleet)
+    assert.is_true(ok, err)
+  end)
+
   it("sorts faults by time and keeps their targets", function()
     local s = scenario.check(with { faults = { { at = 4, term = "busiest", restart = 1 }, { at = 2, kill = 2 } } })
     assert.equal(2, s.faults[1].at)

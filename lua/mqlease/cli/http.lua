@@ -61,20 +61,22 @@ function _M.listen(host, port, body, pages)
   }, mt)
 end
 
-local function head_of(status, content_type, length)
-  return format("HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n",
-    status, content_type, length)
+local function head_of(status, content_type, length, extra)
+  return format("HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n%sConnection: close\r\n\r\n",
+    status, content_type, length, extra or "")
 end
 
 -- The answer to one request head, as the response head and its body (sent
 -- one after the other, so a large page is never copied into a response).
 function methods:reply(head)
   local method, path = head:match("^(%u+) (%S+) HTTP/1%.%d\r?\n")
-  local status, content_type, body = "200 OK", "text/plain; version=0.0.4; charset=utf-8", nil
+  local status, content_type, body, extra = "200 OK", "text/plain; version=0.0.4; charset=utf-8", nil, nil
   if not method then
     status, content_type, body = "400 Bad Request", "text/plain", "bad request\n"
   elseif method ~= "GET" and method ~= "HEAD" then
-    status, content_type, body = "405 Method Not Allowed", "text/plain", "only GET\n"
+    -- a 405 must name the methods that are served (RFC 9110, 15.5.6)
+    status, content_type, body = "405 Method Not Allowed", "text/plain", "only GET and HEAD\n"
+    extra = "Allow: GET, HEAD\r\n"
   elseif path:match("^[^?]*") ~= "/metrics" then
     local page = self.pages[path:match("^[^?]*")]   -- the query string is ignored
     if not page then
@@ -97,7 +99,7 @@ function methods:reply(head)
       body = tostring(text)
     end
   end
-  return head_of(status, content_type, #body), method == "HEAD" and "" or body
+  return head_of(status, content_type, #body, extra), method == "HEAD" and "" or body
 end
 
 -- The whole answer as one string.

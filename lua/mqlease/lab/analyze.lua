@@ -55,6 +55,16 @@ local function last_metrics(events)
   return m
 end
 
+-- is_lab(seq): whether seq is one of the lab's messages: sent, or numbered
+-- for a send that failed (a timeout, a frozen proxy) and may have reached the
+-- broker all the same. Not a foreign body's -1 (another producer's message on
+-- --topic).
+local function lab_seqs(raw)
+  local top = raw.nsent or 0
+  for seq in pairs(raw.sent) do if seq > top then top = seq end end
+  return function(seq) return seq >= 1 and seq <= top end
+end
+
 function _M.report(raw)
   local k = raw.scenario.time_scale
   local t0 = raw.t0
@@ -120,6 +130,12 @@ function _M.report(raw)
       if open_at_end[seq] then r.unfinished = r.unfinished + 1 else r.lost = r.lost + 1 end
     end
     if first_ok[seq] then latency[#latency + 1] = (first_ok[seq] / 1000 - m.t) / k end
+  end
+  -- a failed send that reached the broker runs as the others do: its runs
+  -- beyond the first are duplicates (the plot counts them too)
+  local is_lab = lab_seqs(raw)
+  for seq, n in pairs(ok_count) do
+    if n > 1 and not raw.sent[seq] and is_lab(seq) then r.duplicates = r.duplicates + n - 1 end
   end
   r.poison = poison
   r.latency_p50 = _M.quantile(latency, 0.5)
@@ -215,11 +231,11 @@ function _M.series(raw, buckets)
     end
   end
   sort(oks, function(a, b) return a.t < b.t end)
-  local seen, dup = {}, {}
+  local seen, dup, is_lab = {}, {}, lab_seqs(raw)
   for _, e in ipairs(oks) do
     local i = bucket(e.t / 1000)
     if i then out.completions[i] = out.completions[i] + 1 / (width / k) end
-    if seen[e.seq] then
+    if seen[e.seq] and is_lab(e.seq) then   -- as analyze.report counts them
       local b = i or (e.t / 1000 < t0 and 1 or buckets)
       dup[b] = (dup[b] or 0) + 1
     end

@@ -122,6 +122,9 @@ function _M.run(s, opts)
     -- the workers
     local lua = opts.lua or interpreter()
     local stopfile = dir .. "/stop"
+    -- a kept directory (--keep) may hold the last run's stop file: the new
+    -- workers would stop at their first look
+    os.remove(stopfile)
     local incarnations, slots = {}, {}
     started.workers = incarnations
     local run_opts = {}
@@ -146,6 +149,9 @@ function _M.run(s, opts)
         shutdown = s.fleet.shutdown, handler = s.fleet.handler, failure_rate = s.workload.failure_rate,
         seed = s.seed * 1000 + n, log = base .. ".log", stopfile = stopfile,
       }
+      -- the worker appends to its log: one left in a kept directory by the last
+      -- run would pass for this one's (its "ready", its runs)
+      os.remove(cfg.log)
       write_file(base .. ".json", cjson.encode(cfg))
       write_file(base .. ".boot.lua", BOOT:format(package.path, package.cpath, base .. ".json"))
       local w = { slot = slot, log = cfg.log, err = base .. ".err", started = now(),

@@ -16,24 +16,35 @@ local _M = {}
 local METRICS = { "inflight", "renewals", "dlq", "redis", "skipped", "handoff", "expired" }
 _M.METRICS = METRICS
 
+-- A line the worker did not write whole (a garbled or cut line, a field that
+-- is not a number) is nil, not an event with fields missing: the follower
+-- and mqlease.lab.analyze index by seq and id and do arithmetic on t.
 function _M.parse(line)
   local words = {}
   for w in line:gmatch("%S+") do words[#words + 1] = w end
   local kind = words[1]
   if kind == "start" then
-    return { kind = kind, seq = tonumber(words[2]), id = words[3], t = tonumber(words[4]), attempt = tonumber(words[5]) }
+    local seq, id, t, attempt = tonumber(words[2]), words[3], tonumber(words[4]), tonumber(words[5])
+    if not (seq and id and t and attempt) then return nil end
+    return { kind = kind, seq = seq, id = id, t = t, attempt = attempt }
   elseif kind == "end" then
-    return { kind = kind, seq = tonumber(words[2]), id = words[3], t = tonumber(words[4]), ok = words[5] == "ok",
-      attempt = tonumber(words[6]) or 1, why = words[7] }
+    local seq, id, t, result = tonumber(words[2]), words[3], tonumber(words[4]), words[5]
+    if not (seq and id and t) or (result ~= "ok" and result ~= "fail") then return nil end
+    return { kind = kind, seq = seq, id = id, t = t, ok = result == "ok", attempt = tonumber(words[6]) or 1,
+      why = words[7] }
   elseif kind == "metrics" then
     local e = { kind = kind, t = tonumber(words[2]) }
+    if not e.t then return nil end
     for i, name in ipairs(METRICS) do e[name] = tonumber(words[i + 2]) or 0 end
     return e
   elseif kind == "dlq" then
-    return { kind = kind, seq = tonumber(words[2]), id = words[3], t = tonumber(words[4]), attempt = tonumber(words[5]),
-      ok = words[6] == "ok" }
+    local seq, id, t = tonumber(words[2]), words[3], tonumber(words[4])
+    if not (seq and id and t) then return nil end
+    return { kind = kind, seq = seq, id = id, t = t, attempt = tonumber(words[5]), ok = words[6] == "ok" }
   elseif kind == "push4x" then
-    return { kind = kind, t = tonumber(words[2]), n = tonumber(words[3]) }
+    local t, n = tonumber(words[2]), tonumber(words[3])
+    if not (t and n) then return nil end
+    return { kind = kind, t = t, n = n }
   elseif kind == "ready" or kind == "exit" then
     return { kind = kind }
   end

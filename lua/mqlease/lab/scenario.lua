@@ -23,6 +23,7 @@
 --     policy       ["plain"] or "exactly_once" or { exactly_once = { options } }
 --                         (lock_ttl, defer_delay, fail_delay are scenario seconds)
 --     run          [{}]   mqlease.run options: max_attempts, grace, mode, nack_delay
+--                         (consumer, policy and run are data: the workers get them as JSON)
 --     shutdown     ["drain"]  what a worker does on SIGTERM: "drain" (mqlease.run's
 --                         graceful drain), "exit" (dies at once, leases left to
 --                         expire), "push4x" (the 4.x PushConsumer: sends a retry
@@ -31,7 +32,8 @@
 --                         beside the scenario file) run instead of the built-in
 --                         one that sleeps the drawn time
 --   }
---   faults = { { at = seconds, <one action> [, restart = seconds] }, ... }
+--   faults = { { at = seconds, <one action> [, restart = seconds] }, ... }   (a list; at one
+--     time, in the file's order)
 --     kill = N | "busiest"     SIGKILL worker N (or the one running the most handlers)
 --     term = N | "busiest"     SIGTERM it
 --       restart = s            start it again s seconds after it exited
@@ -48,7 +50,7 @@
 local config = require "mqlease.config"
 
 local type, pairs, ipairs, tostring, error, pcall, next = type, pairs, ipairs, tostring, error, pcall, next
-local floor = math.floor
+local floor, huge = math.floor, math.huge
 local concat, sort = table.concat, table.sort
 
 local _M = {}
@@ -105,7 +107,10 @@ local function check_handler(path, h)
     p99 = number(path .. ".p99", h.p99, 0.001, 86400, 6),
   }
   d.p999 = number(path .. ".p999", h.p999, d.p99 * 1.001, 86400 * 7, d.p99 * 10)
-  d.max = number(path .. ".max", h.max, d.p99, 86400 * 7, d.p999 * 1.2)
+  -- the draws are cut at max: under a p999 the scenario asks for, that p999 is never drawn
+  d.max = number(path .. ".max", h.max, h.p999 ~= nil and d.p999 or d.p99, 86400 * 7, d.p999 * 1.2)
+  -- a defaulted p999 past a given max is where the cut puts it
+  if d.p999 > d.max then d.p999 = d.max end
   return d
 end
 
@@ -136,6 +141,20 @@ local function library_check(path, fn, opts)
   if not ok then
     err = tostring(err):gsub("^[^:]*:%d+: ", ""):gsub("^mqlease%.[%w_.]+: ", "")
     error(path .. ": " .. err, 0)
+  end
+end
+
+-- The fleet's options reach the workers as JSON (mqlease.lab.worker): a
+-- function (mqlease.run's nack_delay = fn(attempt)) or a number JSON cannot
+-- carry would pass the library's checks and fail the run once the servers are up.
+local function plain(path, v)
+  local t = type(v)
+  if t == "table" then
+    for k, x in pairs(v) do plain(path .. "." .. tostring(k), x) end
+  elseif t == "number" then
+    if v ~= v or v == huge or v == -huge then bad(path, "plain data (a finite number: the workers get it as JSON)", v) end
+  elseif t ~= "string" and t ~= "boolean" then
+    bad(path, "plain data (a number, string, boolean or table: the workers get it as JSON)", v)
   end
 end
 
@@ -178,6 +197,7 @@ local function check_policy(p)
   local probe = { redis = "127.0.0.1:6379" }
   for k, v in pairs(o) do probe[k] = v end
   library_check("scenario.fleet.policy.exactly_once", require("mqlease.policy").exactly_once, probe)
+  plain("scenario.fleet.policy.exactly_once", o)
   return { kind = "exactly_once", options = o }
 end
 
@@ -201,6 +221,8 @@ local function check_fleet(f, k)
   local run = table_of("scenario.fleet.run", f.run, {})
   only("scenario.fleet.run", run, RUN_FIELDS)
   library_check("scenario.fleet.run", config.run_options, run)
+  plain("scenario.fleet.consumer", consumer)
+  plain("scenario.fleet.run", run)
   local shutdown = f.shutdown or "drain"
   if shutdown ~= "drain" and shutdown ~= "exit" and shutdown ~= "push4x" then
     bad("scenario.fleet.shutdown", '"drain", "exit" or "push4x"', shutdown)
@@ -215,10 +237,12 @@ local function check_fleet(f, k)
   }
 end
 
--- The dev broker settings a fault may change: { lowest, highest, milliseconds (scaled) }.
+-- The dev broker settings a fault may change: { lowest, highest, milliseconds (scaled),
+-- integer }. The broker refuses a paused of 0.5 and truncates a max_renewals of 1.5
+-- (src/devbroker/dv_command.c), so those are refused here, before anything runs.
 _M.BROKER_SETTINGS = {
-  fail_change = { 0, 1 }, fail_ack = { 0, 1 }, paused = { 0, 1 }, max_renewals = { -1, 1000000 },
-  delay_change_ms = { 0, 86400000, true },
+  fail_change = { 0, 1 }, fail_ack = { 0, 1 }, paused = { 0, 1, false, true },
+  max_renewals = { -1, 1000000, false, true }, delay_change_ms = { 0, 86400000, true },
 }
 
 local function check_target(path, v, workers)
@@ -228,7 +252,23 @@ end
 
 local function check_faults(faults, fleet, horizon)
   faults = table_of("scenario.faults", faults, {})
-  local out = {}
+  -- ipairs below skips any other key: a fault written without its braces
+  -- ({ at = 30, kill = 1 }) or a hole in the list would run no fault at all
+  local n = 0
+  while faults[n + 1] ~= nil do n = n + 1 end
+  local stray = {}
+  for key in pairs(faults) do
+    if type(key) ~= "number" or key < 1 or key > n or key ~= floor(key) then
+      stray[#stray + 1] = type(key) == "string" and key:match("^[%a_][%w_]*$") and "scenario.faults." .. key
+        or ("scenario.faults[%s]"):format(describe(key))
+    end
+  end
+  if #stray > 0 then
+    sort(stray)   -- the same key named every time
+    error(("%s is not a fault position (faults is a list: { { at = s, kill = N }, ... }, %d in a row from 1)")
+      :format(stray[1], n), 0)
+  end
+  local out, order = {}, {}
   for i, f in ipairs(faults) do
     local path = ("scenario.faults[%d]"):format(i)
     if type(f) ~= "table" then bad(path, "a table { at = seconds, kill|term|redis|broker|proxy = ... }", f) end
@@ -265,12 +305,17 @@ local function check_faults(faults, fleet, horizon)
         end
         if type(v) == "boolean" then v = v and 1 or 0 end
         local range = _M.BROKER_SETTINGS[k]
-        c.settings[k] = number(kpath, v, range[1], range[2])
+        c.settings[k] = number(kpath, v, range[1], range[2], nil, range[4])
       end
     end
     out[i] = c
+    order[c] = i
   end
-  sort(out, function(a, b) return a.at < b.at end)
+  -- table.sort is not stable: faults at the same time keep the file's order
+  sort(out, function(a, b)
+    if a.at ~= b.at then return a.at < b.at end
+    return order[a] < order[b]
+  end)
   return out
 end
 
