@@ -265,11 +265,25 @@ static lmql_message *message_check(lua_State *L, int idx, int unbound) {
     return m;
 }
 
+/* The userdata at idx if it is exactly as long as a message with its
+ * header's lengths, else raises. __index is reachable as a plain function
+ * (getmetatable(m).__index) and reads a message's bytes: this keeps those
+ * reads inside the block, for what runs on every field read, at the cost of
+ * a length and not of message_check's metatable lookup. */
+static lmql_message *message_sized(lua_State *L, int idx) {
+    lmql_message *m = lua_touserdata(L, idx);
+    size_t len = lua_type(L, idx) == LUA_TUSERDATA ? lua_rawlen(L, idx) : 0;
+    if (len < offsetof(lmql_message, text)
+        || len != offsetof(lmql_message, text) + message_id_bytes(m) + (m->body_out ? 0 : m->body_len))
+        luaL_argerror(L, idx, "a message of mqlease expected");
+    return m;
+}
+
 /* __index of the messages of one shape (upvalues: the shape, lease_of):
  * the companion table's field, else the message's own, else for "lease"
  * lease_of(m), else the shape's (and through it the methods). */
 static int message_index(lua_State *L) {
-    lmql_message *m = lua_touserdata(L, 1);
+    lmql_message *m = message_sized(L, 1);
     size_t n = 0;
     const char *k = lua_type(L, 2) == LUA_TSTRING ? lua_tolstring(L, 2, &n) : NULL;
     if (message_get_extras(L, 1)) {
@@ -302,6 +316,7 @@ static int l_message_index(lua_State *L) {
 
 /* __newindex: into the companion table (made on the first field set). */
 static int message_newindex(lua_State *L) {
+    message_check(L, 1, 0);   /* a user value set on anything else writes into its bytes */
     message_extras(L, 1);
     lua_pushvalue(L, 2);
     lua_pushvalue(L, 3);

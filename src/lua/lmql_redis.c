@@ -26,7 +26,8 @@ static mql_redis *check_redis(lua_State *L) {
 /* The strings of the array cfg[key] ("host:port" nodes); the table keeps them alive. */
 static int opt_nodes(lua_State *L, int t, const char *key, const char **out, int max) {
     int n = 0;
-    lua_getfield(L, t, key);
+    lua_pushstring(L, key);
+    lua_rawget(L, t);   /* no metamethod: see lmql_opt_string */
     if (lua_istable(L, -1)) {
         for (n = 0; n < max; n++) {
             lua_rawgeti(L, -1, n + 1);
@@ -34,7 +35,7 @@ static int opt_nodes(lua_State *L, int t, const char *key, const char **out, int
                 lua_pop(L, 1);
                 break;
             }
-            out[n] = luaL_checkstring(L, -1);
+            out[n] = lmql_table_string(L, "a node");
             lua_pop(L, 1);
         }
     }

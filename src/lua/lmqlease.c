@@ -25,17 +25,36 @@ mql_client *lmql_check_client(lua_State *L) {
 
 /* ------------------------------------------------------------ config */
 
+/* Pushes t[key] (t: an absolute index) without metamethods. The option
+ * readers hand out pointers into strings that only the config table keeps
+ * alive while the client is made: an __index could make a string nothing
+ * references, or run Lua code that drops one read before, and the collector
+ * would free it under us. */
+static void opt_get(lua_State *L, int t, const char *key) {
+    lua_pushstring(L, key);
+    lua_rawget(L, t);
+}
+
+/* The string at the top of the stack, which a table holds: a number is
+ * refused, not converted -- luaL_checkstring would convert the stack's copy
+ * only, a string freed once popped. */
+const char *lmql_table_string(lua_State *L, const char *what) {
+    if (lua_type(L, -1) != LUA_TSTRING)
+        luaL_error(L, "mqlease.core: %s must be a string (got %s)", what, luaL_typename(L, -1));
+    return lua_tostring(L, -1);
+}
+
 const char *lmql_opt_string(lua_State *L, int t, const char *key) {
     const char *s;
-    lua_getfield(L, t, key);
-    s = lua_isnil(L, -1) ? NULL : luaL_checkstring(L, -1);
+    opt_get(L, t, key);
+    s = lua_isnil(L, -1) ? NULL : lmql_table_string(L, key);
     lua_pop(L, 1);   /* the config table keeps the string alive */
     return s;
 }
 
 lua_Integer lmql_opt_int(lua_State *L, int t, const char *key, lua_Integer def) {
     lua_Integer v;
-    lua_getfield(L, t, key);
+    opt_get(L, t, key);
     v = lua_isnil(L, -1) ? def : (lua_Integer)luaL_checknumber(L, -1);
     lua_pop(L, 1);
     return v;
@@ -43,7 +62,7 @@ lua_Integer lmql_opt_int(lua_State *L, int t, const char *key, lua_Integer def) 
 
 int lmql_opt_bool(lua_State *L, int t, const char *key, int def) {
     int v;
-    lua_getfield(L, t, key);
+    opt_get(L, t, key);
     v = lua_isnil(L, -1) ? def : lua_toboolean(L, -1);
     lua_pop(L, 1);
     return v;
@@ -96,13 +115,13 @@ static int new_client(lua_State *L, mql_client_type type) {
     cfg.on_corrupt_dlq = !(budget && strcmp(budget, "nack") == 0);
     cfg.corrupt_delay_ms = lmql_opt_int(L, 1, "corrupt_delay_ms", 0);
     cfg.max_body = lmql_opt_int(L, 1, "max_body", 0);
-    lua_getfield(L, 1, "topics");
+    opt_get(L, 1, "topics");
     if (lua_istable(L, -1)) {
         n = lua_rawlen(L, -1);
         if (n > 64) return luaL_error(L, "mqlease.core: at most 64 topics");
         for (i = 0; i < n; i++) {
             lua_rawgeti(L, -1, (int)i + 1);
-            topics[i] = luaL_checkstring(L, -1);
+            topics[i] = lmql_table_string(L, "a topic");
             lua_pop(L, 1);
         }
         cfg.topics = topics;
@@ -285,7 +304,7 @@ static int l_sync_lite(lua_State *L) {
     names = lua_newuserdata(L, (n ? n : 1) * sizeof(*names));   /* Lua owns it: a raise leaks nothing */
     for (i = 0; i < n; i++) {
         lua_rawgeti(L, 3, (int)i + 1);
-        names[i] = luaL_checkstring(L, -1);   /* the table keeps it referenced */
+        names[i] = lmql_table_string(L, "a lite topic");   /* the table keeps it referenced */
         lua_pop(L, 1);
     }
     return push_op(L, mql_client_sync_lite(c, action, names, n));

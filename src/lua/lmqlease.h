@@ -27,6 +27,8 @@ typedef struct lclient {
 /* lmqlease.c: the client at index 1 (raises if closed), option readers. */
 mql_client *lmql_check_client(lua_State *L);
 const char *lmql_opt_string(lua_State *L, int t, const char *key);
+/* The string on top of the stack, held by a table (raises on any other type). */
+const char *lmql_table_string(lua_State *L, const char *what);
 lua_Integer lmql_opt_int(lua_State *L, int t, const char *key, lua_Integer def);
 int lmql_opt_bool(lua_State *L, int t, const char *key, int def);
 
