@@ -34,7 +34,8 @@
 --   handler      fn(m, lease) (required)
 --   thread_pool  the nginx thread_pool the waits use (default "mqlease")
 --   workers      array of worker ids (ngx.worker.id(), from 0) that run the
---                consumers; the others only serve /metrics (default: all)
+--                consumers; the others only serve /metrics (default: all;
+--                never the privileged agent, which has no worker id)
 --   shared_dict  a lua_shared_dict name: every worker publishes its metrics
 --                text there (each second, and on each scrape; an entry lives
 --                5 s, so a dead worker's text leaves), and /metrics answers
@@ -147,7 +148,12 @@ end
 local function serve(spec, handler, run_opts, slot)
   local backoff = 0.5
   while not exiting() do
-    local c, err, code = consumer_mod.new(spec)
+    -- making one can raise as well as fail (the core's "cannot create an
+    -- eventfd" at EMFILE, "cannot start the client thread" at EAGAIN): a raise
+    -- ended this light thread, and the worker never consumed again until a
+    -- reload; it is a failed start, tried again after the backoff
+    local made, c, err, code = pcall(consumer_mod.new, spec)
+    if not made then c, err, code = nil, c, "INTERNAL" end
     if not c then
       ngx.log(ngx.ERR, "mqlease: consumer ", spec.group, "/", spec.topic, " did not start: ", tostring(err), " (", tostring(code), ")")
       pause(backoff * (0.5 + uniform()))
@@ -178,6 +184,15 @@ function _M.start(opts)
   end
   if started then error("mqlease.ngx.start: already started in this worker", 2) end
   local specs, handler, run_opts, pool, workers, dict = split(opts)
+  -- OpenResty's privileged agent runs init_worker_by_lua* too, with no worker
+  -- id: it is no worker. Taken for worker 0 it ran the consumers once more
+  -- (where `workers` meant worker 0 alone) and overwrote worker 0's metrics
+  -- in the shared dict.
+  if ngx.worker.id() == nil then
+    ngx.log(ngx.NOTICE, "mqlease: no consumer in this process: it is no nginx worker (ngx.worker.id() is nil)")
+    started = true
+    return true
+  end
   loop_ngx.pool = pool
   shared = dict
   local ok, err = ngx.timer.at(0, function(premature)

@@ -3,7 +3,7 @@
 -- exposition (each metric family once, every consumer's samples under it).
 
 describe("mqlease.ngx", function()
-  local NAMES = { "ngx", "ngx.semaphore", "mqlease.ngx", "mqlease.loop.ngx" }
+  local NAMES = { "ngx", "ngx.semaphore", "mqlease.ngx", "mqlease.loop.ngx", "mqlease.consumer" }
   local saved
 
   before_each(function()
@@ -183,5 +183,57 @@ describe("mqlease.ngx", function()
     -- a consumer of this worker with no run yet: its gauges, and a note
     local view = mqngx.leases_view({ [2] = consumer("a", 3) })
     assert.equal("this consumer tracks no leases", view.note)
+  end)
+  -- OpenResty's privileged agent (ngx.process.enable_privileged_agent) runs
+  -- init_worker_by_lua* too, and ngx.worker.id() is nil there: it is no
+  -- worker. Taken for worker 0, it ran the consumers a second time where
+  -- `workers` meant worker 0 alone, and its metrics overwrote worker 0's in
+  -- the shared dict each second (the scrape saw worker 0's counters jump
+  -- between two processes').
+  it("starts nothing in a process with no worker id (the privileged agent), nor poses as worker 0", function()
+    local ngx_ = package.loaded.ngx
+    local dict = shared_dict()
+    ngx_.shared = { metrics = dict }
+    ngx_.worker.id = function() return nil end
+    ngx_.NOTICE, ngx_.log = "notice", function() end
+    local spawned = {}
+    ngx_.thread = { spawn = function(fn, ...) spawned[#spawned + 1] = { fn, ... }; return #spawned end, wait = function() end }
+    local mqngx = require "mqlease.ngx"
+    assert.is_true(mqngx.start { consumers = { CONSUMER }, handler = function() end, workers = { 0 }, shared_dict = "metrics" })
+    for _, t in ipairs(ngx_.timers) do t[2](false) end
+    mqngx.publish()   -- its publisher's round, had it one
+    assert.equal(0, #spawned)
+    assert.is_nil(dict.data["mqlease:metrics:0"])
+    -- its options are still checked
+    package.loaded["mqlease.ngx"] = nil
+    assert.has_error(function() require("mqlease.ngx").start { consumers = { CONSUMER } } end,
+      "mqlease.ngx.start: option 'handler' must be a function")
+  end)
+
+  -- Making a consumer can raise, not only fail: the core's "cannot create an
+  -- eventfd" (EMFILE) or "cannot start the client thread" (EAGAIN) are
+  -- luaL_errors. Unprotected, the raise ended the light thread that serves
+  -- the consumer, and this worker never consumed again until a reload.
+  it("tries a consumer again after a backoff when making it raises, as when it fails", function()
+    local ngx_ = package.loaded.ngx
+    local exiting, attempts, logged = false, 0, {}
+    ngx_.worker.exiting = function() return exiting end
+    ngx_.worker.pid = function() return 4242 end
+    ngx_.ERR, ngx_.NOTICE = "error", "notice"
+    ngx_.log = function(_, ...) logged[#logged + 1] = table.concat({ ... }) end
+    ngx_.sleep = function(s) require("mqlease.core").sleep(s) end
+    package.loaded["mqlease.consumer"] = {
+      new = function()
+        attempts = attempts + 1
+        if attempts == 1 then error("mqlease.core: cannot create an eventfd", 0) end
+        exiting = true   -- the second try fails too, and the worker quits meanwhile
+        return nil, "the session did not start", "TIMEOUT"
+      end,
+    }
+    local spawned = fire(0, {})
+    local serve = spawned[1]
+    assert.has_no_error(function() serve[1]((table.unpack or unpack)(serve, 2)) end)
+    assert.equal(2, attempts)
+    assert.truthy(logged[1]:find("did not start: mqlease.core: cannot create an eventfd", 1, true), logged[1])
   end)
 end)
