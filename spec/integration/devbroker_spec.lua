@@ -142,6 +142,26 @@ describe("mqlease-devbroker", function()
     p:close()
   end)
 
+  -- a receive that found a message at once was answered with it, the drop kept for one
+  -- that had to wait: under a backlog (every receive finds messages) no stream was dropped
+  it("drops the next receive stream even when a message is waiting for it", function()
+    local c, p = pair { await = 5, invisible = 10 }
+    local id = assert(p:send("t1", "waiting"))
+    assert.matches("^ok", dv.control("drop_streams"))
+    local msgs, _, code = c:receive(1)
+    assert.is_nil(msgs)
+    assert.equal("UNAVAILABLE", code)
+    assert.matches("streams_dropped=1", dv.control("stats"))
+    -- dropped before anything was popped: the message comes next, as its first delivery
+    local again = assert(c:receive(1))
+    assert.equal(1, #again)
+    assert.equal(id, again[1].id)
+    assert.equal(1, again[1].delivery_attempt)
+    assert.is_true(again[1]:ack())
+    c:close()
+    p:close()
+  end)
+
   -- ReconnectEndpointsCommand (rocketmq-apis 2.1.x; no 5.2 - 5.5 proxy sends it): a new
   -- session on fresh channels, at once, with the leases kept and renewed through it
   it("starts a new session when the server asks it to reconnect, keeping the lease", function()

@@ -78,12 +78,12 @@ static int set_numeric(dv_faults *f, kind k, size_t off, const char *value) {
         if (number(value, 1e-6, 1e6, &v) < 0) return -1;
         *(double *)base = v;
         return 0;
-    case MS:   /* up to a day */
-        if (number(value, 0, 86400000, &v) < 0) return -1;
+    case MS:   /* up to a day, whole: a cast would store 0 for "0.9" and answer ok */
+        if (number(value, 0, 86400000, &v) < 0 || v != floor(v)) return -1;
         *(int64_t *)base = (int64_t)v;
         return 0;
-    case INT:
-        if (number(value, -1, 1000000, &v) < 0) return -1;
+    case INT:   /* whole: a cast would store 1 for "1.5", and 0 (no renewal) for "-0.5" */
+        if (number(value, -1, 1000000, &v) < 0 || v != floor(v)) return -1;
         *(int *)base = (int)v;
         return 0;
     case FLAG:

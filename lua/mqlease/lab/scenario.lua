@@ -238,7 +238,7 @@ local function check_fleet(f, k)
 end
 
 -- The dev broker settings a fault may change: { lowest, highest, milliseconds (scaled),
--- integer }. The broker refuses a paused of 0.5 and truncates a max_renewals of 1.5
+-- integer }. The broker refuses a paused of 0.5 and a max_renewals of 1.5
 -- (src/devbroker/dv_command.c), so those are refused here, before anything runs.
 _M.BROKER_SETTINGS = {
   fail_change = { 0, 1 }, fail_ack = { 0, 1 }, paused = { 0, 1, false, true },
