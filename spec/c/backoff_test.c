@@ -86,6 +86,20 @@ static void nonsense_settings_are_made_sane(void) {
     CHECK(mql_backoff_next(&b, 99) <= 1);
 }
 
+/* The doubling stopped at the cap only once it had passed it: with a cap
+ * above 2^62 ms the 63rd doubling overflowed (signed: undefined; in practice
+ * a negative wait). The session's cap is 10 s, but the header promises any. */
+static void a_huge_cap_does_not_overflow_the_doubling(void) {
+    mql_backoff b;
+    int n;
+    mql_backoff_init(&b, 1, INT64_MAX);
+    for (n = 0; n < 70; n++) {
+        int64_t w = mql_backoff_next(&b, (uint64_t)n);
+        CHECK(w >= 0);
+    }
+    CHECK(mql_backoff_next(&b, 0) >= INT64_MAX / 4);   /* at the cap: half of it at least */
+}
+
 int main(void) {
     RUN(waits_double_from_the_base_within_their_jitter);
     RUN(the_random_number_picks_the_point_in_the_range);
@@ -93,5 +107,6 @@ int main(void) {
     RUN(a_success_makes_the_next_wait_short_again);
     RUN(jitter_spreads_a_fleet_that_lost_the_same_proxy);
     RUN(nonsense_settings_are_made_sane);
+    RUN(a_huge_cap_does_not_overflow_the_doubling);
     return TEST_REPORT("backoff");
 }

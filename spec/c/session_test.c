@@ -512,6 +512,144 @@ static void a_proxy_that_answers_again_ends_the_backoff(void) {
     client_finish(&c);
 }
 
+
+/* msg packed into a byte buffer, as a frame arrives (the caller destroys it). */
+static grpc_byte_buffer *packed(const ProtobufCMessage *msg) {
+    uint8_t buf[256];
+    size_t len = protobuf_c_message_pack(msg, buf);
+    grpc_slice s = grpc_slice_from_copied_buffer((const char *)buf, len);
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
+    grpc_slice_unref(s);
+    return bb;
+}
+
+/* The proxy sends on the session's stream: our settings stored (settings 1)
+ * or a ReconnectEndpointsCommand (settings 0). */
+static void telemetry_frame(mql_client *c, int settings) {
+    Apache__Rocketmq__V2__TelemetryCommand cmd = APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__INIT;
+    Apache__Rocketmq__V2__Settings s = APACHE__ROCKETMQ__V2__SETTINGS__INIT;
+    Apache__Rocketmq__V2__ReconnectEndpointsCommand rc =
+        APACHE__ROCKETMQ__V2__RECONNECT_ENDPOINTS_COMMAND__INIT;
+    grpc_byte_buffer *bb;
+    if (settings) {
+        cmd.command_case = APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND_SETTINGS;
+        cmd.settings = &s;
+    } else {
+        rc.nonce = "n";
+        cmd.command_case = APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND_RECONNECT_ENDPOINTS_COMMAND;
+        cmd.reconnect_endpoints_command = &rc;
+    }
+    bb = packed(&cmd.base);
+    c->telemetry->ops->on_message(c, c->telemetry, bb);
+    grpc_byte_buffer_destroy(bb);
+}
+
+/* The session's stream ends with status, as the client thread ends it (the
+ * call stays in c->calls: client_finish cancels and frees it). */
+static void telemetry_ends(mql_client *c, grpc_status_code status) {
+    mql_call *stream = c->telemetry;
+    stream->status = status;
+    stream->ops->on_done(c, stream);
+}
+
+/* A proxy that takes our settings and drops the stream at once, again and
+ * again (a proxy restarting in a loop, a middlebox that ends streams): each
+ * settings answered reset the backoff, so the session came back every
+ * 100-200 ms for as long as it lasted, a new stream five to ten times a
+ * second (with several endpoints a new channel and a QueryRoute each time).
+ * Only a stream that held is a working connection: until then the waits grow. */
+static void a_stream_dropped_right_after_its_settings_still_backs_off(void) {
+    mql_client c;
+    int64_t now, wait = 0;
+    int n;
+    client_init(&c, MQL_PRODUCER);
+    mql_backoff_init(&c.reconnect, 200, 10000);
+    c.state = MQL_CLIENT_READY;
+    c.reconnecting = 1;
+    for (n = 0; n < 8; n++) {
+        now = mql_now_ms();
+        c.telemetry_retry_at = now - 1;               /* the wait is over */
+        mql_session_timers(&c, now, now + 60000);
+        CHECK(c.telemetry != NULL);
+        if (!c.telemetry) break;
+        telemetry_frame(&c, 1);                       /* our settings, stored */
+        CHECK(!c.reconnecting);
+        telemetry_ends(&c, GRPC_STATUS_UNAVAILABLE);  /* and the stream dropped */
+        CHECK(c.reconnecting && c.telemetry_retry_at != 0);
+        wait = c.telemetry_retry_at - mql_now_ms();
+    }
+    /* the 8th wait in a row: its ceiling is the cap (10 s), the wait half of it at least */
+    CHECK(wait >= 4000);
+    /* a stream that held our settings for 10 s was a success: the next wait is short */
+    now = mql_now_ms();
+    c.telemetry_retry_at = now - 1;
+    mql_session_timers(&c, now, now + 60000);
+    CHECK(c.telemetry != NULL);
+    if (c.telemetry) {
+        telemetry_frame(&c, 1);
+        c.settled_at -= 10000;                        /* ten seconds later */
+        telemetry_ends(&c, GRPC_STATUS_UNAVAILABLE);
+        CHECK(c.telemetry_retry_at - mql_now_ms() <= 200);
+    }
+    client_finish(&c);
+}
+
+/* A ReconnectEndpointsCommand is obeyed at once, without the backoff: new
+ * channels, QueryRoute, a new stream. A server that asks again on every new
+ * stream (a proxy being drained that the name still leads to) had the session
+ * do all that as fast as the network answered, without end. Asked again soon
+ * after the last one, the session waits the backoff first. */
+static void a_server_that_keeps_asking_to_reconnect_is_backed_off(void) {
+    mql_client c;
+    int64_t now;
+    int n, at_once = 0;
+    client_init(&c, MQL_PRODUCER);
+    mql_backoff_init(&c.reconnect, 200, 10000);
+    c.state = MQL_CLIENT_READY;
+    c.reconnecting = 1;
+    now = mql_now_ms();
+    c.telemetry_retry_at = now - 1;
+    mql_session_timers(&c, now, now + 60000);
+    CHECK(c.telemetry != NULL);
+    if (!c.telemetry) return;
+    telemetry_frame(&c, 1);
+    CHECK(!c.reconnecting);
+
+    /* asked once: at once, a new stream */
+    telemetry_frame(&c, 0);
+    telemetry_ends(&c, GRPC_STATUS_CANCELLED);
+    CHECK(c.telemetry != NULL && c.telemetry_retry_at == 0);
+    CHECK(c.metrics.reconnects == 2);
+    /* asked again as soon as the new stream has our settings, and again */
+    for (n = 0; n < 4 && c.telemetry; n++) {
+        telemetry_frame(&c, 1);
+        telemetry_frame(&c, 0);
+        telemetry_ends(&c, GRPC_STATUS_CANCELLED);
+        if (c.telemetry) {            /* at once again: no wait at all */
+            at_once++;
+            continue;
+        }
+        now = mql_now_ms();
+        CHECK(c.reconnecting && c.telemetry_retry_at > now);   /* after the backoff */
+        c.telemetry_retry_at = now - 1;
+        mql_session_timers(&c, now, now + 60000);
+        CHECK(c.telemetry != NULL);
+    }
+    CHECK(n == 4 && at_once == 0);
+    CHECK(c.metrics.reconnects == 6);             /* one per request, counted once each */
+    CHECK(c.reconnect.attempt == 4);              /* and the waits grew */
+    /* asked 10 s after the last time: at once again */
+    if (c.telemetry) {
+        telemetry_frame(&c, 1);
+        telemetry_frame(&c, 0);
+        c.asked_at -= 10000;
+        telemetry_ends(&c, GRPC_STATUS_CANCELLED);
+        CHECK(c.telemetry != NULL && c.telemetry_retry_at == 0);
+        CHECK(c.metrics.reconnects == 7);
+    }
+    client_finish(&c);
+}
+
 int main(void) {
     RUN(channels_have_no_retry_layer_and_keep_their_limits);
     RUN(a_route_reply_after_close_opens_no_telemetry_stream);
@@ -523,5 +661,7 @@ int main(void) {
     RUN(a_timed_out_route_is_asked_again_of_the_same_proxy);
     RUN(a_replaced_channel_keeps_the_calls_in_flight_on_it);
     RUN(a_proxy_that_answers_again_ends_the_backoff);
+    RUN(a_stream_dropped_right_after_its_settings_still_backs_off);
+    RUN(a_server_that_keeps_asking_to_reconnect_is_backed_off);
     return TEST_REPORT("session_test");
 }

@@ -200,7 +200,9 @@ struct mql_client {
     int64_t settings_due_at;    /* 0: none; a reconnect's stream must bring our settings back by then */
     int telemetry_given_up;     /* we cancelled the stream (counted as TIMEOUT): its end is not a new failure */
     int reconnect_asked;        /* the server sent ReconnectEndpointsCommand: the stream's end reconnects at once */
+    int64_t asked_at;           /* when the server last asked for that (0: never); asked again soon, the backoff first */
     mql_backoff reconnect;      /* waits between reconnection attempts */
+    int64_t settled_at;         /* when the stream in use brought our settings back (0: not yet) */
     char reconnect_code[MQL_CODELEN];    /* how the last attempt (or the lost stream) failed */
     int64_t reconnect_call_ms;  /* 0: request_timeout; the deadline of an attempt's first call */
     int reconnect_route;        /* the next attempt asks for the route first */

@@ -50,6 +50,13 @@
  * route lists it. The op of that QueryRoute is ROUTE_REFRESH_OP. */
 #define ROUTE_REFRESH_EVERY_MS 30000
 #define ROUTE_REFRESH_OP UINT64_MAX
+/* A stream that kept our settings this long (a heartbeat period) was a
+ * working connection: only then does the reconnect backoff start over, and
+ * only a server's request to reconnect this long after the last one is obeyed
+ * at once. A proxy that takes our settings and drops the stream, or asks us to
+ * reconnect, on every new stream would otherwise have the session back every
+ * 100-200 ms, or as fast as the network answers. */
+#define STREAM_HELD_MS 10000
 /* an orphan's body after inflation: the proxy's own inbound limit */
 #define MQL_ORPHAN_MAX_BODY (130u * 1024 * 1024)
 
@@ -110,10 +117,12 @@ static int route_start(mql_client *c, const char *topic_name, uint64_t op, int64
  * latest endpoints"; the command carries only a nonce). asked: the command came
  * on the stream; we end the stream, and when it has ended (done) we reconnect
  * at once, without the backoff of a lost proxy: new channels to the endpoint in
- * use (its name resolved afresh), QueryRoute and our settings again. Leases are
+ * use (its name resolved afresh), QueryRoute and our settings again; asked again
+ * within STREAM_HELD_MS of the last time, after the backoff. Leases are
  * not touched: renewals and releases wait for the new settings, as in every
  * reconnect. 1 from done when it started the reconnection. */
 static int reconnect_endpoints(mql_client *c, int done) {
+    int64_t now;
     if (!done) {
         if (c->stopping || c->state != MQL_CLIENT_READY || !c->telemetry || c->reconnect_asked) return 0;
         c->reconnect_asked = 1;
@@ -125,8 +134,18 @@ static int reconnect_endpoints(mql_client *c, int done) {
     c->reconnect_asked = 0;
     if (c->stopping || c->state != MQL_CLIENT_READY) return 0;
     c->reconnecting = 1;
-    c->metrics.reconnects++;
     mql_endpoint_channels_renew(c);
+    now = mql_now_ms();
+    if (c->asked_at && now - c->asked_at < STREAM_HELD_MS) {
+        /* asked again soon after the last time (a proxy being drained that the
+         * name still leads to asks on every new stream): after the backoff */
+        c->asked_at = now;
+        c->reconnect_route = 1;
+        reconnect_later(c, "RECONNECT_ASKED");   /* a code that keeps the endpoint */
+        return 1;
+    }
+    c->asked_at = now;
+    c->metrics.reconnects++;
     if (c->type != MQL_CONSUMER || route_start(c, c->consumer.topic, 0, c->request_timeout_ms) < 0)
         telemetry_open(c);
     return 1;
@@ -390,6 +409,7 @@ static void on_telemetry_message(mql_client *c, mql_call *call, grpc_byte_buffer
         c->state = MQL_CLIENT_READY;
         c->heartbeat_at = mql_now_ms();
         if (c->type == MQL_CONSUMER) c->route_refresh_at = c->heartbeat_at + ROUTE_REFRESH_EVERY_MS;
+        c->settled_at = c->heartbeat_at;
         mql_result_ok(&r);
         mql_base_post_op(c, c->start_op, &r);
         mql_backoff_reset(&c->reconnect);
@@ -399,7 +419,8 @@ static void on_telemetry_message(mql_client *c, mql_call *call, grpc_byte_buffer
         c->reconnecting = 0;
         c->settings_due_at = 0;
         c->heartbeat_at = mql_now_ms();
-        mql_backoff_reset(&c->reconnect);
+        /* the backoff starts over once this stream has held (on_telemetry_done) */
+        c->settled_at = c->heartbeat_at;
         c->reconnect_call_ms = 0;
         c->reconnect_code[0] = '\0';
         /* and it has a Telemetry channel for our client id, which acks and
@@ -417,6 +438,11 @@ static void on_telemetry_message(mql_client *c, mql_call *call, grpc_byte_buffer
 static void on_telemetry_done(mql_client *c, mql_call *call) {
     mql_result r;
     int given_up = c->telemetry_given_up;
+    /* one that held our settings was a working connection: the next wait is
+     * short again; one dropped sooner is one more failure in a row */
+    if (c->settled_at && mql_now_ms() - c->settled_at >= STREAM_HELD_MS)
+        mql_backoff_reset(&c->reconnect);
+    c->settled_at = 0;
     c->telemetry = NULL;
     c->settings_due_at = 0;
     c->telemetry_given_up = 0;
