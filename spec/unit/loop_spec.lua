@@ -41,7 +41,9 @@ local function recording_adapter(owner)
   return a
 end
 
-describe("mqlease.loop picks an event-loop adapter", function()
+-- Each test of a describe block that calls this gets package.loaded back as
+-- it was before the test (the adapters and stand-ins a test loads go).
+local function keep_loaded_modules()
   before_each(function()
     saved = {}
     for k, v in pairs(package.loaded) do saved[k] = v end
@@ -50,6 +52,10 @@ describe("mqlease.loop picks an event-loop adapter", function()
     for k in pairs(package.loaded) do package.loaded[k] = nil end
     for k, v in pairs(saved) do package.loaded[k] = v end
   end)
+end
+
+describe("mqlease.loop picks an event-loop adapter", function()
+  keep_loaded_modules()
 
   it("blocks in poll(2) on the main thread and in a coroutine no loop owns", function()
     local wait = fresh()
@@ -189,14 +195,7 @@ local function light_threads()
 end
 
 describe("mqlease.loop.ngx's tasks (mqlease.run in OpenResty)", function()
-  before_each(function()
-    saved = {}
-    for k, v in pairs(package.loaded) do saved[k] = v end
-  end)
-  after_each(function()
-    for k in pairs(package.loaded) do package.loaded[k] = nil end
-    for k, v in pairs(saved) do package.loaded[k] = v end
-  end)
+  keep_loaded_modules()
 
   it("a hold of 0 s or less yields once, as under mqlease.scheduler: a policy that defers at once lets the others run", function()
     fresh()
