@@ -1,8 +1,8 @@
 /* lmqlease.c -- mqlease.core: the Lua binding of the C core (the module,
- * consumers and producers, waiting; see lmqlease.h for the other files).
+ * consumers and producers; see lmqlease.h for the other files).
  *
- * Every function here is non-blocking
- * except core.wait and core.sleep: operations return an op id at once and
+ * Every function here is non-blocking (the waits are lmql_clock.c's):
+ * operations return an op id at once and
  * their results come back from client:events() once client:fd() is readable.
  * The Lua modules in lua/mqlease/ turn that into calls that wait (and yield inside
  * coroutines). Arguments are validated by lua/mqlease/config.lua before they
@@ -10,12 +10,8 @@
  */
 #include "lmqlease.h"
 
-#include <errno.h>
-#include <limits.h>
-#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 mql_client *lmql_check_client(lua_State *L) {
     lclient *lc = luaL_checkudata(L, 1, CLIENT_MT);
@@ -496,83 +492,6 @@ static int l_closed(lua_State *L) {
     return 1;
 }
 
-/* ------------------------------------------------------------ module functions */
-
-/* core.wait(fd, timeout_s) -> true when fd is readable, false on timeout.
- * The one place a plain script blocks; coroutines yield instead (lua/mqlease/wait.lua). */
-/* poll's milliseconds for the timeout at arg (seconds; none or negative: no
- * limit, as is one past what an int holds, math.huge among them). A NaN
- * raises: cast to an int, it and a number past INT_MAX are undefined. */
-static int poll_ms(lua_State *L, int arg) {
-    lua_Number t = luaL_optnumber(L, arg, -1);
-    luaL_argcheck(L, t == t, arg, "timeout: seconds expected, got NaN");
-    if (t < 0 || t * 1000.0 >= (lua_Number)INT_MAX - 1) return -1;
-    return (int)(t * 1000.0 + 0.5);
-}
-
-static int l_wait(lua_State *L) {
-    struct pollfd p;
-    int ms = poll_ms(L, 2), rc;
-    p.fd = (int)luaL_checkinteger(L, 1);
-    p.events = POLLIN;
-    p.revents = 0;
-    do {
-        rc = poll(&p, 1, ms);
-    } while (rc < 0 && errno == EINTR && ms < 0);
-    lua_pushboolean(L, rc > 0);
-    return 1;
-}
-
-/* core.poll({fd, ...}, timeout_s) -> array of readable fds (empty on timeout). */
-static int l_poll(lua_State *L) {
-    struct pollfd ps[256];
-    size_t n, i;
-    int k = 0, ms = poll_ms(L, 2);
-    luaL_checktype(L, 1, LUA_TTABLE);
-    n = lua_rawlen(L, 1);
-    luaL_argcheck(L, n <= 256, 1, "at most 256 descriptors");
-    for (i = 0; i < n; i++) {
-        lua_rawgeti(L, 1, (int)i + 1);
-        ps[i].fd = (int)luaL_checkinteger(L, -1);
-        ps[i].events = POLLIN;
-        ps[i].revents = 0;
-        lua_pop(L, 1);
-    }
-    lua_newtable(L);
-    if (poll(ps, (nfds_t)n, ms) > 0) {
-        for (i = 0; i < n; i++) {
-            if (ps[i].revents) {
-                lua_pushinteger(L, ps[i].fd);
-                lua_rawseti(L, -2, ++k);
-            }
-        }
-    }
-    return 1;
-}
-
-static int l_now(lua_State *L) {
-    lua_pushnumber(L, (lua_Number)mql_now_ms() / 1000.0);
-    return 1;
-}
-
-/* core.wall() -> seconds since the epoch (the wall clock, with milliseconds as
- * fractions): to compare with the broker's times, as born_at and store_at. */
-static int l_wall(lua_State *L) {
-    lua_pushnumber(L, (lua_Number)mql_wall_ms() / 1000.0);
-    return 1;
-}
-
-/* core.sleep(s): blocks the whole VM, as a badly behaved handler would. */
-static int l_sleep(lua_State *L) {
-    lua_Number s = luaL_checknumber(L, 1);
-    struct timespec ts;
-    ts.tv_sec = (time_t)s;
-    ts.tv_nsec = (long)((s - (lua_Number)ts.tv_sec) * 1e9);
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
-    }
-    return 0;
-}
-
 static const luaL_Reg client_methods[] = {
     {"events", l_events},   {"fd", l_fd},         {"id", l_id},
     {"receive", l_receive}, {"ack", l_ack},       {"nack", l_nack},
@@ -583,8 +502,8 @@ static const luaL_Reg client_methods[] = {
     {"close", l_close},     {"closed", l_closed}, {NULL, NULL}};
 
 static const luaL_Reg module_functions[] = {
-    {"consumer", l_consumer}, {"producer", l_producer}, {"wait", l_wait}, {"poll", l_poll},
-    {"now", l_now},           {"wall", l_wall},         {"sleep", l_sleep},       {"watch_signals", lmql_watch_signals},
+    {"consumer", l_consumer}, {"producer", l_producer}, {"wait", lmql_wait}, {"poll", lmql_poll},
+    {"now", lmql_now},        {"wall", lmql_wall},      {"sleep", lmql_sleep},       {"watch_signals", lmql_watch_signals},
     {"redis", lmql_redis},       {"eo_key", lmql_eo_key},   {"exec", lmql_exec},       {NULL, NULL}};
 
 LUALIB_API int luaopen_mqlease_core(lua_State *L);

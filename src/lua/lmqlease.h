@@ -1,7 +1,7 @@
 /* lmqlease.h -- what the files of the Lua binding (mqlease.core) share.
  *
  * The binding is the only part of the project that includes lua.h, split by
- * what it binds: lmqlease.c (the module, consumers and producers, waiting),
+ * what it binds: lmqlease.c (the module, consumers and producers), lmql_clock.c (waits, clocks),
  * lmql_push.c (core values -> Lua values), lmql_message.c (a received message), lmql_redis.c (core.redis),
  * lmql_signals.c (core.watch_signals) and lmql_exec.c (core.exec). No C thread of the core ever calls
  * into these files: they run on the Lua thread only.
@@ -63,6 +63,12 @@ void lmql_open_message(lua_State *L);
 /* lmql_signals.c and lmql_redis.c: their metatables and constructors. */
 void lmql_open_signals(lua_State *L);
 int lmql_watch_signals(lua_State *L);
+/* lmql_clock.c: core.wait, core.poll, core.now, core.wall, core.sleep. */
+int lmql_wait(lua_State *L);
+int lmql_poll(lua_State *L);
+int lmql_now(lua_State *L);
+int lmql_wall(lua_State *L);
+int lmql_sleep(lua_State *L);
 void lmql_open_redis(lua_State *L);
 int lmql_redis(lua_State *L);
 int lmql_eo_key(lua_State *L);
