@@ -15,6 +15,7 @@
  *   mql_renew.c     where its lease lives: timers, budget, renewal
  *   mql_release.c   where it leaves: ack, nack, dead letter, let expire,
  *                   nack-all at shutdown; how any lease leaves the table
+ *   mql_ack.c       which entry of an AckMessage reply answers which lease
  *   mql_change.c    ChangeInvisibleDuration, which a renewal and a nack both send
  *   mql_lite.c      lite topics (RocketMQ 5.5): SyncLiteSubscription, and the lite
  *                   topic a lease's requests carry
@@ -38,12 +39,12 @@
  *                     (a proxy that answers again ends a reconnect's wait)
  *   mql_renew.c    -> mql_release.c (a lost lease ends, the releases deferred
  *                     behind a renewal go out), mql_change.c (a renewal)
- *   mql_release.c  -> mql_change.c (a nack)
+ *   mql_release.c  -> mql_change.c (a nack), mql_ack.c (an ack's reply)
  *   mql_session.c, mql_client.c -> mql_endpoint.c (the endpoint in use, a
  *                     move to the next, the channels to it)
  *   mql_session.c, mql_receive.c, mql_release.c, mql_change.c -> mql_lite.c
  *   mql_producer.c, mql_transaction.c, mql_change.c, mql_lite.c,
- *                     mql_endpoint.c -> no other stage
+ *                     mql_endpoint.c, mql_ack.c -> no other stage
  *   every stage    -> mql_base.c (a call started, its end dispatched to
  *                     its ops), which stands on mql_call.c; the stages use
  *                     mql_call.c directly too, for a reply decoded, a status

@@ -24,6 +24,7 @@
  * Every function here runs with c->mu held unless it says otherwise.
  */
 #include "mql_release.h"
+#include "mql_ack.h"
 #include "mql_change.h"
 #include "mql_lite.h"
 
@@ -209,62 +210,15 @@ static void ack_send(mql_client *c, mql_release *rel) {
     free(entries);
 }
 
-typedef Apache__Rocketmq__V2__AckMessageResultEntry ack_entry;
-
-/* An entry that names neither a receipt handle nor a message id: only its
- * position can say which lease it answers. */
-static int names_nothing(const ack_entry *e) {
-    return !(e->receipt_handle && *e->receipt_handle) && !(e->message_id && *e->message_id);
-}
-
-/* Which entry answers each lease of rel the ack sent (match[i], NULL: none):
- * the unused entry that names its receipt handle (entries may come back in
- * any order, and two leases of one message id differ by handle), else the
- * unused one with its message id, else the unused one at its position if
- * that names nothing. Each entry answers once. Each way is tried for every
- * lease before the next way for any: lease by lease, one whose own entry was
- * missing took the entry of a later lease of the ack by its id or position,
- * and that lease's "ok" became its ack. */
-static void ack_match(mql_client *c, const mql_release *rel,
-                      const Apache__Rocketmq__V2__AckMessageResponse *resp, const ack_entry **match) {
-    unsigned char *used = mql_xcalloc(resp->n_entries, 1);
-    size_t i, j, position = 0;
-    int by_id;
-    for (by_id = 0; by_id < 2; by_id++) {
-        for (i = 0; i < rel->n; i++) {
-            const mql_lease *l;
-            if (rel->settled[i] || match[i] || !(l = mql_lease_find(&c->consumer.leases, rel->ids[i])))
-                continue;
-            for (j = 0; j < resp->n_entries && !match[i]; j++) {
-                const char *have = by_id ? resp->entries[j]->message_id : resp->entries[j]->receipt_handle;
-                if (!used[j] && have && *have && strcmp(have, by_id ? l->message_id : l->handle) == 0) {
-                    used[j] = 1;
-                    match[i] = resp->entries[j];
-                }
-            }
-        }
-    }
-    for (i = 0; i < rel->n; i++) {
-        if (rel->settled[i]) continue;   /* never sent: it has no position */
-        if (!match[i] && position < resp->n_entries && !used[position] &&
-            names_nothing(resp->entries[position]) && mql_lease_find(&c->consumer.leases, rel->ids[i])) {
-            used[position] = 1;
-            match[i] = resp->entries[position];
-        }
-        position++;
-    }
-    free(used);
-}
-
 static void on_ack_done(mql_client *c, mql_call *call) {
     mql_release *rel = call->ctx;
     mql_result top, r;
     Apache__Rocketmq__V2__AckMessageResponse *resp =
         mql_call_reply(call, &apache__rocketmq__v2__ack_message_response__descriptor, &top);
-    const ack_entry **match = mql_xcalloc(rel->n, sizeof(*match));
+    const mql_ack_entry **match = mql_xcalloc(rel->n, sizeof(*match));
     int answered = resp && call->status == GRPC_STATUS_OK;
     size_t i;
-    if (answered) ack_match(c, rel, resp, match);
+    if (answered) mql_ack_match(&c->consumer.leases, rel->ids, rel->settled, rel->n, resp, match);
     for (i = 0; i < rel->n; i++) {
         mql_lease *l;
         if (rel->settled[i]) continue;

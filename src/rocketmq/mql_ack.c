@@ -1,0 +1,54 @@
+/* mql_ack.c -- which entry of an AckMessage reply answers which lease.
+ *
+ * The proxy answers an ack of several leases with one entry each
+ * (AckMessageActivity copies the request's message id and receipt handle
+ * into every entry, in any order). An entry that names another lease of the
+ * ack must never answer this one: its "ok" would be taken for this lease's
+ * ack, and this message would run again while the other was reported failed.
+ */
+#include "mql_ack.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* An entry that names neither a receipt handle nor a message id: only its
+ * position can say which lease it answers. */
+static int names_nothing(const mql_ack_entry *e) {
+    return !(e->receipt_handle && *e->receipt_handle) && !(e->message_id && *e->message_id);
+}
+
+/* The unused entry that names the lease's receipt handle (two leases of one
+ * message id differ by handle), else the unused one with its message id,
+ * else the unused one at its position if that names nothing. Each entry
+ * answers once. Each way is tried for every lease before the next way for
+ * any: lease by lease, one whose own entry was missing took the entry of a
+ * later lease of the ack by its id or position. */
+void mql_ack_match(const mql_lease_table *leases, const uint64_t *ids, const int *settled, size_t n,
+                   const Apache__Rocketmq__V2__AckMessageResponse *resp, const mql_ack_entry **match) {
+    unsigned char *used = mql_xcalloc(resp->n_entries, 1);
+    size_t i, j, position = 0;
+    int by_id;
+    for (by_id = 0; by_id < 2; by_id++) {
+        for (i = 0; i < n; i++) {
+            const mql_lease *l;
+            if (settled[i] || match[i] || !(l = mql_lease_find(leases, ids[i]))) continue;
+            for (j = 0; j < resp->n_entries && !match[i]; j++) {
+                const char *have = by_id ? resp->entries[j]->message_id : resp->entries[j]->receipt_handle;
+                if (!used[j] && have && *have && strcmp(have, by_id ? l->message_id : l->handle) == 0) {
+                    used[j] = 1;
+                    match[i] = resp->entries[j];
+                }
+            }
+        }
+    }
+    for (i = 0; i < n; i++) {
+        if (settled[i]) continue;   /* never sent: it has no position */
+        if (!match[i] && position < resp->n_entries && !used[position] &&
+            names_nothing(resp->entries[position]) && mql_lease_find(leases, ids[i])) {
+            used[position] = 1;
+            match[i] = resp->entries[position];
+        }
+        position++;
+    }
+    free(used);
+}
