@@ -173,13 +173,18 @@ function consumer_methods:receive(n, opts)
 end
 
 -- Acks several messages in one request. true, or nil, message, code, results
--- where results[i] is true or { err = ..., code = ... } for msgs[i].
+-- where results[i] is true or { err = ..., code = ... } for msgs[i]. A
+-- message listed more than once is acked once, and each of its entries
+-- reports that ack.
 function consumer_methods:ack(msgs)
   if closed_guard(self) then return nil, "the consumer is closed", "CLOSED" end
   if type(msgs) ~= "table" or #msgs == 0 or #msgs > 256 then
     error("bad argument #1 to 'ack' (an array of 1 to 256 messages expected)", 2)
   end
-  local ids = {}
+  -- ids: each lease once, as the core takes them; slot[i]: msgs[i]'s place in ids.
+  -- The core refuses a release of a lease while another is pending (BUSY),
+  -- and the first entry of a message listed twice would be that release.
+  local ids, slot, at = {}, {}, {}
   for i, m in ipairs(msgs) do
     local id = message.lease_id(m)
     if id == nil then
@@ -194,13 +199,18 @@ function consumer_methods:ack(msgs)
     if owner ~= nil and owner ~= self and owner._router ~= self._router then
       error(("bad argument #1 to 'ack' (msgs[%d] is a message of another consumer: ack it there)"):format(i), 2)
     end
-    ids[i] = id
+    local k = at[id]
+    if not k then
+      k = #ids + 1
+      ids[k], at[id] = id, k
+    end
+    slot[i] = k
   end
   local router = self._router
   local ev = router:result(router.client:ack(ids))
   local results, first_err, first_code = {}, nil, nil
   for i, m in ipairs(msgs) do
-    local entry = ev.entries and ev.entries[i] or ev
+    local entry = ev.entries and ev.entries[slot[i]] or ev
     local ok, err, code = lease_mod.released(m.lease, entry, "acked")
     results[i] = ok or { err = err, code = code }
     if not ok and not first_err then first_err, first_code = err, code end
@@ -209,12 +219,17 @@ function consumer_methods:ack(msgs)
   return true
 end
 
--- Leases the core still holds for this consumer (live lease objects only).
+-- The leases this consumer holds at the broker: every one of a message the
+-- core still hides for us (held, renewing, expiring), in no order. A lease
+-- whose Redis lock (the exactly-once policy's) was lost is held all the
+-- same -- the broker hides its message until a release or its deadline --
+-- and shows the loss itself: lease:alive() is false. (Reading m.lease makes
+-- the lease object of a message that had none yet.)
 function consumer_methods:held()
   local out = {}
   for _, m in pairs(self._router.leases) do
     local lease = m.lease
-    if not rawget(lease, "_final") and lease:alive() then out[#out + 1] = lease end
+    if lease_mod.held(lease) then out[#out + 1] = lease end
   end
   return out
 end

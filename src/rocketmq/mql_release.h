@@ -29,7 +29,9 @@ struct mql_release {
 
 /* The host's releases (mql_client_ack, _nack, _dead_letter): the op of the
  * event that answers for every lease. A dead letter is forwarded to the
- * group's DLQ and counted under reason. */
+ * group's DLQ and counted under reason. A lease listed twice in one ack gets
+ * BUSY for its later entry (its earlier entry's release is under way), so
+ * the Lua consumer (consumer:ack) passes each lease once. */
 uint64_t mql_release_ack(mql_client *c, const uint64_t *lease_ids, size_t n);
 uint64_t mql_release_nack(mql_client *c, uint64_t lease_id, int64_t delay_ms);
 uint64_t mql_release_dead_letter(mql_client *c, uint64_t lease_id, const char *reason);
