@@ -1,13 +1,15 @@
 -- mqlease.metrics: the Prometheus text exposition of a consumer's or producer's metrics.
 --
---   mqlease.metrics.text(c)  -> string (text format 0.0.4)
---   c:metrics()              -> the raw table (counters and histograms)
+--   mqlease.metrics.text(c)           -> string (text format 0.0.4)
+--   mqlease.metrics.text({ c1, c2 })  -> one text for several clients
+--   mqlease.metrics.merge(texts)      -> texts of this module, as one
+--   c:metrics()                       -> the raw table (counters and histograms)
 
 local core = require "mqlease.core"
 
 local concat, format, sort = table.concat, string.format, table.sort
-local ipairs, pairs, tostring, pcall, error, setmetatable, select, type =
-  ipairs, pairs, tostring, pcall, error, setmetatable, select, type
+local ipairs, pairs, tostring, tonumber, pcall, error, setmetatable, select, type =
+  ipairs, pairs, tostring, tonumber, pcall, error, setmetatable, select, type
 local pack = table.pack or function(...) return { n = select("#", ...), ... } end   -- LuaJIT
 local unpack = table.unpack or unpack   -- LuaJIT
 
@@ -326,31 +328,110 @@ local function official_text(c, m, base, line)
   end
 end
 
--- text(c [, labels]) where labels is an optional table of constant labels.
-function _M.text(c, labels)
-  local m = c:metrics()
-  local base, official_base
-  if labels then
-    -- the official families carry topic, consumer_group, ... themselves: a
-    -- constant label of one of those names is left out there, never doubled
-    local parts, official = {}, {}
-    for k, v in pairs(labels) do
-      if type(k) ~= "string" or not k:match("^[%a_][%w_]*$") or OWN_LABELS[k] then
-        error(("mqlease.metrics.text: %s is no constant label name (letters, digits and '_', not a "
-          .. "digit first, none of result, reason, decision, resolution, answer, state, op, code, le)")
-          :format(type(k) == "string" and ("%q"):format(k) or tostring(k)), 2)
-      end
-      local part = format('%s="%s"', k, escape(v))
-      parts[#parts + 1] = part
-      if not OFFICIAL_LABELS[k] then official[#official + 1] = part end
+-- ------------------------------------------------ one series per label set
+--
+-- The text format writes each series (a metric name and its label set) once:
+-- "Each line must have a unique combination of a metric name and labels.
+-- Otherwise, the ingestion behavior is undefined" (Prometheus, "Exposition
+-- formats", text format details). Clients carry no label of their own (one
+-- would change every user's series), so two of them can write the same
+-- series: two consumers of one group and topic in an nginx worker (mqlease.ngx
+-- labels group, topic and worker), or any clients given the same constant
+-- labels. Such a series is written once, its values combined: counters and
+-- histograms (each bucket, _sum and _count) added, as a sum() over a label
+-- telling the clients apart would; a gauge by its rule below.
+
+-- How the samples of a gauge combine: "sum" for a count (what is held; the
+-- sessions in a state), "max" for what is no count (a setting, a flag, an age).
+-- docs/metrics.md names each; a gauge not listed here is taken at its maximum.
+local GAUGES = {
+  mqlease_inflight_leases = "sum",
+  mqlease_session_state = "sum",
+  rocketmq_consumer_cached_messages = "sum",
+  rocketmq_consumer_cached_bytes = "sum",
+  mqlease_invisible_seconds = "max",
+  mqlease_renew_queue_age_seconds = "max",
+  mqlease_renew_queue_age_max_seconds = "max",
+  mqlease_retry_max_attempts = "max",
+  mqlease_fifo = "max",
+}
+_M.GAUGES = GAUGES
+
+local function sample_value(v)
+  if v == "+Inf" then return math.huge end
+  return tonumber(v)
+end
+
+-- An exposition being written from lines of this module's text: each family
+-- once (its HELP and TYPE, from the first text that has them), each series
+-- once, in the order first met. line(s) takes one line; text() the result.
+local function exposition()
+  local order, families = {}, {}
+  local current   -- the family whose HELP or TYPE came last
+  local function family(name)
+    local f = families[name]
+    if not f then
+      f = { series = {}, values = {}, rule = "max" }
+      families[name] = f
+      order[#order + 1] = name
     end
-    table.sort(parts)
-    table.sort(official)
-    base = concat(parts, ",")
-    if #official > 0 then official_base = concat(official, ",") end
+    return f
   end
   local out = {}
-  local function line(s) out[#out + 1] = s end
+  function out.line(s)
+    local word, name, rest = s:match("^# (%u+) (%S+) ?(.*)$")
+    if word == "HELP" then
+      current = family(name)
+      current.help = current.help or s
+    elseif word == "TYPE" then
+      current = family(name)
+      if not current.type then
+        current.type = s
+        current.rule = (rest == "counter" or rest == "histogram") and "sum" or GAUGES[name] or "max"
+      end
+    elseif s:sub(1, 1) ~= "#" and current then
+      local series, raw = s:match("^(.*) (%S+)$")
+      if not series then return end
+      local v, values = sample_value(raw), current.values
+      local had = values[series]
+      if had == nil then
+        current.series[#current.series + 1] = series
+        values[series] = v or raw
+      elseif v and type(had) == "number" then
+        if current.rule == "sum" then values[series] = had + v
+        elseif v > had then values[series] = v end
+      end
+    end
+  end
+  function out.text()
+    local lines = {}
+    for _, name in ipairs(order) do
+      local f = families[name]
+      if f.help then lines[#lines + 1] = f.help end
+      if f.type then lines[#lines + 1] = f.type end
+      for _, series in ipairs(f.series) do
+        local v = f.values[series]
+        lines[#lines + 1] = series .. " " .. (type(v) == "number" and num(v) or v)
+      end
+    end
+    return #lines > 0 and concat(lines, "\n") .. "\n" or ""
+  end
+  return out
+end
+
+-- Exposition texts of this module (of several processes, say) as one: each
+-- family once, each series once, combined as above.
+function _M.merge(texts)
+  local out = exposition()
+  for _, text in ipairs(texts) do
+    for s in text:gmatch("[^\n]+") do out.line(s) end
+  end
+  return out.text()
+end
+
+-- The samples of client c, each given to line().
+local function render(c, base, official_base, line)
+  local m = c:metrics()
   for _, c_ in ipairs(COUNTERS) do
     line(format("# HELP %s %s", c_[1], c_[2]))
     line(format("# TYPE %s counter", c_[1]))
@@ -421,7 +502,44 @@ function _M.text(c, labels)
     end
   end
   official_text(c, m, official_base, line)
-  return concat(out, "\n") .. "\n"
+end
+
+-- text(c [, labels]): c a client, or an array of clients written as one
+-- exposition (the series they share written once, combined as above); labels
+-- an optional table of constant labels.
+function _M.text(c, labels)
+  local base, official_base
+  if labels then
+    -- the official families carry topic, consumer_group, ... themselves: a
+    -- constant label of one of those names is left out there, never doubled
+    local parts, official = {}, {}
+    for k, v in pairs(labels) do
+      if type(k) ~= "string" or not k:match("^[%a_][%w_]*$") or OWN_LABELS[k] then
+        error(("mqlease.metrics.text: %s is no constant label name (letters, digits and '_', not a "
+          .. "digit first, none of result, reason, decision, resolution, answer, state, op, code, le)")
+          :format(type(k) == "string" and ("%q"):format(k) or tostring(k)), 2)
+      end
+      local part = format('%s="%s"', k, escape(v))
+      parts[#parts + 1] = part
+      if not OFFICIAL_LABELS[k] then official[#official + 1] = part end
+    end
+    table.sort(parts)
+    table.sort(official)
+    base = concat(parts, ",")
+    if #official > 0 then official_base = concat(official, ",") end
+  end
+  local out = exposition()
+  if type(c) == "table" and c.metrics == nil then
+    for i, each in ipairs(c) do
+      if type(each) ~= "table" or each.metrics == nil then
+        error(("mqlease.metrics.text: clients[%d] is no consumer or producer"):format(i), 2)
+      end
+      render(each, base, official_base, out.line)
+    end
+  else
+    render(c, base, official_base, out.line)
+  end
+  return out.text()
 end
 
 return _M

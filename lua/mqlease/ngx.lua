@@ -56,7 +56,7 @@ local loop_ngx = require "mqlease.loop.ngx"
 local live = require "mqlease.live"
 
 local type, pairs, ipairs, tostring, error, pcall = type, pairs, ipairs, tostring, error, pcall
-local min, floor, concat = math.min, math.floor, table.concat
+local min, floor = math.min, math.floor
 
 local _M = {}
 
@@ -211,48 +211,17 @@ function _M.start(opts)
   return true
 end
 
--- Merges exposition texts into one: each metric family once (its HELP and
--- TYPE), with the samples of every text under it.
-local function merge(texts)
-  local order, families = {}, {}
-  for _, text in ipairs(texts) do
-    local current
-    for line in text:gmatch("[^\n]+") do
-      local name = line:match("^# HELP (%S+)")
-      if name then
-        current = families[name]
-        if not current then
-          current = { help = line, samples = {} }
-          families[name] = current
-          order[#order + 1] = name
-        end
-      elseif line:match("^# TYPE ") then
-        current.type = line
-      else
-        current.samples[#current.samples + 1] = line
-      end
-    end
-  end
-  local out = {}
-  for _, name in ipairs(order) do
-    local f = families[name]
-    out[#out + 1] = f.help
-    out[#out + 1] = f.type
-    for _, s in ipairs(f.samples) do out[#out + 1] = s end
-  end
-  return #out > 0 and concat(out, "\n") .. "\n" or ""
-end
-
 -- The Prometheus text of every consumer of this worker (or of the array
 -- list), labelled with its group, topic and worker id; each metric family
--- appears once.
+-- appears once, and each series: consumers of one group and topic share
+-- their labels, and their values are combined (mqlease.metrics.merge).
 function _M.metrics_text(list)
   local texts = {}
   local worker = ngx.worker.id() or 0
   for _, c in pairs(list or consumers) do
     texts[#texts + 1] = metrics_mod.text(c, { group = c.group, topic = c.topic, worker = worker })
   end
-  return merge(texts)
+  return metrics_mod.merge(texts)
 end
 
 local function key_of(worker)
@@ -287,7 +256,7 @@ function _M.metrics_text_all()
       if text then texts[#texts + 1] = text end
     end
   end
-  return merge(texts)
+  return metrics_mod.merge(texts)
 end
 
 -- content_by_lua handler for a /metrics location.

@@ -78,6 +78,28 @@ describe("mqlease.ngx", function()
     assert.equal(2, select(2, family:gsub("\n", "")) + 1)
   end)
 
+  -- Two consumers of one group and topic in a worker carry the same labels
+  -- (group, topic, worker): each series was written twice, which the
+  -- Prometheus text format forbids ("Each line must have a unique combination
+  -- of a metric name and labels", exposition_formats). It is written once,
+  -- their values added (gauges that are no count at their maximum).
+  it("writes each series once for two consumers of one group and topic, their values added", function()
+    local prom = require "support.prom"
+    local function same(received, inflight, invisible)
+      return { group = "a", topic = "t", metrics = function()
+        return { received = received, inflight = inflight, invisible_seconds = invisible, session_state = "ready" }
+      end }
+    end
+    local text = require("mqlease.ngx").metrics_text({ same(3, 1, 30), same(5, 2, 60), consumer("b", 4) })
+    local _, samples = prom.parse(text)
+    assert.equal(8, prom.value(samples, "mqlease_messages_received_total", { group = "a" }))
+    assert.equal(4, prom.value(samples, "mqlease_messages_received_total", { group = "b" }))
+    assert.equal(3, prom.value(samples, "mqlease_inflight_leases", { group = "a" }))
+    assert.equal(60, prom.value(samples, "mqlease_invisible_seconds", { group = "a" }))
+    assert.equal(2, prom.value(samples, "mqlease_session_state", { group = "a", state = "ready" }))
+    assert.equal(3, prom.value(samples, "rocketmq_consumer_cached_messages", { group = "a", consumer_group = "a" }))
+  end)
+
   it("is empty while the worker has no consumer", function()
     assert.equal("", require("mqlease.ngx").metrics_text({}))
   end)
@@ -162,6 +184,11 @@ describe("mqlease.ngx", function()
     end
     -- and this worker published its own (no consumer yet: an empty text)
     assert.equal("", dict.data["mqlease:metrics:1"])
+    -- two texts that share series (the worker label keeps real workers
+    -- apart; a stand-in key repeats worker 0's): each series once, added
+    dict.data["mqlease:metrics:0b"] = dict.data["mqlease:metrics:0"]
+    local _, samples = require("support.prom").parse(mqngx.metrics_text_all())
+    assert.equal(6, require("support.prom").value(samples, "mqlease_messages_received_total", { worker = "0" }))
   end)
 
   it("answers /leases with this worker's leases as JSON and / with the live page", function()
