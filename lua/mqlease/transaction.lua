@@ -46,6 +46,15 @@
 -- transactions it ended. A check that comes while the producer's own end of
 -- it is in flight is answered with nothing too.
 --
+-- A checker's answer whose EndTransaction provably never left (the producer
+-- was closed while the checker waited, for Redis say: nothing is sent on a
+-- closed producer) is not an end: the broker asks again, and the checker,
+-- when it has a method unsent(view, answer), is told, so that what it
+-- recorded of the answer is taken back (mqlease.policy.transaction_checker
+-- had recorded a commit, and read it at every later check as "committed
+-- already: a copy", so the half message was never committed). An end that
+-- started and failed may have reached the broker, and stays recorded.
+--
 -- The checker never runs inside the core or inside the router's pump: a
 -- check waits in the producer's queue until producer:poll runs it in the
 -- caller's coroutine, so it may wait for Redis or anything else in the
@@ -147,15 +156,20 @@ local function remember_ended(p, transaction_id, commit, resend)
   p._ended_at = at
 end
 
--- EndTransaction for message_id of topic, waited for; true or nil, message, code.
+-- EndTransaction for message_id of topic, waited for; true, or nil, message,
+-- code, unsent: unsent is true when the call provably never left -- the
+-- producer was closed first, or the core refused it at its door (NOT_READY:
+-- mql_client.c's refuses(), before any call starts). Any other failure
+-- (CLOSED while in flight, a deadline, an error) may follow an end the
+-- broker got.
 local function end_tx(p, topic, message_id, transaction_id, commit, from_check, trace, resend)
-  if rawget(p, "_closed") then return nil, "the producer is closed", "CLOSED" end
+  if rawget(p, "_closed") then return nil, "the producer is closed", "CLOSED", true end
   local router = p._router
   p._ending[transaction_id] = true
   local ok, err, code = router:call(router.client:end_transaction(topic, message_id, transaction_id,
     commit, from_check, trace))
   p._ending[transaction_id] = nil
-  if not ok then return nil, err, code end
+  if not ok then return nil, err, code, code == "NOT_READY" end
   remember_ended(p, transaction_id, commit, resend)
   return true
 end
@@ -230,7 +244,24 @@ local function check_view(ev)
     trace_context = m.trace_context, transaction_id = ev.transaction_id }
 end
 
--- Runs p's checker for one check; nil, or the error it raised.
+-- The checker's answer to a check was never sent (end_tx's unsent: the
+-- producer closed while the checker waited, as for Redis): a checker with a
+-- method unsent(view, answer) is told, so that a record it made of the
+-- answer (mqlease.policy.transaction_checker's claim) does not stand for an
+-- end the broker never got, and the next check, here or in another
+-- producer of the group, is answered afresh. nil, or the error.
+local function checker_unsent(p, view, answer)
+  local checker = p._checker
+  local unsent = type(checker) == "table" and checker.unsent
+  if not unsent then return nil end
+  local ok, done, err = pcall(unsent, checker, view, answer)
+  if ok and done then return nil end
+  return ("mqlease.producer: the checker's %s of message %s was never sent, and the checker could not take it back: %s")
+    :format(answer, tostring(view.id), tostring(ok and err or done))
+end
+
+-- Runs p's checker for one check; nil, or the error it raised (or the
+-- checker's, taking back an answer never sent).
 local function run_check(p, ev)
   local c = p._tx
   local ended = p._ended[ev.transaction_id]
@@ -272,8 +303,11 @@ local function run_check(p, ev)
     c.tx_check_already_ended = c.tx_check_already_ended + 1
     return nil
   end
-  local done = end_tx(p, view.topic, view.id, view.transaction_id, answer == "commit", true, view.trace_context)
-  if not done then c.tx_check_end_fail = c.tx_check_end_fail + 1
+  local done, _, _, unsent = end_tx(p, view.topic, view.id, view.transaction_id, answer == "commit", true,
+    view.trace_context)
+  if not done then
+    c.tx_check_end_fail = c.tx_check_end_fail + 1
+    if unsent then return checker_unsent(p, view, answer) end
   else
     local tx = p._open[ev.transaction_id]
     if tx then tx._check_end = answer == "commit" end

@@ -6,10 +6,10 @@ local tc_mod = require "mqlease.policy.transaction"
 
 local _M = {}
 
--- A Redis stand-in: eval of the claim script and the note of commits only --
--- the scripts' own text,
+-- A Redis stand-in: eval of the claim script, the note of commits and the
+-- taking back of a commit never sent only -- the scripts' own text,
 -- run here over store with a redis.call of GET, SET (EX, as Redis takes it),
--- EXISTS, TTL, SADD, SISMEMBER and EXPIRE -- with a clock of its own (r.now,
+-- EXISTS, TTL, SADD, SISMEMBER, SREM and EXPIRE -- with a clock of its own (r.now,
 -- seconds) for the TTLs; down = true makes every call fail as an unreachable
 -- server does. r.args holds each call's ARGV.
 function _M.redis()
@@ -47,6 +47,14 @@ function _M.redis()
       return new
     end
     if name == "sismember" then return (live(key) or {})[...] and 1 or 0 end
+    if name == "srem" then
+      local set = live(key)
+      if not (set and set[...]) then return 0 end
+      set[...] = nil
+      -- as Redis: a set without members is no key
+      if next(set) == nil then r.store[key], r.expire_at[key] = nil, nil end
+      return 1
+    end
     if name == "expire" then
       if not live(key) then return 0 end
       r.expire_at[key] = r.now + tonumber((...))
@@ -55,8 +63,8 @@ function _M.redis()
     error("the fake Redis has no " .. name)
   end
   function r:eval(script, keys, args)
-    if script ~= tc_mod.script and script ~= tc_mod.note_script then
-      error("the fake Redis runs the claim script and the note of commits only")
+    if script ~= tc_mod.script and script ~= tc_mod.note_script and script ~= tc_mod.unsent_script then
+      error("the fake Redis runs the claim script, the note of commits and the taking back of one only")
     end
     self.evals = self.evals + 1
     self.args[#self.args + 1] = args

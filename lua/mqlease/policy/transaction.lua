@@ -42,6 +42,10 @@
 --   no done marker yet -> "unknown" (the run may still finish; if it never
 --     does the broker drops the half message after transactionCheckMax
 --     checks, and the redelivered message's run sends its own).
+-- A check's "commit" that provably never left the producer (closed while
+-- the check waited for Redis) is taken back (t:unsent, which the producer
+-- calls): the half message's id leaves the set of those committed, and a C
+-- of nothing else becomes L again, so the next check commits it.
 -- So of all the runs a message gets, exactly one run's messages are
 -- committed, once the message is done, and each of them once.
 --
@@ -153,6 +157,23 @@ redis.call('expire', KEYS[1], ARGV[1])
 return 1
 ]]
 _M.note_script = NOTE_COMMITTED
+
+-- Takes back a check's commit (CLAIM's 1 for who C) of half message ARGV[2]
+-- of run ARGV[1] that provably never left its producer (methods:unsent):
+-- its id leaves the set (KEYS[2]), and a claim C of the run (KEYS[1]) that
+-- no other half message's commit stands behind becomes L again, kept
+-- ARGV[3] seconds. The next check then commits it, as the record says it
+-- must: L for the run, or C without this half message. A claim that is no
+-- longer C of the run, or a set without the id, is left as it is (0).
+local UNSENT = [[
+if redis.call('get', KEYS[1]) ~= 'C:' .. ARGV[1] then return 0 end
+if redis.call('srem', KEYS[2], ARGV[2]) == 0 then return 0 end
+if redis.call('exists', KEYS[2]) == 0 then
+  redis.call('set', KEYS[1], 'L:' .. ARGV[1], 'EX', ARGV[3])
+end
+return 1
+]]
+_M.unsent_script = UNSENT
 
 local defaults = { redis = "127.0.0.1:6379", prefix = "mqlease:", claim_ttl = 7 * 86400, claim_grace = 15,
   recovery = false }
@@ -385,6 +406,26 @@ function methods:check(m)
   if got == 1 then return "commit" end
   if got == 2 then return "rollback" end
   return "unknown"
+end
+
+-- The producer's word that its EndTransaction of answer for the half
+-- message m (the view check got) never left (mqlease.transaction: it was
+-- closed while check waited for Redis): a "commit" check recorded is taken
+-- back (UNSENT), so that the broker's next check, in this worker or another,
+-- commits it. Without this the record read "committed by a check" at every
+-- later check, which answered unknown until the broker dropped the half
+-- message. Nothing to take back for "rollback" (check records none). true,
+-- or nil, err (Redis did not answer: the commit is lost, as before).
+function methods:unsent(m, answer)
+  if answer ~= "commit" then return true end
+  local props = m.properties or {}
+  local source, run = props[SOURCE], props[RUN]
+  if type(source) ~= "string" or type(run) ~= "string" then return true end
+  local half_id = type(m.id) == "string" and m.id or ""
+  local base = policy.key_base(source, self._o.prefix)
+  local got, err = client(self):eval(UNSENT, { base .. "tx", base .. "txc" }, { run, half_id, self._claim_ttl })
+  if got == nil then return nil, err end
+  return true
 end
 
 mt.__call = function(self, m) return self:check(m) end
