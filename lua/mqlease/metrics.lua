@@ -79,7 +79,7 @@ local BY_REASON = {
   { "mqlease_messages_corrupted_total",
     "Messages whose digest or body failed (never handed to a handler), by reason.", "corrupted" },
   { "mqlease_messages_malformed_total",
-    "ReceiveMessage frames that were no usable message (undecodable, no id/handle/topic), by reason.", "malformed" },
+    "ReceiveMessage frames that were no usable message (undecodable, no id/handle/topic, an id too long), by reason.", "malformed" },
   { "mqlease_messages_dead_lettered_total",
     "Messages forwarded to the group's dead-letter queue, by reason.", "dead_lettered" },
   { "mqlease_messages_given_back_total",

@@ -17,8 +17,8 @@
 #include "client_fixture.h"
 #include "mql_test.h"
 
-/* One ReceiveMessage frame with a message of body_len bytes. */
-static grpc_byte_buffer *message_frame(const char *id, size_t body_len) {
+/* One ReceiveMessage frame with a message of body_len bytes and this handle. */
+static grpc_byte_buffer *message_frame_with(const char *id, const char *handle, size_t body_len) {
     Apache__Rocketmq__V2__ReceiveMessageResponse resp =
         APACHE__ROCKETMQ__V2__RECEIVE_MESSAGE_RESPONSE__INIT;
     Apache__Rocketmq__V2__Message m = APACHE__ROCKETMQ__V2__MESSAGE__INIT;
@@ -30,7 +30,7 @@ static grpc_byte_buffer *message_frame(const char *id, size_t body_len) {
     grpc_byte_buffer *bb;
     topic.name = "t";
     sp.message_id = (char *)id;
-    sp.receipt_handle = "0 1700000000000 30000 0 0 broker-a 0 0 0";
+    sp.receipt_handle = (char *)handle;
     sp.body_encoding = APACHE__ROCKETMQ__V2__ENCODING__IDENTITY;
     m.topic = &topic;
     m.system_properties = &sp;
@@ -46,6 +46,10 @@ static grpc_byte_buffer *message_frame(const char *id, size_t body_len) {
     free(buf);
     free(body);
     return bb;
+}
+
+static grpc_byte_buffer *message_frame(const char *id, size_t body_len) {
+    return message_frame_with(id, "0 1700000000000 30000 0 0 broker-a 0 0 0", body_len);
 }
 
 static grpc_byte_buffer *status_frame(Apache__Rocketmq__V2__Code code) {
@@ -225,10 +229,94 @@ static void receives_take_turns_naming_the_route_brokers(void) {
     for (i = 0; i < 3; i++) CHECK(strcmp(mql_receive_next_broker(&cs), "broker-a") == 0);
 }
 
+/* n copies of c, a string to free. */
+static char *repeat(char c, size_t n) {
+    char *s = malloc(n + 1);
+    memset(s, c, n);
+    s[n] = '\0';
+    return s;
+}
+
+static mql_lease *lease_of(mql_client *c, const char *message_id) {
+    mql_lease *l = NULL;
+    uint64_t id;
+    for (id = 1; id < c->consumer.leases.next_id && !l; id++) {
+        l = mql_lease_find(&c->consumer.leases, id);
+        if (l && strcmp(l->message_id, message_id) != 0) l = NULL;
+    }
+    return l;
+}
+
+/* A message id longer than any RocketMQ makes (MQL_MESSAGE_ID_MAX) was taken
+ * like any other; the binding keeps an id's length in 16 bits, so one past
+ * 65,534 bytes could not be made into a Lua message, and the whole receive's
+ * event was dropped: every message of the batch given back, however honest
+ * (a server that kept sending it starved the consumer). Now such a frame is
+ * malformed (message_id_too_long): no lease, never renewed, so the broker
+ * hands it out again after its invisible duration; the others of the stream
+ * are taken as usual. A long receipt handle is no such case: the lease keeps
+ * one that outgrows its room in an allocation of its own. */
+static void a_message_id_too_long_costs_only_its_own_message(void) {
+    char *too_long = repeat('A', 70000), *longest = repeat('B', MQL_MESSAGE_ID_MAX);
+    char *past = repeat('C', MQL_MESSAGE_ID_MAX + 1), *handle = repeat('7', 70000);
+    mql_client c;
+    mql_call *call;
+    mql_event *ev;
+    mql_lease *l;
+    grpc_byte_buffer *frames[7];
+    size_t i;
+    fixture_client_init(&c);
+    mql_client_receive(&c, 8, 5000, 0);
+    call = c.calls;
+    CHECK(call != NULL);
+    if (!call) return;
+    frames[0] = ok_status_frame();
+    frames[1] = message_frame("M1", 10);
+    frames[2] = message_frame(too_long, 10);
+    frames[3] = message_frame(longest, 10);
+    frames[4] = message_frame(past, 10);
+    frames[5] = message_frame_with("M5", handle, 10);
+    frames[6] = message_frame("M6", 10);
+    ev = stream(&c, call, frames, 7);
+    CHECK(ev && ev->result.ok && ev->nmsgs == 4);
+    for (i = 0; ev && i < ev->nmsgs; i++) CHECK(strlen(ev->msgs[i].id) <= MQL_MESSAGE_ID_MAX);
+    CHECK(ev && ev->nmsgs == 4 && strcmp(ev->msgs[0].id, "M1") == 0 &&
+          strcmp(ev->msgs[1].id, longest) == 0 && strcmp(ev->msgs[2].id, "M5") == 0 &&
+          strcmp(ev->msgs[3].id, "M6") == 0);
+    CHECK(reason_count(&c.metrics.malformed, "message_id_too_long") == 2);
+    CHECK(error_count(&c.metrics, "receive", "PROTOCOL") == 1);
+    /* the two refused ones hold no lease: nothing renews or releases them */
+    CHECK(c.consumer.leases.count == 4);
+    CHECK(lease_of(&c, too_long) == NULL && lease_of(&c, past) == NULL);
+    l = lease_of(&c, "M5");
+    CHECK(l && strcmp(l->handle, handle) == 0);
+    mql_event_free(ev);
+    fixture_client_finish(&c, call);
+
+    /* a batch of nothing else: the receive fails PROTOCOL, holding nothing */
+    fixture_client_init(&c);
+    mql_client_receive(&c, 8, 5000, 0);
+    call = c.calls;
+    if (!call) return;
+    frames[0] = ok_status_frame();
+    frames[1] = message_frame(too_long, 10);
+    ev = stream(&c, call, frames, 2);
+    CHECK(ev && !ev->result.ok && strcmp(ev->result.code, "PROTOCOL") == 0 && ev->nmsgs == 0);
+    CHECK(ev && strstr(ev->result.msg, "message_id_too_long") != NULL);
+    CHECK(c.consumer.leases.count == 0);
+    mql_event_free(ev);
+    fixture_client_finish(&c, call);
+    free(too_long);
+    free(longest);
+    free(past);
+    free(handle);
+}
+
 int main(void) {
     RUN(a_stream_with_more_messages_than_the_batch_is_cut);
     RUN(a_receive_stops_taking_at_its_byte_budget);
     RUN(receives_take_turns_naming_the_route_brokers);
     RUN(a_later_status_never_hides_an_error);
+    RUN(a_message_id_too_long_costs_only_its_own_message);
     return TEST_REPORT("receive_caps_test");
 }

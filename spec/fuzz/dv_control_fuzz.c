@@ -28,7 +28,8 @@ static void check_ranges(const dv_faults *f) {
     for (i = 0; i < sizeof(shares) / sizeof(shares[0]); i++)
         if (!(shares[i] >= 0 && shares[i] <= 1)) abort();
     if (!(f->time_scale > 0) || f->delay_change_ms < 0 || f->min_invisible_ms < 0 ||
-        f->control_timeout_ms < 0 || f->paused < 0 || f->paused > 1 || f->gzip_framing < 0 ||
+        f->min_invisible_ms > 43200000 || f->control_timeout_ms < 100 || f->max_renewals < -1 ||
+        f->tx_check_max < 0 || f->paused < 0 || f->paused > 1 || f->gzip_framing < 0 ||
         f->gzip_framing > 1 || f->digest > DV_DIGEST_SHA1 || f->malformed_kind > DV_MALFORMED_TOPIC)
         abort();
 }

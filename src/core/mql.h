@@ -25,6 +25,15 @@
 #define MQL_MAX_BATCH 32
 #endif
 
+/* The longest message id the core takes (bytes). RocketMQ keeps a message's
+ * id in its properties (MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
+ * which its store refuses past Short.MAX_VALUE bytes (CommitLog's
+ * PROPERTIES_SIZE_EXCEEDED), so no broker sends a longer one; and a binding
+ * may keep an id's length in 16 bits (src/lua/lmql_message.c does). */
+#if !defined(MQL_MESSAGE_ID_MAX)
+#define MQL_MESSAGE_ID_MAX 32767
+#endif
+
 /* Error strings carried in results and events; longer texts are cut. */
 #if !defined(MQL_ERRLEN)
 #define MQL_ERRLEN 256

@@ -32,74 +32,96 @@ static int number(const char *text, double lo, double hi, double *out) {
 
 typedef enum kind { SHARE, MS, INT, SCALE, FLAG } kind;
 
+#define DAY_MS 86400000
+#define MAX_INVISIBLE_MS 43200000   /* the most a receive may ask for (dv_handlers.c) */
+
+/* Each setting's own range: a value outside it is refused, never clamped. */
 static const struct {
     const char *key;
     kind k;
+    double lo, hi;
     size_t off;
 } numeric[] = {
-    {"fail_change", SHARE, offsetof(dv_faults, fail_change)},
-    {"fail_ack", SHARE, offsetof(dv_faults, fail_ack)},
-    {"gzip", SHARE, offsetof(dv_faults, gzip)},
-    {"corrupt_digest", SHARE, offsetof(dv_faults, corrupt_digest)},
-    {"bomb", SHARE, offsetof(dv_faults, bomb)},
-    {"malformed", SHARE, offsetof(dv_faults, malformed)},
-    {"truncated_frame", SHARE, offsetof(dv_faults, truncated_frame)},
-    {"delay_change_ms", MS, offsetof(dv_faults, delay_change_ms)},
-    {"delay_send_ms", MS, offsetof(dv_faults, delay_send_ms)},
-    {"min_invisible_ms", MS, offsetof(dv_faults, min_invisible_ms)},
-    {"control_timeout_ms", MS, offsetof(dv_faults, control_timeout_ms)},
-    {"max_renewals", INT, offsetof(dv_faults, max_renewals)},
-    {"tx_check_ms", MS, offsetof(dv_faults, tx_check_ms)},
-    {"tx_check_interval_ms", MS, offsetof(dv_faults, tx_check_interval_ms)},
-    {"tx_check_max", INT, offsetof(dv_faults, tx_check_max)},
-    {"drop_end_transaction", SHARE, offsetof(dv_faults, drop_end_transaction)},
-    {"paused", FLAG, offsetof(dv_faults, paused)},
-    {"time_scale", SCALE, offsetof(dv_faults, time_scale)},
+    {"fail_change", SHARE, 0, 1, offsetof(dv_faults, fail_change)},
+    {"fail_ack", SHARE, 0, 1, offsetof(dv_faults, fail_ack)},
+    {"gzip", SHARE, 0, 1, offsetof(dv_faults, gzip)},
+    {"corrupt_digest", SHARE, 0, 1, offsetof(dv_faults, corrupt_digest)},
+    {"bomb", SHARE, 0, 1, offsetof(dv_faults, bomb)},
+    {"malformed", SHARE, 0, 1, offsetof(dv_faults, malformed)},
+    {"truncated_frame", SHARE, 0, 1, offsetof(dv_faults, truncated_frame)},
+    {"delay_change_ms", MS, 0, DAY_MS, offsetof(dv_faults, delay_change_ms)},
+    {"delay_send_ms", MS, 0, DAY_MS, offsetof(dv_faults, delay_send_ms)},
+    /* past the longest invisible duration a receive may ask for, none could */
+    {"min_invisible_ms", MS, 0, MAX_INVISIBLE_MS, offsetof(dv_faults, min_invisible_ms)},
+    /* a client is dropped once silent this long: at 0 every client, the one
+     * that set it too, would be dropped as it connects, and nothing could set
+     * it back; 100 ms leaves a client on a loaded host time for its next line */
+    {"control_timeout_ms", MS, 100, DAY_MS, offsetof(dv_faults, control_timeout_ms)},
+    {"max_renewals", INT, -1, 1000000, offsetof(dv_faults, max_renewals)},   /* -1: no cap */
+    {"tx_check_ms", MS, 0, DAY_MS, offsetof(dv_faults, tx_check_ms)},
+    {"tx_check_interval_ms", MS, 0, DAY_MS, offsetof(dv_faults, tx_check_interval_ms)},
+    /* 0: dropped unasked at its first check (TransactionalMessageServiceImpl.needDiscard) */
+    {"tx_check_max", INT, 0, 1000000, offsetof(dv_faults, tx_check_max)},
+    {"drop_end_transaction", SHARE, 0, 1, offsetof(dv_faults, drop_end_transaction)},
+    {"paused", FLAG, 0, 1, offsetof(dv_faults, paused)},
+    {"time_scale", SCALE, 1e-6, 1e6, offsetof(dv_faults, time_scale)},
 };
 
 static const struct {
     const char *key, *names[4];
+    const char *says;
     size_t off;
 } named[] = {
-    {"digest", {"md5", "crc32", "sha1", NULL}, offsetof(dv_faults, digest)},
-    {"gzip_framing", {"zlib", "gzip", NULL, NULL}, offsetof(dv_faults, gzip_framing)},
-    {"malformed_kind", {"any", "id", "handle", "topic"}, offsetof(dv_faults, malformed_kind)},
+    {"digest", {"md5", "crc32", "sha1", NULL}, "md5, crc32 or sha1", offsetof(dv_faults, digest)},
+    {"gzip_framing", {"zlib", "gzip", NULL, NULL}, "zlib or gzip", offsetof(dv_faults, gzip_framing)},
+    {"malformed_kind", {"any", "id", "handle", "topic"}, "any, id, handle or topic",
+     offsetof(dv_faults, malformed_kind)},
 };
 
-static int set_numeric(dv_faults *f, kind k, size_t off, const char *value) {
+/* Stores value in f at off if it is a number of kind k within [lo, hi]. */
+static int set_numeric(dv_faults *f, kind k, double lo, double hi, size_t off, const char *value) {
     char *base = (char *)f + off;
     double v;
+    if (number(value, lo, hi, &v) < 0) return -1;
+    /* whole where whole is asked: a cast would store 0 for "0.9" ms and answer ok,
+     * 1 for a count of "1.5", and 0 (no renewal) for "-0.5" */
+    if (k != SHARE && k != SCALE && v != floor(v)) return -1;
     switch (k) {
     case SHARE:
-        if (number(value, 0, 1, &v) < 0) return -1;
-        *(double *)base = v;
-        return 0;
     case SCALE:
-        if (number(value, 1e-6, 1e6, &v) < 0) return -1;
         *(double *)base = v;
         return 0;
-    case MS:   /* up to a day, whole: a cast would store 0 for "0.9" and answer ok */
-        if (number(value, 0, 86400000, &v) < 0 || v != floor(v)) return -1;
+    case MS:
         *(int64_t *)base = (int64_t)v;
         return 0;
-    case INT:   /* whole: a cast would store 1 for "1.5", and 0 (no renewal) for "-0.5" */
-        if (number(value, -1, 1000000, &v) < 0 || v != floor(v)) return -1;
-        *(int *)base = (int)v;
-        return 0;
+    case INT:
     case FLAG:
-        if (number(value, 0, 1, &v) < 0 || (v != 0 && v != 1)) return -1;
         *(int *)base = (int)v;
         return 0;
     }
     return -1;
 }
 
+/* What a numeric setting takes, for its refusal. */
+static void range_text(kind k, double lo, double hi, char *out, size_t outlen) {
+    switch (k) {
+    case SHARE: snprintf(out, outlen, "a share from %g to %g", lo, hi); break;
+    case SCALE: snprintf(out, outlen, "a factor from %g to %g", lo, hi); break;
+    case MS: snprintf(out, outlen, "whole milliseconds from %.0f to %.0f", lo, hi); break;
+    case INT: snprintf(out, outlen, "a whole number from %.0f to %.0f", lo, hi); break;
+    case FLAG: snprintf(out, outlen, "%.0f or %.0f", lo, hi); break;
+    }
+}
+
 int dv_faults_set(dv_faults *f, const char *key, const char *value, char *err, size_t errlen) {
+    char range[64];
     size_t i, j;
     for (i = 0; i < sizeof(numeric) / sizeof(numeric[0]); i++) {
         if (strcmp(key, numeric[i].key) != 0) continue;
-        if (set_numeric(f, numeric[i].k, numeric[i].off, value) == 0) return 0;
-        snprintf(err, errlen, "bad value for '%s': '%.64s'", key, value);
+        if (set_numeric(f, numeric[i].k, numeric[i].lo, numeric[i].hi, numeric[i].off, value) == 0)
+            return 0;
+        range_text(numeric[i].k, numeric[i].lo, numeric[i].hi, range, sizeof(range));
+        snprintf(err, errlen, "bad value for '%s': '%.64s' (%s)", key, value, range);
         return -1;
     }
     for (i = 0; i < sizeof(named) / sizeof(named[0]); i++) {
@@ -110,7 +132,7 @@ int dv_faults_set(dv_faults *f, const char *key, const char *value, char *err, s
                 return 0;
             }
         }
-        snprintf(err, errlen, "bad value for '%s': '%.64s'", key, value);
+        snprintf(err, errlen, "bad value for '%s': '%.64s' (%s)", key, value, named[i].says);
         return -1;
     }
     snprintf(err, errlen, "unknown setting '%.64s'", key);

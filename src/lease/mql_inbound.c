@@ -16,9 +16,14 @@ void mql_frame_clear(mql_frame *f) {
     memset(f, 0, sizeof(*f));
 }
 
-/* A message nobody can ack or renew is malformed; say which part is missing. */
-static const char *missing_identity(const mql_message *m) {
+/* A message nobody can ack or renew is malformed; say which part is missing.
+ * So is one whose id is longer than any broker makes (MQL_MESSAGE_ID_MAX in
+ * mql.h): it holds no lease, so the broker hands it out again after its
+ * invisible duration, and it costs its batch nothing but itself. A long
+ * receipt handle is taken: the lease keeps it in an allocation of its own. */
+static const char *unusable_identity(const mql_message *m) {
     if (!m->id || !*m->id) return "no_message_id";
+    if (strnlen(m->id, MQL_MESSAGE_ID_MAX + 1) > MQL_MESSAGE_ID_MAX) return "message_id_too_long";
     if (!m->receipt_handle) return "no_receipt_handle";
     if (!m->topic || !*m->topic) return "no_topic";
     return NULL;
@@ -29,7 +34,7 @@ static void judge_message(mql_frame *f, const pb_message *pm, size_t max_body) {
     const Apache__Rocketmq__V2__Digest *dg = sp ? sp->body_digest : NULL;
     mql_body_status st;
     mql_message_fields_from_pb(&f->msg, pm);
-    if ((f->reason = missing_identity(&f->msg)) != NULL) {
+    if ((f->reason = unusable_identity(&f->msg)) != NULL) {
         f->kind = MQL_FRAME_MALFORMED;
         return;
     }

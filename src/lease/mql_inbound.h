@@ -4,9 +4,10 @@
  * a good message (identity present, digest verified, body inflated), a
  * *corrupted* message (identity fine, body failed: it still holds a lease and
  * must be given back or dead-lettered, but never reaches a handler), or a
- * *malformed* frame (undecodable, or no message id / receipt handle / topic:
- * nothing can be done with it but count it). A Telemetry frame becomes the
- * settings the server pushed, with every duration saturated.
+ * *malformed* frame (undecodable, or no message id / receipt handle / topic,
+ * or an id longer than MQL_MESSAGE_ID_MAX: nothing is done with it but count
+ * it, and the broker redelivers it after its invisible duration). A Telemetry
+ * frame becomes the settings the server pushed, with every duration saturated.
  *
  * Pure functions over bytes, so the fuzz targets drive exactly what the
  * client runs (spec/fuzz/mql_receive_fuzz.c, mql_telemetry_fuzz.c).
@@ -30,8 +31,8 @@ typedef enum mql_frame_kind {
 
 typedef struct mql_frame {
     mql_frame_kind kind;
-    const char *reason;     /* static text: "undecodable", "no_message_id", "no_receipt_handle",
-                             * "no_topic"; or an mql_body_status_name() */
+    const char *reason;     /* static text: "undecodable", "no_message_id", "message_id_too_long",
+                             * "no_receipt_handle", "no_topic"; or an mql_body_status_name() */
     mql_result status;
     mql_message msg;
 } mql_frame;

@@ -33,6 +33,10 @@
 #include <string.h>
 
 #define MESSAGE_NO_ID UINT16_MAX
+/* The core hands over no id longer than MQL_MESSAGE_ID_MAX (mql_inbound.c
+ * refuses the frame), so every received message's id fits id_len: one that
+ * did not would raise in lmql_push_events and cost its whole receive. */
+_Static_assert(MQL_MESSAGE_ID_MAX < MESSAGE_NO_ID, "a message id's length must fit id_len");
 #define MESSAGE_INLINE_BODY 1024   /* bytes: a longer body is a Lua string (see above) */
 
 /* the key of a long body in the message's table (a light userdata: no name a
