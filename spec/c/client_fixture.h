@@ -77,6 +77,7 @@ static void fixture_client_finish(mql_client *c, mql_call *extra) {
         mql_call_free(call);
     }
     if (extra) mql_call_free(extra);
+    mql_release_drop_deferred(c);
     mql_lease_table_free(&c->consumer.leases);
     free(c->consumer.renew_held);
     mql_events_destroy(&c->events);

@@ -116,9 +116,9 @@ static void a_deferred_nack_that_fails_lets_the_renewed_lease_expire(void) {
     mql_renew_timers(&c, now, now + 1000);   /* the renewal goes out */
     CHECK(l->state == MQL_LEASE_RENEWING && c.calls != NULL);
     op = mql_client_nack(&c, l->id, 0);
-    CHECK(c.consumer.deferred != NULL);       /* it waits for the renewal's reply */
+    CHECK(c.consumer.deferred.head != NULL);       /* it waits for the renewal's reply */
     finish_change(&c, APACHE__ROCKETMQ__V2__CODE__OK, "h2");
-    CHECK(c.consumer.deferred == NULL);
+    CHECK(c.consumer.deferred.head == NULL);
     CHECK(c.calls != NULL && strcmp(c.calls->method, MQL_M_CHANGE) == 0);
     CHECK(l->pending == MQL_PENDING_NACK && l->renewals == 1);
     finish_change(&c, APACHE__ROCKETMQ__V2__CODE__INTERNAL_SERVER_ERROR, NULL);

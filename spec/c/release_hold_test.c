@@ -93,7 +93,7 @@ static void an_ack_while_reconnecting_waits_for_the_settings_to_come_back(void) 
     CHECK(c.reconnecting == 0);
     /* now the ack goes out, once, with the lease's handle, and is answered */
     CHECK(strcmp(newest_method(&c), MQL_M_ACK) == 0);
-    CHECK(c.consumer.deferred == NULL);
+    CHECK(c.consumer.deferred.head == NULL);
     CHECK(c.metrics.releases_held == 1);
     finish_ack(&c, APACHE__ROCKETMQ__V2__CODE__OK);
     CHECK(fixture_op_result(&c, op, NULL, 0) == 1);
@@ -123,7 +123,7 @@ static void a_nack_and_a_dead_letter_while_reconnecting_are_held_too(void) {
     CHECK(c.metrics.releases_held == 2);
     /* both went out: two calls besides the stream */
     CHECK(c.calls && c.calls->next && c.calls->next->next == stream);
-    CHECK(c.consumer.deferred == NULL);
+    CHECK(c.consumer.deferred.head == NULL);
     fixture_teardown(&c);
 }
 
@@ -149,7 +149,7 @@ static void a_held_ack_goes_out_before_its_deadline_and_fails_as_before(void) {
     mql_lease_arm(&c.consumer.leases, l, now);
     mql_renew_timers(&c, now, now + 1000);
     CHECK(strcmp(newest_method(&c), MQL_M_ACK) == 0);
-    CHECK(c.consumer.deferred == NULL);
+    CHECK(c.consumer.deferred.head == NULL);
     finish_ack(&c, APACHE__ROCKETMQ__V2__CODE__INTERNAL_SERVER_ERROR);
     CHECK(fixture_op_result(&c, op, code, sizeof(code)) == 0);
     CHECK(strcmp(code, "INTERNAL_SERVER_ERROR") == 0);
@@ -173,11 +173,12 @@ static void a_held_ack_waits_one_request_timeout_at_most(void) {
     now = mql_now_ms();
     CHECK(l->timer_ms <= now + c.request_timeout_ms);
     /* a request timeout has passed; still reconnecting */
-    if (c.consumer.deferred) c.consumer.deferred->held_at -= c.request_timeout_ms;
+    if (c.consumer.deferred.head)
+        MQL_RELEASE_OF(c.consumer.deferred.head)->held_at -= c.request_timeout_ms;
     mql_lease_arm(&c.consumer.leases, l, now);
     mql_renew_timers(&c, now, now + 1000);
     CHECK(strcmp(newest_method(&c), MQL_M_ACK) == 0);
-    CHECK(c.consumer.deferred == NULL);
+    CHECK(c.consumer.deferred.head == NULL);
     CHECK(l->timer_ms == l->deadline_ms);   /* the deadline check again */
     fixture_teardown(&c);
 }
@@ -189,7 +190,7 @@ static void an_ack_with_too_little_time_left_is_not_held(void) {
     uint64_t id = l->id;
     mql_client_ack(&c, &id, 1);
     CHECK(strcmp(newest_method(&c), MQL_M_ACK) == 0);
-    CHECK(c.consumer.deferred == NULL);
+    CHECK(c.consumer.deferred.head == NULL);
     CHECK(c.metrics.releases_held == 0);
     fixture_teardown(&c);
 }
@@ -209,7 +210,7 @@ static void a_close_while_reconnecting_fails_held_releases_closed(void) {
     CHECK(fixture_op_result(&c, op, code, sizeof(code)) == 0);
     CHECK(strcmp(code, "CLOSED") == 0);
     CHECK(c.calls == NULL);
-    CHECK(c.consumer.deferred == NULL);
+    CHECK(c.consumer.deferred.head == NULL);
     fixture_teardown(&c);
 }
 
@@ -220,7 +221,7 @@ static void nack_all_while_reconnecting_goes_out_at_once(void) {
     setup(&c, 20000);
     mql_client_nack_all(&c, 0);
     CHECK(strcmp(newest_method(&c), MQL_M_CHANGE) == 0);
-    CHECK(c.consumer.deferred == NULL);
+    CHECK(c.consumer.deferred.head == NULL);
     fixture_teardown(&c);
 }
 

@@ -16,6 +16,8 @@
  *   mql_release.c   where it leaves: ack, nack, dead letter, let expire,
  *                   nack-all at shutdown; how any lease leaves the table
  *   mql_ack.c       which entry of an AckMessage reply answers which lease
+ *   mql_deferred.c  the releases that wait (renewals, a reconnect): a list,
+ *                   and an index by lease
  *   mql_change.c    ChangeInvisibleDuration, which a renewal and a nack both send
  *   mql_lite.c      lite topics (RocketMQ 5.5): SyncLiteSubscription, and the lite
  *                   topic a lease's requests carry
@@ -39,12 +41,13 @@
  *                     (a proxy that answers again ends a reconnect's wait)
  *   mql_renew.c    -> mql_release.c (a lost lease ends, the releases deferred
  *                     behind a renewal go out), mql_change.c (a renewal)
- *   mql_release.c  -> mql_change.c (a nack), mql_ack.c (an ack's reply)
+ *   mql_release.c  -> mql_change.c (a nack), mql_ack.c (an ack's reply),
+ *                     mql_deferred.c (the releases that wait, by lease)
  *   mql_session.c, mql_client.c -> mql_endpoint.c (the endpoint in use, a
  *                     move to the next, the channels to it)
  *   mql_session.c, mql_receive.c, mql_release.c, mql_change.c -> mql_lite.c
  *   mql_producer.c, mql_transaction.c, mql_change.c, mql_lite.c,
- *                     mql_endpoint.c, mql_ack.c -> no other stage
+ *                     mql_endpoint.c, mql_ack.c, mql_deferred.c -> no other stage
  *   every stage    -> mql_base.c (a call started, its end dispatched to
  *                     its ops), which stands on mql_call.c; the stages use
  *                     mql_call.c directly too, for a reply decoded, a status
@@ -76,6 +79,7 @@
 #include "mql_auto.h"
 #include "mql_pace.h"
 #include "mql_anchor.h"
+#include "mql_deferred.h"
 
 #define MQL_M_QUERY_ROUTE "/apache.rocketmq.v2.MessagingService/QueryRoute"
 #define MQL_M_HEARTBEAT "/apache.rocketmq.v2.MessagingService/Heartbeat"
@@ -153,8 +157,11 @@ typedef struct mql_consumer_part {
     mql_receive_wait *waiting;  /* receives held for the renewals, oldest first (mql_receive.c) */
     uint64_t *renew_held;       /* leases whose renewal waits for the session's reconnect */
     size_t nrenew_held, renew_held_cap;   /* (mql_renew.c) */
-    mql_release *deferred;      /* releases waiting for a renewal's reply, or held
+    mql_deferred deferred;      /* releases waiting for a renewal's reply, or held
                                    while the session reconnects (mql_release.c) */
+    int64_t held_need_ms;       /* the least new-channel need a held one was armed
+                                   with since the last full run; 0: none (mql_release.c) */
+    uint64_t deferred_looked_at;   /* releases the runs looked at: the C tests bound it */
     int nacked_all;             /* nack_all ran (close, shutdown): late messages go back */
     int64_t nacked_all_delay_ms;
     int fifo;                   /* from the server's Settings (mql_session.c) */

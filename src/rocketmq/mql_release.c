@@ -26,8 +26,10 @@
 #include "mql_release.h"
 #include "mql_ack.h"
 #include "mql_change.h"
+#include "mql_deferred.h"
 #include "mql_lite.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,23 +92,27 @@ static void settle(mql_client *c, mql_release *rel, size_t i, const mql_result *
                           r->code);
 }
 
+static void release_leave(mql_client *c, mql_release *rel) {
+    mql_deferred_remove(&c->consumer.deferred, &rel->link, rel->ids, rel->n);
+}
+
+/* Only the release of the lease can wait for it: a lease has one under way. */
 void mql_release_fail_lease(mql_client *c, uint64_t lease_id, const char *code,
                             const char *msg) {
-    mql_release **pp = &c->consumer.deferred;
+    mql_deferred_link *link = mql_deferred_find(&c->consumer.deferred, lease_id);
+    mql_release *rel;
     mql_result r;
     size_t i;
+    if (!link) return;
+    rel = MQL_RELEASE_OF(link);
+    c->consumer.deferred_looked_at++;
     mql_result_fail(&r, code, "%s", msg);
-    while (*pp) {
-        mql_release *rel = *pp;
-        for (i = 0; i < rel->n; i++)
-            if (rel->ids[i] == lease_id) settle(c, rel, i, &r);
-        if (release_done(rel)) {
-            *pp = rel->next;
-            release_post(c, rel);
-            release_free(rel);
-        } else {
-            pp = &rel->next;
-        }
+    for (i = 0; i < rel->n; i++)
+        if (rel->ids[i] == lease_id) settle(c, rel, i, &r);
+    if (release_done(rel)) {
+        release_leave(c, rel);
+        release_post(c, rel);
+        release_free(rel);
     }
 }
 
@@ -370,6 +376,9 @@ static int release_held(mql_client *c, mql_release *rel) {
         if (l && l->deadline_ms - need < send_by) send_by = l->deadline_ms - need;
     }
     if (now >= send_by) return 0;
+    /* a need grown past this one would bring send_by forward (run_lease) */
+    if (!c->consumer.held_need_ms || need < c->consumer.held_need_ms)
+        c->consumer.held_need_ms = need;
     for (i = 0; i < rel->n; i++) {
         mql_lease *l;
         if (rel->settled[i]) continue;
@@ -398,23 +407,24 @@ static void release_fail_closed(mql_client *c, mql_release *rel) {
     release_free(rel);
 }
 
-/* Sends the release if none of its leases is being renewed and it is not held
- * for the session's reconnect (release_held); else keeps it deferred.
- * Returns 1 if it was sent (or finished). */
-static int release_try(mql_client *c, mql_release *rel) {
+/* Whether rel stays deferred: one of its leases is being renewed, or it is
+ * held for the session's reconnect (release_held). */
+static int release_waits(mql_client *c, mql_release *rel) {
     size_t i;
     for (i = 0; i < rel->n; i++) {
         mql_lease *l;
         if (rel->settled[i]) continue;
         l = mql_lease_find(&c->consumer.leases, rel->ids[i]);
-        if (l && l->state == MQL_LEASE_RENEWING) return 0;
+        if (l && l->state == MQL_LEASE_RENEWING) return 1;
     }
+    return !release_done(rel) && release_held(c, rel);
+}
+
+/* Sends rel, which waits no more, or ends it; rel is not ours after. */
+static void release_go(mql_client *c, mql_release *rel) {
     if (rel->held && c->stopping && !release_done(rel)) {
         release_fail_closed(c, rel);
-        return 1;
-    }
-    if (!release_done(rel) && release_held(c, rel)) return 0;
-    if (release_done(rel)) {
+    } else if (release_done(rel)) {
         release_post(c, rel);
         release_free(rel);
     } else if (rel->is_ack) {
@@ -424,17 +434,42 @@ static int release_try(mql_client *c, mql_release *rel) {
     } else {
         send_each(c, rel, nack_start, "nack");
     }
-    return 1;
+}
+
+/* A deferred release looked at again: it goes if it waits no more. Going
+ * touches no other release, so the list's next link stays valid. */
+static void release_retry(mql_client *c, mql_release *rel) {
+    c->consumer.deferred_looked_at++;
+    if (release_waits(c, rel)) return;
+    release_leave(c, rel);
+    release_go(c, rel);
 }
 
 void mql_release_run_deferred(mql_client *c) {
-    mql_release **pp = &c->consumer.deferred;
-    while (*pp) {
-        mql_release *rel = *pp;
-        mql_release *next = rel->next;
-        if (release_try(c, rel)) *pp = next;
-        else pp = &rel->next;
+    mql_deferred_link *link, *next;
+    /* each one still held is armed again below, with today's need */
+    c->consumer.held_need_ms = 0;
+    for (link = c->consumer.deferred.head; link; link = next) {
+        next = link->next;
+        release_retry(c, MQL_RELEASE_OF(link));
     }
+}
+
+/* A held release's timer is armed at the latest moment it may go out,
+ * reckoned with the need of a call on a new channel (K x the renewals' p99
+ * plus a connection's setup). Slower renewals raise it and bring that moment
+ * forward for every held release at once: then all are looked at again, so
+ * none goes out later than its leases allow. A smaller need only leaves a
+ * timer early, which finds its release still held and arms it again. */
+void mql_release_run_lease(mql_client *c, uint64_t lease_id) {
+    mql_deferred_link *link;
+    if (c->consumer.held_need_ms &&
+        mql_change_new_channel_needs_ms(c) > c->consumer.held_need_ms) {
+        mql_release_run_deferred(c);
+        return;
+    }
+    link = mql_deferred_find(&c->consumer.deferred, lease_id);
+    if (link) release_retry(c, MQL_RELEASE_OF(link));
 }
 
 /* What a release does: one of these, with the fields a dead letter needs. */
@@ -485,11 +520,11 @@ static uint64_t release_start(mql_client *c, const uint64_t *ids, size_t n, rele
                 mql_lease_arm(&c->consumer.leases, l, l->deadline_ms);
         }
     }
-    op = rel->op;   /* rel may be gone once tried */
-    if (!release_try(c, rel)) {
-        rel->next = c->consumer.deferred;
-        c->consumer.deferred = rel;
-    }
+    op = rel->op;   /* rel may be gone once sent */
+    if (release_waits(c, rel))
+        mql_deferred_add(&c->consumer.deferred, &rel->link, rel->ids, rel->settled, rel->n);
+    else
+        release_go(c, rel);
     return op;
 }
 
@@ -555,10 +590,10 @@ uint64_t mql_release_nack_all(mql_client *c, int64_t delay_ms) {
 }
 
 void mql_release_drop_deferred(mql_client *c) {
-    mql_release *rel, *next;
-    for (rel = c->consumer.deferred; rel; rel = next) {
-        next = rel->next;
-        release_free(rel);
+    mql_deferred_link *link, *next;
+    for (link = c->consumer.deferred.head; link; link = next) {
+        next = link->next;
+        release_free(MQL_RELEASE_OF(link));
     }
-    c->consumer.deferred = NULL;
+    mql_deferred_free(&c->consumer.deferred);
 }

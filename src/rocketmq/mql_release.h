@@ -24,8 +24,12 @@ struct mql_release {
     int held;                   /* waited for the session's reconnect (counted once) */
     int64_t held_at;            /* since when (it waits one request timeout at most) */
     int no_hold;                /* never waits for a reconnect (nack_all: close, the watcher) */
-    mql_release *next;          /* on c->deferred while renewals are in flight or held */
+    mql_deferred_link link;     /* on c->consumer.deferred while a renewal is in flight
+                                   or it is held */
 };
+
+/* The release whose link this is. */
+#define MQL_RELEASE_OF(l) ((mql_release *)(void *)((char *)(l) - offsetof(mql_release, link)))
 
 /* The host's releases (mql_client_ack, _nack, _dead_letter): the op of the
  * event that answers for every lease. A dead letter is forwarded to the
@@ -55,8 +59,14 @@ void mql_release_fail_lease(mql_client *c, uint64_t lease_id, const char *code,
                             const char *msg);
 /* Sends the deferred releases whose renewals have come back and, once the
  * session has our settings again, those held for its reconnect (or any whose
- * lease can wait no longer); fails held ones CLOSED once stopping. */
+ * lease can wait no longer); fails held ones CLOSED once stopping. Looks at
+ * every one: for what concerns them all (the settings back, the close). */
 void mql_release_run_deferred(mql_client *c);
+/* The same for the one deferred release that waits for lease_id, if any: what
+ * the lease's timer or its renewal's reply may have let go, looked up by the
+ * lease (or all of them, once the need of a new channel has grown past what
+ * a held one's timer was armed with). */
+void mql_release_run_lease(mql_client *c, uint64_t lease_id);
 /* Frees the deferred list unsent: for the client's last moment, after the
  * thread is gone (client_stop). */
 void mql_release_drop_deferred(mql_client *c);

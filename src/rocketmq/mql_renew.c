@@ -24,7 +24,7 @@
  * releases waiting for it fail, it ends LOST), its budget is spent (nack), a
  * renewal's reply came (the releases deferred behind it go out). So this file
  * calls down into mql_release.c (mql_release_end, mql_release_fail_lease,
- * mql_release_run_deferred), and a release needs nothing of renewing: while a
+ * mql_release_run_lease), and a release needs nothing of renewing: while a
  * lease renews it waits on the lease's state, not on a call here. What both
  * send, ChangeInvisibleDuration, is below both (mql_change.c). Kept as two
  * files, not merged: the life of a message should show in `ls` (enter, live,
@@ -130,7 +130,7 @@ static void lease_timer(mql_client *c, mql_lease *l, int64_t now) {
          * held while the session reconnects, whose timer this is: the lease
          * can wait no longer, and the release goes out now (mql_release.c). */
         mql_lease_arm(&cs->leases, l, l->deadline_ms);
-        if (c->reconnecting) mql_release_run_deferred(c);
+        if (c->reconnecting) mql_release_run_lease(c, l->id);
         return;
     }
     if (l->state != MQL_LEASE_HELD || !cs->renew) {
@@ -284,7 +284,8 @@ static void on_renew_done(mql_client *c, mql_call *call) {
     }
 out:
     mql_call_reply_free(resp);
-    mql_release_run_deferred(c);
+    /* the release that waited for this reply, if any (a renewal names its lease by op) */
+    mql_release_run_lease(c, call->op);
 }
 
 /* How late a due renewal is at now (0: not a renewal, or not due). */
