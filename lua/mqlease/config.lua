@@ -294,7 +294,9 @@ function _M.consumer_options(opts)
   elseif o.auto_invisible then
     relation_error(where, ("option 'auto_invisible' needs 'invisible' = \"auto\" (got %s)"):format(describe(o.invisible)))
   end
-  if o.renew_every and o.renew_every >= shortest then
+  -- compared in the whole milliseconds the core keeps (consumer.lua floors
+  -- both): 1.0001 s and 1.0005 s are one period as long as the window
+  if o.renew_every and floor(o.renew_every * 1000) >= floor(shortest * 1000) then
     if o.invisible == "auto" then what = "'auto_invisible.min'" end
     relation_error(where, ("option 'renew_every' (%s) must be less than %s (%s)"):format(o.renew_every, what, shortest))
   end

@@ -118,6 +118,25 @@ static void a_later_renew_every_keeps_its_own_margin(void) {
     CHECK(mql_pace_first_at(&p, 0, 30000, 0) >= 22500);
 }
 
+/* A period no shorter than the window (renew_every 1.0001 s and invisible
+ * 1.0005 s are both 1000 ms) cannot be kept: it left no margin, so nearly
+ * every lease's renewal fell on its deadline, where a renewal is no longer
+ * sent, and the lease was lost. Such a period keeps the default margin. */
+static void a_period_as_long_as_the_window_still_renews_before_the_deadline(void) {
+    mql_pace p;
+    uint64_t key;
+    int at_deadline = 0;
+    mql_pace_init(&p, 1000, 1000);
+    CHECK(mql_pace_margin_ms(&p) == 1000 / 3);
+    for (key = 1; key <= 1000; key++) {
+        if (mql_pace_first_at(&p, 0, 1000, key) > 1000 - 1000 / 3) at_deadline++;
+        if (mql_pace_next_at(&p, 0, 1000, key) > 1000 - 1000 / 3) at_deadline++;
+    }
+    CHECK(at_deadline == 0);
+    mql_pace_init(&p, 1000, 5000);   /* longer still: the same */
+    CHECK(mql_pace_margin_ms(&p) == 1000 / 3);
+}
+
 static void renewals_go_out_together_at_most_a_sixty_fourth_of_the_period_early(void) {
     mql_pace p;
     mql_pace_init(&p, 1200, 0);   /* every 400 ms */
@@ -165,6 +184,7 @@ int main(void) {
     RUN(a_very_slow_broker_still_leaves_a_tenth_of_the_window);
     RUN(the_p99_follows_the_broker_when_it_recovers);
     RUN(a_later_renew_every_keeps_its_own_margin);
+    RUN(a_period_as_long_as_the_window_still_renews_before_the_deadline);
     RUN(renewals_go_out_together_at_most_a_sixty_fourth_of_the_period_early);
     RUN(no_more_renewals_start_than_the_cap_allows);
     RUN(behind_twice_as_many_renewals_may_be_in_flight);

@@ -50,6 +50,18 @@ describe("consumer options", function()
     end)
   end)
 
+  -- The core keeps whole milliseconds: 1.0001 s and 1.0005 s are both 1000 ms,
+  -- a period as long as the window, which left no time to renew before the deadline.
+  it("compares renew_every with the window in the milliseconds the core keeps", function()
+    raises("'renew_every' %(1.0001%) must be less than 'invisible' %(1.0005%)", function()
+      config.consumer_options(base { invisible = 1.0005, renew_every = 1.0001 })
+    end)
+    raises("'renew_every' %(1.0001%) must be less than 'auto_invisible.min' %(1.0005%)", function()
+      config.consumer_options(base { invisible = "auto", auto_invisible = { min = 1.0005 }, renew_every = 1.0001 })
+    end)
+    assert.equal(1.0009, config.consumer_options(base { invisible = 1.002, renew_every = 1.0009 }).renew_every)
+  end)
+
   it("takes invisible = \"auto\" with bounds, and names a bad bound", function()
     raises("option 'invisible' must be a number between 1 and 43200, or \"auto\"", function()
       mqlease.consumer(base { invisible = "automatic" })

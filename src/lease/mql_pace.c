@@ -16,7 +16,9 @@ void mql_pace_init(mql_pace *p, int64_t invisible_ms, int64_t every_ms) {
 
 int64_t mql_pace_margin_ms(const mql_pace *p) {
     int64_t third = p->invisible_ms / 3, left = p->invisible_ms - p->every_ms;
-    int64_t margin = left < third ? left : third;
+    /* a period no shorter than the window leaves nothing to keep: it would
+     * put every renewal at the deadline, when none is sent any more */
+    int64_t margin = left > 0 && left < third ? left : third;
     int64_t slow = MQL_PACE_P99_FACTOR * p->p99_ms;
     int64_t most = p->invisible_ms - p->invisible_ms / 10;
     if (slow > margin) margin = slow;

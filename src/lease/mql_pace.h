@@ -20,7 +20,9 @@
  *   latest safe     remaining <= margin, margin = max(invisible/3, K x the
  *                   observed p99 renewal latency): a slow broker makes us
  *                   renew earlier, never later. A user's own later
- *                   renew_every lowers the invisible/3 part to what it leaves.
+ *                   renew_every lowers the invisible/3 part to what it leaves
+ *                   (one no shorter than the window leaves nothing: it keeps
+ *                   invisible/3).
  *   how many now    at most max_inflight ChangeInvisibleDuration calls at
  *                   once (twice that while behind); due leases wait in timer
  *                   order. So a renewal's request timeout measures the
@@ -97,7 +99,8 @@ int64_t mql_pace_behind_ms(const mql_pace *p);
 /* How many renewals may start now, with inflight already out: up to
  * max_inflight, or MQL_PACE_BEHIND_INFLIGHT times that while behind. */
 int mql_pace_may_start(const mql_pace *p, int inflight, int behind);
-/* One observed renewal latency (request to reply). */
+/* One observed renewal latency (request to reply, or to its timeout; the
+ * caller leaves out calls that reached no broker). */
 void mql_pace_observe(mql_pace *p, int64_t latency_ms);
 
 #endif /* MQL_PACE_H */

@@ -213,6 +213,15 @@ static int64_t retry_needs_ms(const mql_client *c, const char *code) {
     return c->request_timeout_ms;
 }
 
+/* Whether a failed renewal's time says how long renewals take: a timeout is
+ * slowness too, and so is a broker's error. UNAVAILABLE did not reach one
+ * (grpc fails a call at once while the channel is down) and CANCELLED was
+ * our own: fed as latencies of ~0 ms, a proxy outage pulled the p99 down, and
+ * with it the margin and what a retry on the new proxy must have left. */
+static int says_latency(const char *code) {
+    return strcmp(code, "UNAVAILABLE") != 0 && strcmp(code, "CANCELLED") != 0;
+}
+
 static void on_renew_done(mql_client *c, mql_call *call) {
     mql_consumer_part *cs = &c->consumer;
     mql_result r;
@@ -256,7 +265,7 @@ static void on_renew_done(mql_client *c, mql_call *call) {
          * the message may come back once more. Count it apart. */
         int uncertain = no_handle || strcmp(r.code, "TIMEOUT") == 0 || strcmp(r.code, "CANCELLED") == 0;
         int64_t backoff = RENEW_BACKOFF_MIN_MS << (l->attempts < 5 ? l->attempts : 5);
-        mql_pace_observe(&cs->pace, now - mql_lease_renew_sent_ms(l));   /* a timeout is slowness too */
+        if (says_latency(r.code)) mql_pace_observe(&cs->pace, now - mql_lease_renew_sent_ms(l));
         /* The change may have been applied: then the broker minted a handle we
          * never saw, and armed a deadline that our handle cannot cancel. No
          * handle we hold can undo that, so we keep renewing with the one we
