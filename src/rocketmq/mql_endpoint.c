@@ -5,7 +5,8 @@
  * another when a start or a reconnect finds nothing answering, as the official
  * clients go through theirs. Each endpoint is reached over two channels
  * (c->access for the session's calls, c->broker for the messages', one channel
- * unless they are split), plaintext or TLS on the same port.
+ * unless the route names another address: mql_endpoint_take_route), plaintext
+ * or TLS on the same port.
  *
  * Every function here runs with c->mu held unless it says otherwise.
  */
@@ -98,6 +99,30 @@ void mql_endpoint_channels_renew(mql_client *c) {
     if (c->broker != c->access) mql_call_channel_unref(c->broker);
     mql_call_channel_unref(c->access);
     c->access = c->broker = mql_endpoint_channel_new(c, c->endpoint);
+}
+
+/* A proxy in cluster mode names the endpoint we dialled; one in local mode
+ * names its broker's own address with the proxy's gRPC port
+ * (org.apache.rocketmq.proxy.service.route.LocalTopicRouteService), which may
+ * differ from what we dialled (a DNS name, a load balancer). When a later
+ * route names our endpoint again, the session goes back to it: the channel
+ * to the address an earlier route named would carry the stream, receives,
+ * renewals and acks to a proxy the route no longer lists. */
+void mql_endpoint_take_route(mql_client *c, const Apache__Rocketmq__V2__Endpoints *ep) {
+    const Apache__Rocketmq__V2__Address *a;
+    char target[300];
+    if (c->broker != c->access) mql_call_channel_unref(c->broker);
+    c->broker = c->access;
+    if (!ep || ep->n_addresses == 0 || !(a = ep->addresses[0])) return;
+    /* no address at all is no reason to leave a proxy that answers */
+    if (!a->host || !*a->host || a->port <= 0 || a->port > 65535) return;
+    /* an IPv6 host comes bare (Guava's HostAndPort.getHost): grpc reads
+     * "::1:8081" as one IPv6 address on its default port */
+    if (strchr(a->host, ':') && *a->host != '[')
+        snprintf(target, sizeof(target), "[%s]:%d", a->host, a->port);
+    else
+        snprintf(target, sizeof(target), "%s:%d", a->host, a->port);
+    if (strcmp(target, c->endpoint) != 0) c->broker = mql_endpoint_channel_new(c, target);
 }
 
 /* TLS credentials as configured. The proxy serves TLS and plaintext on one

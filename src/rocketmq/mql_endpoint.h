@@ -27,6 +27,10 @@ int mql_endpoint_use(mql_client *c, size_t i, char *err, size_t errlen);
 /* New channels to the endpoint in use; the old ones live on until the last
  * call in flight on them ends. */
 void mql_endpoint_channels_renew(mql_client *c);
+/* The route's endpoint for the session's stream and the messages' calls
+ * (c->broker): our own endpoint's channel when the route names it, else a
+ * new channel to the address it names. */
+void mql_endpoint_take_route(mql_client *c, const Apache__Rocketmq__V2__Endpoints *ep);
 /* The arguments of every channel a client opens (at most
  * MQL_CHANNEL_ARGS_MAX), and their number. */
 #define MQL_CHANNEL_ARGS_MAX 6

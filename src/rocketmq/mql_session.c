@@ -237,17 +237,8 @@ static void on_route_done(mql_client *c, mql_call *call) {
             mql_result_fail(&r, "FORBIDDEN", "QueryRoute: topic %s has no readable queue",
                             cs->topic);
         } else {
-            const Apache__Rocketmq__V2__Endpoints *ep = q->broker->endpoints;
             take_brokers(cs, resp);
-            if (ep && ep->n_addresses > 0) {
-                char target[300];
-                snprintf(target, sizeof(target), "%s:%d", ep->addresses[0]->host,
-                         ep->addresses[0]->port);
-                if (strcmp(target, c->endpoint) != 0) {
-                    if (c->broker != c->access) mql_call_channel_unref(c->broker);
-                    c->broker = mql_endpoint_channel_new(c, target);
-                }
-            }
+            mql_endpoint_take_route(c, q->broker->endpoints);
         }
     }
     mql_call_reply_free(resp);
@@ -545,6 +536,10 @@ static void reconnect_now(mql_client *c) {
         mql_endpoint_channels_renew(c);
         c->reconnect_route = 1;
     }
+    /* the stream was to the address the route named, not to our endpoint:
+     * only the route can say where the session goes now (that address may
+     * be gone for good, a broker restarted elsewhere) */
+    if (c->broker != c->access) c->reconnect_route = 1;
     if (c->type == MQL_CONSUMER && c->reconnect_route &&
         route_start(c, c->consumer.topic, 0,
                     c->reconnect_call_ms ? c->reconnect_call_ms : c->request_timeout_ms) == 0)
