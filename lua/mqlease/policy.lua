@@ -212,6 +212,21 @@ local function key_of(prefix)
   return function(id, suffix) return key_base(id, prefix) .. suffix end
 end
 
+-- Why a prefix cannot name a message's keys, or nil. Redis hashes the text
+-- between a key's first '{' and the first '}' after it, and the whole key
+-- when that is empty (keyHashSlot, Redis' src/cluster.c): a prefix whose
+-- first '{' has a '}' right after it ("a{}:") makes that empty tag, so a
+-- message's lock, fence and done land in different slots, and under Cluster
+-- every script over them fails CROSSSLOT. Any other prefix keeps them in one.
+function _M.prefix_problem(prefix)
+  if type(prefix) ~= "string" then return "must be a string" end
+  local open = prefix:find("{", 1, true)
+  if open and prefix:byte(open + 1) == 0x7d then
+    return "must not have '}' right after its first '{' (Redis Cluster would hash each key whole, "
+      .. "and one message's keys would land in different slots)"
+  end
+end
+
 function _M.keys(id, prefix)
   local lock, fence, done = key_strings(id, prefix or "mqlease:")
   return { done = done, lock = lock, fence = fence }
@@ -274,7 +289,8 @@ local function check_options(opts)
         k, MOST_SECONDS, tostring(v)), 3)
     end
   end
-  if type(o.prefix) ~= "string" then error("mqlease.policy.exactly_once: option 'prefix' must be a string", 3) end
+  local bad_prefix = _M.prefix_problem(o.prefix)
+  if bad_prefix then error("mqlease.policy.exactly_once: option 'prefix' " .. bad_prefix, 3) end
   if type(o.batch) ~= "boolean" then error("mqlease.policy.exactly_once: option 'batch' must be true or false", 3) end
   if type(o.prefetch) ~= "boolean" then error("mqlease.policy.exactly_once: option 'prefetch' must be true or false", 3) end
   -- a Redis address or options table: checked now, connected at the first message

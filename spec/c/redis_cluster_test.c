@@ -3,18 +3,9 @@
  * hash tags, MOVED/ASK parsing, the slot map read from a CLUSTER SLOTS reply
  * given as RESP text, the node table following the addresses those replies
  * name, and which nodes a refresh asks, through fake nodes on socketpairs. */
-#include <hiredis/hiredis.h>
-#include <pthread.h>
 #include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <stdarg.h>
-#include <string.h>
-#include <strings.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
-#include "mql_redis_cluster.h"
+#include "cluster_fake.h"
 #include "mql_test.h"
 
 static int slot_of(const char *key) {
@@ -56,15 +47,7 @@ static void parses_moved_and_ask(void) {
     CHECK(mql_cluster_redirect("MOVED 99999 h:1", &slot, host, sizeof(host), &port) == 0);
     CHECK(mql_cluster_redirect("MOVED 5 h:0", &slot, host, sizeof(host), &port) == 0);
     CHECK(mql_cluster_redirect("MOVED 5 hostonly", &slot, host, sizeof(host), &port) == 0);
-}
-
-static redisReply *parse_resp(const char *text) {
-    redisReader *reader = redisReaderCreate();
-    void *reply = NULL;
-    redisReaderFeed(reader, text, strlen(text));
-    if (redisReaderGetReply(reader, &reply) != REDIS_OK) reply = NULL;
-    redisReaderFree(reader);
-    return reply;
+    CHECK(mql_cluster_redirect("ASK 5 ?:7000", &slot, host, sizeof(host), &port) == 0);   /* no known node */
 }
 
 static void loads_the_slot_map_from_cluster_slots(void) {
@@ -77,7 +60,7 @@ static void loads_the_slot_map_from_cluster_slots(void) {
     mql_cluster cl;
     mql_cluster_init(&cl);
     CHECK(reply != NULL);
-    CHECK(mql_cluster_load_slots(&cl, reply) == 16384);
+    CHECK(mql_cluster_load_slots(&cl, reply, "seed") == 16384);
     CHECK(cl.nnodes == 3 && !cl.stale);   /* the two masters, then the replica */
     CHECK(cl.nodes[2].port == 16424);
     CHECK(cl.nodes[cl.slot_node[0]].port == 16420);
@@ -87,54 +70,13 @@ static void loads_the_slot_map_from_cluster_slots(void) {
     CHECK(mql_cluster_node_index(&cl, "127.0.0.1", 16421) == cl.slot_node[16383]);
     freeReplyObject(reply);
     reply = parse_resp("*1\r\n*2\r\n:0\r\n:5\r\n");   /* malformed: no master */
-    CHECK(mql_cluster_load_slots(&cl, reply) == 0);
+    CHECK(mql_cluster_load_slots(&cl, reply, "seed") == 0);
     CHECK(cl.stale && cl.slot_node[0] == -1);
     freeReplyObject(reply);
     mql_cluster_close(&cl);
 }
 
 /* ------------------------------------------------------------ a changing topology */
-
-/* Appends printf output to a growing RESP text. */
-typedef struct text {
-    char *buf;
-    size_t len, cap;
-} text;
-
-static void text_add(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void text_add(text *t, const char *fmt, ...) {
-    va_list ap;
-    int n;
-    va_start(ap, fmt);
-    n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (t->len + (size_t)n + 1 > t->cap) {
-        t->cap = (t->len + (size_t)n + 1) * 2;
-        t->buf = realloc(t->buf, t->cap);
-    }
-    va_start(ap, fmt);
-    vsnprintf(t->buf + t->len, t->cap - t->len, fmt, ap);
-    va_end(ap);
-    t->len += (size_t)n;
-}
-
-static void text_node(text *t, const char *host) {
-    text_add(t, "*3\r\n$%zu\r\n%s\r\n:7000\r\n$2\r\nid\r\n", strlen(host), host);
-}
-
-/* A CLUSTER SLOTS reply: the slots split evenly over n masters named
- * master[i] (port 7000), each with one replica named replica[i] if given. */
-static char *slots_text(int n, char (*master)[32], char (*replica)[32]) {
-    text t = {NULL, 0, 0};
-    text_add(&t, "*%d\r\n", n);
-    for (int i = 0; i < n; i++) {
-        int lo = MQL_CLUSTER_SLOTS * i / n, hi = MQL_CLUSTER_SLOTS * (i + 1) / n - 1;
-        text_add(&t, "*%d\r\n:%d\r\n:%d\r\n", replica ? 4 : 3, lo, hi);
-        text_node(&t, master[i]);
-        if (replica) text_node(&t, replica[i]);
-    }
-    return t.buf;
-}
 
 static int in_table(const mql_cluster *cl, const char *host) {
     for (int i = 0; i < cl->nnodes; i++)
@@ -158,7 +100,7 @@ static void the_node_table_follows_the_addresses_cluster_slots_names(void) {
         }
         resp = slots_text(3, master, replica);
         reply = parse_resp(resp);
-        if (mql_cluster_load_slots(&cl, reply) != MQL_CLUSTER_SLOTS) covered_every_time = 0;
+        if (mql_cluster_load_slots(&cl, reply, "seed") != MQL_CLUSTER_SLOTS) covered_every_time = 0;
         if (cl.nnodes != 6) only_named = 0;
         for (i = 0; i < 3; i++)
             if (gen > 0 && in_table(&cl, old[i])) old_gone = 0;
@@ -188,7 +130,7 @@ static void a_cluster_of_a_hundred_masters_is_mapped_whole(void) {
     resp = slots_text(100, master, NULL);
     reply = parse_resp(resp);
     mql_cluster_init(&cl);
-    CHECK(mql_cluster_load_slots(&cl, reply) == MQL_CLUSTER_SLOTS);
+    CHECK(mql_cluster_load_slots(&cl, reply, "seed") == MQL_CLUSTER_SLOTS);
     CHECK(cl.nnodes == 100);
     for (i = 0; i < 100; i++)
         if (cl.slot_node[MQL_CLUSTER_SLOTS * i / 100] < 0 ||
@@ -201,122 +143,13 @@ static void a_cluster_of_a_hundred_masters_is_mapped_whole(void) {
     free(master);
 }
 
-/* ------------------------------------------------------------ fake nodes */
-
-/* Each connection to a live fake node is a socketpair whose far end a thread
- * serves: CLUSTER SLOTS gets the fake cluster's current topology, anything
- * else +OK. Connecting to a dead one fails. Every connect is logged. */
-#define FAKE_CONNS 32
-typedef struct fake {
-    const char *dead[8];     /* hosts that refuse connections */
-    int ndead;
-    char *slots;             /* the CLUSTER SLOTS answer */
-    char log[512];           /* "host host ..." in connect order */
-    int fds[FAKE_CONNS];     /* the served ends */
-    char hosts[FAKE_CONNS][32];
-    pthread_t threads[FAKE_CONNS];
-    int nconns;
-    pthread_mutex_t mu;
-} fake;
-
-typedef struct served {
-    fake *f;
-    int fd;
-    int twice;   /* a node named "twice-...": answers its first command twice */
-} served;
-
-static void *serve(void *arg) {
-    served *sv = arg;
-    redisReader *reader = redisReaderCreate();
-    char buf[4096];
-    ssize_t n;
-    while ((n = read(sv->fd, buf, sizeof(buf))) > 0) {
-        void *cmd = NULL;
-        redisReaderFeed(reader, buf, (size_t)n);
-        while (redisReaderGetReply(reader, &cmd) == REDIS_OK && cmd) {
-            redisReply *c = cmd;
-            const char *out = "+OK\r\n";
-            char echo[128];
-            pthread_mutex_lock(&sv->f->mu);
-            if (c->elements > 0 && strcasecmp(c->element[0]->str, "CLUSTER") == 0) {
-                out = sv->f->slots;
-            } else if (sv->twice) {   /* its last argument, the first time twice */
-                const redisReply *last = c->element[c->elements - 1];
-                snprintf(echo, sizeof(echo), "$%zu\r\n%s\r\n", last->len, last->str);
-                if (sv->twice++ == 1) snprintf(echo + strlen(echo), sizeof(echo) - strlen(echo),
-                                               "$%zu\r\n%s\r\n", last->len, last->str);
-                out = echo;
-            }
-            if (write(sv->fd, out, strlen(out)) < 0) n = 0;
-            pthread_mutex_unlock(&sv->f->mu);
-            freeReplyObject(cmd);
-            cmd = NULL;
-        }
-    }
-    redisReaderFree(reader);
-    free(sv);
-    return NULL;
-}
-
-static int fake_dead(const fake *f, const char *host) {
-    for (int i = 0; i < f->ndead; i++)
-        if (strcmp(f->dead[i], host) == 0) return 1;
-    return 0;
-}
-
-static redisContext *fake_connect(void *arg, const char *host, int port, mql_result *res) {
-    fake *f = arg;
-    int sv[2];
-    served *s;
-    redisContext *ctx;
-    struct timeval tv = {1, 0};
-    (void)port;
-    snprintf(f->log + strlen(f->log), sizeof(f->log) - strlen(f->log), "%s ", host);
-    if (fake_dead(f, host) || f->nconns == FAKE_CONNS || socketpair(AF_UNIX, SOCK_STREAM, 0, sv) < 0) {
-        mql_result_fail(res, "UNAVAILABLE", "fake: %s refuses", host);
-        return NULL;
-    }
-    s = malloc(sizeof(*s));
-    s->f = f;
-    s->fd = sv[1];
-    s->twice = strncmp(host, "twice-", 6) == 0;
-    f->fds[f->nconns] = sv[1];
-    snprintf(f->hosts[f->nconns], sizeof(f->hosts[0]), "%s", host);
-    pthread_create(&f->threads[f->nconns++], NULL, serve, s);
-    ctx = redisConnectFd(sv[0]);
-    redisSetTimeout(ctx, tv);
-    return ctx;
-}
-
-/* host dies: its connections break, new ones are refused */
-static void fake_kill(fake *f, const char *host) {
-    f->dead[f->ndead++] = host;
-    for (int i = 0; i < f->nconns; i++)
-        if (strcmp(f->hosts[i], host) == 0) shutdown(f->fds[i], SHUT_RDWR);
-}
-
-static void fake_set_slots(fake *f, char *slots) {
-    pthread_mutex_lock(&f->mu);
-    free(f->slots);
-    f->slots = slots;
-    pthread_mutex_unlock(&f->mu);
-}
-
-static redisReply *run_set(mql_cluster *cl, fake *f, const char *key, mql_result *res) {
-    const char *argv[3] = {"SET", key, "v"};
-    size_t lens[3] = {3, strlen(key), 1};
-    f->log[0] = '\0';
-    return mql_cluster_run(cl, fake_connect, f, 3, argv, lens, 1, res);
-}
-
 static void a_refresh_asks_the_named_nodes_before_the_seeds(void) {
     fake f;
     mql_cluster cl;
     mql_result res;
     redisReply *reply;
     char abc[3][32] = {"node-a", "node-b", "node-c"}, dbc[3][32] = {"node-d", "node-b", "node-c"};
-    memset(&f, 0, sizeof(f));
-    pthread_mutex_init(&f.mu, NULL);
+    fake_init(&f);
     fake_set_slots(&f, slots_text(3, abc, NULL));
     f.dead[f.ndead++] = "seed-1";   /* a seed that is gone for good */
     mql_cluster_init(&cl);
@@ -341,12 +174,7 @@ static void a_refresh_asks_the_named_nodes_before_the_seeds(void) {
     CHECK(in_table(&cl, "node-d") && !in_table(&cl, "node-a") && cl.nnodes == 3);
     if (reply) freeReplyObject(reply);
     mql_cluster_close(&cl);   /* the far ends read EOF: the threads end */
-    for (int i = 0; i < f.nconns; i++) {
-        pthread_join(f.threads[i], NULL);
-        close(f.fds[i]);
-    }
-    free(f.slots);
-    pthread_mutex_destroy(&f.mu);
+    fake_end(&f);
 }
 
 /* A node that answers a command twice: the spare reply must never be taken
@@ -356,8 +184,7 @@ static void a_spare_reply_of_a_node_is_never_taken_for_a_later_command(void) {
     mql_cluster cl;
     mql_result res;
     char one[1][32] = {"twice-a"};
-    memset(&f, 0, sizeof(f));
-    pthread_mutex_init(&f.mu, NULL);
+    fake_init(&f);
     fake_set_slots(&f, slots_text(1, one, NULL));
     mql_cluster_init(&cl);
     mql_cluster_add_seed(&cl, "twice-a", 7000);
@@ -372,12 +199,7 @@ static void a_spare_reply_of_a_node_is_never_taken_for_a_later_command(void) {
         if (reply) freeReplyObject(reply);
     }
     mql_cluster_close(&cl);
-    for (int i = 0; i < f.nconns; i++) {
-        pthread_join(f.threads[i], NULL);
-        close(f.fds[i]);
-    }
-    free(f.slots);
-    pthread_mutex_destroy(&f.mu);
+    fake_end(&f);
 }
 
 int main(void) {

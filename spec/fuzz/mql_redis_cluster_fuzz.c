@@ -46,7 +46,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     mql_cluster_init(&cl);
     redisReaderFeed(reader, (const char *)data, size);
     if (redisReaderGetReply(reader, &reply) == REDIS_OK && reply) {
-        mql_cluster_load_slots(&cl, reply);
+        mql_cluster_load_slots(&cl, reply, "seed");
         check_map(&cl);
         freeReplyObject(reply);
     }

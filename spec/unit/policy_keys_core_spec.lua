@@ -52,6 +52,26 @@ describe("the policy's keys written by the core", function()
     assert.matches("a message id must be a string %(got nil%)", err)
   end)
 
+  -- Redis hashes the whole key when its first '{' has a '}' right after it
+  -- (keyHashSlot, src/cluster.c): under such a prefix a message's lock, fence
+  -- and done marker fall in three slots, and under Cluster every script over
+  -- them fails CROSSSLOT, for every message.
+  it("are refused under a prefix that would give them an empty hash tag", function()
+    for _, prefix in ipairs({ "a{}:", "{}", "x{}{y}:" }) do
+      local ok, err = pcall(policy.exactly_once, { prefix = prefix })
+      assert.is_false(ok, prefix)
+      assert.matches("option 'prefix' must not have '}' right after its first '{'", err, 1, true)
+      ok, err = pcall(policy.transaction_checker, { prefix = prefix })
+      assert.is_false(ok, prefix)
+      assert.matches("option 'prefix' must not have '}' right after its first '{'", err, 1, true)
+    end
+    -- a tag of its own in the prefix, or a '{' the id's tag then extends: one slot a message
+    for _, prefix in ipairs({ "mqlease:", "{tag}", "a{", "a}{", "" }) do
+      assert.is_truthy(policy.exactly_once({ prefix = prefix }), prefix)
+      assert.is_truthy(policy.transaction_checker({ prefix = prefix }), prefix)
+    end
+  end)
+
   it("match policy.keys, the keys users and specs look a message up by", function()
     local k = policy.keys("}odd")
     assert.equal(k.lock, core.eo_key("mqlease:", "}odd", "lock"))

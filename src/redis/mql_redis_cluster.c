@@ -50,6 +50,9 @@ int mql_cluster_redirect(const char *err, int *slot, char *host, size_t hostlen,
     p = end + 1;
     colon = strrchr(p, ':');
     if (!colon || (size_t)(colon - p) >= hostlen) return 0;
+    /* "?": the node has no endpoint to give (clusterNodePreferredEndpoint in
+     * Redis' src/cluster.c, hostname endpoints with no hostname set) */
+    if (colon - p == 1 && *p == '?') return 0;
     memcpy(host, p, (size_t)(colon - p));
     host[colon - p] = '\0';
     n = strtol(colon + 1, &end, 10);
@@ -130,16 +133,31 @@ typedef struct table_build {
     int n, cap;
 } table_build;
 
-/* A node of an entry: [host, port, id, ...]; its index in b, -1 if malformed. */
-static int add_entry_node(table_build *b, const redisReply *node) {
+/* The host an entry's endpoint names, or NULL for no node. The CLUSTER SLOTS
+ * documentation gives three that are no host name: NULL (the node's endpoint
+ * is unknown: cluster-preferred-endpoint-type unknown-endpoint) and "" (the
+ * node does not know its own IP, as in a cluster of one node) both mean the
+ * node the question was asked of, at the port given; "?" (hostname endpoints
+ * with no cluster-announce-hostname) is an unknown node, not that one. */
+static const char *entry_host(const redisReply *endpoint, const char *asked) {
+    if (endpoint->type == REDIS_REPLY_NIL) return asked;
+    if (endpoint->type != REDIS_REPLY_STRING) return NULL;
+    if (endpoint->str[0] == '\0') return asked;
+    return strcmp(endpoint->str, "?") == 0 ? NULL : endpoint->str;
+}
+
+/* A node of an entry: [host, port, id, ...]; its index in b, -1 if malformed
+ * or unknown. asked: the host the reply came from. */
+static int add_entry_node(table_build *b, const redisReply *node, const char *asked) {
+    const char *host;
     long long port;
     if (node->type != REDIS_REPLY_ARRAY || node->elements < 2 ||
-        node->element[0]->type != REDIS_REPLY_STRING ||
         node->element[1]->type != REDIS_REPLY_INTEGER)
         return -1;
+    host = entry_host(node->element[0], asked);
     port = node->element[1]->integer;
-    if (port <= 0 || port > 65535) return -1;
-    return find_or_append(&b->nodes, &b->n, &b->cap, node->element[0]->str, (int)port);
+    if (!host || port <= 0 || port > 65535) return -1;
+    return find_or_append(&b->nodes, &b->n, &b->cap, host, (int)port);
 }
 
 /* An entry's slot range: [start, end, master, replicas...]; 0 if well formed. */
@@ -153,10 +171,11 @@ static int entry_range(const redisReply *e, long long *lo, long long *hi) {
 }
 
 /* Maps one entry's slots to its master in b; the slots covered. */
-static int load_range(mql_cluster *cl, table_build *b, const redisReply *e) {
+static int load_range(mql_cluster *cl, table_build *b, const redisReply *e, const char *asked) {
     long long lo, hi;
     int node;
-    if (entry_range(e, &lo, &hi) < 0 || (node = add_entry_node(b, e->element[2])) < 0) return 0;
+    if (entry_range(e, &lo, &hi) < 0 || (node = add_entry_node(b, e->element[2], asked)) < 0)
+        return 0;
     for (long long s = lo; s <= hi; s++) cl->slot_node[s] = node;
     return (int)(hi - lo + 1);
 }
@@ -176,20 +195,20 @@ static void adopt_table(mql_cluster *cl, table_build *b) {
     cl->cap = b->cap;
 }
 
-int mql_cluster_load_slots(mql_cluster *cl, const redisReply *reply) {
+int mql_cluster_load_slots(mql_cluster *cl, const redisReply *reply, const char *asked) {
     table_build b = {NULL, 0, 0};
     int covered = 0;
     size_t i, k;
     if (!reply || reply->type != REDIS_REPLY_ARRAY) return 0;
     for (i = 0; i < MQL_CLUSTER_SLOTS; i++) cl->slot_node[i] = -1;
-    for (i = 0; i < reply->elements; i++) covered += load_range(cl, &b, reply->element[i]);
+    for (i = 0; i < reply->elements; i++) covered += load_range(cl, &b, reply->element[i], asked);
     /* the replicas after every master: candidates to ask for the topology when
      * a master is gone, tried after the masters */
     for (i = 0; i < reply->elements && covered > 0; i++) {
         const redisReply *e = reply->element[i];
         long long lo, hi;
         if (entry_range(e, &lo, &hi) < 0) continue;
-        for (k = 3; k < e->elements; k++) add_entry_node(&b, e->element[k]);
+        for (k = 3; k < e->elements; k++) add_entry_node(&b, e->element[k], asked);
     }
     cl->stale = covered == 0;
     if (covered == 0) {
@@ -219,16 +238,20 @@ static redisContext *node_ctx(mql_cluster *cl, int i, mql_cluster_connect_fn con
 
 enum { SLOTS_LOADED, SLOTS_REFUSED, SLOTS_BROKEN };
 
-/* Asks ctx for CLUSTER SLOTS and loads the answer. Once loaded, ctx may have
- * been closed (its node is no longer named): the caller must not use it. */
-static int ask_slots(mql_cluster *cl, redisContext *ctx, mql_result *res) {
+/* Asks ctx, a connection to host, for CLUSTER SLOTS and loads the answer.
+ * Once loaded, ctx may have been closed (its node is no longer named): the
+ * caller must not use it. */
+static int ask_slots(mql_cluster *cl, redisContext *ctx, const char *host, mql_result *res) {
+    char asked[sizeof(cl->nodes[0].host)];
     redisReply *reply = redisCommand(ctx, "CLUSTER SLOTS");
     int covered;
     if (!reply) {
         transport_fail(ctx, res, "CLUSTER SLOTS");
         return SLOTS_BROKEN;
     }
-    covered = mql_cluster_load_slots(cl, reply);
+    /* a copy: host may lie in the node table the load replaces */
+    snprintf(asked, sizeof(asked), "%s", host);
+    covered = mql_cluster_load_slots(cl, reply, asked);
     freeReplyObject(reply);
     return covered > 0 ? SLOTS_LOADED : SLOTS_REFUSED;
 }
@@ -242,7 +265,7 @@ static int refresh(mql_cluster *cl, mql_cluster_connect_fn connect, void *arg, m
         redisContext *ctx = node_ctx(cl, i, connect, arg, res);
         int got;
         if (!ctx) continue;
-        got = ask_slots(cl, ctx, res);
+        got = ask_slots(cl, ctx, cl->nodes[i].host, res);
         if (got == SLOTS_LOADED) return 0;
         if (got == SLOTS_BROKEN) drop_node(&cl->nodes[i]);
     }
@@ -252,7 +275,7 @@ static int refresh(mql_cluster *cl, mql_cluster_connect_fn connect, void *arg, m
         int got;
         if (find_node(cl->nodes, cl->nnodes, seed->host, seed->port) >= 0) continue;
         if (!(ctx = connect(arg, seed->host, seed->port, res))) continue;
-        got = ask_slots(cl, ctx, res);
+        got = ask_slots(cl, ctx, seed->host, res);
         redisFree(ctx);
         if (got == SLOTS_LOADED) return 0;
     }
@@ -322,7 +345,9 @@ redisReply *mql_cluster_run(mql_cluster *cl, mql_cluster_connect_fn connect, voi
             pause_ms(20);
             continue;
         }
-        if (strncmp(reply->str, "CLUSTERDOWN", 11) == 0) cl->stale = 1;
+        /* a MOVED not followed (to "?", say) still says the map is wrong */
+        if (strncmp(reply->str, "CLUSTERDOWN", 11) == 0 || strncmp(reply->str, "MOVED ", 6) == 0)
+            cl->stale = 1;
         kind = mql_cluster_redirect(reply->str, &slot, host, sizeof(host), &port);
         if (!kind) return reply;
         freeReplyObject(reply);

@@ -35,7 +35,8 @@ uint16_t mql_crc16(const char *buf, size_t len);
 int mql_cluster_slot(const char *key, size_t len);
 
 /* Parses "MOVED <slot> <host>:<port>" or "ASK ..."; returns 1 (MOVED), 2 (ASK)
- * or 0 (neither). An empty host (Redis 7 may send ":port") stays empty. */
+ * or 0 (neither, or one to no known node: the host "?"). An empty host (Redis 7
+ * may send ":port": the node that answered) stays empty. */
 int mql_cluster_redirect(const char *err, int *slot, char *host, size_t hostlen, int *port);
 
 typedef struct mql_cluster_node {
@@ -62,10 +63,12 @@ int mql_cluster_add_seed(mql_cluster *cl, const char *host, int port);
 /* The index of host:port in the node table, added if new; -1 if the host name
  * is too long. An index holds until the next load. */
 int mql_cluster_node_index(mql_cluster *cl, const char *host, int port);
-/* Loads the map from a CLUSTER SLOTS reply and makes the node table what it
- * names; returns the slots covered. A reply that covers none leaves the table
- * as it was, with no slot mapped. */
-int mql_cluster_load_slots(mql_cluster *cl, const redisReply *reply);
+/* Loads the map from a CLUSTER SLOTS reply, asked of the node at host asked,
+ * and makes the node table what it names; returns the slots covered. An
+ * endpoint NULL or "" is asked (at the port given); "?" names no node, and its
+ * slots stay unmapped. A reply that covers none leaves the table as it was,
+ * with no slot mapped. */
+int mql_cluster_load_slots(mql_cluster *cl, const redisReply *reply, const char *asked);
 
 /* Connects a node (connect + AUTH); NULL with res set on failure. */
 typedef redisContext *(*mql_cluster_connect_fn)(void *arg, const char *host, int port,

@@ -189,8 +189,9 @@ local function check_options(opts)
     o[k] = v
   end
   for k, v in pairs(defaults) do if o[k] == nil then o[k] = v end end
-  if type(o.prefix) ~= "string" then
-    error("mqlease.policy.transaction_checker: option 'prefix' must be a string (the exactly-once policy's)", 3)
+  local bad_prefix = policy.prefix_problem(o.prefix)
+  if bad_prefix then
+    error("mqlease.policy.transaction_checker: option 'prefix' " .. bad_prefix .. " (the exactly-once policy's)", 3)
   end
   -- at most 2^31 - 1 seconds (68 years), as the exactly-once policy's times:
   -- past it SET ... EX is refused (or the number is sent as "1e+20"), every
