@@ -88,7 +88,7 @@ _M.consumer = {
   release_delay = { kind = "number", default = 1, min = 0, max = MAX_INVISIBLE, unit = "s",
     doc = "delay of the nack that gives messages back on close, on stop and with `on_budget = \"nack\"`: seconds until they are visible again" },
   on_corrupt = { kind = "enum", values = { "dlq", "nack" }, default = "dlq",
-    doc = "a message whose digest or body fails: forward it to `%DLQ%<group>` (`dlq`) or give it back after `corrupt_delay` (`nack`); never handed to Lua either way" },
+    doc = "a message whose digest or body fails, or with a NUL byte inside a text field (`nul_in_text`): forward it to `%DLQ%<group>` (`dlq`) or give it back after `corrupt_delay` (`nack`); never handed to Lua either way" },
   corrupt_delay = { kind = "number", default = 10, min = 0, max = MAX_INVISIBLE, unit = "s",
     doc = "seconds before a corrupted message comes back when `on_corrupt = \"nack\"`" },
   max_body = { kind = "integer", default = 64 * 1024 * 1024, min = 1024, max = 2 ^ 31, unit = "bytes",

@@ -193,6 +193,44 @@ static void calls_a_digest_mismatch_corrupted_and_keeps_what_a_release_needs(voi
     mql_frame_clear(&f);
 }
 
+/* A frame packed with marker in a text field, the marker's first byte then
+ * made a NUL: what protobuf-c cannot be given as a C string. */
+static void decode_with_nul(mql_frame *f, const ProtobufCMessage *m, const char *marker) {
+    size_t n = protobuf_c_message_get_packed_size(m), k = strlen(marker), i;
+    uint8_t *buf = malloc(n);
+    protobuf_c_message_pack(m, buf);
+    for (i = 0; i + k <= n; i++)
+        if (memcmp(buf + i, marker, k) == 0) buf[i] = 0;
+    mql_frame_decode(f, buf, n, 100);
+    free(buf);
+}
+
+/* protobuf-c reads a string field as a C string, so a NUL inside one cut it
+ * there: the tag "vip\0x" reached the handler as "vip", the property names
+ * "city" and "city\0x" as one name (the later value winning). The Java
+ * client reads the whole string; the message is corrupted instead of handed
+ * over as something it is not, while a NUL in bytes (a property's value, the
+ * body) stays data. */
+static void calls_a_nul_inside_a_text_field_corrupted(void) {
+    static const char *const fields[] = {"tag", "key", "property name", "message group", "topic"};
+    size_t i;
+    for (i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+        fixture fx;
+        mql_frame f;
+        fixture_init(&fx, "hello");
+        if (i == 0) fx.sp.tag = "vip@x";
+        if (i == 1) fx.keys[0] = "k1@x";
+        if (i == 2) fx.p2.key = "city@x";
+        if (i == 3) fx.sp.message_group = "g1@x";
+        if (i == 4) fx.topic.name = "T1@x";
+        decode_with_nul(&f, &fx.resp.base, "@x");
+        if (f.kind != MQL_FRAME_CORRUPTED) fprintf(stderr, "  a NUL in the %s: not corrupted\n", fields[i]);
+        CHECK(f.kind == MQL_FRAME_CORRUPTED && f.reason && strcmp(f.reason, "nul_in_text") == 0);
+        CHECK(f.msg.body == NULL && f.msg.receipt_handle != NULL);
+        mql_frame_clear(&f);
+    }
+}
+
 static void calls_a_message_without_identity_malformed(void) {
     fixture fx;
     mql_frame f;
@@ -450,6 +488,18 @@ static void reads_an_orphaned_transaction_check(void) {
     free(buf);
     CHECK(!r.has_orphan && r.orphan_bad && strcmp(r.orphan_bad, "no_message_id") == 0);
     mql_telemetry_clear(&r);
+
+    sp.message_id = (char *)"01AB";
+    topic.name = (char *)"orders@x";   /* the '@' made a NUL: "orders\0x", read as "orders" before */
+    n = protobuf_c_message_get_packed_size(&cmd.base);
+    buf = malloc(n);
+    protobuf_c_message_pack(&cmd.base, buf);
+    *(uint8_t *)memmem(buf, n, "@x", 2) = 0;
+    mql_telemetry_decode(&r, buf, n, 1 << 20);
+    free(buf);
+    CHECK(!r.has_orphan && r.orphan_bad && strcmp(r.orphan_bad, "nul_in_text") == 0);
+    CHECK(r.orphan.id == NULL && r.orphan_transaction_id == NULL);
+    mql_telemetry_clear(&r);
 }
 
 int main(void) {
@@ -458,6 +508,7 @@ int main(void) {
     RUN(reads_the_lite_topic);
     RUN(inflates_a_gzip_body_whose_digest_covers_the_wire_bytes);
     RUN(calls_a_digest_mismatch_corrupted_and_keeps_what_a_release_needs);
+    RUN(calls_a_nul_inside_a_text_field_corrupted);
     RUN(calls_a_message_without_identity_malformed);
     RUN(calls_bytes_that_do_not_decode_malformed);
     RUN(reads_status_and_timestamp_frames);

@@ -16,6 +16,56 @@ void mql_frame_clear(mql_frame *f) {
     memset(f, 0, sizeof(*f));
 }
 
+/* ---- a NUL inside a text field ----
+ *
+ * protobuf-c hands a string field over as a C string, so a NUL inside one
+ * cuts it there without a word: the tag "vip\0x" would read as "vip", the
+ * property names "a" and "a\0x" as one name, the later value winning. The
+ * official Java client (protobuf-java) reads the whole string, and a
+ * remoting producer's properties may carry one (MessageDecoder separates
+ * them with \u0001 and \u0002 only). Such a message cannot be handed over
+ * as it was sent, so it is told apart before it is unpacked: the frame's
+ * wire bytes are walked by the descriptors, every string field of every
+ * message within it looked at (bytes fields, the body and the properties'
+ * values, keep their NULs as data). The schema has no recursive message, so
+ * the walk is as deep as the schema. Bytes that do not parse are left to
+ * protobuf_c_message_unpack, which refuses them. */
+
+static int wire_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
+    unsigned shift;
+    *v = 0;
+    for (shift = 0; *p < end && shift < 64; shift += 7) {
+        uint8_t b = *(*p)++;
+        *v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) return 1;
+    }
+    return 0;
+}
+
+/* 1 when a string field of a desc message in p[0..len), or of one nested in it, holds a NUL. */
+static int wire_has_nul_text(const ProtobufCMessageDescriptor *desc, const uint8_t *p, size_t len) {
+    const uint8_t *end = p + len;
+    while (p < end) {
+        uint64_t key, n;
+        const ProtobufCFieldDescriptor *fd;
+        if (!wire_varint(&p, end, &key)) return 0;
+        switch (key & 7) {
+        case PROTOBUF_C_WIRE_TYPE_VARINT: if (!wire_varint(&p, end, &n)) return 0; continue;
+        case PROTOBUF_C_WIRE_TYPE_64BIT: if (end - p < 8) return 0; p += 8; continue;
+        case PROTOBUF_C_WIRE_TYPE_32BIT: if (end - p < 4) return 0; p += 4; continue;
+        case PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED: break;
+        default: return 0;   /* groups: protobuf-c refuses them */
+        }
+        if (!wire_varint(&p, end, &n) || n > (uint64_t)(end - p)) return 0;
+        fd = key >> 3 <= UINT32_MAX ? protobuf_c_message_descriptor_get_field(desc, (unsigned)(key >> 3)) : NULL;
+        if (fd && fd->type == PROTOBUF_C_TYPE_STRING && memchr(p, 0, (size_t)n)) return 1;
+        if (fd && fd->type == PROTOBUF_C_TYPE_MESSAGE && wire_has_nul_text(fd->descriptor, p, (size_t)n))
+            return 1;
+        p += n;
+    }
+    return 0;
+}
+
 /* A message nobody can ack or renew is malformed; say which part is missing.
  * So is one whose id is longer than any broker makes (MQL_MESSAGE_ID_MAX in
  * mql.h): it holds no lease, so the broker hands it out again after its
@@ -29,13 +79,18 @@ static const char *unusable_identity(const mql_message *m) {
     return NULL;
 }
 
-static void judge_message(mql_frame *f, const pb_message *pm, size_t max_body) {
+static void judge_message(mql_frame *f, const pb_message *pm, int nul_text, size_t max_body) {
     const Apache__Rocketmq__V2__SystemProperties *sp = pm->system_properties;
     const Apache__Rocketmq__V2__Digest *dg = sp ? sp->body_digest : NULL;
     mql_body_status st;
     mql_message_fields_from_pb(&f->msg, pm);
     if ((f->reason = unusable_identity(&f->msg)) != NULL) {
         f->kind = MQL_FRAME_MALFORMED;
+        return;
+    }
+    if (nul_text) {
+        f->kind = MQL_FRAME_CORRUPTED;
+        f->reason = "nul_in_text";
         return;
     }
     st = mql_body_decode(sp->body_encoding, dg ? dg->type : 0, dg ? dg->checksum : NULL,
@@ -64,7 +119,9 @@ void mql_frame_decode(mql_frame *f, const uint8_t *data, size_t len, size_t max_
         mql_result_from_status(&f->status, resp->status, "ReceiveMessage");
         break;
     case APACHE__ROCKETMQ__V2__RECEIVE_MESSAGE_RESPONSE__CONTENT_MESSAGE:
-        judge_message(f, resp->message, max_body);
+        judge_message(f, resp->message,
+                      wire_has_nul_text(&apache__rocketmq__v2__receive_message_response__descriptor, data, len),
+                      max_body);
         break;
     default:
         f->kind = MQL_FRAME_OTHER;
@@ -122,7 +179,8 @@ static void read_settings(mql_telemetry_reply *out, const Apache__Rocketmq__V2__
  * half message as stored and the proxy's transaction id; the official clients
  * answer it with EndTransaction (source SERVER_CHECK). */
 static void read_orphan(mql_telemetry_reply *out,
-                        const Apache__Rocketmq__V2__RecoverOrphanedTransactionCommand *o, size_t max_body) {
+                        const Apache__Rocketmq__V2__RecoverOrphanedTransactionCommand *o, int nul_text,
+                        size_t max_body) {
     const pb_message *pm = o->message;
     const Apache__Rocketmq__V2__SystemProperties *sp = pm ? pm->system_properties : NULL;
     const Apache__Rocketmq__V2__Digest *dg = sp ? sp->body_digest : NULL;
@@ -134,6 +192,11 @@ static void read_orphan(mql_telemetry_reply *out,
     mql_message_fields_from_pb(&out->orphan, pm);
     if (!out->orphan.id || !*out->orphan.id || !out->orphan.topic || !*out->orphan.topic) {
         out->orphan_bad = !out->orphan.id || !*out->orphan.id ? "no_message_id" : "no_topic";
+        mql_message_clear(&out->orphan);
+        return;
+    }
+    if (nul_text) {   /* see wire_has_nul_text */
+        out->orphan_bad = "nul_in_text";
         mql_message_clear(&out->orphan);
         return;
     }
@@ -173,6 +236,7 @@ void mql_telemetry_decode(mql_telemetry_reply *out, const uint8_t *data, size_t 
     if (cmd->command_case ==
             APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND_RECOVER_ORPHANED_TRANSACTION_COMMAND &&
         cmd->recover_orphaned_transaction_command)
-        read_orphan(out, cmd->recover_orphaned_transaction_command, max_body);
+        read_orphan(out, cmd->recover_orphaned_transaction_command,
+                    wire_has_nul_text(&apache__rocketmq__v2__telemetry_command__descriptor, data, len), max_body);
     protobuf_c_message_free_unpacked(&cmd->base, NULL);
 }

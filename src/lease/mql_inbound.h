@@ -2,7 +2,7 @@
  *
  * One ReceiveMessage response frame becomes exactly one of: the in-band status,
  * a good message (identity present, digest verified, body inflated), a
- * *corrupted* message (identity fine, body failed: it still holds a lease and
+ * *corrupted* message (identity fine, body or a text field failed: it still holds a lease and
  * must be given back or dead-lettered, but never reaches a handler), or a
  * *malformed* frame (undecodable, or no message id / receipt handle / topic,
  * or an id longer than MQL_MESSAGE_ID_MAX: nothing is done with it but count
@@ -32,7 +32,9 @@ typedef enum mql_frame_kind {
 typedef struct mql_frame {
     mql_frame_kind kind;
     const char *reason;     /* static text: "undecodable", "no_message_id", "message_id_too_long",
-                             * "no_receipt_handle", "no_topic"; or an mql_body_status_name() */
+                             * "no_receipt_handle", "no_topic"; "nul_in_text" (a NUL inside a
+                             * string field, which protobuf-c would cut there); or an
+                             * mql_body_status_name() */
     mql_result status;
     mql_message msg;
 } mql_frame;
@@ -61,7 +63,8 @@ typedef struct mql_telemetry_reply {
     /* RecoverOrphanedTransactionCommand: has_orphan with the half message (its
      * body verified and inflated) and the transaction id, both owned by out
      * (mql_telemetry_clear); orphan_bad (a static reason) when the command
-     * came without a message id, topic or transaction id, or a bad body */
+     * came without a message id, topic or transaction id, with a NUL inside
+     * a text field ("nul_in_text"), or a bad body */
     int has_orphan;
     mql_message orphan;
     char *orphan_transaction_id;
