@@ -183,6 +183,22 @@ describe("mqlease.message", function()
     assert.has_error(function() message.new({ id = "x" }) end)         -- no lease id
   end)
 
+  -- born_at and store_at are kept as whole milliseconds: a time no int64 of
+  -- them holds (inf, NaN, 1e300) was converted all the same, which C leaves
+  -- undefined, and read back as whatever the machine made of it
+  it("refuses a time no milliseconds can hold, naming the field", function()
+    for _, bad in ipairs({ math.huge, -math.huge, 0 / 0, 1e300, -1e300 }) do
+      for _, field in ipairs({ "born_at", "store_at" }) do
+        local ok, err = pcall(message.new, { id = "x", lease = 1, [field] = bad })
+        assert.is_false(ok, field .. " = " .. tostring(bad) .. " was taken")
+        assert.matches(field, tostring(err))
+      end
+    end
+    local m = receive(consumer, router, { id = "x", lease = 1, born_at = 1733600000.123, store_at = -1.5 }, SHAPE)
+    assert.equal(1733600000.123, m.born_at)
+    assert.equal(-1.5, m.store_at)
+  end)
+
   it("still reads every field once its lease has ended", function()
     local held = true
     router.client.lease = function() return held and "held" or nil end

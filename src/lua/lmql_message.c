@@ -364,11 +364,17 @@ static int l_message_own(lua_State *L) {
     return 1;
 }
 
+/* A time in seconds as the whole milliseconds the message keeps. One no
+ * int64 of milliseconds holds (inf, NaN, 1e300) raises, naming the field:
+ * converting it would be undefined in C (a float-to-integer overflow). */
+#define MESSAGE_MOST_SECONDS 9.0e15
 static int64_t message_ms(lua_State *L, int t, const char *key) {
     lua_Number v;
     lua_getfield(L, t, key);
     v = lua_isnil(L, -1) ? 0 : luaL_checknumber(L, -1);
     lua_pop(L, 1);
+    if (!(v >= -MESSAGE_MOST_SECONDS && v <= MESSAGE_MOST_SECONDS))
+        luaL_error(L, "mqlease.message: '%s' must be a finite number of seconds (got %f)", key, (double)v);
     return (int64_t)(v * 1000.0 + (v < 0 ? -0.5 : 0.5));
 }
 
