@@ -141,6 +141,46 @@ static void the_set_goes_out_again_at_its_period(void) {
     mql_lite_free(&c.consumer);
 }
 
+/* Answers the newest SyncLiteSubscription with code (a status of the proxy). */
+static void answer_sync(mql_client *c, int code) {
+    Apache__Rocketmq__V2__SyncLiteSubscriptionResponse resp =
+        APACHE__ROCKETMQ__V2__SYNC_LITE_SUBSCRIPTION_RESPONSE__INIT;
+    Apache__Rocketmq__V2__Status st = APACHE__ROCKETMQ__V2__STATUS__INIT;
+    st.code = (Apache__Rocketmq__V2__Code)code;
+    st.message = code == APACHE__ROCKETMQ__V2__CODE__OK ? "OK" : "refused";
+    resp.status = &st;
+    fixture_finish_call(c, GRPC_STATUS_OK, &resp.base);
+}
+
+/* A subscribe the proxy refused (LITE_SUBSCRIPTION_QUOTA_EXCEEDED past the
+ * group's lite.sub.client.quota) was kept all the same and went out in every
+ * COMPLETE_ADD after: the host was told it failed, and then the consumer
+ * asked for it again on its own every lite_sync_every. As the official
+ * clients' LiteSubscriptionManager, the set changes only when the proxy says
+ * OK; an unsubscribe that failed leaves the lite topic in the set. */
+static void only_what_the_proxy_took_is_kept(void) {
+    mql_client c;
+    const char *a[] = {"a"}, *b[] = {"b"}, *d[] = {"d"};
+    uint64_t op = 99;
+    lite_client(&c);
+    mql_lite_sync(&c, SET, a, 1);
+    answer_sync(&c, APACHE__ROCKETMQ__V2__CODE__OK);
+    mql_lite_sync(&c, ADD, b, 1);
+    answer_sync(&c, APACHE__ROCKETMQ__V2__CODE__LITE_SUBSCRIPTION_QUOTA_EXCEEDED);
+    CHECK(kept(&c, "a") && !kept(&c, "b"));
+    mql_lite_sync(&c, ADD, d, 1);
+    fixture_finish_call(&c, GRPC_STATUS_DEADLINE_EXCEEDED, NULL);   /* no answer */
+    CHECK(!kept(&c, "d"));
+    mql_lite_sync(&c, REMOVE, a, 1);
+    answer_sync(&c, APACHE__ROCKETMQ__V2__CODE__INTERNAL_SERVER_ERROR);
+    CHECK(kept(&c, "a") && c.consumer.nlite == 1);
+    take_results(&c, 0);
+    mql_lite_resync(&c);
+    CHECK(syncs(&c, &op) == 1 && op == 0);
+    fixture_teardown(&c);
+    mql_lite_free(&c.consumer);
+}
+
 static void a_consumer_that_is_not_lite_sends_nothing(void) {
     mql_client c;
     fixture_client_init(&c);
@@ -163,5 +203,6 @@ int main(void) {
     RUN(a_failed_resync_is_counted_and_posts_no_event);
     RUN(the_set_goes_out_again_at_its_period);
     RUN(a_consumer_that_is_not_lite_sends_nothing);
+    RUN(only_what_the_proxy_took_is_kept);
     return TEST_REPORT("lite_resync_test");
 }

@@ -126,7 +126,7 @@ typedef struct mql_consumer_part {
     char *group, *topic, *filter;
     int filter_sql;
     int lite;                   /* a lite consumer (mql_lite.h) */
-    char **lite_set;            /* the lite topics it last asked for (mql_lite.c), */
+    char **lite_set;            /* the lite topics asked for, less failed syncs (mql_lite.c), */
     size_t nlite;               /* sent again to a proxy it reconnects to, and */
     int64_t lite_sync_every_ms; /* this often (the broker drops one left unsent) */
     int64_t lite_sync_at;       /* when next (0: not ready, or not lite) */

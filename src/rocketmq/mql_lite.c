@@ -87,10 +87,66 @@ static void set_apply(mql_consumer_part *cs, int action, const char *const *name
     }
 }
 
+/* ------------------------------------------------------------ undoing a sync */
+
+/* What takes a host's sync back out of the kept set when it fails: the set
+ * follows what the host asked for at once (so a re-sync started meanwhile
+ * carries it), and a sync that failed, refused or unanswered, is undone, as
+ * the official clients' LiteSubscriptionManager (apache/rocketmq-clients,
+ * Java) adds a lite topic only after subscribeLite succeeded and removes one
+ * only after unsubscribeLite did. A refused name (LITE_SUBSCRIPTION_QUOTA_EXCEEDED,
+ * ILLEGAL_LITE_TOPIC) kept anyway went out again, unasked, in every
+ * COMPLETE_ADD after the host was told it failed. The call owns it. */
+typedef struct sync_undo {
+    int action;     /* the action that undoes it, applied with set_apply */
+    size_t n;
+    char **names;
+} sync_undo;
+
+static void undo_push(sync_undo *u, const char *name) {
+    u->names[u->n++] = mql_strdup(name);
+}
+
+static void undo_free(sync_undo *u) {
+    if (!u) return;
+    while (u->n > 0) free(u->names[--u->n]);
+    free(u->names);
+    free(u);
+}
+
+/* Applies action on names to the kept set; returns what undoes it. */
+static sync_undo *set_change(mql_consumer_part *cs, int action, const char *const *names,
+                             size_t n) {
+    int removes = action == APACHE__ROCKETMQ__V2__LITE_SUBSCRIPTION_ACTION__PARTIAL_REMOVE;
+    sync_undo *u = mql_xcalloc(1, sizeof(*u));
+    size_t i;
+    if (action == APACHE__ROCKETMQ__V2__LITE_SUBSCRIPTION_ACTION__COMPLETE_ADD ||
+        action == APACHE__ROCKETMQ__V2__LITE_SUBSCRIPTION_ACTION__COMPLETE_REMOVE) {
+        /* undone by setting the set it replaced */
+        u->action = APACHE__ROCKETMQ__V2__LITE_SUBSCRIPTION_ACTION__COMPLETE_ADD;
+        u->names = mql_xcalloc(cs->nlite, sizeof(char *));
+        for (i = 0; i < cs->nlite; i++) undo_push(u, cs->lite_set[i]);
+        set_apply(cs, action, names, n);
+        return u;
+    }
+    /* undone by taking back only the names whose presence it changed */
+    u->action = removes ? APACHE__ROCKETMQ__V2__LITE_SUBSCRIPTION_ACTION__PARTIAL_ADD
+                        : APACHE__ROCKETMQ__V2__LITE_SUBSCRIPTION_ACTION__PARTIAL_REMOVE;
+    u->names = mql_xcalloc(n, sizeof(char *));
+    for (i = 0; i < n; i++) {
+        if ((set_find(cs, names[i]) < cs->nlite) != removes) continue;
+        undo_push(u, names[i]);
+        set_apply(cs, action, &names[i], 1);
+    }
+    return u;
+}
+
 /* ------------------------------------------------------------ the call */
 
-/* Starts SyncLiteSubscription for op (0: the client's own, no event); -1 if grpc refused it. */
-static int sync_start(mql_client *c, int action, const char *const *names, size_t n, uint64_t op) {
+/* Starts SyncLiteSubscription for op (0: the client's own, no event, undo
+ * NULL); -1 if grpc refused it, undo then still the caller's. */
+static int sync_start(mql_client *c, int action, const char *const *names, size_t n, uint64_t op,
+                      sync_undo *undo) {
     Apache__Rocketmq__V2__SyncLiteSubscriptionRequest req =
         APACHE__ROCKETMQ__V2__SYNC_LITE_SUBSCRIPTION_REQUEST__INIT;
     mql_pb_resource group, topic;
@@ -102,15 +158,18 @@ static int sync_start(mql_client *c, int action, const char *const *names, size_
     req.group = &group;
     req.n_lite_topic_set = n;
     req.lite_topic_set = (char **)names;
-    call = mql_base_call(c, c->broker, MQL_M_SYNC_LITE, c->request_timeout_ms, &sync_ops, op, NULL);
+    call = mql_base_call(c, c->broker, MQL_M_SYNC_LITE, c->request_timeout_ms, &sync_ops, op, undo);
     return mql_base_unary(c, call, &req.base);
 }
 
 uint64_t mql_lite_sync(mql_client *c, int action, const char *const *names, size_t n) {
     uint64_t op = ++c->next_op;
-    set_apply(&c->consumer, action, names, n);
-    if (sync_start(c, action, names, n, op) < 0)
+    sync_undo *undo = set_change(&c->consumer, action, names, n);
+    if (sync_start(c, action, names, n, op, undo) < 0) {
+        set_apply(&c->consumer, undo->action, (const char *const *)undo->names, undo->n);
+        undo_free(undo);
         op = mql_base_post_refusal(c, "INTERNAL", "sync_lite: grpc refused to start the call");
+    }
     return op;
 }
 
@@ -130,19 +189,26 @@ void mql_lite_resync(mql_client *c) {
     mql_consumer_part *cs = &c->consumer;
     if (!cs->lite || cs->nlite == 0) return;
     if (sync_start(c, APACHE__ROCKETMQ__V2__LITE_SUBSCRIPTION_ACTION__COMPLETE_ADD,
-                   (const char *const *)cs->lite_set, cs->nlite, 0) < 0)
+                   (const char *const *)cs->lite_set, cs->nlite, 0, NULL) < 0)
         mql_metrics_error(&c->metrics, "sync_lite", "INTERNAL");
 }
 
 /* A proxy before 5.5 has no such method: the call ends UNIMPLEMENTED. A
  * re-sync's (op 0) failure is only counted: the next reconnect sends the set
- * again, and the host's own syncs each send what they change. */
+ * again, and the host's own syncs each send what they change. A host's sync
+ * that failed is taken back out of the kept set (sync_undo); whatever of it
+ * the broker took all the same, the next COMPLETE_ADD replaces. */
 static void on_sync_done(mql_client *c, mql_call *call) {
     mql_event *ev = mql_event_new(MQL_EV_OP, call->op);
+    sync_undo *undo = call->ctx;
     Apache__Rocketmq__V2__SyncLiteSubscriptionResponse *resp =
         mql_call_reply(call, &apache__rocketmq__v2__sync_lite_subscription_response__descriptor,
                        &ev->result);
     if (!ev->result.ok) mql_metrics_error(&c->metrics, "sync_lite", ev->result.code);
+    if (undo && !ev->result.ok)
+        set_apply(&c->consumer, undo->action, (const char *const *)undo->names, undo->n);
+    undo_free(undo);
+    call->ctx = NULL;
     mql_call_reply_free(resp);
     if (call->op) mql_events_push(&c->events, ev);
     else mql_event_free(ev);

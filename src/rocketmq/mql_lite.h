@@ -36,7 +36,8 @@ const char *mql_lite_split(const char *key, char *buf, size_t n, const char **li
 
 /* SyncLiteSubscription: action (apache.rocketmq.v2.LiteSubscriptionAction) on the lite
  * topics names[0..n) of the consumer's topic. An op; its event carries the result. The
- * set the consumer asks for is kept (c->consumer.lite_set) whatever the answer. */
+ * kept set (c->consumer.lite_set) takes the change at once and gives it back when the
+ * sync fails, refused or unanswered (mql_lite.c, sync_undo). */
 uint64_t mql_lite_sync(mql_client *c, int action, const char *const *names, size_t n);
 /* After a reconnect: the whole kept set again (COMPLETE_ADD), no event for the host. The
  * 5.5.0 broker keeps a client's lite subscription with the channel of the proxy that sent

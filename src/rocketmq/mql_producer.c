@@ -127,19 +127,40 @@ uint64_t mql_producer_send(mql_client *c, const char *topic_name, const uint8_t 
     return op;
 }
 
+/* The one entry of a send's reply, or NULL with r failed PROTOCOL. A send is
+ * one message, which the proxy answers with one SendResultEntry naming the
+ * message's id (org.apache.rocketmq.proxy.grpc.v2.producer.SendMessageActivity):
+ * another count, or an OK without an id, is no answer to hand on as "stored
+ * under this id" (an empty id was, printed by `mqlease send`). */
+static const Apache__Rocketmq__V2__SendResultEntry *
+one_entry(const Apache__Rocketmq__V2__SendMessageResponse *resp, mql_result *r) {
+    const Apache__Rocketmq__V2__SendResultEntry *e;
+    if (resp->n_entries != 1) {
+        mql_result_fail(r, "PROTOCOL", "SendMessage: the server sent %zu entries for one message",
+                        resp->n_entries);
+        return NULL;
+    }
+    e = resp->entries[0];
+    if (e->status) mql_result_from_status(r, e->status, "SendMessage");
+    if (r->ok && !(e->message_id && e->message_id[0])) {
+        mql_result_fail(r, "PROTOCOL", "SendMessage: the server answered OK without a message id "
+                                       "(the message may be stored)");
+        return NULL;
+    }
+    return e;
+}
+
 static void on_send_done(mql_client *c, mql_call *call) {
     mql_event *ev = mql_event_new(MQL_EV_OP, call->op);
     Apache__Rocketmq__V2__SendMessageResponse *resp =
         mql_call_reply(call, &apache__rocketmq__v2__send_message_response__descriptor, &ev->result);
-    if (ev->result.ok && resp->n_entries > 0) {
-        const Apache__Rocketmq__V2__SendResultEntry *e = resp->entries[0];
-        if (e->status) mql_result_from_status(&ev->result, e->status, "SendMessage");
+    const Apache__Rocketmq__V2__SendResultEntry *e =
+        ev->result.ok ? one_entry(resp, &ev->result) : NULL;
+    if (e) {
         ev->message_id = mql_strdup(e->message_id ? e->message_id : "");
         ev->offset = e->offset;
         if (e->recall_handle && e->recall_handle[0]) ev->recall_handle = mql_strdup(e->recall_handle);
         if (e->transaction_id && *e->transaction_id) ev->transaction_id = mql_strdup(e->transaction_id);
-    } else if (ev->result.ok) {
-        mql_result_fail(&ev->result, "PROTOCOL", "SendMessage: the server sent no entry");
     }
     if (ev->result.ok) c->metrics.sent_ok++;
     else {

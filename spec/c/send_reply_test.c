@@ -1,0 +1,97 @@
+/* send_reply_test.c -- what a SendMessage reply must carry before a send is
+ * reported stored, without a server (client_fixture.h).
+ *
+ * A send is one message in one call, and the RocketMQ 5 proxy answers it with
+ * one SendResultEntry carrying the message id
+ * (org.apache.rocketmq.proxy.grpc.v2.producer.SendMessageActivity). A reply
+ * that says OK with no message id, or with more or fewer entries than the one
+ * message, is no answer an honest proxy gives: the send fails PROTOCOL rather
+ * than hand the caller "" as the id of a stored message (which the command
+ * line printed, and which a transaction took to its commit). */
+#include "client_fixture.h"
+#include "mql_producer.h"
+#include "mql_test.h"
+
+/* The message id and result of op among the events (taken and freed). */
+static int send_result(mql_client *c, uint64_t op, char *id, size_t idlen, char *code, size_t codelen) {
+    mql_event *ev = mql_events_take(&c->events), *next;
+    int found = -1;
+    for (; ev; ev = next) {
+        next = ev->next;
+        if (ev->kind == MQL_EV_OP && ev->op == op) {
+            found = ev->result.ok;
+            snprintf(id, idlen, "%s", ev->message_id ? ev->message_id : "(none)");
+            snprintf(code, codelen, "%s", ev->result.code);
+        }
+        mql_event_free(ev);
+    }
+    return found;
+}
+
+static uint64_t producer_sends(mql_client *c) {
+    mql_send_opts o;
+    fixture_client_init(c);
+    c->type = MQL_PRODUCER;
+    snprintf(c->hostname, sizeof(c->hostname), "send-reply-test");
+    memset(&o, 0, sizeof(o));
+    return mql_producer_send(c, "t", (const uint8_t *)"body", 4, &o);
+}
+
+/* Answers the send in flight OK with n entries, each OK with message id id. */
+static void answer(mql_client *c, size_t n, char *id) {
+    Apache__Rocketmq__V2__SendMessageResponse resp = APACHE__ROCKETMQ__V2__SEND_MESSAGE_RESPONSE__INIT;
+    Apache__Rocketmq__V2__SendResultEntry e[2], *ep[2] = {&e[0], &e[1]};
+    Apache__Rocketmq__V2__Status st = APACHE__ROCKETMQ__V2__STATUS__INIT;
+    size_t i;
+    st.code = APACHE__ROCKETMQ__V2__CODE__OK;
+    st.message = "OK";
+    for (i = 0; i < n; i++) {
+        apache__rocketmq__v2__send_result_entry__init(&e[i]);
+        e[i].status = &st;
+        e[i].message_id = id;
+        e[i].offset = (int64_t)i + 7;
+    }
+    resp.status = &st;
+    resp.n_entries = n;
+    resp.entries = ep;
+    fixture_finish_call(c, GRPC_STATUS_OK, &resp.base);
+}
+
+static void an_ok_with_its_message_id_is_stored(void) {
+    mql_client c;
+    char id[64], code[32];
+    uint64_t op = producer_sends(&c);
+    answer(&c, 1, "01ABC");
+    CHECK(send_result(&c, op, id, sizeof(id), code, sizeof(code)) == 1);
+    CHECK(strcmp(id, "01ABC") == 0);
+    CHECK(c.metrics.sent_ok == 1 && c.metrics.sent_fail == 0);
+    fixture_teardown(&c);
+}
+
+static void an_ok_without_a_message_id_is_a_protocol_error(void) {
+    mql_client c;
+    char id[64], code[32], empty[] = "";
+    uint64_t op = producer_sends(&c);
+    answer(&c, 1, empty);
+    CHECK(send_result(&c, op, id, sizeof(id), code, sizeof(code)) == 0);
+    CHECK(strcmp(code, "PROTOCOL") == 0);
+    CHECK(c.metrics.sent_ok == 0 && c.metrics.sent_fail == 1);
+    fixture_teardown(&c);
+}
+
+static void two_entries_for_one_message_are_a_protocol_error(void) {
+    mql_client c;
+    char id[64], code[32];
+    uint64_t op = producer_sends(&c);
+    answer(&c, 2, "01ABC");
+    CHECK(send_result(&c, op, id, sizeof(id), code, sizeof(code)) == 0);
+    CHECK(strcmp(code, "PROTOCOL") == 0);
+    fixture_teardown(&c);
+}
+
+int main(void) {
+    RUN(an_ok_with_its_message_id_is_stored);
+    RUN(an_ok_without_a_message_id_is_a_protocol_error);
+    RUN(two_entries_for_one_message_are_a_protocol_error);
+    return TEST_REPORT("send_reply_test");
+}
