@@ -143,8 +143,9 @@ $(BUILD)/check/dv_%: spec/c/dv_%.c spec/c/mql_test.h $(CHECK_LIB) $(call objs,sa
 	$(CC) $(CFLAGS_BASE) $(PKG_CFLAGS) $(INC_TESTS) $(CFLAGS_WARN) $(SAN_FLAGS) -o $@ $< \
 	  $(call objs,san,$(DV_CHECK_SRC)) $(CHECK_LIB) $(LIBS)
 
-# spec/c/lmql_*_test.c test the binding's conversions to Lua values on a Lua 5.4 state of their own.
-LMQL_CHECK_SRC = src/lua/lmql_push.c src/lua/lmql_message.c
+# spec/c/lmql_*_test.c test the binding (its conversions to Lua values, its clients) on a Lua 5.4
+# state of their own.
+LMQL_CHECK_SRC = $(BINDING_SRC)
 $(BUILD)/check/lmql_%: spec/c/lmql_%.c $(wildcard spec/c/*.h) $(CHECK_LIB) $(call objs,san,$(LMQL_CHECK_SRC))
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(PKG_CFLAGS) $(INC_TESTS) -Isrc/lua -I$(LUA_INC) $(CFLAGS_WARN) $(SAN_FLAGS) \

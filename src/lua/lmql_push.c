@@ -306,6 +306,14 @@ static int add_event(lua_State *L, int t, int n, const mql_event *ev) {
     return -1;
 }
 
+void lmql_free_events(mql_event *list) {
+    mql_event *next;
+    for (; list; list = next) {
+        next = list->next;
+        mql_event_free(list);
+    }
+}
+
 static int push_array(lua_State *L) {
     lua_createtable(L, (int)lua_tointeger(L, 1), 0);
     return 1;
@@ -327,6 +335,7 @@ void lmql_push_events(lua_State *L, mql_event *list, const lmql_event_hooks *hoo
     lua_pushinteger(L, n);
     if (lua_pcall(L, 1, 1, 0) != 0) {
         if (hooks->requeue) hooks->requeue(owner, list);
+        else lmql_free_events(list);
         lua_error(L);
     }
     t = lua_gettop(L);

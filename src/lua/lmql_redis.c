@@ -8,14 +8,20 @@
 #include "mql_redis.h"
 #include "mql_redis_keys.h"
 
-static void requeue_redis_events(void *r, mql_event *list) {
-    mql_redis_requeue_events(r, list);
-}
-
-
 typedef struct lredis {
     mql_redis *r;
 } lredis;
+
+/* Given the client's userdata, as client:events()' hooks are (lmqlease.c):
+ * a finalizer run while the events are made may close this client. */
+static void requeue_redis_events(void *owner, mql_event *list) {
+    lredis *lr = owner;
+    if (lr->r) {
+        mql_redis_requeue_events(lr->r, list);
+        return;
+    }
+    lmql_free_events(list);
+}
 
 static mql_redis *check_redis(lua_State *L) {
     lredis *lr = luaL_checkudata(L, 1, REDIS_MT);
@@ -336,7 +342,7 @@ static int l_redis_fd(lua_State *L) {
 static int l_redis_events(lua_State *L) {
     mql_redis *r = check_redis(L);
     static const lmql_event_hooks hooks = {requeue_redis_events, NULL};
-    lmql_push_events(L, mql_redis_take_events(r), &hooks, r);
+    lmql_push_events(L, mql_redis_take_events(r), &hooks, luaL_checkudata(L, 1, REDIS_MT));
     return 1;
 }
 

@@ -146,20 +146,34 @@ static int l_producer(lua_State *L) {
 }
 
 
-static void requeue_client_events(void *c, mql_event *list) {
-    mql_client_requeue_events(c, list);
+/* The hooks of client:events() are given the client's userdata, not its core
+ * client, and look at lc->c when they run: making the events allocates, the
+ * collector may then run a finalizer that closes this very client (a consumer
+ * dropped without close() does), and close frees the core client. A client
+ * closed meanwhile takes nothing back: its queue is gone, and what it held
+ * was given back or left to expire by the close. */
+static void requeue_client_events(void *owner, mql_event *list) {
+    lclient *lc = owner;
+    if (lc->c) {
+        mql_client_requeue_events(lc->c, list);
+        return;
+    }
+    lmql_free_events(list);
 }
 
-static void client_event_dropped(void *c, mql_event *ev) {
-    mql_client_event_dropped(c, ev);
+static void client_event_dropped(void *owner, mql_event *ev) {
+    lclient *lc = owner;
+    if (lc->c) mql_client_event_dropped(lc->c, ev);
 }
 
 static const lmql_event_hooks client_event_hooks = {requeue_client_events, client_event_dropped};
 
-/* client:events() -> array of event tables; drains the fd. */
+/* client:events() -> array of event tables; drains the fd. The userdata stays
+ * at index 1, so the hooks' owner outlives the push. */
 static int l_events(lua_State *L) {
     mql_client *c = lmql_check_client(L);
-    lmql_push_events(L, mql_client_take_events(c), &client_event_hooks, c);
+    lmql_push_events(L, mql_client_take_events(c), &client_event_hooks,
+                     luaL_checkudata(L, 1, CLIENT_MT));
     return 1;
 }
 

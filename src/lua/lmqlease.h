@@ -51,9 +51,13 @@ typedef struct lmql_event_hooks {
     void (*dropped)(void *owner, mql_event *ev);
 } lmql_event_hooks;
 /* Pushes an array of event tables and frees the list; an event that cannot be
- * made is skipped (an op's waiter gets an INTERNAL error in its place). */
+ * made is skipped (an op's waiter gets an INTERNAL error in its place). Lua
+ * code may run meanwhile (finalizers), so owner must outlive the push whatever
+ * it does: a userdata on the caller's stack, not the core object it wraps. */
 void lmql_push_events(lua_State *L, mql_event *list, const lmql_event_hooks *hooks,
                       void *owner);
+/* Frees a list of events (linked by next). */
+void lmql_free_events(mql_event *list);
 
 /* lmql_message.c: a received message as a userdata (no metatable yet), and
  * the module's message_* functions, into the table on top of the stack. */

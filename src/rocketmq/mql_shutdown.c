@@ -54,6 +54,7 @@ struct mql_shutdown {
     pthread_mutex_t mu;
     int done;                    /* the host finished (or is freeing us) */
     int signo;                   /* first signal seen */
+    int taken;                   /* the host read it (mql_shutdown_signal) */
 };
 
 static int is_done(mql_shutdown *s) {
@@ -210,6 +211,7 @@ int mql_shutdown_signal(mql_shutdown *s) {
     drain_pipe(s->host_pipe[0]);
     pthread_mutex_lock(&s->mu);
     signo = s->signo;
+    if (signo) s->taken = 1;
     pthread_mutex_unlock(&s->mu);
     return signo;
 }
@@ -240,9 +242,13 @@ void mql_shutdown_free(mql_shutdown *s) {
     for (i = 0; i < s->nsignals; i++) sigaction(s->signals[i], &s->old[i], NULL);
     mql_shutdown_done(s);
     if (s->thread_started) pthread_join(s->thread, NULL);
-    /* A signal that came after the host's drain was done reached nobody: give
-     * it back to the process, now under the dispositions it had before us. */
-    if (read(signal_pipe[0], &late, 1) == 1 && late) raise(late);
+    /* A signal that reached nobody goes back to the process, now under the
+     * dispositions it had before us: one that came after the host was done,
+     * or the first one, which the watcher took but the host never read (its
+     * own drain, begun by a stop or a deadline, was ending when it came). */
+    if (read(signal_pipe[0], &late, 1) != 1) late = 0;
+    if (s->signo && !s->taken) late = (unsigned char)s->signo;   /* the thread is joined */
+    if (late) raise(late);
     for (i = 0; i < s->nclients; i++) mql_client_unref(s->clients[i]);
     close(s->host_pipe[0]);
     close(s->host_pipe[1]);

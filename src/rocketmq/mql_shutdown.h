@@ -27,13 +27,16 @@ mql_shutdown *mql_shutdown_new(const int *signals, int nsignals, mql_client **cl
                                int nclients, int64_t deadline_ms, int64_t release_delay_ms,
                                char *err, size_t errlen);
 int mql_shutdown_fd(const mql_shutdown *s);
-/* The signal that arrived (0 if none yet); drains the descriptor. */
+/* The signal that arrived (0 if none yet); drains the descriptor. A signal
+ * the host never read this way is raised again by mql_shutdown_free. */
 int mql_shutdown_signal(mql_shutdown *s);
 /* The host's drain is alive and needs ms more from now (after a signal). */
 void mql_shutdown_extend(mql_shutdown *s, int64_t ms);
 /* The host finished its own drain: the watcher will not intervene. */
 void mql_shutdown_done(mql_shutdown *s);
-/* Restores the signal dispositions, stops the watcher and frees it. */
+/* Restores the signal dispositions, stops the watcher and frees it; then
+ * raises, under those dispositions, a signal that reached nobody: the first
+ * one if the host never read it, or one that came after mql_shutdown_done. */
 void mql_shutdown_free(mql_shutdown *s);
 
 #endif /* MQL_SHUTDOWN_H */
