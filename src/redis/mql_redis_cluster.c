@@ -219,7 +219,7 @@ int mql_cluster_load_slots(mql_cluster *cl, const redisReply *reply, const char 
     return covered;
 }
 
-static void transport_fail(redisContext *ctx, mql_result *res, const char *what) {
+void mql_cluster_transport_fail(const redisContext *ctx, mql_result *res, const char *what) {
     const char *code = "UNAVAILABLE";
     if (ctx && ctx->err == REDIS_ERR_IO && (errno == EAGAIN || errno == ETIMEDOUT))
         code = "TIMEOUT";
@@ -227,8 +227,8 @@ static void transport_fail(redisContext *ctx, mql_result *res, const char *what)
                     ctx && ctx->errstr[0] ? ctx->errstr : "connection failed");
 }
 
-static redisContext *node_ctx(mql_cluster *cl, int i, mql_cluster_connect_fn connect,
-                              void *arg, mql_result *res) {
+redisContext *mql_cluster_node_ctx(mql_cluster *cl, int i, mql_cluster_connect_fn connect,
+                                   void *arg, mql_result *res) {
     mql_cluster_node *n = &cl->nodes[i];
     /* out of step: a spare reply or a hang-up (mql_redis_ctx_in_step) */
     if (n->ctx && !mql_redis_ctx_in_step(n->ctx)) drop_node(n);
@@ -246,7 +246,7 @@ static int ask_slots(mql_cluster *cl, redisContext *ctx, const char *host, mql_r
     redisReply *reply = redisCommand(ctx, "CLUSTER SLOTS");
     int covered;
     if (!reply) {
-        transport_fail(ctx, res, "CLUSTER SLOTS");
+        mql_cluster_transport_fail(ctx, res, "CLUSTER SLOTS");
         return SLOTS_BROKEN;
     }
     /* a copy: host may lie in the node table the load replaces */
@@ -256,19 +256,44 @@ static int ask_slots(mql_cluster *cl, redisContext *ctx, const char *host, mql_r
     return covered > 0 ? SLOTS_LOADED : SLOTS_REFUSED;
 }
 
-/* Reads CLUSTER SLOTS from the first node that answers: the named nodes
- * first, then the seeds they do not include, each on a connection of its own
- * closed after the question. */
-static int refresh(mql_cluster *cl, mql_cluster_connect_fn connect, void *arg, mql_result *res) {
-    int i;
-    for (i = 0; i < cl->nnodes; i++) {
-        redisContext *ctx = node_ctx(cl, i, connect, arg, res);
+/* Asks the named nodes for CLUSTER SLOTS: those connected when the refresh
+ * began (pass 1, connected[i] set) or the others (pass 0); 0 once one
+ * answered. */
+static int ask_named(mql_cluster *cl, const unsigned char *connected, int pass,
+                     mql_cluster_connect_fn connect, void *arg, mql_result *res) {
+    for (int i = 0; i < cl->nnodes; i++) {
+        redisContext *ctx;
         int got;
-        if (!ctx) continue;
+        if (connected[i] != pass) continue;
+        if (!(ctx = mql_cluster_node_ctx(cl, i, connect, arg, res))) continue;
         got = ask_slots(cl, ctx, cl->nodes[i].host, res);
         if (got == SLOTS_LOADED) return 0;
         if (got == SLOTS_BROKEN) drop_node(&cl->nodes[i]);
     }
+    return -1;
+}
+
+/* Asks the named nodes, those still connected first: a node that stopped
+ * answering had its connection dropped at its timeout, and asking it first
+ * would cost every refresh one more timeout while the others answer at once.
+ * Each node is asked once. 0 once one answered. */
+static int ask_nodes(mql_cluster *cl, mql_cluster_connect_fn connect, void *arg,
+                     mql_result *res) {
+    unsigned char *connected = mql_xcalloc((size_t)cl->nnodes + 1, 1);
+    int n = cl->nnodes, got;
+    for (int i = 0; i < n; i++) connected[i] = cl->nodes[i].ctx != NULL;
+    got = ask_named(cl, connected, 1, connect, arg, res) == 0 ||
+          ask_named(cl, connected, 0, connect, arg, res) == 0;
+    free(connected);
+    return got ? 0 : -1;
+}
+
+/* Reads CLUSTER SLOTS from the first node that answers: the named nodes
+ * first (ask_nodes), then the seeds they do not include, each on a connection
+ * of its own closed after the question. */
+static int refresh(mql_cluster *cl, mql_cluster_connect_fn connect, void *arg, mql_result *res) {
+    int i;
+    if (ask_nodes(cl, connect, arg, res) == 0) return 0;
     for (i = 0; i < cl->nseeds; i++) {
         mql_cluster_node *seed = &cl->seeds[i];
         redisContext *ctx;
@@ -289,9 +314,18 @@ static void pause_ms(int ms) {
     nanosleep(&ts, NULL);
 }
 
-/* The node for a command's key, or for a keyless command the first mapped one. */
-static int route(const mql_cluster *cl, int argc, const char **argv, const size_t *lens,
-                 int key_index) {
+int mql_cluster_ready(mql_cluster *cl, mql_cluster_connect_fn connect, void *arg,
+                      mql_result *res) {
+    return cl->stale ? refresh(cl, connect, arg, res) : 0;
+}
+
+void mql_cluster_node_broke(mql_cluster *cl, int i) {
+    drop_node(&cl->nodes[i]);
+    cl->stale = 1;
+}
+
+int mql_cluster_route(const mql_cluster *cl, int argc, const char **argv, const size_t *lens,
+                      int key_index) {
     if (key_index > 0 && key_index < argc)
         return cl->slot_node[mql_cluster_slot(argv[key_index], lens[key_index])];
     for (int s = 0; s < MQL_CLUSTER_SLOTS; s++)
@@ -315,8 +349,8 @@ redisReply *mql_cluster_run(mql_cluster *cl, mql_cluster_connect_fn connect, voi
                             mql_result *res) {
     int node, asking = 0, tries;
     mql_result_ok(res);
-    if (cl->stale && refresh(cl, connect, arg, res) < 0) return NULL;
-    node = route(cl, argc, argv, lens, key_index);
+    if (mql_cluster_ready(cl, connect, arg, res) < 0) return NULL;
+    node = mql_cluster_route(cl, argc, argv, lens, key_index);
     for (tries = 0; tries < MAX_REDIRECTS; tries++) {
         char host[128];
         int slot, port, kind;
@@ -327,16 +361,15 @@ redisReply *mql_cluster_run(mql_cluster *cl, mql_cluster_connect_fn connect, voi
             mql_result_fail(res, "UNAVAILABLE", "redis cluster: no node serves the slot");
             return NULL;
         }
-        ctx = node_ctx(cl, node, connect, arg, res);
+        ctx = mql_cluster_node_ctx(cl, node, connect, arg, res);
         if (!ctx) {
             cl->stale = 1;
             return NULL;
         }
         reply = send_cmd(ctx, asking, argc, argv, lens);
         if (!reply) {   /* the command may have run: never send it again */
-            transport_fail(ctx, res, argv[0]);
-            drop_node(&cl->nodes[node]);
-            cl->stale = 1;
+            mql_cluster_transport_fail(ctx, res, argv[0]);
+            mql_cluster_node_broke(cl, node);
             return NULL;
         }
         if (reply->type != REDIS_REPLY_ERROR) return reply;

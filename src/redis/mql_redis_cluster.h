@@ -80,4 +80,33 @@ redisReply *mql_cluster_run(mql_cluster *cl, mql_cluster_connect_fn connect, voi
                             int argc, const char **argv, const size_t *lens, int key_index,
                             mql_result *res);
 
+/* Runs n commands on the nodes that own their keys, each node's
+ * share written as one pipeline and every node's in flight at once; the
+ * replies are read as they come, from all nodes together, until one deadline
+ * timeout_ms after the last write (mql_redis_cluster_pipeline.c). A node
+ * that does not answer so fails its own commands (TIMEOUT, never sent again)
+ * and delays no other node's. replies[i] is command i's reply, or NULL with
+ * res[i] set. A MOVED, ASK or TRYAGAIN reply proves its command did not run:
+ * that command alone runs again through mql_cluster_run. */
+struct mql_redis_argv;
+void mql_cluster_run_many(mql_cluster *cl, mql_cluster_connect_fn connect, void *arg,
+                          int64_t timeout_ms, int n, const struct mql_redis_argv *cmds,
+                          redisReply **replies, mql_result *res);
+
+/* The parts of mql_cluster_run that mql_cluster_run_many shares. */
+/* Reads the map first if it is stale; 0, else -1 with res set. */
+int mql_cluster_ready(mql_cluster *cl, mql_cluster_connect_fn connect, void *arg,
+                      mql_result *res);
+/* The node index for a command's key (key_index 0: the first mapped node), or -1. */
+int mql_cluster_route(const mql_cluster *cl, int argc, const char **argv, const size_t *lens,
+                      int key_index);
+/* Node i's connection, made again when missing or out of step; NULL with res set. */
+redisContext *mql_cluster_node_ctx(mql_cluster *cl, int i, mql_cluster_connect_fn connect,
+                                   void *arg, mql_result *res);
+/* Node i's connection broke (or its reply is overdue): closed, and the map is
+ * read again before the next command. */
+void mql_cluster_node_broke(mql_cluster *cl, int i);
+/* A transport failure on ctx as a result: TIMEOUT or UNAVAILABLE. */
+void mql_cluster_transport_fail(const redisContext *ctx, mql_result *res, const char *what);
+
 #endif /* MQL_REDIS_CLUSTER_H */

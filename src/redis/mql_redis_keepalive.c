@@ -1,8 +1,9 @@
 /* mql_redis_keepalive.c -- the keepalive thread of a Redis client: it renews
  * the registered locks on a link of its own (never behind the command queue),
  * earliest deadline first (a heap), every renewal due at once in one
- * pipelined round trip, and posts MQL_EV_LOCK_LOST when a renewal proves a
- * lock gone, its TTL runs out unrenewed or its budget (max) is spent. Its state lives in struct mql_redis
+ * pipelined round trip (under Cluster, one a node, all nodes' at once), and
+ * posts MQL_EV_LOCK_LOST when a renewal proves a lock gone, its TTL runs out
+ * unrenewed or its budget (max) is spent. Its state lives in struct mql_redis
  * (mql_redis_private.h) under the client's mutex.
  */
 #include <stdio.h>
@@ -56,7 +57,7 @@ static void rerun_noscript(mql_redis *r, const char *argv[][6], size_t lens[][6]
         idx[m++] = i;
     }
     if (!m) return;
-    mql_redis_link_run_many(r->ka_link, m, again, again_replies, again_res);
+    mql_redis_link_run_parallel(r->ka_link, m, again, again_replies, again_res);
     for (i = 0; i < m; i++) {
         replies[idx[i]] = again_replies[i];
         res[idx[i]] = again_res[i];
@@ -64,9 +65,11 @@ static void rerun_noscript(mql_redis *r, const char *argv[][6], size_t lens[][6]
 }
 
 /* The renewals of n due keepalives (n <= PIPELINE_MAX) over the keepalive
- * link, with the mutex dropped: one round trip for the lot on one server
- * (one a lock under Cluster, as mql_redis_link_run_many does). The records
- * are marked busy, so no stop frees them meanwhile. outcome[i] is due[i]'s. */
+ * link, with the mutex dropped: one round trip for the lot on one server,
+ * and under Cluster one for each node's, all nodes' at once, so a node that
+ * never answers costs the round one timeout and delays no renewal sent to
+ * another (mql_redis_link_run_parallel). The records are marked busy, so no
+ * stop frees them meanwhile. outcome[i] is due[i]'s. */
 static void renew_locks(mql_redis *r, keepalive *const *due, int n, int *outcome) {
     char ttl[PIPELINE_MAX][24];
     const char *argv[PIPELINE_MAX][6];
@@ -94,7 +97,7 @@ static void renew_locks(mql_redis *r, keepalive *const *due, int n, int *outcome
         lens[i][5] = strlen(ttl[i]);
         av[i] = (mql_redis_argv){6, argv[i], lens[i], 3};
     }
-    mql_redis_link_run_many(r->ka_link, n, av, replies, res);
+    mql_redis_link_run_parallel(r->ka_link, n, av, replies, res);
     rerun_noscript(r, argv, lens, n, replies, res);
     for (i = 0; i < n; i++) {
         outcome[i] = replies[i] ? renewal_outcome(replies[i]) : RENEW_RETRY;

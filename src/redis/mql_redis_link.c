@@ -444,3 +444,11 @@ int mql_redis_link_run_many(mql_redis_link *l, int n, const mql_redis_argv *cmds
     trips = pipeline(l, n, cmds, replies, res);
     return trips + rerun_readonly(l, n, cmds, replies, res);
 }
+
+void mql_redis_link_run_parallel(mql_redis_link *l, int n, const mql_redis_argv *cmds,
+                                 redisReply **replies, mql_result *res) {
+    if (l->mode == MODE_CLUSTER)
+        mql_cluster_run_many(l->cluster, cluster_connect, l, l->timeout_ms, n, cmds, replies, res);
+    else
+        mql_redis_link_run_many(l, n, cmds, replies, res);
+}
