@@ -161,6 +161,11 @@ function consumer_methods:receive(n, opts)
   end
   local router = self._router
   local ev = router:result(router.client:receive(n, floor(await * 1000), max_bytes))
+  -- Closed while this receive waited (another coroutine's close): close
+  -- nacked every lease the core held, those of this answer's messages among
+  -- them (and the core gives back at once whatever came after), so none may
+  -- reach a handler: the broker may be handing them to another consumer.
+  if closed_guard(self) then return nil, "the consumer is closed", "CLOSED" end
   if not ev.ok then return nil, ev.err, ev.code end
   local msgs, shapes, mts = ev.messages or {}, ev.shapes, {}
   for i, m in ipairs(msgs) do

@@ -17,13 +17,16 @@
 #include "client_fixture.h"
 #include "mql_test.h"
 
-/* One ReceiveMessage frame with a message of body_len bytes and this handle. */
-static grpc_byte_buffer *message_frame_with(const char *id, const char *handle, size_t body_len) {
+/* One ReceiveMessage frame with a message of body_len bytes and this handle;
+ * with crc32, a body digest of that CRC32 (a wrong one makes it corrupted). */
+static grpc_byte_buffer *message_frame_digest(const char *id, const char *handle, size_t body_len,
+                                              const char *crc32) {
     Apache__Rocketmq__V2__ReceiveMessageResponse resp =
         APACHE__ROCKETMQ__V2__RECEIVE_MESSAGE_RESPONSE__INIT;
     Apache__Rocketmq__V2__Message m = APACHE__ROCKETMQ__V2__MESSAGE__INIT;
     Apache__Rocketmq__V2__SystemProperties sp = APACHE__ROCKETMQ__V2__SYSTEM_PROPERTIES__INIT;
     Apache__Rocketmq__V2__Resource topic = APACHE__ROCKETMQ__V2__RESOURCE__INIT;
+    Apache__Rocketmq__V2__Digest digest = APACHE__ROCKETMQ__V2__DIGEST__INIT;
     uint8_t *buf, *body = calloc(1, body_len + 1);
     size_t len;
     grpc_slice s;
@@ -32,6 +35,11 @@ static grpc_byte_buffer *message_frame_with(const char *id, const char *handle, 
     sp.message_id = (char *)id;
     sp.receipt_handle = (char *)handle;
     sp.body_encoding = APACHE__ROCKETMQ__V2__ENCODING__IDENTITY;
+    if (crc32) {
+        digest.type = APACHE__ROCKETMQ__V2__DIGEST_TYPE__CRC32;
+        digest.checksum = (char *)crc32;
+        sp.body_digest = &digest;
+    }
     m.topic = &topic;
     m.system_properties = &sp;
     m.body.data = body;
@@ -46,6 +54,10 @@ static grpc_byte_buffer *message_frame_with(const char *id, const char *handle, 
     free(buf);
     free(body);
     return bb;
+}
+
+static grpc_byte_buffer *message_frame_with(const char *id, const char *handle, size_t body_len) {
+    return message_frame_digest(id, handle, body_len, NULL);
 }
 
 static grpc_byte_buffer *message_frame(const char *id, size_t body_len) {
@@ -312,11 +324,80 @@ static void a_message_id_too_long_costs_only_its_own_message(void) {
     free(handle);
 }
 
+/* "The first message is always taken" (api.md, max_bytes) is what lets a body
+ * larger than the budget through at all. A corrupted message counts toward
+ * the batch, and it counted as a message taken for the byte bound too: a
+ * large body that came right after a corrupted one was given back
+ * (over_bytes) although the host had been handed nothing, and a FIFO queue
+ * (the broker delivers again from the first message it did not get an ack
+ * for) brought the same two back, in the same order, every time. */
+static void a_corrupted_message_does_not_use_up_the_first_place(void) {
+    mql_client c;
+    mql_call *call;
+    mql_event *ev;
+    grpc_byte_buffer *frames[3];
+    fixture_client_init(&c);
+    mql_client_receive(&c, 16, 5000, 50);
+    call = c.calls;
+    CHECK(call != NULL);
+    if (!call) return;
+    frames[0] = ok_status_frame();
+    frames[1] = message_frame_digest("BAD", "0 1700000000000 30000 0 0 broker-a 0 0 0", 10, "1");
+    frames[2] = message_frame("BIG", 100);
+    ev = stream(&c, call, frames, 3);
+    CHECK(reason_count(&c.metrics.corrupted, "digest_mismatch") == 1);
+    CHECK(ev && ev->result.ok && ev->nmsgs == 1);
+    CHECK(ev && ev->nmsgs == 1 && strcmp(ev->msgs[0].id, "BIG") == 0);
+    CHECK(reason_count(&c.metrics.given_back, "over_bytes") == 0);
+    mql_event_free(ev);
+    fixture_client_finish(&c, call);
+}
+
+/* The receipt handle carries the broker's own word on how long it hides the
+ * message: its third field, invisibleTime (org.apache.rocketmq.common.consumer.
+ * ReceiptHandle: the message is visible again at retrieveTime + invisibleTime).
+ * The lease counted the duration the receive had asked for instead: a broker
+ * that hid it for less (10 s of an asked 30 s) gave it to another consumer
+ * while the lease still thought it had 20 s left, its first renewal not even
+ * due yet. */
+static void the_handle_s_invisible_time_bounds_the_first_deadline(void) {
+    mql_client c;
+    mql_call *call;
+    mql_event *ev;
+    mql_lease *l;
+    grpc_byte_buffer *frames[3];
+    int64_t after;
+    fixture_client_init(&c);
+    mql_client_receive(&c, 4, 5000, 0);
+    call = c.calls;
+    CHECK(call != NULL);
+    if (!call) return;
+    frames[0] = ok_status_frame();
+    frames[1] = message_frame_with("SHORT", "0 1700000000000 10000 0 0 broker-a 0 0 0", 10);
+    frames[2] = message_frame_with("LONG", "0 1700000000000 90000 0 0 broker-a 0 0 0", 10);
+    ev = stream(&c, call, frames, 3);
+    after = mql_now_ms();
+    CHECK(ev && ev->result.ok && ev->nmsgs == 2);
+    l = lease_of(&c, "SHORT");
+    CHECK(l != NULL);
+    if (l) {
+        CHECK(l->deadline_ms <= after + 10000);
+        CHECK(l->timer_ms <= l->deadline_ms);
+    }
+    /* a longer one than asked is not believed: renewals ask for ours anyway */
+    l = lease_of(&c, "LONG");
+    CHECK(l && l->deadline_ms <= after + 30000);
+    mql_event_free(ev);
+    fixture_client_finish(&c, call);
+}
+
 int main(void) {
     RUN(a_stream_with_more_messages_than_the_batch_is_cut);
     RUN(a_receive_stops_taking_at_its_byte_budget);
     RUN(receives_take_turns_naming_the_route_brokers);
     RUN(a_later_status_never_hides_an_error);
     RUN(a_message_id_too_long_costs_only_its_own_message);
+    RUN(a_corrupted_message_does_not_use_up_the_first_place);
+    RUN(the_handle_s_invisible_time_bounds_the_first_deadline);
     return TEST_REPORT("receive_caps_test");
 }

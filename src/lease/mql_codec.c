@@ -154,20 +154,31 @@ char *mql_handle_after_change(const char *handle) {
     return out;
 }
 
-int mql_handle_pop_ms(const char *handle, int64_t *pop_ms) {
+/* Field index of a handle with the proxy's layout, a number of at most 15
+ * digits (epoch ms, or a duration); 1 and *out set, else 0. */
+static int handle_number(const char *handle, int index, int64_t *out) {
     const char *p;
     int64_t v = 0;
     size_t fields = 1, digits = 0;
     if (!handle) return 0;
     for (p = handle; *p; p++) fields += *p == ' ';
     if (fields < 9) return 0;   /* not the proxy's layout (see mql_handle_after_change) */
-    for (p = strchr(handle, ' ') + 1; *p != ' '; p++, digits++) {
+    for (p = handle; index > 0; index--) p = strchr(p, ' ') + 1;
+    for (; *p != ' '; p++, digits++) {
         if (*p < '0' || *p > '9' || digits >= 15) return 0;
         v = v * 10 + (*p - '0');
     }
     if (!digits) return 0;
-    *pop_ms = v;
+    *out = v;
     return 1;
+}
+
+int mql_handle_pop_ms(const char *handle, int64_t *pop_ms) {
+    return handle_number(handle, 1, pop_ms);
+}
+
+int mql_handle_invisible_ms(const char *handle, int64_t *invisible_ms) {
+    return handle_number(handle, 2, invisible_ms);
 }
 
 /* ---------------------------------------------- request fields from values */

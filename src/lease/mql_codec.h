@@ -40,6 +40,10 @@ char *mql_handle_after_change(const char *handle);
  * its second field; 1 and *pop_ms set, or 0 if the handle does not have the
  * proxy's layout (a dev broker's, say). */
 int mql_handle_pop_ms(const char *handle, int64_t *pop_ms);
+/* How long the broker hides the message from its pop (ms), the handle's third
+ * field (org.apache.rocketmq.common.consumer.ReceiptHandle: invisibleTime);
+ * 1 and *invisible_ms set, or 0 as for mql_handle_pop_ms. */
+int mql_handle_invisible_ms(const char *handle, int64_t *invisible_ms);
 
 /* Request fields from plain values: a resource (namespace may be NULL), a
  * duration or a timestamp from milliseconds. */

@@ -4,7 +4,8 @@
  * messages, then a delivery timestamp. Each message becomes a lease in the
  * table the moment it arrives (before the host sees it), with its first
  * renewal armed, so a host that is slow to pick its messages up never lets
- * one expire. Each frame is judged first (mql_inbound.h): a corrupted message
+ * one expire; its first deadline counts what the receive asked for, or the
+ * shorter time its receipt handle says the broker hides it. Each frame is judged first (mql_inbound.h): a corrupted message
  * (digest or body failed) is dead-lettered or nacked from here and never
  * reaches the host; a malformed frame is counted and reported as a PROTOCOL
  * error of the receive, which still returns the good messages it got. The
@@ -12,8 +13,8 @@
  * for less than 5 s.
  *
  * A receive takes what it asked for and no more: at most its batch, and no
- * more body bytes than the host's budget (the first message always, so a
- * large one still gets through). The first message past either bound ends the
+ * more body bytes than the host's budget (the first message it hands over
+ * always, so a large one still gets through). The first message past either bound ends the
  * taking: it and every later one of the stream are given back at once (a
  * silent nack), so the order of a FIFO group is kept and no lease is held that
  * the host did not ask for.
@@ -64,24 +65,35 @@ typedef struct receive_ctx {
     const char *malformed_reason;   /* the first one's (static text) */
 } receive_ctx;
 
+/* How long the broker hides m: what the receive asked for, or less when its
+ * receipt handle says so. The handle's invisibleTime is the broker's own
+ * (ReceiptHandle.getNextVisibleTime: retrieveTime + invisibleTime); a proxy
+ * or broker that hid it for less than asked would hand it to another
+ * consumer before a lease counted from our ask renewed it. A longer one is
+ * not believed: every renewal asks for ours again. */
+static int64_t hidden_for_ms(const receive_ctx *rx, const mql_message *m) {
+    int64_t said;
+    if (mql_handle_invisible_ms(m->receipt_handle, &said) && said < rx->invisible_ms) return said;
+    return rx->invisible_ms;
+}
+
 /* The lease starts now: from here on the message is renewed whatever the host
  * does, until it is acked, nacked or its budget is spent. */
 static mql_lease *lease_begin(mql_client *c, const receive_ctx *rx, const mql_message *m) {
     mql_consumer_part *cs = &c->consumer;
-    int64_t now = mql_now_ms(), pop_ms = 0, floor_ms;
+    int64_t now = mql_now_ms(), pop_ms = 0, floor_ms, invisible_ms = hidden_for_ms(rx, m);
     int has_pop = mql_handle_pop_ms(m->receipt_handle, &pop_ms);
     char *key = m->lite_topic ? mql_lite_key(m->topic, m->lite_topic) : NULL;   /* mql_lite.h */
     mql_lease *l = mql_lease_add(&cs->leases, m->id, key ? key : m->topic, m->receipt_handle,
-                                 now, rx->invisible_ms);
+                                 now, invisible_ms);
     free(key);
     /* the broker counts from its pop, which came before this frame (mql_anchor.h) */
     l->deadline_ms = mql_anchor_deadline(&cs->anchor, rx->start_ms, now, has_pop, pop_ms,
-                                         rx->invisible_ms);
+                                         invisible_ms);
     /* A poll that took nearly the whole window leaves a bound that may be far
      * too early: keep a request's time to renew at once and let the broker's
      * answer decide, rather than give up a lease it may well still hold. */
-    floor_ms = now + (rx->invisible_ms < c->request_timeout_ms ? rx->invisible_ms
-                                                                : c->request_timeout_ms);
+    floor_ms = now + (invisible_ms < c->request_timeout_ms ? invisible_ms : c->request_timeout_ms);
     if (l->deadline_ms < floor_ms) l->deadline_ms = floor_ms;
     mql_lease_arm(&cs->leases, l, cs->renew ? mql_renew_next_at(c, l) : l->deadline_ms);
     return l;
@@ -97,11 +109,15 @@ static void keep_message(receive_ctx *rx, mql_message *m) {
     memset(m, 0, sizeof(*m));
 }
 
-/* NULL if m may be taken, else why it goes back ("over_batch", "over_bytes"). */
+/* NULL if m may be taken, else why it goes back ("over_batch", "over_bytes").
+ * The byte bound spares the first message the host is handed (rx->n), not the
+ * first of the stream: a corrupted one before a large body, counted in the
+ * batch, must not turn the receive that lets that body through into an empty
+ * one, again on every delivery of a FIFO queue. */
 static const char *past_bounds(receive_ctx *rx, const mql_message *m) {
     if (rx->cut) return rx->cut;
     if (rx->taken >= rx->batch) rx->cut = "over_batch";
-    else if (rx->max_bytes && rx->taken > 0 && rx->bytes + m->body_len > rx->max_bytes)
+    else if (rx->max_bytes && rx->n > 0 && rx->bytes + m->body_len > rx->max_bytes)
         rx->cut = "over_bytes";
     return rx->cut;
 }
