@@ -5,19 +5,20 @@
  * table the moment it arrives (before the host sees it), with its first
  * renewal armed, so a host that is slow to pick its messages up never lets
  * one expire; its first deadline counts what the receive asked for, or the
- * shorter time its receipt handle says the broker hides it. Each frame is judged first (mql_inbound.h): a corrupted message
- * (digest or body failed) is dead-lettered or nacked from here and never
- * reaches the host; a malformed frame is counted and reported as a PROTOCOL
- * error of the receive, which still returns the good messages it got. The
- * stream's gRPC deadline must outlast the long poll, and the proxy never polls
- * for less than 5 s.
+ * shorter time its receipt handle says the broker hides it. Each frame is
+ * judged first (mql_inbound.h): a corrupted message (digest or body failed)
+ * is dead-lettered or nacked from here and never reaches the host; a
+ * malformed frame is counted and reported as a PROTOCOL error of the
+ * receive, which still returns the good messages it got. The stream's gRPC
+ * deadline must outlast the long poll, and the proxy never polls for less
+ * than 5 s.
  *
  * A receive takes what it asked for and no more: at most its batch, and no
  * more body bytes than the host's budget (the first message it hands over
- * always, so a large one still gets through). The first message past either bound ends the
- * taking: it and every later one of the stream are given back at once (a
- * silent nack), so the order of a FIFO group is kept and no lease is held that
- * the host did not ask for.
+ * always, so a large one still gets through). The first message past either
+ * bound ends the taking: it and every later one of the stream are given back
+ * at once (a silent nack), so the order of a FIFO group is kept and no lease
+ * is held that the host did not ask for.
  *
  * Renewals first (mql_pace.h, "behind"). A receive the host asks for while
  * the renewals are behind waits, unsent, until they catch up: the fill must
@@ -73,7 +74,9 @@ typedef struct receive_ctx {
  * not believed: every renewal asks for ours again. */
 static int64_t hidden_for_ms(const receive_ctx *rx, const mql_message *m) {
     int64_t said;
-    if (mql_handle_invisible_ms(m->receipt_handle, &said) && said < rx->invisible_ms) return said;
+    /* (0 is no time a broker hides for: a layout read wrong, not believed) */
+    if (mql_handle_invisible_ms(m->receipt_handle, &said) && said > 0 && said < rx->invisible_ms)
+        return said;
     return rx->invisible_ms;
 }
 
