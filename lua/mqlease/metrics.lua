@@ -83,7 +83,7 @@ local BY_REASON = {
   { "mqlease_messages_dead_lettered_total",
     "Messages forwarded to the group's dead-letter queue, by reason.", "dead_lettered" },
   { "mqlease_messages_given_back_total",
-    "Messages past a receive's batch (over_batch) or byte budget (over_bytes), nacked at once.", "given_back" },
+    "Messages past a receive's batch (over_batch) or byte budget (over_bytes), or on a FIFO group behind a corrupted or malformed one (behind_corrupted, behind_malformed), nacked at once.", "given_back" },
 }
 
 local SESSION_STATES = { "starting", "ready", "reconnecting", "failed", "closing" }

@@ -391,6 +391,68 @@ static void the_handle_s_invisible_time_bounds_the_first_deadline(void) {
     fixture_client_finish(&c, call);
 }
 
+/* An orderly group's queue is handed out in order (RocketMQ's FIFO pop: the
+ * next message of a queue only after the one before it is acked or given
+ * up). A corrupted message never reaches the host: it is dead-lettered or
+ * nacked from the core, and a nack (on_corrupt = "nack", or a dead letter
+ * that fails) brings it back later -- after the messages behind it in its
+ * stream, which were handed over and run. On a FIFO consumer the rest of such
+ * a stream goes back at once, as past a bound, and comes again behind it; so
+ * does the rest behind a malformed message (no lease: back at its deadline). */
+static void a_fifo_stream_behind_a_bad_message_goes_back(void) {
+    mql_client c;
+    mql_call *call;
+    mql_event *ev;
+    grpc_byte_buffer *frames[5];
+    const char *handle = "0 1700000000000 30000 0 0 broker-a 0 0 0";
+    fixture_client_init(&c);
+    c.consumer.fifo = 1;
+    mql_client_receive(&c, 16, 5000, 0);
+    call = c.calls;
+    CHECK(call != NULL);
+    if (!call) return;
+    frames[0] = ok_status_frame();
+    frames[1] = message_frame("M1", 10);
+    frames[2] = message_frame_digest("BAD", handle, 10, "1");
+    frames[3] = message_frame("M3", 10);
+    frames[4] = message_frame_digest("BAD2", handle, 10, "1");   /* back too, judged in its place */
+    ev = stream(&c, call, frames, 5);
+    CHECK(ev && ev->result.ok && ev->nmsgs == 1);
+    CHECK(ev && ev->nmsgs == 1 && strcmp(ev->msgs[0].id, "M1") == 0);
+    CHECK(reason_count(&c.metrics.corrupted, "digest_mismatch") == 1);
+    CHECK(reason_count(&c.metrics.given_back, "behind_corrupted") == 2);
+    mql_event_free(ev);
+    fixture_client_finish(&c, call);
+
+    /* the same behind a malformed frame (here: no receipt handle) */
+    fixture_client_init(&c);
+    c.consumer.fifo = 1;
+    mql_client_receive(&c, 16, 5000, 0);
+    call = c.calls;
+    if (!call) return;
+    frames[0] = ok_status_frame();
+    frames[1] = message_frame_with("NOHANDLE", NULL, 10);
+    frames[2] = message_frame("M2", 10);
+    ev = stream(&c, call, frames, 3);
+    CHECK(ev && ev->nmsgs == 0);
+    CHECK(reason_count(&c.metrics.given_back, "behind_malformed") == 1);
+    mql_event_free(ev);
+    fixture_client_finish(&c, call);
+
+    /* a consumer of a group that is not orderly takes the rest as before */
+    fixture_client_init(&c);
+    mql_client_receive(&c, 16, 5000, 0);
+    call = c.calls;
+    if (!call) return;
+    frames[0] = ok_status_frame();
+    frames[1] = message_frame_digest("BAD", handle, 10, "1");
+    frames[2] = message_frame("M2", 10);
+    ev = stream(&c, call, frames, 3);
+    CHECK(ev && ev->nmsgs == 1 && strcmp(ev->msgs[0].id, "M2") == 0);
+    mql_event_free(ev);
+    fixture_client_finish(&c, call);
+}
+
 int main(void) {
     RUN(a_stream_with_more_messages_than_the_batch_is_cut);
     RUN(a_receive_stops_taking_at_its_byte_budget);
@@ -399,5 +461,6 @@ int main(void) {
     RUN(a_message_id_too_long_costs_only_its_own_message);
     RUN(a_corrupted_message_does_not_use_up_the_first_place);
     RUN(the_handle_s_invisible_time_bounds_the_first_deadline);
+    RUN(a_fifo_stream_behind_a_bad_message_goes_back);
     return TEST_REPORT("receive_caps_test");
 }

@@ -112,7 +112,19 @@ static void keep_message(receive_ctx *rx, mql_message *m) {
     memset(m, 0, sizeof(*m));
 }
 
-/* NULL if m may be taken, else why it goes back ("over_batch", "over_bytes").
+/* On an orderly group's consumer, the rest of the stream behind a message the
+ * host never sees goes back at once, as past a bound. RocketMQ hands a FIFO
+ * queue out in order, the next message only once the one before is acked or
+ * given up; a corrupted message nacked (on_corrupt = "nack", or a dead letter
+ * that failed) or a malformed one (no lease: back at its deadline) comes back
+ * later, and the messages behind it would have run before it. Given back,
+ * they come again behind it. */
+static void cut_behind(const mql_client *c, receive_ctx *rx, const char *why) {
+    if (c->consumer.fifo && !rx->cut) rx->cut = why;
+}
+
+/* NULL if m may be taken, else why it goes back ("over_batch", "over_bytes",
+ * or cut_behind's).
  * The byte bound spares the first message the host is handed (rx->n), not the
  * first of the stream: a corrupted one before a large body, counted in the
  * batch, must not turn the receive that lets that body through into an empty
@@ -172,15 +184,24 @@ static void on_receive_message(mql_client *c, mql_call *call, grpc_byte_buffer *
         keep_message(rx, &f.msg);
         break;
     case MQL_FRAME_CORRUPTED:
+        if (rx->cut) {
+            /* past a bound it goes back like the rest, to be judged when it
+             * comes again in its place (a FIFO queue's order) */
+            mql_metrics_reason(&c->metrics.given_back, rx->cut);
+            mql_release_unseen(c, lease_begin(c, rx, &f.msg), 0, 0, rx->cut);
+            break;
+        }
         /* it holds a lease like any other, but the host never sees it */
         mql_metrics_reason(&c->metrics.corrupted, f.reason);
         rx->taken++;   /* it was delivered for this batch all the same */
         mql_release_unseen(c, lease_begin(c, rx, &f.msg), cs->on_corrupt_dlq,
                            cs->corrupt_delay_ms, "corrupted");
+        cut_behind(c, rx, "behind_corrupted");
         break;
     case MQL_FRAME_MALFORMED:
         mql_metrics_reason(&c->metrics.malformed, f.reason);
         if (rx->malformed++ == 0) rx->malformed_reason = f.reason;
+        cut_behind(c, rx, "behind_malformed");
         break;
     case MQL_FRAME_OTHER:
         break;
