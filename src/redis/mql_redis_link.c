@@ -2,7 +2,8 @@
  *
  * Three modes. One server: the address given. Sentinel: before connecting,
  * ask the sentinels in turn for the master's address (SENTINEL
- * get-master-addr-by-name) and check with ROLE that it is one; a broken
+ * get-master-addr-by-name) and check with ROLE that it is one, going on to
+ * the next sentinel when an answer leads to no master; a broken
  * connection is re-resolved by the next command, which is how a failover is
  * followed, and a READONLY reply (a demoted master) re-resolves and runs the
  * command once more, since the server refused it. A connection idle for
@@ -189,6 +190,32 @@ redisContext *mql_redis_link_connect(const mql_redis_link *l, const char *host, 
     return ctx;
 }
 
+/* A port as a sentinel sends it: decimal digits, 1 to 65535; else 0. */
+static int port_of(const char *s) {
+    char *end;
+    long port;
+    if (*s < '0' || *s > '9') return 0;
+    port = strtol(s, &end, 10);
+    return *end || port > 65535 ? 0 : (int)port;
+}
+
+/* The address in a reply to get-master-addr-by-name; 0 if it is one: a host
+ * that fits and is not empty, a valid port. A sentinel answering anything
+ * else has told us nothing we can dial. */
+static int addr_of(const redisReply *reply, addr *a) {
+    const redisReply *host, *port;
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2) return -1;
+    host = reply->element[0];
+    port = reply->element[1];
+    if (host->type != REDIS_REPLY_STRING || port->type != REDIS_REPLY_STRING) return -1;
+    if (host->len == 0 || host->len >= sizeof(a->host) || strlen(host->str) != host->len)
+        return -1;
+    a->port = port_of(port->str);
+    if (!a->port) return -1;
+    memcpy(a->host, host->str, host->len + 1);
+    return 0;
+}
+
 /* Sentinel: asks the sentinel at s for the master; 1 with a filled, else 0
  * with why saying what it answered, if it answered. */
 static int ask_sentinel(const mql_redis_link *l, const addr *s, addr *a, mql_result *why) {
@@ -208,19 +235,17 @@ static int ask_sentinel(const mql_redis_link *l, const addr *s, addr *a, mql_res
         return 0;
     }
     reply = redisCommand(ctx, "SENTINEL get-master-addr-by-name %s", l->master);
-    if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
-        reply->element[0]->type == REDIS_REPLY_STRING &&
-        reply->element[1]->type == REDIS_REPLY_STRING &&
-        strlen(reply->element[0]->str) < sizeof(a->host)) {
-        snprintf(a->host, sizeof(a->host), "%s", reply->element[0]->str);
-        a->port = atoi(reply->element[1]->str);
-        found = a->port > 0;
-    } else if (reply && reply->type == REDIS_REPLY_ERROR) {
+    if (reply && reply->type == REDIS_REPLY_ERROR) {
         int refused = strncmp(reply->str, "NOAUTH", 6) == 0 ||
                       strncmp(reply->str, "WRONGPASS", 9) == 0 ||
                       strncmp(reply->str, "NOPERM", 6) == 0;
         mql_result_fail(why, refused ? "REDIS_AUTH" : "UNAVAILABLE", "%s:%d answered %s", s->host,
                         s->port, reply->str);
+    } else if (reply && reply->type == REDIS_REPLY_ARRAY) {
+        found = addr_of(reply, a) == 0;
+        if (!found)
+            mql_result_fail(why, "UNAVAILABLE", "%s:%d named no address one can connect to",
+                            s->host, s->port);
     } else if (reply) {
         mql_result_fail(why, "UNAVAILABLE", "%s:%d knows no master of that name", s->host,
                         s->port);
@@ -252,14 +277,24 @@ static int ask_sentinels(mql_redis_link *l, addr *a, mql_result *res) {
     return -1;
 }
 
-/* Sentinel: 1 if ctx says it is a master (ROLE), else 0. */
-static int is_master(redisContext *ctx) {
+/* Sentinel: 0 if the server at a says it is a master (ROLE), else -1 with
+ * why set. ROLE is in @admin and @dangerous, so a user without them gets
+ * NOPERM: that is a configuration to fix (REDIS_AUTH), not a replica. */
+static int check_master(redisContext *ctx, const addr *a, mql_result *why) {
     redisReply *reply = redisCommand(ctx, "ROLE");
     int yes = reply && reply->type == REDIS_REPLY_ARRAY && reply->elements > 0 &&
               reply->element[0]->type == REDIS_REPLY_STRING &&
               strcmp(reply->element[0]->str, "master") == 0;
+    if (!reply)
+        transport_fail(ctx, why, "ROLE");
+    else if (reply->type == REDIS_REPLY_ERROR &&
+             (strncmp(reply->str, "NOPERM", 6) == 0 || strncmp(reply->str, "NOAUTH", 6) == 0))
+        mql_result_fail(why, "REDIS_AUTH", "%s:%d refused ROLE: %s", a->host, a->port,
+                        reply->str);
+    else if (!yes)   /* a failover under way: the sentinel lags */
+        mql_result_fail(why, "UNAVAILABLE", "%s:%d is not a master yet", a->host, a->port);
     if (reply) freeReplyObject(reply);
-    return yes;
+    return yes ? 0 : -1;
 }
 
 /* Bytes waiting after the last reply read are no reply to anything we will
@@ -274,25 +309,60 @@ int mql_redis_ctx_in_step(const redisContext *ctx) {
     return poll(&p, 1, 0) == 0;
 }
 
-static int connect_single(mql_redis_link *l, mql_result *res) {
-    addr a;
-    if (l->mode == MODE_SINGLE) {
-        l->ctx = l->unix_path ? mql_redis_link_connect(l, l->unix_path, 0, 1, res)
-                              : mql_redis_link_connect(l, l->host, l->port, 1, res);
-        return l->ctx ? 0 : -1;
-    }
-    if (ask_sentinels(l, &a, res) < 0) return -1;
-    l->ctx = mql_redis_link_connect(l, a.host, a.port, 1, res);
+/* Sentinel: l->ctx to the master at a, checked with ROLE; 0, else -1 with
+ * why set. */
+static int connect_to_master(mql_redis_link *l, const addr *a, mql_result *why) {
+    l->ctx = mql_redis_link_connect(l, a->host, a->port, 1, why);
     if (!l->ctx) return -1;
-    if (!is_master(l->ctx)) {   /* a failover under way: the sentinels lag */
+    if (check_master(l->ctx, a, why) < 0) {
         drop(&l->ctx);
-        mql_result_fail(res, "UNAVAILABLE", "redis sentinel: %s:%d is not a master yet", a.host,
-                        a.port);
         return -1;
     }
-    l->at = a;
+    l->at = *a;
     l->last_used = mql_now_ms();
     return 0;
+}
+
+/* Sentinel: connects to the master some sentinel names, asking them in turn
+ * from the one whose answer last led to a master. An answer that leads to no
+ * master (nothing listens there, or ROLE says replica: a sentinel that lags a
+ * failover still names the old master) costs that sentinel only, and the next
+ * is asked, as the Sentinel clients guidelines say for a sentinel that cannot
+ * be reached or does not know the master; one that keeps a stale view must not
+ * keep the client from a master the others name. An address already tried in
+ * this round is not dialled again (a dead master named by every sentinel
+ * costs one connect timeout, not one a sentinel). 0, else -1 with res set. */
+static int connect_master(mql_redis_link *l, mql_result *res) {
+    addr *tried = mql_xcalloc((size_t)(l->nnodes > 0 ? l->nnodes : 1), sizeof(*tried));
+    mql_result why;
+    int n, ntried = 0, found = 0;
+    mql_result_fail(&why, "UNAVAILABLE", "no sentinel could be reached");
+    for (n = 0; n < l->nnodes && !found; n++) {
+        int i = (l->answered + n) % l->nnodes, t;
+        addr a;
+        if (!ask_sentinel(l, &l->nodes[i], &a, &why)) continue;
+        for (t = 0; t < ntried; t++)
+            if (tried[t].port == a.port && strcmp(tried[t].host, a.host) == 0) break;
+        if (t < ntried) continue;
+        tried[ntried++] = a;
+        found = connect_to_master(l, &a, &why) == 0;
+        if (found) l->answered = i;
+    }
+    free(tried);
+    if (!found && !ntried)
+        mql_result_fail(res, why.code, "redis sentinel: no sentinel named a master '%s' (%s)",
+                        l->master, why.msg);
+    else if (!found)
+        mql_result_fail(res, why.code, "redis sentinel: no master '%s' the sentinels named "
+                        "could be used (%s)", l->master, why.msg);
+    return found ? 0 : -1;
+}
+
+static int connect_single(mql_redis_link *l, mql_result *res) {
+    if (l->mode == MODE_SENTINEL) return connect_master(l, res);
+    l->ctx = l->unix_path ? mql_redis_link_connect(l, l->unix_path, 0, 1, res)
+                          : mql_redis_link_connect(l, l->host, l->port, 1, res);
+    return l->ctx ? 0 : -1;
 }
 
 /* The connection to send on, made again when it is missing or out of step;
