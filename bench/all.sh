@@ -25,7 +25,9 @@
 #    pre-loaded backlog of BENCH_WORKERS_COUNT (40000; QUICK: 10000) 100-byte messages,
 #    started together (bench/workers.lua); msg/s of all of them, client and broker CPU.
 # Part 1 also runs that throughput case on RocketMQ against the Java PushConsumer and
-# SimpleConsumer (CPU seconds per 10,000 messages of each client process).
+# SimpleConsumer (CPU seconds per 10,000 messages of each client process), and mqlease.run
+# once more under the exactly-once policy (the bench's redis-server) over a backlog of its own:
+# what exactly-once costs where the broker is the bound (part eo prices it where the client is).
 #
 # jcost: beside each lease row of part 2 (BENCH_JAVA_LEASES: 1000 10000 100000) and each
 #    workers row of part 5 up to 4 workers, the same row for the Java client on the same dev
@@ -354,7 +356,7 @@ R=b$(date +%s)
 # fresh topics for each run: a new group on a topic starts at offset 0 only when it is fresh
 topics=()
 for run in $(seq "$RUNS"); do
-  for t in lp jp lh jh lb lr jr js; do topics+=("${R}_$t$run"); done
+  for t in lp jp lh jh lb lr le jr js; do topics+=("${R}_$t$run"); done
 done
 bash mk/rocketmq.sh topics "${topics[@]}" >/dev/null
 
@@ -363,10 +365,14 @@ java() { bash bench/java.sh run "$@"; }
 
 part_throughput() {
 # a pre-loaded backlog per client, each consumed by a fresh group
+start_redis
 for run in $(seq "$RUNS"); do
 note "throughput: $RUN_COUNT x $SIZE B each for mqlease.run, the Java PushConsumer and SimpleConsumer (run $run/$RUNS)"
-for t in "${R}_lr$run" "${R}_jr$run" "${R}_js$run"; do lua5.4 bench/lease.lua load "$E" "$t" "$RUN_COUNT" "$SIZE" >/dev/null; done
+for t in "${R}_lr$run" "${R}_le$run" "${R}_jr$run" "${R}_js$run"; do lua5.4 bench/lease.lua load "$E" "$t" "$RUN_COUNT" "$SIZE" >/dev/null; done
 { echo "luarun $(lua run "$E" "${R}_glr$run" "${R}_lr$run" "$RUN_COUNT")"; } >>"$results"
+# the same backlog under the exactly-once policy (the bench's own redis-server): what
+# exactly-once costs where the broker, not the client, is the bound
+{ echo "luarun $(lua run "$E" "${R}_gle$run" "${R}_le$run" "$RUN_COUNT" "$REDIS" "$REDIS_PID")"; } >>"$results"
 { echo "javarun $(java push "$E" "${R}_gjr$run" "${R}_jr$run" "$RUN_COUNT")"; } >>"$results"
 { echo "javarun $(java consume "$E" "${R}_gjs$run" "${R}_js$run" "$RUN_COUNT" 30 32)"; } >>"$results"
 done

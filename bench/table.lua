@@ -15,6 +15,7 @@ for line in io.lines(file) do
   local r = cjson.decode(json)
   r.rss_mb = r.rss_kb and r.rss_kb / 1024
   local key = r.mode
+  if r.mode == "run" and r.policy == "exactly_once" then key = "run_eo" end
   if r.mode == "hold" then key = r.count == hold and "hold" or "hold_big" end
   rows[who][key] = rows[who][key] or {}
   table.insert(rows[who][key], r)
@@ -237,11 +238,24 @@ if LR.run or JR.push or JR.consume then
   end
   local function count(runs) return runs and ("%d"):format(runs[1].count) or "-" end
   tp(("mqlease.run (concurrency 256), %s msgs"):format(count(LR.run)), LR.run)
+  if LR.run_eo then
+    tp(("mqlease.run + exactly-once (Redis on this host), %s msgs"):format(count(LR.run_eo)), LR.run_eo)
+  end
   tp(("Java PushConsumer (client defaults), %s msgs"):format(count(JR.push)), JR.push)
   tp(("Java SimpleConsumer (receive 32 + ackAsync each), %s msgs"):format(count(JR.consume)), JR.consume)
   print("")
   print("Each client consumes its own pre-loaded backlog of " .. size .. "-byte messages with a fresh group; CPU is")
   print("the client process's user+system time from before the consumer is built to the last message.")
+  if LR.run and LR.run_eo then
+    -- each run's exactly-once rate over the plain rate of the same run
+    local ratios = {}
+    for i = 1, math.min(#LR.run, #LR.run_eo) do
+      ratios[i] = { ratio = 100 * LR.run_eo[i].msgs_per_s / LR.run[i].msgs_per_s }
+    end
+    print(("On this broker exactly-once runs at %s %% of the plain rate (run by run; the eo part below"):format(
+      stat(ratios, "ratio")))
+    print("measures it on the dev broker, where the client, not the broker, is the bound).")
+  end
   print("")
 end
 if lease_file then cost_table(lease_table()) end
