@@ -39,8 +39,8 @@ while mqlease.now() < stop_at do
       print(("%s %-22s attempt %d, %.1f s, %d renewals, ack: %s"):format(m.id, ("%q"):format(m.body), m.delivery_attempt,
         mqlease.now() - started, m.lease.renewals, acked and "ok" or (aerr .. " " .. acode)))
     else
-      m:nack(5)   -- comes back in 5 s, as the next attempt
-      print(("%s failed (%s): nacked"):format(m.id, tostring(why)))
+      local nacked, nerr, ncode = m:nack(5)   -- comes back in 5 s, as the next attempt
+      print(("%s failed (%s), nack: %s"):format(m.id, tostring(why), nacked and "ok" or (nerr .. " " .. ncode)))
     end
   end
 end
