@@ -51,7 +51,10 @@ need_java() {
   case $v in 1.*|9|10|''|11|12|13|14|15|16) echo "java.sh: java $v is too old (need 17); install:" >&2; echo "  $APT_LINE" >&2; exit 1 ;; esac
 }
 
-# Complete only once the marker exists (copy-dependencies writes jars one by one).
+# Complete only once the marker exists. lib/ only ever appears whole: mvn fills a fresh
+# directory beside it, renamed to lib/ once the jars are all there, because copy-dependencies
+# keeps any jar already in its output directory that is newer than the repository's, a jar a
+# cut download or copy left half-written included.
 lib_complete() { [[ -f $LIB/.complete && -f $LIB/rocketmq-client-java-$VERSION.jar ]]; }
 
 cmd_fetch() {
@@ -61,16 +64,18 @@ cmd_fetch() {
   lib_complete && { unlock; return 0; }
   command -v mvn >/dev/null 2>&1 || { echo "java.sh: mvn not found (needed once to fetch the client jars); install it with:" >&2; echo "  $APT_LINE" >&2; exit 1; }
   echo "java.sh: fetching rocketmq-client-java $VERSION into $LIB (one-time, needs Maven Central)" >&2
-  mkdir -p "$LIB"
-  local mlog=$BASE/mvn.log rc=0
-  # Re-running over a partial dir is fine: copy-dependencies fills in what is missing.
+  # Under the lock nobody else writes here: what a killed fetch left goes.
+  local part=$BASE/lib.part mlog=$BASE/mvn.log rc=0
+  rm -rf "$part" "$LIB"
+  mkdir -p "$part"
   mvn -B -q -f "$SCRIPT_DIR/java/pom.xml" -Dclient.version="$VERSION" \
     org.apache.maven.plugins:maven-dependency-plugin:3.6.1:copy-dependencies \
-    -DoutputDirectory="$LIB" -DincludeScope=runtime </dev/null >"$mlog" 2>&1 || rc=$?
+    -DoutputDirectory="$part" -DincludeScope=runtime </dev/null >"$mlog" 2>&1 || rc=$?
   sed 's/\x1b\[[0-9;]*m//g; /^[[:space:]]*$/d' "$mlog" >&2
   ((rc == 0)) || die "mvn could not fetch rocketmq-client-java $VERSION (exit $rc, log $mlog); try MQLEASE_JAVA_CLIENT_VERSION=5.0.8 or 5.0.6"
-  [[ -f $LIB/rocketmq-client-java-$VERSION.jar ]] || die "mvn finished but $LIB lacks rocketmq-client-java-$VERSION.jar"
-  touch "$LIB/.complete"
+  [[ -f $part/rocketmq-client-java-$VERSION.jar ]] || die "mvn finished but $part lacks rocketmq-client-java-$VERSION.jar"
+  touch "$part/.complete"
+  mv -T "$part" "$LIB"
   unlock
 }
 

@@ -130,8 +130,10 @@ need_java() {
 # True if something accepts TCP connections on 127.0.0.1:$1 (bash /dev/tcp; no nc needed).
 port_open() { timeout 2 bash -c 'exec 3<>"/dev/tcp/$0/$1"' "$HOST" "$1" 2>/dev/null; }
 
-# The lib dir counts as complete only once the marker exists: copy-dependencies writes files one
-# by one, so an interrupted copy leaves a dir that merely looks complete.
+# The lib dir counts as complete only once the marker exists. It only ever appears whole: mvn
+# fills a fresh directory beside it, which is renamed to lib/ once the jars are all there. A
+# jar that a cut download or copy left half-written is never reused, because copy-dependencies
+# keeps any jar already in its output directory that is newer than the repository's.
 lib_complete() { [[ -f $LIB/.complete && -f $LIB/rocketmq-proxy-$ROCKETMQ_VERSION.jar ]]; }
 
 cmd_fetch() {
@@ -139,24 +141,35 @@ cmd_fetch() {
   if lib_complete; then return 0; fi
   command -v mvn >/dev/null 2>&1 || die "mvn not found (needed once to fetch the RocketMQ jars); install it with:
   $APT_LINE"
+  local base=$CACHE/rocketmq-$ROCKETMQ_VERSION
+  mkdir -p "$base"
+  # One fetch at a time per cache dir (fd 8; fd 9 is the run dir's lock): another run may be
+  # filling the same cache, and then this one waits for its jars.
+  exec 8>"$base/.lock"
+  flock -w 600 8 || die "timed out waiting for the lock $base/.lock"
+  if lib_complete; then exec 8>&-; return 0; fi
   log "fetching RocketMQ $ROCKETMQ_VERSION jars into $LIB (one-time, needs Maven Central)"
-  mkdir -p "$LIB"
+  # Under the lock nobody else writes here: what a killed fetch left goes.
+  local part=$base/lib.part
+  rm -rf "$part" "$LIB"
+  mkdir -p "$part"
   # Runtime scope matters: bcpkix (runtime-only) is needed by the proxy's self-signed TLS cert.
-  # Re-running over a partial dir is fine: copy-dependencies just fills in what is missing.
   # Output goes to a log, shown without ANSI codes (Debian's Maven 3.8 emits "ESC[0m" even
   # with -B).
-  local mlog=$CACHE/rocketmq-$ROCKETMQ_VERSION/mvn.log rc=0 flat=()
+  local mlog=$base/mvn.log rc=0 flat=()
   # 5.4.0 and later: flattened module POMs and no rocketmq-all to import (see pom.xml)
   if version_at_least 5.4.0; then flat=(-Drocketmq.flat); fi
   mvn -B -q -f "$SCRIPT_DIR/rocketmq/pom.xml" -Drocketmq.version="$ROCKETMQ_VERSION" "${flat[@]}" \
     org.apache.maven.plugins:maven-dependency-plugin:3.6.1:copy-dependencies \
-    -DoutputDirectory="$LIB" -DincludeScope=runtime </dev/null >"$mlog" 2>&1 || rc=$?
+    -DoutputDirectory="$part" -DincludeScope=runtime </dev/null >"$mlog" 2>&1 || rc=$?
   sed 's/\x1b\[[0-9;]*m//g; /^[[:space:]]*$/d' "$mlog" >&2
   ((rc == 0)) || die "mvn could not fetch RocketMQ $ROCKETMQ_VERSION (exit $rc, log $mlog); try another ROCKETMQ_VERSION"
-  [[ -f $LIB/rocketmq-proxy-$ROCKETMQ_VERSION.jar && -f $LIB/rocketmq-namesrv-$ROCKETMQ_VERSION.jar \
-     && -f $LIB/rocketmq-tools-$ROCKETMQ_VERSION.jar ]] \
-    || die "mvn finished but $LIB lacks the rocketmq-{proxy,namesrv,tools}-$ROCKETMQ_VERSION jars"
-  touch "$LIB/.complete"
+  [[ -f $part/rocketmq-proxy-$ROCKETMQ_VERSION.jar && -f $part/rocketmq-namesrv-$ROCKETMQ_VERSION.jar \
+     && -f $part/rocketmq-tools-$ROCKETMQ_VERSION.jar ]] \
+    || die "mvn finished but $part lacks the rocketmq-{proxy,namesrv,tools}-$ROCKETMQ_VERSION jars"
+  touch "$part/.complete"
+  mv -T "$part" "$LIB"
+  exec 8>&-
 }
 
 # --- process bookkeeping ------------------------------------------------------------------
