@@ -12,7 +12,6 @@
 -- stand-in core and router with a clock of the spec's own.
 local mqlease = require "mqlease"
 local core = require "mqlease.core"
-local message_mod = require "mqlease.message"
 
 local fakes = require "spec.support.transaction_fakes"
 local fake_redis, message, view_of = fakes.redis, fakes.message, fakes.view_of
@@ -30,64 +29,8 @@ do
   core.now = real_now
 end
 
--- A real producer over a stand-in core client and router: a send is
--- answered at once (message id MID<n>, transaction id TX<n>), an
--- EndTransaction that starts is recorded in p.ends and answered
--- p.replies[1] or OK, and p:close() ends the session as the core does.
-local function real_producer(checker)
-  local ends, replies, events, n = {}, {}, {}, 0
-  local client, closed = {}, false
-  function client:route() return 0 end
-  function client:send(topic, _, _, _, properties)
-    n = n + 1
-    events[#events + 1] = { kind = "op", op = 1000 + n, ok = true, message_id = "MID" .. n,
-      transaction_id = "TX" .. n, offset = n, properties = properties, topic = topic }
-    return 1000 + n
-  end
-  function client:end_transaction(topic, message_id, transaction_id, commit, from_check)
-    assert(not closed, "an EndTransaction started on a closed client")
-    ends[#ends + 1] = { topic = topic, id = message_id, transaction_id = transaction_id, commit = commit,
-      from_check = from_check }
-    return #ends
-  end
-  function client:terminate() return 0 end
-  function client.fd() return -1 end
-  function client.closed() return closed end
-  function client.id() return "fake" end
-  local router = { client = client }
-  function router:pump()
-    local q = events
-    events = {}
-    for _, ev in ipairs(q) do
-      if ev.kind == "orphan" then self.on_orphan(ev) else assert(self.on_op(ev)) end
-    end
-  end
-  function router.call()
-    local reply = table.remove(replies, 1) or { ok = true }
-    if reply.ok then return reply end
-    return nil, reply.err, reply.code
-  end
-  function router.result() return { ok = true } end
-  function router.close() closed = true end
-  local router_mod = require "mqlease.router"
-  local real_core_producer, real_start = core.producer, router_mod.start
-  core.producer = function() return client, 0 end
-  router_mod.start = function() return router end
-  local ok, p = pcall(producer_mod.new, { endpoints = "127.0.0.1:1", topics = { "B" }, checker = checker })
-  core.producer, router_mod.start = real_core_producer, real_start
-  assert(ok, p)
-  p.ends, p.replies = ends, replies
-  -- the proxy's check of tx's half message (or of a copy: the same ids)
-  function p.check_of(tx)
-    local m = {}
-    m[message_mod.SLOTS.id] = tx.message_id
-    m[message_mod.SLOTS.body] = "b"
-    m.properties = tx._props
-    events[#events + 1] = { kind = "orphan", transaction_id = tx.transaction_id, message = m,
-      shape = { topic = tx.topic } }
-  end
-  return p
-end
+-- a real producer over a stand-in core (spec/support/transaction_fakes.lua)
+local function real_producer(checker) return fakes.real_producer(producer_mod, checker) end
 
 -- The fake Redis with a reply that waits: the next eval runs its script (the
 -- server has done it) and then yields, as a reply on its way does, until

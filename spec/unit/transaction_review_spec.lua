@@ -5,7 +5,6 @@
 -- the spec's own.
 local mqlease = require "mqlease"
 local core = require "mqlease.core"
-local message_mod = require "mqlease.message"
 
 local fakes = require "spec.support.transaction_fakes"
 local fake_redis, fake_producer, message = fakes.redis, fakes.producer, fakes.message
@@ -26,61 +25,8 @@ do
   core.now = real_now
 end
 
--- A real producer over a stand-in core client and router: a send is
--- answered at once with message id MID<n> and transaction id TX<n>, an
--- EndTransaction is recorded in p.ends (and answered p.replies[1] or OK).
-local function real_producer(checker)
-  local ends, replies, events, n = {}, {}, {}, 0
-  local client = {}
-  function client:route() return 0 end
-  function client:send(topic, _, _, _, properties, _, _, _, _, _, transactional, recovery_ms)
-    n = n + 1
-    events[#events + 1] = { kind = "op", op = 1000 + n, ok = true, message_id = "MID" .. n,
-      transaction_id = "TX" .. n, offset = n, properties = properties, recovery_ms = recovery_ms,
-      transactional = transactional, topic = topic }
-    return 1000 + n
-  end
-  function client:end_transaction(topic, message_id, transaction_id, commit, from_check)
-    ends[#ends + 1] = { topic = topic, id = message_id, transaction_id = transaction_id, commit = commit,
-      from_check = from_check }
-    return #ends
-  end
-  function client.fd() return -1 end
-  function client.closed() return false end
-  function client.id() return "fake" end
-  local router = { client = client }
-  function router:pump()
-    local q = events
-    events = {}
-    for _, ev in ipairs(q) do
-      if ev.kind == "orphan" then self.on_orphan(ev) else assert(self.on_op(ev)) end
-    end
-  end
-  function router.call()
-    local reply = table.remove(replies, 1) or { ok = true }
-    if reply.ok then return reply end
-    return nil, reply.err, reply.code
-  end
-  local router_mod = require "mqlease.router"
-  local real_core_producer, real_start = core.producer, router_mod.start
-  core.producer = function() return client, 0 end
-  router_mod.start = function() return router end
-  local ok, p = pcall(producer_mod.new, { endpoints = "127.0.0.1:1", topics = { "B" }, checker = checker })
-  core.producer, router_mod.start = real_core_producer, real_start
-  assert(ok, p)
-  p.ends, p.replies = ends, replies
-  -- the proxy's check of tx's half message (or of a copy the broker made
-  -- of it: the same message id and transaction id)
-  function p.check_of(tx)
-    local m = {}
-    m[message_mod.SLOTS.id] = tx.message_id
-    m[message_mod.SLOTS.body] = "b"
-    m.properties = tx._props
-    events[#events + 1] = { kind = "orphan", transaction_id = tx.transaction_id, message = m,
-      shape = { topic = tx.topic } }
-  end
-  return p
-end
+-- a real producer over a stand-in core (spec/support/transaction_fakes.lua)
+local function real_producer(checker) return fakes.real_producer(producer_mod, checker) end
 
 describe("a third review: a check's end that never reaches the broker (suspicion 1)", function()
   it("answers unknown to every later check once a check's commit got no reply: lost, never twice", function()
