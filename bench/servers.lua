@@ -12,13 +12,13 @@ local what = arg[1]
 if what == "devbroker" then
   local flags = { table.unpack(arg, 2) }
   local out = os.tmpname()
-  local dv, err = launch.devbroker { root = ".", flags = flags, out = out }
+  local dv, err = launch.devbroker { root = ".", flags = flags, out = out, detached = true }
   if not dv then io.stderr:write("bench/servers.lua: ", err, "\n"); os.exit(1) end
   print(("DV_PID=%d DV=%s DV_CONTROL=%d DV_OUT=%s"):format(dv.pid, dv.endpoints, dv.control_port,
     launch.shell_quote(out)))
 elseif what == "redis" then
   local out = os.tmpname()
-  local r, err = launch.redis { out = out }
+  local r, err = launch.redis { out = out, detached = true }
   if not r then io.stderr:write("bench/servers.lua: ", err, "\n"); os.exit(1) end
   print(("REDIS_PID=%d REDIS=%s REDIS_OUT=%s"):format(r.pid, r.address, launch.shell_quote(out)))
 else

@@ -16,13 +16,17 @@
 -- Each server runs in the background with its output in a file, on a port the
 -- kernel picks (the dev broker: it prints the ports it got) or a free random
 -- one (redis-server: it cannot say), and is stopped with SIGTERM, then SIGKILL
--- after a few seconds, so a wedged server never outlives what started it
--- (but the kept Redis of redis_start, on the port it is given, which a later
--- process stops).
+-- after a few seconds, so a wedged server never outlives what started it.
+-- It is a child of this process (core.spawn) killed with SIGKILL when this
+-- process ends in any way, a SIGKILL included; only a server started with
+-- opts.detached outlives it (the kept Redis of redis_start, on the port it is
+-- given, which a later process stops; bench/servers.lua's).
+--   launch.spawn(cmd, out, { detached = }) -> pid, or nil, message
 -- Waiting uses mqlease.sleep: it yields inside mqlease.run and blocks outside.
 -- A wrong option raises; a server that does not start returns nil, message.
 
 local mqlease = require "mqlease"
+local core = require "mqlease.core"
 
 local now, sleep = mqlease.now, mqlease.sleep
 local ipairs, tostring, tonumber, type, error = ipairs, tostring, tonumber, type, error
@@ -58,9 +62,23 @@ local function tail(text, n)
   return table.concat(lines, "\n", math.max(1, #lines - n + 1))
 end
 
--- Whether pid runs (a zombie does not); false for nil.
+-- The children spawn started and did not detach: pid -> true while it may
+-- run, "ended" once reaped. A reaped child's pid may be given to another
+-- process: it is never looked at, nor signalled, again.
+local children = {}
+
+-- Whether pid runs (a zombie does not); false for nil. A child of ours that
+-- ended is reaped here.
 function _M.alive(pid)
   if not pid then return false end
+  local ours = children[pid]
+  if ours == "ended" then return false end
+  if ours then
+    local how = core.reap(pid)
+    if how == false then return true end
+    children[pid] = "ended"   -- it ended (reaped now), or another reaped it
+    return false
+  end
   local text = read_file("/proc/" .. tostring(pid) .. "/stat")
   if not text then return false end
   -- the state follows the name's closing parenthesis, the last one of the
@@ -71,9 +89,20 @@ end
 local alive = _M.alive
 
 -- Starts cmd (a shell word list, already quoted) in the background with its
--- output in out; returns its pid.
-function _M.spawn(cmd, out)
-  return tonumber(sh(("%s >%s 2>&1 & echo $!"):format(cmd, shell_quote(out))))
+-- output in out; returns its pid, or nil, message. The shell execs the
+-- program in its place (the pid is the program's), a child of this process
+-- that dies with it; opts.detached: init's from the start (the shell that
+-- started it has exited), it outlives this process.
+function _M.spawn(cmd, out, opts)
+  if opts and opts.detached then
+    local pid = tonumber(sh(("%s >%s 2>&1 & echo $!"):format(cmd, shell_quote(out))))
+    if not pid then return nil, "cannot start " .. cmd end
+    return pid
+  end
+  local pid, err = core.spawn({ "/bin/sh", "-c", "exec " .. cmd }, out)
+  if not pid then return nil, err end
+  children[pid] = true
+  return pid
 end
 local spawn = _M.spawn
 
@@ -131,6 +160,7 @@ local control = _M.control
 --   opts.topics  topics to create at start
 --   opts.flags   more of its flags, as a list of words
 --   opts.out     the file for its output (else a temporary one, removed by stop)
+--   opts.detached  it outlives this process (see spawn)
 -- Returns the handle above, or nil, message.
 function _M.devbroker(opts)
   opts = opts or {}
@@ -146,7 +176,11 @@ function _M.devbroker(opts)
   for _, f in ipairs(opts.flags or {}) do words[#words + 1] = shell_quote(f) end
   local out, temporary = opts.out, not opts.out
   if temporary then out = os.tmpname() end
-  local pid = spawn(table.concat(words, " "), out)
+  local pid, serr = spawn(table.concat(words, " "), out, { detached = opts.detached })
+  if not pid then
+    if temporary then os.remove(out) end
+    return nil, "the dev broker did not start: " .. serr
+  end
   local deadline, line = now() + 10, nil
   repeat
     sleep(0.05)
@@ -180,6 +214,7 @@ end
 --   opts.out   the file for its output (else in dir, or a temporary one)
 --   opts.program  the server (redis-server)
 --   opts.wait  seconds to wait for it to accept connections (5)
+--   opts.detached  it outlives this process (see spawn)
 -- Returns { pid =, port =, address =, alive(), stop() }, or nil, message (with
 -- the last lines of its output).
 function _M.redis(opts)
@@ -206,8 +241,12 @@ function _M.redis(opts)
     else
       words[#words + 1] = "--appendonly no"
     end
-    local pid = spawn(table.concat(words, " "), out)
+    local pid, serr = spawn(table.concat(words, " "), out, { detached = opts.detached })
     local deadline = now() + (opts.wait or 5)
+    if not pid then
+      if temporary then os.remove(out) end
+      return nil, "cannot start redis-server: " .. serr
+    end
     repeat
       sleep(0.05)
       if (read_file(out) or ""):find("Ready to accept connections", 1, true) then
@@ -282,7 +321,8 @@ function _M.redis_start(opts)
   end
   os.remove(run .. "/started-by-us")
   os.remove(run .. "/redis.pid")
-  local r, err = _M.redis { port = port, out = run .. "/redis.log", program = opts.program, wait = 20 }
+  local r, err = _M.redis { port = port, out = run .. "/redis.log", program = opts.program, wait = 20,
+    detached = true }
   if not r then return nil, err end
   write_file(run .. "/redis.pid", r.pid .. "\n")
   write_file(run .. "/started-by-us", "")

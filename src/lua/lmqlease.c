@@ -518,7 +518,8 @@ static const luaL_Reg client_methods[] = {
 static const luaL_Reg module_functions[] = {
     {"consumer", l_consumer}, {"producer", l_producer}, {"wait", lmql_wait}, {"poll", lmql_poll},
     {"now", lmql_now},        {"wall", lmql_wall},      {"sleep", lmql_sleep},       {"watch_signals", lmql_watch_signals},
-    {"redis", lmql_redis},       {"eo_key", lmql_eo_key},   {"exec", lmql_exec},       {NULL, NULL}};
+    {"redis", lmql_redis},       {"eo_key", lmql_eo_key},   {"exec", lmql_exec},
+    {"spawn", lmql_spawn},    {"reap", lmql_reap},      {NULL, NULL}};
 
 LUALIB_API int luaopen_mqlease_core(lua_State *L);
 

@@ -3,7 +3,7 @@
  * The binding is the only part of the project that includes lua.h, split by
  * what it binds: lmqlease.c (the module, consumers and producers), lmql_clock.c (waits, clocks),
  * lmql_push.c (core values -> Lua values), lmql_message.c (a received message), lmql_redis.c (core.redis),
- * lmql_signals.c (core.watch_signals) and lmql_exec.c (core.exec). No C thread of the core ever calls
+ * lmql_signals.c (core.watch_signals) and lmql_exec.c (core.exec, core.spawn, core.reap). No C thread of the core ever calls
  * into these files: they run on the Lua thread only.
  */
 #ifndef LMQLEASE_H
@@ -78,5 +78,9 @@ int lmql_redis(lua_State *L);
 int lmql_eo_key(lua_State *L);
 /* lmql_exec.c: core.exec(argv) -- execvp, or nil, message, code. */
 int lmql_exec(lua_State *L);
+/* lmql_exec.c: core.spawn(argv, out) -- a child that dies with this process;
+ * core.reap(pid) -- collects a child's end without waiting. */
+int lmql_spawn(lua_State *L);
+int lmql_reap(lua_State *L);
 
 #endif /* LMQLEASE_H */
