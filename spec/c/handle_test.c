@@ -35,6 +35,29 @@ static void leaves_handles_of_another_shape_alone(void) {
                "1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17"));
 }
 
+/* Field 7 is the message's queue offset: an empty one (two spaces) is no
+ * offset, so the handle is not the proxy's and stays as it came. It was
+ * taken for one, and field 0 was replaced by nothing. */
+static void leaves_a_handle_without_an_offset_alone(void) {
+    CHECK(same(mql_handle_after_change("100 1700000000000 30000 0 0 broker-a 2  7 4096"),
+               "100 1700000000000 30000 0 0 broker-a 2  7 4096"));
+}
+
+/* The new handle of a change names the message the old one names (broker,
+ * queue, offset: fields 5 to 7), whatever else changed; where the old one
+ * is opaque there is nothing to compare. */
+static void tells_whether_two_handles_name_one_message(void) {
+    const char *old = "100 1700000000000 30000 0 0 broker-a 2 103 7 4096";
+    CHECK(mql_handle_names_message("100 1700000031000 30000 0 0 broker-a 2 103 7 4096", old));
+    CHECK(mql_handle_names_message("103 1700000031000 60000 1 0 broker-a 2 103 7", old));
+    CHECK(!mql_handle_names_message("100 1700000031000 30000 0 0 broker-a 2 104 7 4096", old));
+    CHECK(!mql_handle_names_message("100 1700000031000 30000 0 0 broker-a 3 103 7 4096", old));
+    CHECK(!mql_handle_names_message("100 1700000031000 30000 0 0 broker-b 2 103 7 4096", old));
+    CHECK(!mql_handle_names_message("100 1700000031000 30000 0 0 broker-a 2 1030 7 4096", old));
+    CHECK(!mql_handle_names_message("opaque", old));
+    CHECK(mql_handle_names_message("anything", "opaque-handle"));
+}
+
 static int readable(int fd) {
     struct pollfd p = {fd, POLLIN, 0};
     return poll(&p, 1, 0) == 1;
@@ -70,6 +93,8 @@ int main(void) {
     RUN(points_field_zero_at_the_message_offset);
     RUN(leaves_a_consistent_handle_alone);
     RUN(leaves_handles_of_another_shape_alone);
+    RUN(leaves_a_handle_without_an_offset_alone);
+    RUN(tells_whether_two_handles_name_one_message);
     RUN(hands_events_over_in_order_and_takes_them_back);
     return TEST_REPORT("handle_test");
 }

@@ -116,42 +116,64 @@ void mql_result_from_status(mql_result *r, const mql_pb_status *st, const char *
                     st->message && *st->message ? st->message : "no message", st->code);
 }
 
-/* Why this exists: a receipt handle is "ckQueueOffset popTime invisibleTime
- * reviveQid topicType brokerName queueId queueOffset ... commitLogOffset". The
- * broker matches an ack (or the "ack the old checkpoint" step of the next
- * change) to its checkpoint by (queueId, ckQueueOffset, popTime). A change
- * writes a new checkpoint that starts at the message's own queueOffset, but
- * the RocketMQ 5.2 proxy copies the *old* ckQueueOffset into the handle it
- * returns -- the start of the batch the message was popped with. For every
- * message but the first of its queue in that batch the two disagree: the next
- * ack or renewal misses, the checkpoint revives and the message is delivered
- * again (upstream issue #9583, "ack doesn't work after changeInvisibleDuration").
- * Setting field 0 to field 7 makes the handle name the checkpoint the broker
- * really wrote; where the proxy already does so (5.1.4) it changes nothing.
- * A handle that does not have that shape is returned as it is. */
-char *mql_handle_after_change(const char *handle) {
-    const char *fields[16];
-    size_t lens[16], n = 0, total, i;
+/* The fields of a handle with the proxy's layout, "ckQueueOffset popTime
+ * invisibleTime reviveQid topicType brokerName queueId queueOffset ...
+ * commitLogOffset" (9 to 16 of them, split at single spaces, field 7 the
+ * message's queue offset in digits: ReceiptHandle.decode parses it as a
+ * long, so an empty one is no offset): their count, or 0 for any other. */
+#define HANDLE_FIELDS_MAX 16
+static size_t handle_fields(const char *handle, const char **fields, size_t *lens) {
     const char *p = handle;
-    char *out, *w;
-    while (*p && n < 16) {
+    size_t n = 0, i;
+    while (*p && n < HANDLE_FIELDS_MAX) {
         const char *start = p;
         while (*p && *p != ' ') p++;
         fields[n] = start;
         lens[n++] = (size_t)(p - start);
         if (*p == ' ') p++;
     }
-    if (*p || n < 9) return mql_strdup(handle);
+    if (*p || n < 9 || lens[7] == 0) return 0;
     for (i = 0; i < lens[7]; i++)
-        if (fields[7][i] < '0' || fields[7][i] > '9') return mql_strdup(handle);
-    total = strlen(handle) - lens[0] + lens[7];
-    out = w = mql_xmalloc(total + 1);
-    memcpy(w, fields[7], lens[7]);
-    w += lens[7];
-    memcpy(w, handle + lens[0], strlen(handle) - lens[0]);
-    w += strlen(handle) - lens[0];
-    *w = '\0';
+        if (fields[7][i] < '0' || fields[7][i] > '9') return 0;
+    return n;
+}
+
+/* Why this exists: the broker matches an ack (or the "ack the old
+ * checkpoint" step of the next change) to its checkpoint by (queueId,
+ * ckQueueOffset, popTime). A change writes a new checkpoint that starts at
+ * the message's own queueOffset, but the RocketMQ 5.2 proxy copies the *old*
+ * ckQueueOffset into the handle it returns -- the start of the batch the
+ * message was popped with. For every message but the first of its queue in
+ * that batch the two disagree: the next ack or renewal misses, the
+ * checkpoint revives and the message is delivered again (upstream issue
+ * #9583, "ack doesn't work after changeInvisibleDuration"). Setting field 0
+ * to field 7 makes the handle name the checkpoint the broker really wrote;
+ * where the proxy already does so (5.1.4) it changes nothing. A handle that
+ * does not have that shape is returned as it is. */
+char *mql_handle_after_change(const char *handle) {
+    const char *fields[HANDLE_FIELDS_MAX];
+    size_t lens[HANDLE_FIELDS_MAX], rest = strlen(handle);
+    char *out;
+    if (!handle_fields(handle, fields, lens)) return mql_strdup(handle);
+    rest -= lens[0];
+    out = mql_xmalloc(lens[7] + rest + 1);
+    memcpy(out, fields[7], lens[7]);
+    memcpy(out + lens[7], handle + lens[0], rest + 1);
     return out;
+}
+
+/* A change leaves the message where it is: the new handle is built from the
+ * request's brokerName, queueId and queueOffset (fields 5 to 7;
+ * MQClientAPIImpl.changeInvisibleTimeAsync, ExtraInfoUtil.buildExtraInfo),
+ * whatever else changed. */
+int mql_handle_names_message(const char *got, const char *held) {
+    const char *hf[HANDLE_FIELDS_MAX], *gf[HANDLE_FIELDS_MAX];
+    size_t hl[HANDLE_FIELDS_MAX], gl[HANDLE_FIELDS_MAX], i;
+    if (!handle_fields(held, hf, hl)) return 1;   /* opaque: nothing to compare */
+    if (!handle_fields(got, gf, gl)) return 0;
+    for (i = 5; i <= 7; i++)
+        if (hl[i] != gl[i] || memcmp(hf[i], gf[i], hl[i]) != 0) return 0;
+    return 1;
 }
 
 /* Field index of a handle with the proxy's layout, a number of at most 15
@@ -162,7 +184,7 @@ static int handle_number(const char *handle, int index, int64_t *out) {
     size_t fields = 1, digits = 0;
     if (!handle) return 0;
     for (p = handle; *p; p++) fields += *p == ' ';
-    if (fields < 9) return 0;   /* not the proxy's layout (see mql_handle_after_change) */
+    if (fields < 9) return 0;   /* not the proxy's layout (see handle_fields) */
     for (p = handle; index > 0; index--) p = strchr(p, ' ') + 1;
     for (; *p != ' '; p++, digits++) {
         if (*p < '0' || *p > '9' || digits >= 15) return 0;

@@ -36,6 +36,10 @@ void mql_result_from_status(mql_result *r, const mql_pb_status *st, const char *
 /* The receipt handle a ChangeInvisibleDuration answered, made consistent with
  * the checkpoint the broker wrote; returns a new string (see mql_codec.c). */
 char *mql_handle_after_change(const char *handle);
+/* Whether got, the handle a change answered, names the message held names
+ * (same broker, queue and offset). 1 when held lacks the proxy's layout
+ * (there is nothing to compare); 0 when held has it and got lacks it. */
+int mql_handle_names_message(const char *got, const char *held);
 /* The broker's pop time (epoch ms, its own clock) a receipt handle carries in
  * its second field; 1 and *pop_ms set, or 0 if the handle does not have the
  * proxy's layout (a dev broker's, say). */

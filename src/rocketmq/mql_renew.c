@@ -4,8 +4,8 @@
  * check that its deadline has passed, or (a release held while the session
  * reconnects, mql_release.c) the latest moment its release may go out. A
  * renewal is ChangeInvisibleDuration with the newest receipt handle; only a
- * successful reply replaces the handle (the
- * proxy would still accept the old one, but an ack with it does nothing and a
+ * successful reply replaces the handle, with one that names the same message
+ * (the proxy would still accept the old one, but an ack with it does nothing and a
  * change arms a second deadline). Failures retry with backoff while the
  * deadline allows; a rejected handle ends the lease at once (no retry storm).
  * The budget (max_renewals, max_lease) ends renewing with one decision:
@@ -222,6 +222,24 @@ static int says_latency(const char *code) {
     return strcmp(code, "UNAVAILABLE") != 0 && strcmp(code, "CANCELLED") != 0;
 }
 
+/* An OK says the change was made, so the broker minted a handle for this
+ * message. One that did not come back, or that names another message (or
+ * none we can read, where ours had the proxy's layout), is a broken reply,
+ * and uncertain as a lost one: taken, it would have been the handle the
+ * next renewal and the ack send, so the ack would settle another message's
+ * checkpoint, or none, and ours revive. r becomes a PROTOCOL error; 1 if so. */
+static int reply_without_handle(mql_result *r,
+                                const Apache__Rocketmq__V2__ChangeInvisibleDurationResponse *resp,
+                                const mql_lease *l) {
+    if (!r->ok) return 0;
+    if (!(resp->receipt_handle && *resp->receipt_handle))
+        mql_result_fail(r, "PROTOCOL", "ChangeInvisibleDuration: OK without a receipt handle");
+    else if (!mql_handle_names_message(resp->receipt_handle, l->handle))
+        mql_result_fail(r, "PROTOCOL",
+                        "ChangeInvisibleDuration: OK with a receipt handle of another message");
+    return !r->ok;
+}
+
 static void on_renew_done(mql_client *c, mql_call *call) {
     mql_consumer_part *cs = &c->consumer;
     mql_result r;
@@ -229,16 +247,11 @@ static void on_renew_done(mql_client *c, mql_call *call) {
         call, &apache__rocketmq__v2__change_invisible_duration_response__descriptor, &r);
     mql_lease *l = mql_lease_find(&cs->leases, call->op);
     int64_t now = mql_now_ms();
-    int no_handle = 0;
+    int no_handle;
     cs->renew_inflight--;
     if (!l || l->state != MQL_LEASE_RENEWING) goto out;   /* gone meanwhile */
     l->state = MQL_LEASE_HELD;
-    /* An OK says the change was made, so the broker minted a handle; one
-     * that did not come back is a broken reply, and uncertain as a lost one */
-    if (r.ok && !(resp->receipt_handle && *resp->receipt_handle)) {
-        mql_result_fail(&r, "PROTOCOL", "ChangeInvisibleDuration: OK without a receipt handle");
-        no_handle = 1;
-    }
+    no_handle = reply_without_handle(&r, resp, l);
     if (r.ok) {
         /* The old handle is dead to us from this instant: the proxy would still
          * accept it, but an ack with it does nothing and a change arms a
