@@ -99,7 +99,10 @@ function _M.spawn(cmd, out, opts)
     if not pid then return nil, "cannot start " .. cmd end
     return pid
   end
-  local pid, err = core.spawn({ "/bin/sh", "-c", "exec " .. cmd }, out)
+  -- (a command that execs itself already is taken as it is: "exec exec x"
+  -- would look for a program named exec)
+  local line = cmd:match("^%s*exec%s") and cmd or "exec " .. cmd
+  local pid, err = core.spawn({ "/bin/sh", "-c", line }, out)
   if not pid then return nil, err end
   children[pid] = true
   return pid

@@ -67,4 +67,17 @@ describe("a server mqlease.launch started", function()
     local running = kill_launcher(true, 3)
     assert.is_true(running)
   end)
+  -- a command that execs itself already ("exec lua5.4 bin/mqlease ...", as a
+  -- spec of the devbroker command spawns it) runs as given: "exec exec x"
+  -- looked for a program named exec, and nothing started
+  it("runs a command that execs itself already", function()
+    local out = os.tmpname()
+    local pid = assert(launch.spawn("exec sleep 30", out))
+    local deadline = mqlease.now() + 5
+    while not launch.alive(pid) and mqlease.now() < deadline do mqlease.sleep(0.05) end
+    mqlease.sleep(0.2)
+    assert.is_true(launch.alive(pid), "exec sleep 30 is not running")
+    launch.stop_pid(pid, 2)
+    os.remove(out)
+  end)
 end)
