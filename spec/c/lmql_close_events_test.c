@@ -13,29 +13,11 @@
 #include <lualib.h>
 #include <stdlib.h>
 
+#include "budget_alloc.h"
 #include "lmqlease.h"
 #include "mql_test.h"
 
 LUALIB_API int luaopen_mqlease_core(lua_State *L);
-
-/* An allocator that refuses to grow past limit bytes in use. */
-typedef struct budget {
-    size_t used, limit;
-} budget;
-
-static void *budget_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
-    budget *b = ud;
-    size_t old = ptr ? osize : 0;
-    if (nsize == 0) {
-        free(ptr);
-        b->used -= old;
-        return NULL;
-    }
-    if (nsize > old && b->used + (nsize - old) > b->limit) return NULL;
-    ptr = realloc(ptr, nsize);
-    if (ptr) b->used = b->used - old + nsize;
-    return ptr;
-}
 
 /* starve(): from now on the heap cannot grow (the finalizer calls it). */
 static int starve(lua_State *L) {

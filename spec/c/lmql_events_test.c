@@ -14,27 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "budget_alloc.h"
 #include "lmqlease.h"
 #include "mql_test.h"
-
-/* An allocator that refuses to go past limit bytes in use. */
-typedef struct budget {
-    size_t used, limit;
-} budget;
-
-static void *budget_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
-    budget *b = ud;
-    size_t old = ptr ? osize : 0;
-    if (nsize == 0) {
-        free(ptr);
-        b->used -= old;
-        return NULL;
-    }
-    if (nsize > old && b->used + (nsize - old) > b->limit) return NULL;
-    ptr = realloc(ptr, nsize);
-    if (ptr) b->used = b->used - old + nsize;
-    return ptr;
-}
 
 static mql_event *op_event(uint64_t op, mql_event *next) {
     mql_event *ev = mql_event_new(MQL_EV_OP, op);
