@@ -95,13 +95,27 @@ static void budget_nack_failed(mql_client *c, mql_lease *l) {
     else mql_lease_arm(&cs->leases, l, now);
 }
 
+/* Counted as any nack (nacks_total, errors{op="nack"}). A nack with no reply
+ * is a ChangeInvisibleDuration that may have been applied, as a renewal with
+ * none may: the broker then hands the message on after release_delay, under
+ * a handle we never saw, while this lease waits for its deadline. */
 static void on_budget_nack_done(mql_client *c, mql_call *call) {
     mql_result r;
     void *resp = mql_call_reply(
         call, &apache__rocketmq__v2__change_invisible_duration_response__descriptor, &r);
     mql_lease *l = mql_lease_find(&c->consumer.leases, call->op);
-    if (l && r.ok) mql_release_end(c, l, MQL_LEASE_NACKED);
-    else if (l) budget_nack_failed(c, l);
+    if (r.ok) {
+        c->metrics.nacks_ok++;
+    } else {
+        c->metrics.nacks_fail++;
+        mql_metrics_error(&c->metrics, "nack", r.code);
+    }
+    if (l && r.ok) {
+        mql_release_end(c, l, MQL_LEASE_NACKED);
+    } else if (l) {
+        if (strcmp(r.code, "TIMEOUT") == 0 || strcmp(r.code, "CANCELLED") == 0) l->uncertain = 1;
+        budget_nack_failed(c, l);
+    }
     mql_call_reply_free(resp);
 }
 
