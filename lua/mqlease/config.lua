@@ -108,7 +108,7 @@ _M.producer = {
 }
 
 _M.run = {
-  concurrency = { kind = "integer", default = 64, min = 1, max = 100000, doc = "handlers running at once (coroutines)" },
+  concurrency = { kind = "integer", default = 64, min = 1, max = 100000, doc = "handlers running at once (coroutines); a message waiting to be tried again (an ordered retry in place, a policy's defer) holds none" },
   max_inflight = { kind = "integer", min = 1, max = 1000000, default_doc = "2 × `concurrency`",
     doc = "messages held at once, running or waiting for a handler; receiving pauses at it" },
   max_inflight_bytes = { kind = "integer", default = 64 * 1024 * 1024, min = 1, max = 2 ^ 40, unit = "bytes",

@@ -143,4 +143,47 @@ describe("mqlease.run with message groups", function()
       for k, i in ipairs(list) do assert.equal(last + k, i, "group " .. g) end
     end
   end)
+
+  -- Java's FifoConsumeService schedules a failed ordered message's retry
+  -- without holding a consume thread; a waiting message held its slot here,
+  -- and with concurrency = 1 a poison head of group a held group b back for
+  -- its whole retry schedule.
+  it("lets other groups run while a group's head waits for its retry", function()
+    local c = fake_consumer({ "a:1", "b:1", "b:2", "b:3" },
+      { retry_policy = { max_attempts = 3, steps = { 0.6, 0.6 } } })
+    local ran, b_done_at, t0 = {}, nil, wait.now()
+    local summary = run(c, function(m)
+      ran[#ran + 1] = m.body
+      if m.body == "b:3" then b_done_at = wait.now() - t0 end
+      if m.body == "a:1" and m.delivery_attempt == 1 then return false, "once" end
+      return true
+    end, { concurrency = 1, signals = false, run_for = 10, on_error = function() end,
+      stop = function() return #c.acked >= 4 end })
+    assert.same({ "a:1", "b:1", "b:2", "b:3", "a:1" }, ran)
+    assert.is_true(b_done_at < 0.5, ("group b ran after %.2f s, behind a's retry"):format(b_done_at))
+    assert.same({}, c.nacked)
+    assert.equal(1, summary.retried)
+  end)
+
+  it("keeps concurrency while waiting messages come back: never more handlers than slots", function()
+    local bodies = {}
+    for i = 1, 6 do bodies[#bodies + 1] = "g" .. i .. ":1" end
+    for i = 1, 6 do bodies[#bodies + 1] = "g" .. i .. ":2" end
+    local c = fake_consumer(bodies, { retry_policy = { max_attempts = 3, steps = { 0.05, 0.05 } } })
+    local running, most = 0, 0
+    local summary = run(c, function(m)
+      running = running + 1
+      if running > most then most = running end
+      wait.sleep(0.02 + math.random() * 0.03)
+      running = running - 1
+      if m.delivery_attempt == 1 and m.body:sub(-2) == ":1" then return false, "once" end
+      return true
+    end, { concurrency = 2, signals = false, run_for = 10, on_error = function() end,
+      stop = function() return #c.acked >= 12 end })
+    assert.equal(2, most)
+    assert.equal(12, #c.acked)
+    assert.equal(6, summary.retried)
+    local per = per_group(c.acked)
+    for i = 1, 6 do assert.same({ 1, 2 }, per["g" .. i], "group g" .. i) end
+  end)
 end)

@@ -139,6 +139,8 @@ function _M.run(ctx, m)
   life:move(m, "running")
   -- this attempt's failure is counted (once, whatever raises after it)
   local counted
+  -- while it waits, the task holds no handler slot; it ends holding one
+  local without_slot = false
   local ok, raised = pcall(function()
     while true do
       counted = false
@@ -166,7 +168,16 @@ function _M.run(ctx, m)
           st.held = st.held + 1
         end
         life:move(m, "waiting")
+        -- no handler slot is held while it waits (mqlease.run.worker)
+        ctx.leave_slot()
+        without_slot = true
         local why = ctx.waiter:hold(m, arg)
+        if why == "again" then
+          if not ctx.take_slot(true) then why = "stopping" end
+        else
+          ctx.take_slot(false)
+        end
+        without_slot = false
         if why ~= "again" then
           life:move(m, "releasing")
           outcome = why == "stopping" and _M.give_back(ctx, m, true) or life_mod.ended_as(m)
@@ -181,6 +192,7 @@ function _M.run(ctx, m)
       end
     end
   end)
+  if without_slot then ctx.take_slot(false) end
   if not ok then
     -- a raising policy, nack_delay or after() costs no slot and strands no
     -- message: if nothing released it, it is given back

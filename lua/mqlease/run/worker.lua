@@ -151,11 +151,54 @@ function _M.run(consumer, handler, o, sched, probe)
   ctx.life = life
   if probe then probe(life) end
 
-  local function message_task(m)
-    task.run(ctx, m)
+  -- Handler slots (o.concurrency): a task holds one while its message runs
+  -- or is released, not while it waits to be tried again (a retry in place,
+  -- a policy's defer): Java's FifoConsumeService schedules a retry without
+  -- holding a consume thread, and a waiting head of one group held every
+  -- other group back when the slots were few. A message back from waiting
+  -- gets the next free slot before a new message does.
+  local slot_waiters = {}   -- { co =, given = } of tasks waiting for a slot, oldest first
+  local function free_slot()
     st.nrunning = st.nrunning - 1
     if drainer_co then sched:wake(drainer_co) end
-    start_handlers()
+    -- (one taken past concurrency, by a message that only ended, frees none)
+    if st.nrunning >= o.concurrency then return end
+    local w = table.remove(slot_waiters, 1)
+    if w then
+      st.nrunning = st.nrunning + 1
+      w.given = true
+      sched:wake(w.co)
+    else
+      start_handlers()
+    end
+  end
+  ctx.leave_slot = free_slot
+  -- -> true once the calling task holds a slot again (waiting for a free
+  -- one); false once the run stops first. wait = false: at once, as one
+  -- more than concurrency if need be, for a message that only ends now (its
+  -- lease ended, the stop gives it back), which runs no handler. Either way
+  -- the task ends holding one, which its end frees.
+  function ctx.take_slot(wait)
+    if not st.stopping and st.nrunning < o.concurrency and #slot_waiters == 0 then
+      st.nrunning = st.nrunning + 1
+      return true
+    end
+    local w = { co = coroutine.running(), given = false }
+    if wait and not st.stopping then
+      slot_waiters[#slot_waiters + 1] = w
+      repeat sched:park() until w.given or st.stopping   -- a freed slot, or the stop, wakes it
+    end
+    if w.given then return true end
+    for i = #slot_waiters, 1, -1 do
+      if slot_waiters[i] == w then table.remove(slot_waiters, i) end
+    end
+    st.nrunning = st.nrunning + 1
+    return false
+  end
+
+  local function message_task(m)
+    task.run(ctx, m)
+    free_slot()
   end
 
   function start_handlers()
@@ -284,6 +327,8 @@ function _M.run(consumer, handler, o, sched, probe)
     if st.stopping then return end
     st.stopping = true
     st.reason = reason
+    -- a message waiting for a slot gives itself back (ctx.take_slot)
+    for _, w in ipairs(slot_waiters) do sched:wake(w.co) end
     drainer_co = sched:spawn(drain.run, {
       o = o, st = st, sched = sched, seq = seq, waiter = waiter, client = client, release_delay = release_delay,
       watcher = watcher, drain_extension = drain_extension, wake_receiver = wake_receiver,

@@ -15,6 +15,9 @@
 --   locks       no lock keepalive runs once mqlease.run has returned
 --   alone       under exactly-once, no handler of a message starts while
 --               another of it runs, unless its lock was lost
+--   slots       no more handlers run at once than concurrency allows (a
+--               message waiting to be tried again holds no slot, and takes
+--               one again before its handler runs)
 --   stranded    nothing is left held at close that never ran (the drain
 --               gives back what it does not run)
 --   clean       the run returns, no task of it fails, no message makes an
@@ -116,6 +119,7 @@ function _M.run(seed)
     local effects, excuses = {}, {}
     local last_fence = {}
     local running = {}   -- message id -> handlers of it running now
+    local handlers_running = 0   -- handlers of any message running now
     local function body(m)
       local d = rng.chance(p.handler.long) and rng.range(3, 20) or rng.range(0, 2)
       wait.sleep(d)
@@ -139,11 +143,16 @@ function _M.run(seed)
     end
     local function handler(m)
       b.handler_starts(m)
+      if handlers_running >= p.concurrency then
+        b.violation("%s: a handler started beside %d others (concurrency %d)", m.id, handlers_running, p.concurrency)
+      end
       if p.eo and (running[m.id] or 0) > 0 and not redis.lock_lost_of[m.id] then
         b.violation("%s: a handler started while another of it ran, no lock lost", m.id)
       end
       running[m.id] = (running[m.id] or 0) + 1
+      handlers_running = handlers_running + 1
       local ok, res, err = pcall(body, m)
+      handlers_running = handlers_running - 1
       running[m.id] = running[m.id] - 1
       if not ok then error(res, 0) end
       return res, err
