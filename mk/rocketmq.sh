@@ -155,14 +155,18 @@ cmd_fetch() {
   mkdir -p "$part"
   # Runtime scope matters: bcpkix (runtime-only) is needed by the proxy's self-signed TLS cert.
   # Output goes to a log, shown without ANSI codes (Debian's Maven 3.8 emits "ESC[0m" even
-  # with -B).
+  # with -B). -C (--strict-checksums): a download that does not match its .sha1 fails the
+  # fetch; Maven 3.8's default only warns (unseen under -q) and keeps the jar.
   local mlog=$base/mvn.log rc=0 flat=()
   # 5.4.0 and later: flattened module POMs and no rocketmq-all to import (see pom.xml)
   if version_at_least 5.4.0; then flat=(-Drocketmq.flat); fi
-  mvn -B -q -f "$SCRIPT_DIR/rocketmq/pom.xml" -Drocketmq.version="$ROCKETMQ_VERSION" "${flat[@]}" \
+  mvn -B -q -C -f "$SCRIPT_DIR/rocketmq/pom.xml" -Drocketmq.version="$ROCKETMQ_VERSION" "${flat[@]}" \
     org.apache.maven.plugins:maven-dependency-plugin:3.6.1:copy-dependencies \
     -DoutputDirectory="$part" -DincludeScope=runtime </dev/null >"$mlog" 2>&1 || rc=$?
   sed 's/\x1b\[[0-9;]*m//g; /^[[:space:]]*$/d' "$mlog" >&2
+  if ((rc != 0)) && grep -q 'Checksum validation failed' "$mlog"; then
+    die "mvn stopped: a downloaded file does not match its checksum (corrupted or tampered on the way; log $mlog); nothing was cached, try again or check the network's proxy"
+  fi
   ((rc == 0)) || die "mvn could not fetch RocketMQ $ROCKETMQ_VERSION (exit $rc, log $mlog); try another ROCKETMQ_VERSION"
   [[ -f $part/rocketmq-proxy-$ROCKETMQ_VERSION.jar && -f $part/rocketmq-namesrv-$ROCKETMQ_VERSION.jar \
      && -f $part/rocketmq-tools-$ROCKETMQ_VERSION.jar ]] \

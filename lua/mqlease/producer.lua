@@ -20,7 +20,7 @@ local metrics = require "mqlease.metrics"
 local transaction = require "mqlease.transaction"
 
 local setmetatable, rawget, type, pairs, ipairs = setmetatable, rawget, type, pairs, ipairs
-local floor = math.floor
+local floor, max = math.floor, math.max
 local now = core.now
 
 local _M = {}
@@ -91,7 +91,10 @@ end
 local function start_send(self, topic, body, opts, recovery)
   local keys = opts.keys
   if type(keys) == "string" then keys = { keys } end
-  local deliver_at = opts.deliver_at and floor(opts.deliver_at * 1000 + 0.5) or nil
+  -- a deliver_at (config.lua: > 0) of at least 1 ms: the core sends a DELAY message only
+  -- for a delivery time > 0 (protobuf's default), and one under half a millisecond rounded
+  -- to 0 went out NORMAL; a time in the past is "deliver now" to RocketMQ, 1 ms is one
+  local deliver_at = opts.deliver_at and max(1, floor(opts.deliver_at * 1000 + 0.5)) or nil
   local delay = opts.delay and floor(opts.delay * 1000 + 0.5) or nil
   local slot = { topic = topic, started = now(), ev = nil }
   local op = self._router.client:send(topic, body, opts.tag, keys, opts.properties,

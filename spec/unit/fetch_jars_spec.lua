@@ -71,7 +71,55 @@ local function cases(script, version_env, version, jars, lib_of)
     assert.are.equal(0, rc, out)
     assert.is_nil(out:find("torn: ", 1, true), out)
   end)
+
+  -- Maven 3.8's default checksum policy only warns (unseen under -q) and keeps the jar: a
+  -- download a proxy or an attacker altered was marked complete and run. The last jar is a
+  -- dependency, which the check for the main jars does not look at.
+  it("stops on a jar that does not match its checksum, caching nothing, and fetches whole jars after", function()
+    local bad = jars[#jars]
+    local rc, out = sh(env .. "FAKE_MAVEN_BAD_SUM=" .. bad .. " bash " .. script .. " fetch")
+    assert.are_not.equal(0, rc, "a fetch with a jar that fails its checksum succeeded:\n" .. out)
+    assert.matches("Checksum validation failed", out, 1, true)
+    assert.matches("does not match its checksum", out, 1, true)
+    assert.is_nil(io.open(lib() .. "/.complete"), "the cache was marked complete")
+    assert.is_nil(io.open(lib() .. "/" .. bad), "the altered jar is in the cache")
+    rc, out = sh(env .. "bash " .. script .. " fetch")
+    assert.are.equal(0, rc, out)
+    for _, name in ipairs(jars) do
+      assert.is_true(read(repo .. "/" .. name) == read(lib() .. "/" .. name), name .. " in the cache is not the repository's")
+    end
+  end)
 end
+
+-- The stand-in itself: a jar that fails its checksum under each of Maven's policies.
+describe("the fake mvn's checksum policies", function()
+  local dir, env
+  before_each(function()
+    dir = os.tmpname()
+    os.remove(dir)
+    make_repo(dir .. "/repo", { "a.jar", "b.jar" })
+    env = ("PATH=%s:\"$PATH\" FAKE_MAVEN_REPO=%s FAKE_MAVEN_BAD_SUM=b.jar "):format(q(FAKE), q(dir .. "/repo"))
+  end)
+  after_each(function() os.execute("rm -rf " .. q(dir)) end)
+
+  it("warns and keeps the altered jar by default, and fails copying nothing with -C", function()
+    local rc, out = sh(env .. "mvn -B -DoutputDirectory=" .. q(dir .. "/warn"))
+    assert.are.equal(0, rc, out)
+    assert.matches("[WARNING] Could not validate integrity of download from https://repo.maven.apache.org/maven2/fake/b.jar: "
+      .. "Checksum validation failed, expected ", out, 1, true)
+    assert.is_true(read(dir .. "/repo/a.jar") == read(dir .. "/warn/a.jar"))
+    assert.is_false(read(dir .. "/repo/b.jar") == read(dir .. "/warn/b.jar"))
+    rc, out = sh(env .. "mvn -B -q -DoutputDirectory=" .. q(dir .. "/quiet"))
+    assert.are.equal(0, rc, out)
+    assert.are.equal("rc=0\n", out)   -- -q hides warnings
+    rc, out = sh(env .. "mvn -B -q -C -DoutputDirectory=" .. q(dir .. "/strict"))
+    assert.are.equal(1, rc, out)
+    assert.matches("%[ERROR%] Failed to execute goal .- Could not transfer artifact fake:b:jar:1 from/to central "
+      .. "%(https://repo.maven.apache.org/maven2/fake%): Checksum validation failed, expected %x+ but is %x+ %-> %[Help 1%]", out)
+    assert.is_nil(io.open(dir .. "/strict/a.jar"), "-C copied a jar")
+    assert.are.equal(1, (sh(env .. "mvn -c --strict-checksums -DoutputDirectory=" .. q(dir .. "/both"))))
+  end)
+end)
 
 describe("mk/rocketmq.sh fetch", function()
   cases("mk/rocketmq.sh", "ROCKETMQ_VERSION", "5.2.0",
