@@ -355,7 +355,11 @@ function _M.run(consumer, handler, o, sched, probe)
     watcher = core.watch_signals({ "TERM", "INT" }, { client }, o.grace + 0.5, release_delay)
     sched:watch(watcher:fd(), function()
       local sig = watcher:signal()
-      if sig then stop("signal " .. sig) end
+      -- a signal during a drain that run_for or stop began is the reason
+      -- from now on: the caller (one that runs mqlease.run again and again)
+      -- learns that the process is asked to end; the drain goes on as it was
+      if sig and st.stopping then st.reason = "signal " .. sig
+      elseif sig then stop("signal " .. sig) end
     end)
   end
   local stop_at = o.run_for and core.now() + o.run_for
