@@ -231,6 +231,113 @@ static void calls_a_nul_inside_a_text_field_corrupted(void) {
     }
 }
 
+/* A frame whose Message is the fixture's and then extra, raw Message fields
+ * appended to it: what no protobuf-c packer makes (thousands of empty map
+ * entries, a second system_properties carrying more). */
+static void decode_with_extra(mql_frame *f, fixture *fx, const uint8_t *extra, size_t extra_len) {
+    size_t n = protobuf_c_message_get_packed_size(&fx->msg.base), len = n + extra_len, hdr = 1;
+    uint8_t *buf = malloc(len + 11), *p;
+    size_t v;
+    buf[0] = 0x12;   /* ReceiveMessageResponse.message, length-prefixed */
+    for (v = len; v >= 0x80; v >>= 7) buf[hdr++] = (uint8_t)(v | 0x80);
+    buf[hdr++] = (uint8_t)v;
+    p = buf + hdr;
+    protobuf_c_message_pack(&fx->msg.base, p);
+    memcpy(p + n, extra, extra_len);
+    mql_frame_decode(f, buf, hdr + len, 100);
+    free(buf);
+}
+
+static size_t put_varint(uint8_t *p, size_t v) {
+    size_t i = 0;
+    for (; v >= 0x80; v >>= 7) p[i++] = (uint8_t)(v | 0x80);
+    p[i++] = (uint8_t)v;
+    return i;
+}
+
+/* n copies of the unit, after a head (a second system_properties' tag and length) */
+static uint8_t *repeat_unit(const uint8_t *head, size_t head_len, const uint8_t *unit, size_t unit_len,
+                            size_t n, size_t *len) {
+    uint8_t *buf = malloc(head_len + unit_len * n), *p = buf + head_len;
+    size_t i;
+    memcpy(buf, head, head_len);
+    for (i = 0; i < n; i++, p += unit_len) memcpy(p, unit, unit_len);
+    *len = head_len + unit_len * n;
+    return buf;
+}
+
+/* Each empty map entry is 2 bytes on the wire and a ProtobufCMessage (and a
+ * pointer) once unpacked, so one frame of the channel's ~130 MiB could make
+ * protobuf-c allocate gigabytes before anyone looked at the message; the same
+ * with empty keys, fields nobody knows, or a packed priority. No RocketMQ
+ * stores a message with that many (MQL_FRAME_FIELDS_MAX): such a frame is
+ * malformed, judged on its wire bytes, before and instead of being unpacked
+ * (the identity of the message is never read: it has none here). */
+static void calls_a_message_with_too_many_fields_malformed(void) {
+    static const char *const what[] = {"empty properties", "empty keys", "unknown fields", "packed priorities"};
+    const size_t n = MQL_FRAME_FIELDS_MAX + 1;   /* each alone past the bound */
+    size_t i;
+    for (i = 0; i < sizeof(what) / sizeof(what[0]); i++) {
+        fixture fx;
+        mql_frame f;
+        uint8_t head[16], *extra = NULL;
+        size_t hl = 0, len = 0;
+        fixture_init(&fx, "hello");
+        fx.sp.message_id = "";   /* judged before the identity, which needs an unpack */
+        if (i == 0) extra = repeat_unit(head, 0, (const uint8_t *)"\x12\x00", 2, n, &len);
+        if (i == 1) {   /* system_properties { keys: "" x n } */
+            head[hl++] = 0x1a;
+            hl += put_varint(head + hl, 2 * n);
+            extra = repeat_unit(head, hl, (const uint8_t *)"\x12\x00", 2, n, &len);
+        }
+        if (i == 2) extra = repeat_unit(head, 0, (const uint8_t *)"\x98\x06\x00", 3, n, &len);   /* field 99 */
+        if (i == 3) {   /* system_properties { priority: [0 x n] packed } */
+            size_t inner = 2 + put_varint(head, n) + n;
+            head[hl++] = 0x1a;
+            hl += put_varint(head + hl, inner);
+            head[hl++] = 0xb2;
+            head[hl++] = 0x01;
+            hl += put_varint(head + hl, n);
+            extra = repeat_unit(head, hl, (const uint8_t *)"\x00", 1, n, &len);
+        }
+        decode_with_extra(&f, &fx, extra, len);
+        if (f.kind != MQL_FRAME_MALFORMED || !f.reason || strcmp(f.reason, "too_many_fields") != 0)
+            fprintf(stderr, "  %zu %s: kind %d, reason %s\n", n, what[i], (int)f.kind,
+                    f.reason ? f.reason : "(none)");
+        CHECK(f.kind == MQL_FRAME_MALFORMED && f.reason && strcmp(f.reason, "too_many_fields") == 0);
+        CHECK(f.msg.id == NULL && f.msg.props == NULL);
+        mql_frame_clear(&f);
+        free(extra);
+    }
+}
+
+/* The most properties a stored message can have (each costs at least its two
+ * separators in a properties string of at most 32,767 bytes) still decode. */
+static void takes_the_most_properties_a_broker_stores(void) {
+    enum { MOST = 16383 };
+    fixture fx;
+    mql_frame f;
+    Apache__Rocketmq__V2__Message__UserPropertiesEntry *entries = calloc(MOST, sizeof(*entries));
+    Apache__Rocketmq__V2__Message__UserPropertiesEntry **props = calloc(MOST, sizeof(*props));
+    char (*names)[8] = calloc(MOST, sizeof(*names));
+    size_t i;
+    fixture_init(&fx, "hello");
+    for (i = 0; i < MOST; i++) {
+        apache__rocketmq__v2__message__user_properties_entry__init(&entries[i]);
+        snprintf(names[i], sizeof(names[i]), "%zx", i);
+        entries[i].key = names[i];
+        props[i] = &entries[i];
+    }
+    fx.msg.user_properties = props;
+    fx.msg.n_user_properties = MOST;
+    decode(&f, &fx.resp.base, 100);
+    CHECK(f.kind == MQL_FRAME_MESSAGE && f.msg.nprops == MOST);
+    mql_frame_clear(&f);
+    free(names);
+    free(props);
+    free(entries);
+}
+
 static void calls_a_message_without_identity_malformed(void) {
     fixture fx;
     mql_frame f;
@@ -502,6 +609,43 @@ static void reads_an_orphaned_transaction_check(void) {
     mql_telemetry_clear(&r);
 }
 
+/* A transaction check carries a Message too, and the same empty entries: the
+ * frame is refused unread, as one protobuf-c refuses (decoded 0). */
+static void refuses_a_telemetry_frame_with_too_many_fields(void) {
+    Apache__Rocketmq__V2__TelemetryCommand cmd = APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__INIT;
+    Apache__Rocketmq__V2__RecoverOrphanedTransactionCommand o =
+        APACHE__ROCKETMQ__V2__RECOVER_ORPHANED_TRANSACTION_COMMAND__INIT;
+    Apache__Rocketmq__V2__Message msg = APACHE__ROCKETMQ__V2__MESSAGE__INIT;
+    Apache__Rocketmq__V2__SystemProperties sp = APACHE__ROCKETMQ__V2__SYSTEM_PROPERTIES__INIT;
+    Apache__Rocketmq__V2__Resource topic = APACHE__ROCKETMQ__V2__RESOURCE__INIT;
+    Apache__Rocketmq__V2__Message__UserPropertiesEntry empty =
+        APACHE__ROCKETMQ__V2__MESSAGE__USER_PROPERTIES_ENTRY__INIT;
+    const size_t many = 200000;
+    Apache__Rocketmq__V2__Message__UserPropertiesEntry **props = malloc(many * sizeof(*props));
+    mql_telemetry_reply r;
+    size_t n, i;
+    uint8_t *buf;
+    for (i = 0; i < many; i++) props[i] = &empty;   /* each packs as 2 bytes: tag, length 0 */
+    topic.name = (char *)"orders";
+    sp.message_id = (char *)"01AB";
+    msg.topic = &topic;
+    msg.system_properties = &sp;
+    msg.user_properties = props;
+    msg.n_user_properties = many;
+    o.message = &msg;
+    o.transaction_id = (char *)"tx-1";
+    cmd.command_case = APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND_RECOVER_ORPHANED_TRANSACTION_COMMAND;
+    cmd.recover_orphaned_transaction_command = &o;
+    n = protobuf_c_message_get_packed_size(&cmd.base);
+    buf = malloc(n);
+    protobuf_c_message_pack(&cmd.base, buf);
+    mql_telemetry_decode(&r, buf, n, 1 << 20);
+    free(buf);
+    free(props);
+    CHECK(!r.decoded && !r.has_orphan && !r.orphan_bad && r.orphan.props == NULL);
+    mql_telemetry_clear(&r);
+}
+
 int main(void) {
     RUN(copies_every_system_property);
     RUN(reads_a_priority_and_writes_an_explicit_zero);
@@ -509,6 +653,8 @@ int main(void) {
     RUN(inflates_a_gzip_body_whose_digest_covers_the_wire_bytes);
     RUN(calls_a_digest_mismatch_corrupted_and_keeps_what_a_release_needs);
     RUN(calls_a_nul_inside_a_text_field_corrupted);
+    RUN(calls_a_message_with_too_many_fields_malformed);
+    RUN(takes_the_most_properties_a_broker_stores);
     RUN(calls_a_message_without_identity_malformed);
     RUN(calls_bytes_that_do_not_decode_malformed);
     RUN(reads_status_and_timestamp_frames);
@@ -517,5 +663,6 @@ int main(void) {
     RUN(reads_a_reconnect_endpoints_command);
     RUN(reads_the_whole_retry_policy_and_fifo);
     RUN(reads_an_orphaned_transaction_check);
+    RUN(refuses_a_telemetry_frame_with_too_many_fields);
     return TEST_REPORT("codec");
 }

@@ -34,6 +34,22 @@
 #define MQL_MESSAGE_ID_MAX 32767
 #endif
 
+/* The most fields one ReceiveMessage or Telemetry frame may have, counted at
+ * every depth (a packed element, a map entry and each of its key and value
+ * count one each). protobuf-c allocates for each before anyone can look: an
+ * empty map entry is 2 bytes on the wire and a message and a pointer once
+ * unpacked, so the channel's largest frame (~130 MiB) could cost gigabytes.
+ * What RocketMQ stores bounds an honest frame: the user properties and the
+ * keys live in one properties string, refused past Short.MAX_VALUE bytes
+ * (CommitLog's PROPERTIES_SIZE_EXCEEDED; see MQL_MESSAGE_ID_MAX), where each
+ * property costs at least its two separators and each key one, so a stored
+ * message has at most 16,383 properties (3 fields each) or 32,767 keys: under
+ * 50,000 fields with the few dozen the rest of a message has. Twice and a
+ * half that leaves the proxy room for properties of its own. */
+#if !defined(MQL_FRAME_FIELDS_MAX)
+#define MQL_FRAME_FIELDS_MAX 131072
+#endif
+
 /* Error strings carried in results and events; longer texts are cut. */
 #if !defined(MQL_ERRLEN)
 #define MQL_ERRLEN 256

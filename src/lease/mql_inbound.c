@@ -16,7 +16,7 @@ void mql_frame_clear(mql_frame *f) {
     memset(f, 0, sizeof(*f));
 }
 
-/* ---- a NUL inside a text field ----
+/* ---- the frame's wire bytes, walked before they are unpacked ----
  *
  * protobuf-c hands a string field over as a C string, so a NUL inside one
  * cuts it there without a word: the tag "vip\0x" would read as "vip", the
@@ -24,12 +24,26 @@ void mql_frame_clear(mql_frame *f) {
  * official Java client (protobuf-java) reads the whole string, and a
  * remoting producer's properties may carry one (MessageDecoder separates
  * them with \u0001 and \u0002 only). Such a message cannot be handed over
- * as it was sent, so it is told apart before it is unpacked: the frame's
- * wire bytes are walked by the descriptors, every string field of every
- * message within it looked at (bytes fields, the body and the properties'
- * values, keep their NULs as data). The schema has no recursive message, so
- * the walk is as deep as the schema. Bytes that do not parse are left to
- * protobuf_c_message_unpack, which refuses them. */
+ * as it was sent, so it is told apart: every string field of every message
+ * within the frame is looked at (bytes fields, the body and the properties'
+ * values, keep their NULs as data).
+ *
+ * protobuf-c also allocates for every field it meets before returning
+ * anything (a message per map entry, a pointer per key, an element per
+ * packed number, a copy of each unknown field), so the same walk counts the
+ * fields and a frame with more than MQL_FRAME_FIELDS_MAX is never unpacked.
+ * The walk allocates nothing and reads each byte once at most (a nested
+ * message is walked where its parent would skip it, a bytes field skipped
+ * unread); the schema has no recursive message, so it is as deep as the
+ * schema. Bytes that do not parse are left to protobuf_c_message_unpack,
+ * which refuses them at the same place or earlier (its scan of a message's
+ * fields comes before it parses any), so nothing past where the walk stopped
+ * is ever allocated for. */
+
+typedef struct wire_walk {
+    size_t fields_left;   /* fields the frame may still have */
+    int nul_text;         /* a string field holds a NUL */
+} wire_walk;
 
 static int wire_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
     unsigned shift;
@@ -42,12 +56,38 @@ static int wire_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
     return 0;
 }
 
-/* 1 when a string field of a desc message in p[0..len), or of one nested in it, holds a NUL. */
-static int wire_has_nul_text(const ProtobufCMessageDescriptor *desc, const uint8_t *p, size_t len) {
+/* protobuf-c reads a repeated scalar sent length-prefixed as packed, whatever
+ * the schema says (priority is [packed = false]) */
+static int packable(ProtobufCType t) {
+    return t != PROTOBUF_C_TYPE_STRING && t != PROTOBUF_C_TYPE_BYTES && t != PROTOBUF_C_TYPE_MESSAGE;
+}
+
+static int wire_walk_message(wire_walk *w, const ProtobufCMessageDescriptor *desc, const uint8_t *p,
+                             size_t len);
+
+/* The payload of one length-prefixed field fd: -1 when the frame has too many fields. */
+static int wire_walk_payload(wire_walk *w, const ProtobufCFieldDescriptor *fd, const uint8_t *p, size_t n) {
+    if (fd->type == PROTOBUF_C_TYPE_STRING) {
+        if (!w->nul_text && memchr(p, 0, n)) w->nul_text = 1;
+        return 0;
+    }
+    if (fd->type == PROTOBUF_C_TYPE_MESSAGE) return wire_walk_message(w, fd->descriptor, p, n);
+    if (fd->label != PROTOBUF_C_LABEL_REPEATED || !packable(fd->type)) return 0;
+    if (n > w->fields_left) return -1;   /* packed: a byte or more an element */
+    w->fields_left -= n;
+    return 0;
+}
+
+/* Walks a desc message in p[0..len) and those nested in it: -1 (at once) when
+ * the frame has more fields than w->fields_left, else 0. */
+static int wire_walk_message(wire_walk *w, const ProtobufCMessageDescriptor *desc, const uint8_t *p,
+                             size_t len) {
     const uint8_t *end = p + len;
     while (p < end) {
         uint64_t key, n;
         const ProtobufCFieldDescriptor *fd;
+        if (w->fields_left == 0) return -1;
+        w->fields_left--;
         if (!wire_varint(&p, end, &key)) return 0;
         switch (key & 7) {
         case PROTOBUF_C_WIRE_TYPE_VARINT: if (!wire_varint(&p, end, &n)) return 0; continue;
@@ -58,12 +98,18 @@ static int wire_has_nul_text(const ProtobufCMessageDescriptor *desc, const uint8
         }
         if (!wire_varint(&p, end, &n) || n > (uint64_t)(end - p)) return 0;
         fd = key >> 3 <= UINT32_MAX ? protobuf_c_message_descriptor_get_field(desc, (unsigned)(key >> 3)) : NULL;
-        if (fd && fd->type == PROTOBUF_C_TYPE_STRING && memchr(p, 0, (size_t)n)) return 1;
-        if (fd && fd->type == PROTOBUF_C_TYPE_MESSAGE && wire_has_nul_text(fd->descriptor, p, (size_t)n))
-            return 1;
+        if (fd && wire_walk_payload(w, fd, p, (size_t)n) < 0) return -1;
         p += n;
     }
     return 0;
+}
+
+/* 0 when the frame has more fields than MQL_FRAME_FIELDS_MAX: not to be unpacked */
+static int wire_walk_frame(wire_walk *w, const ProtobufCMessageDescriptor *desc, const uint8_t *data,
+                           size_t len) {
+    w->fields_left = MQL_FRAME_FIELDS_MAX;
+    w->nul_text = 0;
+    return wire_walk_message(w, desc, data, len) == 0;
 }
 
 /* A message nobody can ack or renew is malformed; say which part is missing.
@@ -103,9 +149,19 @@ static void judge_message(mql_frame *f, const pb_message *pm, int nul_text, size
     f->kind = MQL_FRAME_MESSAGE;
 }
 
+/* A frame with too many fields is malformed unread: it holds no lease (its
+ * receipt handle is never looked at), so the broker hands it out again after
+ * its invisible duration and the proxy dead-letters it once its attempts are
+ * spent, as any message nobody acks. */
 void mql_frame_decode(mql_frame *f, const uint8_t *data, size_t len, size_t max_body) {
     pb_receive_response *resp;
+    wire_walk w;
     memset(f, 0, sizeof(*f));
+    if (!wire_walk_frame(&w, &apache__rocketmq__v2__receive_message_response__descriptor, data, len)) {
+        f->kind = MQL_FRAME_MALFORMED;
+        f->reason = "too_many_fields";
+        return;
+    }
     resp = (void *)protobuf_c_message_unpack(&apache__rocketmq__v2__receive_message_response__descriptor,
                                              NULL, len, data);
     if (!resp) {
@@ -119,9 +175,7 @@ void mql_frame_decode(mql_frame *f, const uint8_t *data, size_t len, size_t max_
         mql_result_from_status(&f->status, resp->status, "ReceiveMessage");
         break;
     case APACHE__ROCKETMQ__V2__RECEIVE_MESSAGE_RESPONSE__CONTENT_MESSAGE:
-        judge_message(f, resp->message,
-                      wire_has_nul_text(&apache__rocketmq__v2__receive_message_response__descriptor, data, len),
-                      max_body);
+        judge_message(f, resp->message, w.nul_text, max_body);
         break;
     default:
         f->kind = MQL_FRAME_OTHER;
@@ -195,7 +249,7 @@ static void read_orphan(mql_telemetry_reply *out,
         mql_message_clear(&out->orphan);
         return;
     }
-    if (nul_text) {   /* see wire_has_nul_text */
+    if (nul_text) {   /* see wire_walk_message */
         out->orphan_bad = "nul_in_text";
         mql_message_clear(&out->orphan);
         return;
@@ -220,7 +274,10 @@ void mql_telemetry_clear(mql_telemetry_reply *out) {
 
 void mql_telemetry_decode(mql_telemetry_reply *out, const uint8_t *data, size_t len, size_t max_body) {
     Apache__Rocketmq__V2__TelemetryCommand *cmd;
+    wire_walk w;
     memset(out, 0, sizeof(*out));
+    /* too many fields: refused unread, as a frame protobuf-c refuses */
+    if (!wire_walk_frame(&w, &apache__rocketmq__v2__telemetry_command__descriptor, data, len)) return;
     cmd = (void *)protobuf_c_message_unpack(&apache__rocketmq__v2__telemetry_command__descriptor,
                                             NULL, len, data);
     if (!cmd) return;
@@ -236,7 +293,6 @@ void mql_telemetry_decode(mql_telemetry_reply *out, const uint8_t *data, size_t 
     if (cmd->command_case ==
             APACHE__ROCKETMQ__V2__TELEMETRY_COMMAND__COMMAND_RECOVER_ORPHANED_TRANSACTION_COMMAND &&
         cmd->recover_orphaned_transaction_command)
-        read_orphan(out, cmd->recover_orphaned_transaction_command,
-                    wire_has_nul_text(&apache__rocketmq__v2__telemetry_command__descriptor, data, len), max_body);
+        read_orphan(out, cmd->recover_orphaned_transaction_command, w.nul_text, max_body);
     protobuf_c_message_free_unpacked(&cmd->base, NULL);
 }

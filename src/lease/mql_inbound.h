@@ -4,9 +4,10 @@
  * a good message (identity present, digest verified, body inflated), a
  * *corrupted* message (identity fine, body or a text field failed: it still holds a lease and
  * must be given back or dead-lettered, but never reaches a handler), or a
- * *malformed* frame (undecodable, or no message id / receipt handle / topic,
- * or an id longer than MQL_MESSAGE_ID_MAX: nothing is done with it but count
- * it, and the broker redelivers it after its invisible duration). A Telemetry
+ * *malformed* frame (undecodable, more fields than MQL_FRAME_FIELDS_MAX, or
+ * no message id / receipt handle / topic, or an id longer than
+ * MQL_MESSAGE_ID_MAX: nothing is done with it but count it, and the broker
+ * redelivers it after its invisible duration). A Telemetry
  * frame becomes the settings the server pushed, with every duration saturated.
  *
  * Pure functions over bytes, so the fuzz targets drive exactly what the
@@ -31,7 +32,8 @@ typedef enum mql_frame_kind {
 
 typedef struct mql_frame {
     mql_frame_kind kind;
-    const char *reason;     /* static text: "undecodable", "no_message_id", "message_id_too_long",
+    const char *reason;     /* static text: "undecodable", "too_many_fields" (more than
+                             * MQL_FRAME_FIELDS_MAX: never unpacked), "no_message_id", "message_id_too_long",
                              * "no_receipt_handle", "no_topic"; "nul_in_text" (a NUL inside a
                              * string field, which protobuf-c would cut there); or an
                              * mql_body_status_name() */
@@ -46,7 +48,8 @@ void mql_frame_clear(mql_frame *f);
 /* What a Telemetry frame from the server says. Durations in ms (0 when
  * absent, saturated, never negative). */
 typedef struct mql_telemetry_reply {
-    int decoded;                /* 0: the frame did not decode */
+    int decoded;                /* 0: the frame did not decode, or has more fields than
+                                 * MQL_FRAME_FIELDS_MAX (then never unpacked) */
     int has_status;
     mql_result status;          /* when has_status */
     int has_settings;
