@@ -96,6 +96,7 @@ build = {
       ["mqlease.run.waiter"] = "lua/mqlease/run/waiter.lua",
       ["mqlease.run.worker"] = "lua/mqlease/run/worker.lua",
       ["mqlease.scheduler"] = "lua/mqlease/scheduler.lua",
+      ["mqlease.signals"] = "lua/mqlease/signals.lua",
       ["mqlease.text"] = "lua/mqlease/text.lua",
       ["mqlease.trace"] = "lua/mqlease/trace.lua",
       ["mqlease.transaction"] = "lua/mqlease/transaction.lua",

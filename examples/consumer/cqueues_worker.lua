@@ -6,6 +6,8 @@
 -- The consumer is a cqueues "pollable" (pollfd/events/timeout), so its waits
 -- yield to the controller: here a worker loop and a heartbeat run side by
 -- side in one thread, and the heartbeat keeps ticking during long polls.
+-- SIGTERM or SIGINT ends both (mqlease.signals: its wait yields to the
+-- controller too), and close gives back what is still held.
 local cqueues = require "cqueues"
 local mqlease = require "mqlease"
 
@@ -16,6 +18,13 @@ local consumer = assert(mqlease.consumer {
 
 local cq = cqueues.new()
 local running = true
+local stop = mqlease.signals { consumers = { consumer }, grace = 25 }
+
+cq:wrap(function()
+  while running do
+    if stop:wait(1) then running = false end   -- yields to the controller meanwhile
+  end
+end)
 
 cq:wrap(function()
   while running do
@@ -29,6 +38,7 @@ end)
 
 cq:wrap(function()
   for i = 1, 6 do
+    if not running then break end
     print(("heartbeat %d, %d leases held"):format(i, consumer:metrics().inflight))
     cqueues.sleep(5)
   end
@@ -37,3 +47,4 @@ end)
 
 assert(cq:loop())
 consumer:close()   -- cancels the descriptor in cqueues before closing it
+stop:close()

@@ -5,7 +5,10 @@
 --
 -- Receives messages and handles each one; while a handler runs, the C core
 -- renews the message's lease, so a slow task is never handed to a second
--- worker. Ack on success, nack (give back with a delay) on failure.
+-- worker. Ack on success, nack (give back with a delay) on failure. On
+-- SIGTERM or SIGINT it finishes the message in hand and closes, which gives
+-- back what it still holds (mqlease.signals: past 25 s, or at a second
+-- signal, the core does that and ends the process).
 local mqlease = require "mqlease"
 
 local endpoints, group, topic = arg[1] or "127.0.0.1:8081", arg[2] or "worker", arg[3] or "tasks"
@@ -24,14 +27,19 @@ local function handle(m)
   return true
 end
 
+io.stdout:setvbuf("line")   -- each line as it happens, into a pipe or a file too
+local stop = mqlease.signals { consumers = { consumer }, grace = 25 }
 local stop_at = mqlease.now() + run_for
-while mqlease.now() < stop_at do
+while mqlease.now() < stop_at and not stop:received() do
   local msgs, err, code = consumer:receive()
   if not msgs then
     io.stderr:write(("receive failed: %s (%s)\n"):format(err, code))
     mqlease.sleep(1)
   end
   for _, m in ipairs(msgs or {}) do
+    -- a message received after the signal is not started: close gives it back
+    if stop:received() then break end
+    print(("%s received, attempt %d"):format(m.id, m.delivery_attempt))
     local started = mqlease.now()
     local ok, why = pcall(handle, m)
     if ok and why then
@@ -44,4 +52,6 @@ while mqlease.now() < stop_at do
     end
   end
 end
-consumer:close()
+consumer:close()   -- nacks what it still holds: another worker takes it at once
+if stop:received() then print("stopped by signal " .. stop:received()) end
+stop:close()

@@ -16,6 +16,7 @@ local policy = require "mqlease.policy"
 local run = require "mqlease.run"
 local redis = require "mqlease.redis"
 local trace = require "mqlease.trace"
+local signals = require "mqlease.signals"
 
 local _M = {
   _VERSION = core._VERSION,
@@ -27,6 +28,7 @@ local _M = {
   policy = policy,
   run = run,
   redis = redis.new,
+  signals = signals.new,
   trace = trace,
   null = core.null,
 }

@@ -1,0 +1,127 @@
+-- mqlease.signals: a graceful stop on SIGTERM and SIGINT for a loop of the
+-- caller's own. mqlease.run has this built in (signals = true); a worker
+-- that receives and handles in a loop of its own had no way to learn of the
+-- signal but to install a handler itself, and none to bound the drain.
+--
+--   local stop = mqlease.signals { consumers = { c }, grace = 25 }
+--   while not stop:received() do ... c:receive() ... end
+--   c:close()      -- gives back what it still holds
+--   stop:close()   -- the process's own handling of the signals again
+--
+-- From the first signal the caller has `grace` seconds to end its work and
+-- close: past them, or at a second signal (the operator saying "now"), a C
+-- thread gives back every lease the listed consumers hold (a nack each, so
+-- none waits a whole invisible duration) and exits the process with 128 +
+-- the signal's number. That thread keeps going while Lua is busy in a
+-- handler that never yields.
+--
+-- One watcher at a time in a process (mqlease.run's among them): the signal
+-- handlers are the process's.
+
+local core = require "mqlease.core"
+local config = require "mqlease.config"
+local wait = require "mqlease.loop"
+
+local setmetatable, type, ipairs, tostring, error = setmetatable, type, ipairs, tostring, error
+local concat = table.concat
+
+local _M = {}
+local methods = {}
+local mt = { __index = methods, __name = "mqlease.signals" }
+
+-- the signals the core can watch
+local KNOWN = { TERM = true, INT = true, HUP = true, QUIT = true }
+
+local SPECS = {
+  signals = { kind = "strings", doc = "the signals to watch: `TERM`, `INT`, `HUP`, `QUIT`" },
+  consumers = { kind = "table", doc = "the consumers whose leases are given back at the emergency exit" },
+  grace = { kind = "number", default = 25, min = 0, max = 3600, unit = "s",
+    doc = "seconds from the first signal until the emergency exit" },
+}
+_M.SPECS = SPECS
+
+local function option_error(msg)
+  error("mqlease.signals: " .. msg, 3)
+end
+
+-- The core clients of the listed consumers (mqlease.consumer's).
+local function clients_of(consumers)
+  local out = {}
+  for i, c in ipairs(consumers) do
+    local router = type(c) == "table" and c._router
+    local client = router and router.client
+    if type(client) ~= "userdata" then
+      option_error(("option 'consumers' must list mqlease consumers (entry %d is %s)"):format(i, tostring(c)))
+    end
+    out[#out + 1] = client
+  end
+  if #out > 16 then option_error(("option 'consumers' lists %d consumers (at most 16)"):format(#out)) end
+  return out
+end
+
+-- opts: signals (default { "TERM", "INT" }), consumers (default none), grace.
+function _M.new(opts)
+  local o = config.check("mqlease.signals", SPECS, opts or {})
+  local names = o.signals or { "TERM", "INT" }
+  if #names == 0 or #names > 4 then
+    option_error("option 'signals' must name 1 to 4 signals (got " .. #names .. ")")
+  end
+  for _, name in ipairs(names) do
+    if not KNOWN[name] then
+      option_error(("option 'signals' names '%s' (known: HUP, INT, QUIT, TERM)"):format(tostring(name)))
+    end
+  end
+  local consumers = o.consumers or {}
+  local clients = clients_of(consumers)
+  local release_delay = consumers[1] and consumers[1].options.release_delay or 0
+  local ok, watcher = pcall(core.watch_signals, names, clients, o.grace, release_delay)
+  if not ok then error(tostring(watcher):gsub("^mqlease: ", "mqlease.signals: "), 2) end
+  return setmetatable({ _watcher = watcher, _got = nil, names = concat(names, ", ") }, mt)
+end
+
+-- The first signal that came ("TERM", "INT", ...), or nil: asked at once.
+function methods:received()
+  if self._got then return self._got end
+  local w = self._watcher
+  if not w then return nil end
+  self._got = w:signal()
+  return self._got
+end
+
+-- Waits until a signal comes or seconds pass (nil: for ever), yielding as
+-- every wait of mqlease does (inside mqlease.run's scheduler, cqueues or
+-- OpenResty). -> the signal's name, or nil once the time is up.
+function methods:wait(seconds)
+  local deadline = seconds and wait.now() + seconds
+  while true do
+    local got = self:received()
+    if got or not self._watcher then return got end
+    if deadline and wait.now() >= deadline then return nil end
+    wait.wait(self._watcher:fd(), deadline)
+  end
+end
+
+-- A descriptor that turns readable once a signal came, for an event loop of
+-- the caller's own (read it with received()).
+function methods:fd()
+  if not self._watcher then error("mqlease.signals: the watcher is closed", 2) end
+  return self._watcher:fd()
+end
+
+-- Ends the watch: the process's own handling of the signals comes back, and
+-- no emergency exit comes any more. A signal that came and was never read
+-- by received() goes back to the process, which then handles it as it did
+-- before (by default: it ends). Safe to call twice.
+function methods:close()
+  local w = self._watcher
+  if not w then return true end
+  self._watcher = nil
+  wait.forget(w:fd())
+  w:done()
+  w:close()
+  return true
+end
+
+mt.__close = function(self) self:close() end
+
+return _M
