@@ -22,7 +22,7 @@ local core = require "mqlease.core"
 local config = require "mqlease.config"
 local wait = require "mqlease.loop"
 
-local setmetatable, type, ipairs, tostring, error = setmetatable, type, ipairs, tostring, error
+local setmetatable, type, ipairs, tostring, error, rawget, pcall = setmetatable, type, ipairs, tostring, error, rawget, pcall
 local concat = table.concat
 
 local _M = {}
@@ -61,6 +61,12 @@ end
 
 -- opts: signals (default { "TERM", "INT" }), consumers (default none), grace.
 function _M.new(opts)
+  -- an nginx worker's signals are nginx's (its graceful stop is
+  -- ngx.worker.exiting(), which mqlease.ngx.start follows)
+  local ngx = rawget(_G, "ngx")
+  if type(ngx) == "table" and type(ngx.worker) == "table" then
+    error("mqlease.signals: not inside nginx: nginx owns its workers' signals (see ngx.worker.exiting)", 2)
+  end
   local o = config.check("mqlease.signals", SPECS, opts or {})
   local names = o.signals or { "TERM", "INT" }
   if #names == 0 or #names > 4 then

@@ -69,6 +69,14 @@ describe("mqlease.signals", function()
     assert.has_error(function() w:fd() end, "mqlease.signals: the watcher is closed")
   end)
 
+  it("refuses to run inside nginx, whose workers' signals are nginx's", function()
+    _G.ngx = { worker = {} }
+    finally(function() _G.ngx = nil end)
+    local ok, e = pcall(mqlease.signals, {})
+    assert.is_false(ok)
+    assert.matches("mqlease.signals: not inside nginx", e, 1, true)
+  end)
+
   it("is one at a time in a process", function()
     local w = mqlease.signals { signals = { "HUP" } }
     finally(function() w:close() end)
