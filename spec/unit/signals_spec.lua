@@ -5,17 +5,7 @@ local mqlease = require "mqlease"
 
 local SIGINT, SIGTERM = 2, 15
 
-local function caught()
-  local f = assert(io.open("/proc/self/status"))
-  local status = f:read("a")
-  f:close()
-  local mask = tonumber(assert(status:match("\nSigCgt:%s*(%x+)")):sub(-8), 16)
-  local set = {}
-  for signo = 1, 32 do
-    if math.floor(mask / 2 ^ (signo - 1)) % 2 == 1 then set[signo] = true end
-  end
-  return set
-end
+local caught = require "support.caught_signals"
 
 -- Runs code in a child Lua (this one's interpreter and paths); -> its exit
 -- status as the shell says it (128 + N for a death by signal N).
