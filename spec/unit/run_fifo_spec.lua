@@ -186,4 +186,52 @@ describe("mqlease.run with message groups", function()
     local per = per_group(c.acked)
     for i = 1, 6 do assert.same({ 1, 2 }, per["g" .. i], "group g" .. i) end
   end)
+
+  it("gives back, unrun, a message that waited for a slot when the stop comes as one frees", function()
+    local c = fake_consumer({ "a:1", "b:1" }, { retry_policy = { max_attempts = 5, steps = { 0.1 } } })
+    local runs = {}
+    local summary = run(c, function(m)
+      runs[m.body] = (runs[m.body] or 0) + 1
+      if m.body == "a:1" then return false, "once" end
+      wait.sleep(0.3)   -- a:1 waits for this slot from 0.1 s on
+      return true
+    end, { concurrency = 1, signals = false, run_for = 10, grace = 5, on_error = function() end,
+      stop = function() return #c.acked >= 1 end })
+    assert.equal("stop", summary.reason)
+    assert.same({ "b:1" }, c.acked)
+    assert.equal(1, runs["a:1"], "a:1 ran again after the stop")
+    assert.same({ "a:1" }, c.nacked)
+    assert.equal(1, summary.drained)
+  end)
+
+  it("settles a message whose lease ends while it waits for a slot, and gives back its group", function()
+    local c = fake_consumer({ "a:1", "b:1", "a:2" }, { retry_policy = { max_attempts = 5, steps = { 0.1 } } })
+    local a1
+    local t0, a1_settled_at = wait.now(), nil
+    local summary = run(c, function(m)
+      if m.body == "a:1" then
+        a1 = m
+        return false, "once"
+      end
+      if m.body == "b:1" then
+        -- a:1 waits for this slot; its lease ends meanwhile (the broker's, or a lost renewal)
+        wait.sleep(0.3)
+        a1.nack = nil
+        local lease = a1.lease
+        lease.alive = function() return false end
+        lease.state = "lost"
+        wait.sleep(3)
+      end
+      return true
+    end, { concurrency = 1, max_inflight = 8, signals = false, run_for = 10, grace = 5, on_error = function() end,
+      stop = function()
+        if not a1_settled_at and #c.nacked > 0 then a1_settled_at = wait.now() - t0 end
+        return #c.acked >= 1
+      end })
+    assert.equal("stop", summary.reason)
+    -- a:2, behind it in its group, went back within about a second, not after b:1's 3.3 s
+    assert.same({ "a:2" }, c.nacked)
+    assert.is_truthy(a1_settled_at, "a:1's group was given back only by the stop's drain")
+    assert.is_true(a1_settled_at < 2.5, ("a:1's group was given back after %.1f s"):format(a1_settled_at))
+  end)
 end)

@@ -172,11 +172,7 @@ function _M.run(ctx, m)
         ctx.leave_slot()
         without_slot = true
         local why = ctx.waiter:hold(m, arg)
-        if why == "again" then
-          if not ctx.take_slot(true) then why = "stopping" end
-        else
-          ctx.take_slot(false)
-        end
+        if why == "again" then why = ctx.take_slot(m) else ctx.hold_slot() end
         without_slot = false
         if why ~= "again" then
           life:move(m, "releasing")
@@ -192,7 +188,7 @@ function _M.run(ctx, m)
       end
     end
   end)
-  if without_slot then ctx.take_slot(false) end
+  if without_slot then ctx.hold_slot() end
   if not ok then
     -- a raising policy, nack_delay or after() costs no slot and strands no
     -- message: if nothing released it, it is given back

@@ -161,8 +161,9 @@ function _M.run(consumer, handler, o, sched, probe)
   local function free_slot()
     st.nrunning = st.nrunning - 1
     if drainer_co then sched:wake(drainer_co) end
-    -- (one taken past concurrency, by a message that only ended, frees none)
-    if st.nrunning >= o.concurrency then return end
+    -- (one taken past concurrency, by a message that only ended, frees
+    -- none; after the stop nothing runs again, and the stop woke the waiters)
+    if st.stopping or st.nrunning >= o.concurrency then return end
     local w = table.remove(slot_waiters, 1)
     if w then
       st.nrunning = st.nrunning + 1
@@ -173,27 +174,37 @@ function _M.run(consumer, handler, o, sched, probe)
     end
   end
   ctx.leave_slot = free_slot
-  -- -> true once the calling task holds a slot again (waiting for a free
-  -- one); false once the run stops first. wait = false: at once, as one
-  -- more than concurrency if need be, for a message that only ends now (its
-  -- lease ended, the stop gives it back), which runs no handler. Either way
-  -- the task ends holding one, which its end frees.
-  function ctx.take_slot(wait)
+  -- A slot again for m, whose wait ended with "again": -> "again" once the
+  -- calling task holds one, "stopping" once the run stops first, "ended"
+  -- once m's lease ends first (looked at every second, as the waiter does).
+  -- Either of the last two also leaves the task holding one, as one more
+  -- than concurrency if need be: its message only ends now, which runs no
+  -- handler, and the task's end frees it.
+  function ctx.take_slot(m)
     if not st.stopping and st.nrunning < o.concurrency and #slot_waiters == 0 then
       st.nrunning = st.nrunning + 1
-      return true
+      return "again"
     end
     local w = { co = coroutine.running(), given = false }
-    if wait and not st.stopping then
-      slot_waiters[#slot_waiters + 1] = w
-      repeat sched:park() until w.given or st.stopping   -- a freed slot, or the stop, wakes it
+    slot_waiters[#slot_waiters + 1] = w
+    local why = "again"
+    while not w.given do
+      if st.stopping then why = "stopping" break end
+      if not lease_mod.held(m.lease) then why = "ended" break end
+      sched:park(core.now() + 1)   -- a freed slot, the stop or the second wakes it
     end
-    if w.given then return true end
     for i = #slot_waiters, 1, -1 do
       if slot_waiters[i] == w then table.remove(slot_waiters, i) end
     end
+    if not w.given then st.nrunning = st.nrunning + 1 end
+    -- a slot given as the stop came: the message is given back all the same
+    if st.stopping then return "stopping" end
+    return why
+  end
+  -- A slot at once, as one more than concurrency if need be, for a task
+  -- whose message only ends now (see take_slot).
+  function ctx.hold_slot()
     st.nrunning = st.nrunning + 1
-    return false
   end
 
   local function message_task(m)

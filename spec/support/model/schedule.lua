@@ -18,6 +18,11 @@
 --   slots       no more handlers run at once than concurrency allows (a
 --               message waiting to be tried again holds no slot, and takes
 --               one again before its handler runs)
+--   after stop  under plain, a delivery whose handler ran before the stop (and
+--               waits to be tried again) starts none after it: it gives
+--               itself back. (Under exactly-once an attempt whose lock call
+--               was out at the stop is running, as a first attempt is, and
+--               finishes as the drain's mode says.)
 --   stranded    nothing is left held at close that never ran (the drain
 --               gives back what it does not run)
 --   clean       the run returns, no task of it fails, no message makes an
@@ -120,6 +125,8 @@ function _M.run(seed)
     local last_fence = {}
     local running = {}   -- message id -> handlers of it running now
     local handlers_running = 0   -- handlers of any message running now
+    local stopped = false        -- the run's stop was asked for
+    local ran_before_stop = setmetatable({}, { __mode = "k" })   -- delivery -> true
     local function body(m)
       local d = rng.chance(p.handler.long) and rng.range(3, 20) or rng.range(0, 2)
       wait.sleep(d)
@@ -143,6 +150,12 @@ function _M.run(seed)
     end
     local function handler(m)
       b.handler_starts(m)
+      -- a delivery whose handler ran before the stop and waits to be tried
+      -- again gives itself back at the stop: it never runs again
+      if stopped and ran_before_stop[m] and not p.eo then
+        b.violation("%s: a handler started again after the stop (it waited to be tried again)", m.id)
+      end
+      if not stopped then ran_before_stop[m] = true end
       if handlers_running >= p.concurrency then
         b.violation("%s: a handler started beside %d others (concurrency %d)", m.id, handlers_running, p.concurrency)
       end
@@ -160,7 +173,10 @@ function _M.run(seed)
     local opts = {
       concurrency = p.concurrency, max_attempts = p.max_attempts, nack_delay = p.nack_delay,
       grace = p.grace, mode = p.mode,
-      stop = function() return clock.t - 1000 >= p.stop_at end,
+      stop = function()
+        if clock.t - 1000 >= p.stop_at then stopped = true end
+        return stopped
+      end,
       on_error = function(m, e)
         e = tostring(e)
         if e:find("cannot move from", 1, true) then b.violation("illegal move: %s", e) end
