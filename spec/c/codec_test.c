@@ -243,7 +243,7 @@ static void decode_with_extra(mql_frame *f, fixture *fx, const uint8_t *extra, s
     buf[hdr++] = (uint8_t)v;
     p = buf + hdr;
     protobuf_c_message_pack(&fx->msg.base, p);
-    memcpy(p + n, extra, extra_len);
+    if (extra_len) memcpy(p + n, extra, extra_len);
     mql_frame_decode(f, buf, hdr + len, 100);
     free(buf);
 }
@@ -285,14 +285,16 @@ static void calls_a_message_with_too_many_fields_malformed(void) {
         fixture_init(&fx, "hello");
         fx.sp.message_id = "";   /* judged before the identity, which needs an unpack */
         if (i == 0) extra = repeat_unit(head, 0, (const uint8_t *)"\x12\x00", 2, n, &len);
-        if (i == 1) {   /* system_properties { keys: "" x n } */
-            head[hl++] = 0x1a;
-            hl += put_varint(head + hl, 2 * n);
-            extra = repeat_unit(head, hl, (const uint8_t *)"\x12\x00", 2, n, &len);
+        if (i == 1) {   /* system_properties { keys: "" x n }, the fixture's own */
+            size_t k;
+            fx.sp.keys = malloc(n * sizeof(*fx.sp.keys));
+            for (k = 0; k < n; k++) fx.sp.keys[k] = (char *)"";
+            fx.sp.n_keys = n;
         }
         if (i == 2) extra = repeat_unit(head, 0, (const uint8_t *)"\x98\x06\x00", 3, n, &len);   /* field 99 */
-        if (i == 3) {   /* system_properties { priority: [0 x n] packed } */
+        if (i == 3) {   /* system_properties { priority: [0 x n] packed }, in place of the fixture's */
             size_t inner = 2 + put_varint(head, n) + n;
+            fx.msg.system_properties = NULL;
             head[hl++] = 0x1a;
             hl += put_varint(head + hl, inner);
             head[hl++] = 0xb2;
@@ -308,7 +310,30 @@ static void calls_a_message_with_too_many_fields_malformed(void) {
         CHECK(f.msg.id == NULL && f.msg.props == NULL);
         mql_frame_clear(&f);
         free(extra);
+        if (i == 1) free(fx.sp.keys);
     }
+}
+
+/* A singular message field sent twice is merged by protobuf-c: each copy is
+ * unpacked and merged into the one before, its repeated fields copied into a
+ * new array of both sizes. 65,500 copies of system_properties { keys: "" }
+ * (4 bytes each, under MQL_FRAME_FIELDS_MAX) re-copied the keys at every
+ * size up to 65,500: seconds of CPU for one frame of 262 KB. protobuf-java,
+ * the proxy's, writes such a field once, so a frame that repeats one is
+ * malformed unread. Three copies show it: the outcome does not depend on how
+ * many. */
+static void calls_a_frame_repeating_a_singular_message_malformed(void) {
+    fixture fx;
+    mql_frame f;
+    size_t len = 0;
+    uint8_t none[1] = {0};
+    uint8_t *extra = repeat_unit(none, 0, (const uint8_t *)"\x1a\x02\x12\x00", 4, 3, &len);
+    fixture_init(&fx, "hello");
+    decode_with_extra(&f, &fx, extra, len);
+    CHECK(f.kind == MQL_FRAME_MALFORMED && f.reason && strcmp(f.reason, "repeated_singular_field") == 0);
+    CHECK(f.msg.id == NULL);
+    mql_frame_clear(&f);
+    free(extra);
 }
 
 /* The most properties a stored message can have (each costs at least its two
@@ -654,6 +679,7 @@ int main(void) {
     RUN(calls_a_digest_mismatch_corrupted_and_keeps_what_a_release_needs);
     RUN(calls_a_nul_inside_a_text_field_corrupted);
     RUN(calls_a_message_with_too_many_fields_malformed);
+    RUN(calls_a_frame_repeating_a_singular_message_malformed);
     RUN(takes_the_most_properties_a_broker_stores);
     RUN(calls_a_message_without_identity_malformed);
     RUN(calls_bytes_that_do_not_decode_malformed);

@@ -43,6 +43,7 @@ void mql_frame_clear(mql_frame *f) {
 typedef struct wire_walk {
     size_t fields_left;   /* fields the frame may still have */
     int nul_text;         /* a string field holds a NUL */
+    const char *refused;  /* why the frame is not to be unpacked, or NULL */
 } wire_walk;
 
 static int wire_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
@@ -73,20 +74,45 @@ static int wire_walk_payload(wire_walk *w, const ProtobufCFieldDescriptor *fd, c
     }
     if (fd->type == PROTOBUF_C_TYPE_MESSAGE) return wire_walk_message(w, fd->descriptor, p, n);
     if (fd->label != PROTOBUF_C_LABEL_REPEATED || !packable(fd->type)) return 0;
-    if (n > w->fields_left) return -1;   /* packed: a byte or more an element */
+    if (n > w->fields_left) {   /* packed: a byte or more an element */
+        w->refused = "too_many_fields";
+        return -1;
+    }
     w->fields_left -= n;
     return 0;
 }
 
+/* A singular message field sent more than once in one message: protobuf-c
+ * merges each copy into the one before, copying the repeated fields of both
+ * into a new array, so n copies cost n^2 (65,500 copies of four bytes,
+ * system_properties { keys: "" }, took seconds). protobuf-java, the proxy's
+ * encoder, writes such a field once. seen: the singular message fields met
+ * so far in this message, by their index in desc (the schema's messages
+ * have fewer than 64 fields; one past that is not tracked). */
+static int repeats_singular_message(const ProtobufCMessageDescriptor *desc, const ProtobufCFieldDescriptor *fd,
+                                    uint64_t *seen) {
+    size_t i;
+    if (fd->type != PROTOBUF_C_TYPE_MESSAGE || fd->label == PROTOBUF_C_LABEL_REPEATED) return 0;
+    i = (size_t)(fd - desc->fields);
+    if (i >= 64) return 0;
+    if (*seen & ((uint64_t)1 << i)) return 1;
+    *seen |= (uint64_t)1 << i;
+    return 0;
+}
+
 /* Walks a desc message in p[0..len) and those nested in it: -1 (at once) when
- * the frame has more fields than w->fields_left, else 0. */
+ * the frame is not to be unpacked (w->refused says why), else 0. */
 static int wire_walk_message(wire_walk *w, const ProtobufCMessageDescriptor *desc, const uint8_t *p,
                              size_t len) {
     const uint8_t *end = p + len;
+    uint64_t seen = 0;
     while (p < end) {
         uint64_t key, n;
         const ProtobufCFieldDescriptor *fd;
-        if (w->fields_left == 0) return -1;
+        if (w->fields_left == 0) {
+            w->refused = "too_many_fields";
+            return -1;
+        }
         w->fields_left--;
         if (!wire_varint(&p, end, &key)) return 0;
         switch (key & 7) {
@@ -98,17 +124,23 @@ static int wire_walk_message(wire_walk *w, const ProtobufCMessageDescriptor *des
         }
         if (!wire_varint(&p, end, &n) || n > (uint64_t)(end - p)) return 0;
         fd = key >> 3 <= UINT32_MAX ? protobuf_c_message_descriptor_get_field(desc, (unsigned)(key >> 3)) : NULL;
+        if (fd && repeats_singular_message(desc, fd, &seen)) {
+            w->refused = "repeated_singular_field";
+            return -1;
+        }
         if (fd && wire_walk_payload(w, fd, p, (size_t)n) < 0) return -1;
         p += n;
     }
     return 0;
 }
 
-/* 0 when the frame has more fields than MQL_FRAME_FIELDS_MAX: not to be unpacked */
+/* 0 when the frame is not to be unpacked (w->refused says why): more fields
+ * than MQL_FRAME_FIELDS_MAX, or a singular message field sent twice */
 static int wire_walk_frame(wire_walk *w, const ProtobufCMessageDescriptor *desc, const uint8_t *data,
                            size_t len) {
     w->fields_left = MQL_FRAME_FIELDS_MAX;
     w->nul_text = 0;
+    w->refused = NULL;
     return wire_walk_message(w, desc, data, len) == 0;
 }
 
@@ -149,7 +181,8 @@ static void judge_message(mql_frame *f, const pb_message *pm, int nul_text, size
     f->kind = MQL_FRAME_MESSAGE;
 }
 
-/* A frame with too many fields is malformed unread: it holds no lease (its
+/* A frame with too many fields (or a singular message field sent twice) is
+ * malformed unread: it holds no lease (its
  * receipt handle is never looked at), so the broker hands it out again after
  * its invisible duration and the proxy dead-letters it once its attempts are
  * spent, as any message nobody acks. */
@@ -159,7 +192,7 @@ void mql_frame_decode(mql_frame *f, const uint8_t *data, size_t len, size_t max_
     memset(f, 0, sizeof(*f));
     if (!wire_walk_frame(&w, &apache__rocketmq__v2__receive_message_response__descriptor, data, len)) {
         f->kind = MQL_FRAME_MALFORMED;
-        f->reason = "too_many_fields";
+        f->reason = w.refused;
         return;
     }
     resp = (void *)protobuf_c_message_unpack(&apache__rocketmq__v2__receive_message_response__descriptor,

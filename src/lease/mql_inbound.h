@@ -33,7 +33,9 @@ typedef enum mql_frame_kind {
 typedef struct mql_frame {
     mql_frame_kind kind;
     const char *reason;     /* static text: "undecodable", "too_many_fields" (more than
-                             * MQL_FRAME_FIELDS_MAX: never unpacked), "no_message_id", "message_id_too_long",
+                             * MQL_FRAME_FIELDS_MAX: never unpacked), "repeated_singular_field"
+                             * (a singular message field sent twice: never unpacked),
+                             * "no_message_id", "message_id_too_long",
                              * "no_receipt_handle", "no_topic"; "nul_in_text" (a NUL inside a
                              * string field, which protobuf-c would cut there); or an
                              * mql_body_status_name() */
