@@ -22,7 +22,9 @@ local core = require "mqlease.core"
 local config = require "mqlease.config"
 local wait = require "mqlease.loop"
 
-local setmetatable, type, ipairs, tostring, error, rawget, pcall = setmetatable, type, ipairs, tostring, error, rawget, pcall
+local setmetatable, getmetatable, type, ipairs, tostring, error, rawget, pcall = setmetatable, getmetatable, type, ipairs,
+  tostring, error, rawget, pcall
+local newproxy = rawget(_G, "newproxy")   -- LuaJIT's; nil on Lua 5.4
 local concat = table.concat
 
 local _M = {}
@@ -82,7 +84,15 @@ function _M.new(opts)
   local release_delay = consumers[1] and consumers[1].options.release_delay or 0
   local ok, watcher = pcall(core.watch_signals, names, clients, o.grace, release_delay)
   if not ok then error(tostring(watcher):gsub("^mqlease: ", "mqlease.signals: "), 2) end
-  return setmetatable({ _watcher = watcher, _got = nil, names = concat(names, ", ") }, mt)
+  local self = setmetatable({ _watcher = watcher, _fd = watcher:fd(), _got = nil, names = concat(names, ", ") }, mt)
+  -- dropped without close: the event loops forget its descriptor before the
+  -- core closes it (cqueues fails on a closed descriptor it still polls).
+  -- Lua 5.4 finalizes the table itself; LuaJIT only userdata, so a proxy.
+  if newproxy then
+    self._gc = newproxy(true)
+    getmetatable(self._gc).__gc = function() pcall(methods.close, self) end
+  end
+  return self
 end
 
 -- The first signal that came ("TERM", "INT", ...), or nil: asked at once.
@@ -122,12 +132,14 @@ function methods:close()
   local w = self._watcher
   if not w then return true end
   self._watcher = nil
-  wait.forget(w:fd())
-  w:done()
-  w:close()
+  wait.forget(self._fd)
+  -- (a finalizer's close may come after the watcher's own, which closed it)
+  pcall(w.done, w)
+  pcall(w.close, w)
   return true
 end
 
 mt.__close = function(self) self:close() end
+mt.__gc = function(self) pcall(methods.close, self) end
 
 return _M

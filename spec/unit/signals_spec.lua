@@ -67,6 +67,22 @@ describe("mqlease.signals", function()
     assert.matches("mqlease.signals: not inside nginx", e, 1, true)
   end)
 
+  it("dropped without close, has the event loops forget its descriptor and gives the signals back", function()
+    local forgot = {}
+    require("mqlease.loop").use({ name = "signals_spec", owns = function() return false end,
+      wait = function() end, sleep = function() end, forget = function(fd) forgot[fd] = true end })
+    local w = mqlease.signals {}
+    local fd = w:fd()
+    assert.is_true(caught()[SIGTERM])
+    w = nil   -- luacheck: ignore
+    collectgarbage()
+    collectgarbage()
+    assert.is_true(forgot[fd], "its descriptor was closed under the event loops")
+    assert.is_nil(caught()[SIGTERM])
+    -- the one watcher of the process is free again
+    mqlease.signals({}):close()
+  end)
+
   it("is one at a time in a process", function()
     local w = mqlease.signals { signals = { "HUP" } }
     finally(function() w:close() end)
