@@ -75,7 +75,7 @@ cmd_fetch() {
     -DoutputDirectory="$part" -DincludeScope=runtime </dev/null >"$mlog" 2>&1 || rc=$?
   sed 's/\x1b\[[0-9;]*m//g; /^[[:space:]]*$/d' "$mlog" >&2
   if ((rc != 0)) && grep -q 'Checksum validation failed' "$mlog"; then
-    die "mvn stopped: a downloaded file does not match its checksum (corrupted or tampered on the way; log $mlog); nothing was cached, try again or check the network's proxy"
+    die "mvn stopped: a downloaded file failed its checksum validation (it does not match its checksum: corrupted or altered on the way; or the repository served no checksum; log $mlog); nothing was cached, try again or check the network's proxy or mirror"
   fi
   ((rc == 0)) || die "mvn could not fetch rocketmq-client-java $VERSION (exit $rc, log $mlog); try MQLEASE_JAVA_CLIENT_VERSION=5.0.8 or 5.0.6"
   [[ -f $part/rocketmq-client-java-$VERSION.jar ]] || die "mvn finished but $part lacks rocketmq-client-java-$VERSION.jar"

@@ -165,7 +165,7 @@ cmd_fetch() {
     -DoutputDirectory="$part" -DincludeScope=runtime </dev/null >"$mlog" 2>&1 || rc=$?
   sed 's/\x1b\[[0-9;]*m//g; /^[[:space:]]*$/d' "$mlog" >&2
   if ((rc != 0)) && grep -q 'Checksum validation failed' "$mlog"; then
-    die "mvn stopped: a downloaded file does not match its checksum (corrupted or tampered on the way; log $mlog); nothing was cached, try again or check the network's proxy"
+    die "mvn stopped: a downloaded file failed its checksum validation (it does not match its checksum: corrupted or altered on the way; or the repository served no checksum; log $mlog); nothing was cached, try again or check the network's proxy or mirror"
   fi
   ((rc == 0)) || die "mvn could not fetch RocketMQ $ROCKETMQ_VERSION (exit $rc, log $mlog); try another ROCKETMQ_VERSION"
   [[ -f $part/rocketmq-proxy-$ROCKETMQ_VERSION.jar && -f $part/rocketmq-namesrv-$ROCKETMQ_VERSION.jar \
