@@ -126,7 +126,9 @@ end
 
 -- A real producer (producer_mod: mqlease.producer, as the spec loaded it)
 -- over a stand-in core client and router: a send is answered at once
--- (message id MID<n>, transaction id TX<n>), an EndTransaction that starts is
+-- (message id MID<n>, transaction id TX<n>; what the core was given for it
+-- in p.sends[n]: topic, body, group, deliver_at_ms, delay_ms), an
+-- EndTransaction that starts is
 -- recorded in p.ends and answered p.replies[1] or OK (one on a closed client
 -- fails the spec), p.check_of(tx) queues the proxy's check of tx's half
 -- message (or of a copy: the same ids), and p:close() ends the session as
@@ -135,11 +137,12 @@ function _M.real_producer(producer_mod, checker)
   local core = require "mqlease.core"
   local message_mod = require "mqlease.message"
   local router_mod = require "mqlease.router"
-  local ends, replies, events, n = {}, {}, {}, 0
+  local ends, replies, events, sends, n = {}, {}, {}, {}, 0
   local client, closed = {}, false
   function client:route() return 0 end
-  function client:send(topic, _, _, _, properties, _, _, _, _, _, transactional, recovery_ms)
+  function client:send(topic, body, _, _, properties, group, deliver_at_ms, delay_ms, _, _, transactional, recovery_ms)
     n = n + 1
+    sends[n] = { topic = topic, body = body, group = group, deliver_at_ms = deliver_at_ms, delay_ms = delay_ms }
     events[#events + 1] = { kind = "op", op = 1000 + n, ok = true, message_id = "MID" .. n,
       transaction_id = "TX" .. n, offset = n, properties = properties, recovery_ms = recovery_ms,
       transactional = transactional, topic = topic }
@@ -176,7 +179,7 @@ function _M.real_producer(producer_mod, checker)
   local ok, p = pcall(producer_mod.new, { endpoints = "127.0.0.1:1", topics = { "B" }, checker = checker })
   core.producer, router_mod.start = real_core_producer, real_start
   assert(ok, p)
-  p.ends, p.replies = ends, replies
+  p.ends, p.replies, p.sends = ends, replies, sends
   function p.check_of(tx)
     local m = {}
     m[message_mod.SLOTS.id] = tx.message_id

@@ -117,52 +117,25 @@ end)
 -- so such a time goes out as one of at least 1 ms. A real mqlease.producer over a stand-in
 -- core client and router; no server.
 describe("producer:send's deliver_at as the core gets it", function()
-  local core = require "mqlease.core"
-  local router_mod = require "mqlease.router"
   local producer_mod = require "mqlease.producer"
+  local fakes = require "support.transaction_fakes"
 
-  -- a producer whose core records each send's arguments (calls[i]) and answers it at once
+  -- a real producer whose stand-in core records each send's arguments (calls[i]) and answers it at once
   local function stand_in()
-    local calls, events, n = {}, {}, 0
-    local client = {}
-    function client.route() return 0 end
-    function client.send(_, topic, body, tag, keys, properties, group, deliver_at_ms, delay_ms)
-      n = n + 1
-      calls[n] = { topic = topic, body = body, group = group, deliver_at_ms = deliver_at_ms, delay_ms = delay_ms }
-      events[#events + 1] = { kind = "op", op = 1000 + n, ok = true, message_id = "MID" .. n, offset = n }
-      return 1000 + n
-    end
-    function client.terminate() return 0 end
-    function client.fd() return -1 end
-    function client.closed() return false end
-    function client.id() return "fake" end
-    local router = { client = client }
-    function router:pump()
-      local q = events
-      events = {}
-      for _, ev in ipairs(q) do assert(self.on_op(ev)) end
-    end
-    function router.call() return { ok = true } end
-    function router.close() end
-    local real_core_producer, real_start = core.producer, router_mod.start
-    core.producer = function() return client, 0 end
-    router_mod.start = function() return router end
-    local ok, p = pcall(producer_mod.new, { endpoints = "127.0.0.1:1", topics = { "D" } })
-    core.producer, router_mod.start = real_core_producer, real_start
-    assert(ok, p)
-    return p, calls
+    local p = fakes.real_producer(producer_mod)
+    return p, p.sends
   end
 
   it("sends every positive deliver_at as a delivery time of at least 1 ms, never as 0 (no DELAY)", function()
     local p, calls = stand_in()
     local tiny = { 1e-3 / 2 - 1e-9, 4e-4, 1e-4, 1e-9, 5e-324 }
     for i, at in ipairs(tiny) do
-      assert.equal("MID" .. i, (p:send("D", "x", { deliver_at = at })))
+      assert.equal("MID" .. i, (p:send("B", "x", { deliver_at = at })))
       assert.equal(1, calls[i].deliver_at_ms, ("deliver_at = %.17g went to the core as %s ms"):format(
         at, tostring(calls[i].deliver_at_ms)))
     end
     -- send_many's messages take the same path
-    assert(p:send_many("D", { { body = "y", deliver_at = 1e-4 } }))
+    assert(p:send_many("B", { { body = "y", deliver_at = 1e-4 } }))
     assert.equal(1, calls[#calls].deliver_at_ms)
   end)
 
@@ -170,12 +143,12 @@ describe("producer:send's deliver_at as the core gets it", function()
     local p, calls = stand_in()
     for i, case in ipairs({ { 0.0006, 1 }, { 0.0015, 2 }, { 1.5, 1500 }, { 1.9e9, 1.9e12 },
       { 1700000000.1234, 1700000000123 }, { 1700000000.9996, 1700000001000 } }) do
-      assert(p:send("D", "x", { deliver_at = case[1] }))
+      assert(p:send("B", "x", { deliver_at = case[1] }))
       assert.equal(case[2], calls[i].deliver_at_ms, "deliver_at = " .. case[1])
       assert.is_nil(calls[i].delay_ms)
     end
     -- no deliver_at: no delivery time at all
-    assert(p:send("D", "x"))
+    assert(p:send("B", "x"))
     assert.is_nil(calls[#calls].deliver_at_ms)
   end)
 end)
