@@ -25,7 +25,6 @@ local wait = require "mqlease.loop"
 local setmetatable, getmetatable, type, ipairs, tostring, error, rawget, pcall = setmetatable, getmetatable, type, ipairs,
   tostring, error, rawget, pcall
 local newproxy = rawget(_G, "newproxy")   -- LuaJIT's; nil on Lua 5.4
-local concat = table.concat
 
 local _M = {}
 local methods = {}
@@ -40,7 +39,6 @@ local SPECS = {
   grace = { kind = "number", default = 25, min = 0, max = 3600, unit = "s",
     doc = "seconds from the first signal until the emergency exit" },
 }
-_M.SPECS = SPECS
 
 local function option_error(msg)
   error("mqlease.signals: " .. msg, 3)
@@ -84,7 +82,7 @@ function _M.new(opts)
   local release_delay = consumers[1] and consumers[1].options.release_delay or 0
   local ok, watcher = pcall(core.watch_signals, names, clients, o.grace, release_delay)
   if not ok then error(tostring(watcher):gsub("^mqlease: ", "mqlease.signals: "), 2) end
-  local self = setmetatable({ _watcher = watcher, _fd = watcher:fd(), _got = nil, names = concat(names, ", ") }, mt)
+  local self = setmetatable({ _watcher = watcher, _fd = watcher:fd(), _got = nil }, mt)
   -- dropped without close: the event loops forget its descriptor before the
   -- core closes it (cqueues fails on a closed descriptor it still polls).
   -- Lua 5.4 finalizes the table itself; LuaJIT only userdata, so a proxy.
