@@ -1,12 +1,14 @@
 /* codec_test.c -- ReceiveMessage and Telemetry frames judged without a server:
  * every system property copied, good / corrupted / malformed told apart, and
- * hostile times saturated instead of overflowing. */
+ * hostile times saturated instead of overflowing; and a unary reply's unpack
+ * kept within its budget. */
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
 
 #include "apache/rocketmq/v2/service.pb-c.h"
 #include "mql_body.h"
+#include "mql_codec.h"
 #include "mql_inbound.h"
 #include "mql_test.h"
 
@@ -671,6 +673,71 @@ static void refuses_a_telemetry_frame_with_too_many_fields(void) {
     mql_telemetry_clear(&r);
 }
 
+/* A unary reply has no walk before its unpack (a Route of a large cluster
+ * may honestly have more fields than a delivered message), so its unpack has
+ * a budget of its own: a Route of empty queues, two bytes each on the wire,
+ * made protobuf-c allocate a MessageQueue for each (2 million here, about
+ * 150 MB; 65 million in the 130 MiB the channel takes). Refused, as any
+ * reply that does not decode; an honest Route of 20,000 queues is read. */
+static void refuses_a_reply_that_would_decode_past_its_budget(void) {
+    Apache__Rocketmq__V2__QueryRouteResponse reply = APACHE__ROCKETMQ__V2__QUERY_ROUTE_RESPONSE__INIT;
+    Apache__Rocketmq__V2__Status st = APACHE__ROCKETMQ__V2__STATUS__INIT;
+    Apache__Rocketmq__V2__MessageQueue empty = APACHE__ROCKETMQ__V2__MESSAGE_QUEUE__INIT;
+    Apache__Rocketmq__V2__MessageQueue full = APACHE__ROCKETMQ__V2__MESSAGE_QUEUE__INIT;
+    Apache__Rocketmq__V2__Resource topic = APACHE__ROCKETMQ__V2__RESOURCE__INIT;
+    Apache__Rocketmq__V2__Broker broker = APACHE__ROCKETMQ__V2__BROKER__INIT;
+    Apache__Rocketmq__V2__Endpoints ep = APACHE__ROCKETMQ__V2__ENDPOINTS__INIT;
+    Apache__Rocketmq__V2__Address addr = APACHE__ROCKETMQ__V2__ADDRESS__INIT, *addrs[1] = {&addr};
+    Apache__Rocketmq__V2__MessageType types[2] = {APACHE__ROCKETMQ__V2__MESSAGE_TYPE__NORMAL,
+                                                  APACHE__ROCKETMQ__V2__MESSAGE_TYPE__FIFO};
+    const size_t hostile = 2000000, honest = 20000;
+    Apache__Rocketmq__V2__MessageQueue **queues = malloc(hostile * sizeof(*queues));
+    Apache__Rocketmq__V2__QueryRouteResponse *got;
+    uint8_t *buf;
+    size_t n, i;
+    st.code = APACHE__ROCKETMQ__V2__CODE__OK;
+    st.message = (char *)"OK";
+    reply.status = &st;
+    reply.message_queues = queues;
+    for (i = 0; i < hostile; i++) queues[i] = &empty;   /* each packs as 2 bytes: tag, length 0 */
+    reply.n_message_queues = hostile;
+    n = protobuf_c_message_get_packed_size(&reply.base);
+    buf = malloc(n);
+    protobuf_c_message_pack(&reply.base, buf);
+    got = (void *)mql_unpack_bytes(&apache__rocketmq__v2__query_route_response__descriptor, buf, n);
+    if (got) fprintf(stderr, "  %zu empty queues in %zu bytes decoded\n", got->n_message_queues, n);
+    CHECK(got == NULL);
+    if (got) protobuf_c_message_free_unpacked(&got->base, NULL);
+    free(buf);
+
+    topic.name = (char *)"orders-of-a-large-cluster";
+    addr.host = (char *)"broker-0123.example.internal";
+    addr.port = 10911;
+    ep.scheme = APACHE__ROCKETMQ__V2__ADDRESS_SCHEME__DOMAIN_NAME;
+    ep.addresses = addrs;
+    ep.n_addresses = 1;
+    broker.name = (char *)"broker-0123";
+    broker.endpoints = &ep;
+    full.topic = &topic;
+    full.id = 7;
+    full.permission = APACHE__ROCKETMQ__V2__PERMISSION__READ_WRITE;
+    full.broker = &broker;
+    full.accept_message_types = types;
+    full.n_accept_message_types = 2;
+    for (i = 0; i < honest; i++) queues[i] = &full;
+    reply.n_message_queues = honest;
+    n = protobuf_c_message_get_packed_size(&reply.base);
+    buf = malloc(n);
+    protobuf_c_message_pack(&reply.base, buf);
+    got = (void *)mql_unpack_bytes(&apache__rocketmq__v2__query_route_response__descriptor, buf, n);
+    CHECK(got != NULL && got->n_message_queues == honest);
+    CHECK(got && strcmp(got->message_queues[honest - 1]->broker->endpoints->addresses[0]->host,
+                        "broker-0123.example.internal") == 0);
+    if (got) protobuf_c_message_free_unpacked(&got->base, NULL);
+    free(buf);
+    free(queues);
+}
+
 int main(void) {
     RUN(copies_every_system_property);
     RUN(reads_a_priority_and_writes_an_explicit_zero);
@@ -690,5 +757,6 @@ int main(void) {
     RUN(reads_the_whole_retry_policy_and_fifo);
     RUN(reads_an_orphaned_transaction_check);
     RUN(refuses_a_telemetry_frame_with_too_many_fields);
+    RUN(refuses_a_reply_that_would_decode_past_its_budget);
     return TEST_REPORT("codec");
 }

@@ -12,8 +12,10 @@
 #include "mql_producer.h"
 #include "mql_test.h"
 
-/* The message id and result of op among the events (taken and freed). */
-static int send_result(mql_client *c, uint64_t op, char *id, size_t idlen, char *code, size_t codelen) {
+/* The message id and result of op among the events (taken and freed); msg, if
+ * given, gets the result's message. */
+static int send_result_msg(mql_client *c, uint64_t op, char *id, size_t idlen, char *code, size_t codelen,
+                           char *msg, size_t msglen) {
     mql_event *ev = mql_events_take(&c->events), *next;
     int found = -1;
     for (; ev; ev = next) {
@@ -22,10 +24,15 @@ static int send_result(mql_client *c, uint64_t op, char *id, size_t idlen, char 
             found = ev->result.ok;
             snprintf(id, idlen, "%s", ev->message_id ? ev->message_id : "(none)");
             snprintf(code, codelen, "%s", ev->result.code);
+            if (msg) snprintf(msg, msglen, "%s", ev->result.msg);
         }
         mql_event_free(ev);
     }
     return found;
+}
+
+static int send_result(mql_client *c, uint64_t op, char *id, size_t idlen, char *code, size_t codelen) {
+    return send_result_msg(c, op, id, idlen, code, codelen, NULL, 0);
 }
 
 static uint64_t producer_sends(mql_client *c) {
@@ -89,9 +96,39 @@ static void two_entries_for_one_message_are_a_protocol_error(void) {
     fixture_teardown(&c);
 }
 
+/* A reply that does not decode within the unpack's budget (2 million empty
+ * entries, 4 MB on the wire, would be about 150 MB unpacked): the send fails
+ * PROTOCOL, and says the reply did not decode, not that it had no status. */
+static void a_reply_past_the_unpack_budget_is_a_protocol_error(void) {
+    Apache__Rocketmq__V2__SendMessageResponse resp = APACHE__ROCKETMQ__V2__SEND_MESSAGE_RESPONSE__INIT;
+    Apache__Rocketmq__V2__SendResultEntry empty = APACHE__ROCKETMQ__V2__SEND_RESULT_ENTRY__INIT;
+    Apache__Rocketmq__V2__Status st = APACHE__ROCKETMQ__V2__STATUS__INIT;
+    const size_t many = 2000000;
+    Apache__Rocketmq__V2__SendResultEntry **entries = malloc(many * sizeof(*entries));
+    mql_client c;
+    char id[64], code[32], msg[256];
+    uint64_t op = producer_sends(&c);
+    size_t i;
+    for (i = 0; i < many; i++) entries[i] = &empty;
+    st.code = APACHE__ROCKETMQ__V2__CODE__OK;
+    st.message = "OK";
+    resp.status = &st;
+    resp.n_entries = many;
+    resp.entries = entries;
+    fixture_finish_call(&c, GRPC_STATUS_OK, &resp.base);
+    free(entries);
+    CHECK(send_result_msg(&c, op, id, sizeof(id), code, sizeof(code), msg, sizeof(msg)) == 0);
+    CHECK(strcmp(code, "PROTOCOL") == 0);
+    if (!strstr(msg, "did not decode")) fprintf(stderr, "  message: %s\n", msg);
+    CHECK(strstr(msg, "SendMessage: the reply did not decode") != NULL);
+    CHECK(c.metrics.sent_ok == 0 && c.metrics.sent_fail == 1);
+    fixture_teardown(&c);
+}
+
 int main(void) {
     RUN(an_ok_with_its_message_id_is_stored);
     RUN(an_ok_without_a_message_id_is_a_protocol_error);
     RUN(two_entries_for_one_message_are_a_protocol_error);
+    RUN(a_reply_past_the_unpack_budget_is_a_protocol_error);
     return TEST_REPORT("send_reply_test");
 }

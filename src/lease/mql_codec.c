@@ -26,16 +26,47 @@ int mql_read_all(grpc_byte_buffer *bb, grpc_slice *out) {
     return 0;
 }
 
+/* The allocations of one unpack, counted as they are made and never given
+ * back: protobuf-c allocates for every field it meets (a struct per
+ * sub-message, a copy of each unknown field), so a reply of empty entries,
+ * two bytes each on the wire, could make it allocate gigabytes out of a frame
+ * the channel lets through (130 MiB: a Route of 65 million empty queues is
+ * about 5 GB). Past the budget the allocator refuses, and protobuf-c frees
+ * what it made and returns NULL. Counting what is freed too bounds the work
+ * of a singular message field sent many times, which protobuf-c merges copy
+ * by copy (each merge allocates both copies' repeated fields anew). */
+typedef struct unpack_budget {
+    size_t left;
+} unpack_budget;
+
+static void *budget_alloc(void *data, size_t size) {
+    unpack_budget *b = data;
+    if (size > b->left) {
+        b->left = 0;
+        return NULL;
+    }
+    b->left -= size;
+    return malloc(size);
+}
+
+static void budget_free(void *data, void *ptr) {
+    (void)data;
+    free(ptr);
+}
+
+ProtobufCMessage *mql_unpack_bytes(const ProtobufCMessageDescriptor *desc, const uint8_t *data, size_t len) {
+    unpack_budget b = {MQL_UNPACK_BYTES_MAX};
+    ProtobufCAllocator a = {budget_alloc, budget_free, &b};
+    /* freed later with the default allocator: both are malloc's */
+    return protobuf_c_message_unpack(desc, &a, len, data);
+}
+
 ProtobufCMessage *mql_unpack(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb) {
-    grpc_byte_buffer_reader reader;
     grpc_slice slice;
     ProtobufCMessage *msg;
-    if (!bb || !grpc_byte_buffer_reader_init(&reader, bb)) return NULL;
-    slice = grpc_byte_buffer_reader_readall(&reader);
-    msg = protobuf_c_message_unpack(desc, NULL, GRPC_SLICE_LENGTH(slice),
-                                    GRPC_SLICE_START_PTR(slice));
+    if (mql_read_all(bb, &slice) != 0) return NULL;
+    msg = mql_unpack_bytes(desc, GRPC_SLICE_START_PTR(slice), GRPC_SLICE_LENGTH(slice));
     grpc_slice_unref(slice);
-    grpc_byte_buffer_reader_destroy(&reader);
     return msg;
 }
 

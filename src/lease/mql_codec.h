@@ -20,8 +20,14 @@ typedef Apache__Rocketmq__V2__Status mql_pb_status;
 grpc_byte_buffer *mql_pack(const ProtobufCMessage *msg);
 /* The bytes of a received buffer as one slice (caller unrefs it); -1 if there is none. */
 int mql_read_all(grpc_byte_buffer *bb, grpc_slice *out);
-/* Unpacks a reply; NULL if the buffer is NULL or not a valid message. */
+/* Unpacks a reply; NULL if the buffer is NULL or not a valid message, or if
+ * unpacking it would allocate more than MQL_UNPACK_BYTES_MAX in all (an
+ * honest reply, a Route of thousands of queues included, needs a few MiB).
+ * Free it with protobuf_c_message_free_unpacked(msg, NULL). */
+#define MQL_UNPACK_BYTES_MAX ((size_t)64 << 20)
 ProtobufCMessage *mql_unpack(const ProtobufCMessageDescriptor *desc, grpc_byte_buffer *bb);
+/* The same from bytes in memory. */
+ProtobufCMessage *mql_unpack_bytes(const ProtobufCMessageDescriptor *desc, const uint8_t *data, size_t len);
 
 /* Copies a delivered message into out (all strings duplicated, the body as
  * it came over the wire: see mql_inbound.h for the checked path). */

@@ -388,6 +388,16 @@ void *mql_call_reply(mql_call *call, const ProtobufCMessageDescriptor *desc, mql
     ProtobufCMessage *reply = mql_unpack(desc, call->recv_buf);
     const mql_pb_status *st = NULL;
     if (reply && f) st = *(const mql_pb_status *const *)((const char *)reply + f->offset);
+    if (!reply && call->status == GRPC_STATUS_OK) {
+        /* bytes no honest proxy sends: not a message of this type, or one
+         * whose unpack would pass its budget (mql_unpack) */
+        const char *what = strrchr(call->method, '/');
+        what = what ? what + 1 : call->method;
+        if (!call->recv_buf) mql_result_fail(r, "PROTOCOL", "%s: the call ended OK with no reply", what);
+        else mql_result_fail(r, "PROTOCOL", "%s: the reply did not decode (malformed, or over %zu MiB unpacked)",
+                             what, MQL_UNPACK_BYTES_MAX >> 20);
+        return NULL;
+    }
     mql_call_result(call, st, r);
     return reply;
 }
