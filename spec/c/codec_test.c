@@ -738,6 +738,29 @@ static void refuses_a_reply_that_would_decode_past_its_budget(void) {
     free(queues);
 }
 
+/* The same budget bounds the work of a singular field sent many times in a
+ * reply: protobuf-c merges each copy of a queue's broker into the one before,
+ * copying the addresses of both into a new array, so 60,000 copies of a
+ * broker with one address would copy 1.8 billion pointers. Counted as
+ * allocated, the merges pass the budget within a few thousand copies. */
+static void stops_merging_a_repeated_singular_field_at_the_budget(void) {
+    /* broker (MessageQueue field 4) { endpoints (3) { addresses (2) { host (1): "h" } } } */
+    static const uint8_t broker[] = {0x22, 0x07, 0x1a, 0x05, 0x12, 0x03, 0x0a, 0x01, 'h'};
+    const size_t copies = 60000;
+    size_t inner = copies * sizeof(broker), len = 0;
+    uint8_t head[16], *buf, *p;
+    Apache__Rocketmq__V2__QueryRouteResponse *got;
+    head[len++] = 0x12;   /* message_queues (2), one queue of every copy */
+    len += put_varint(head + len, inner);
+    buf = malloc(len + inner);
+    memcpy(buf, head, len);
+    for (p = buf + len; p < buf + len + inner; p += sizeof(broker)) memcpy(p, broker, sizeof(broker));
+    got = (void *)mql_unpack_bytes(&apache__rocketmq__v2__query_route_response__descriptor, buf, len + inner);
+    CHECK(got == NULL);
+    if (got) protobuf_c_message_free_unpacked(&got->base, NULL);
+    free(buf);
+}
+
 int main(void) {
     RUN(copies_every_system_property);
     RUN(reads_a_priority_and_writes_an_explicit_zero);
@@ -758,5 +781,6 @@ int main(void) {
     RUN(reads_an_orphaned_transaction_check);
     RUN(refuses_a_telemetry_frame_with_too_many_fields);
     RUN(refuses_a_reply_that_would_decode_past_its_budget);
+    RUN(stops_merging_a_repeated_singular_field_at_the_budget);
     return TEST_REPORT("codec");
 }
