@@ -122,7 +122,7 @@ _M.run = {
   grace = { kind = "number", default = 25, min = 0, max = 3600, unit = "s",
     doc = "seconds running handlers get to finish after a stop (under Kubernetes' 30)" },
   mode = { kind = "enum", values = { "wait", "nack" }, default = "wait",
-    doc = "on stop: let running handlers finish until `grace` (`wait`) or give their messages back at once (`nack`)" },
+    doc = "on stop: let running handlers finish until `grace` (`wait`) or give their messages back at once (`nack`); either way no handler starts after the stop" },
   run_for = { kind = "number", min = 0, max = 1e9, unit = "s", default_doc = "nil (until a signal or a stop)",
     doc = "stop by itself after this many seconds" },
   stop = { kind = "function", default_doc = "nil", doc = "`fn() -> true` to stop; checked every loop turn" },

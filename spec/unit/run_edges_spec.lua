@@ -165,3 +165,50 @@ describe("mqlease.run at its edges: a NaN delay on the ordered retry path", func
   end)
 end)
 
+
+describe("mqlease.run at its edges: the stop", function()
+  -- A policy that yields before it calls the handler (as the exactly-once
+  -- policy waits for its lock) when the stop comes: the handler must not
+  -- start during the drain, where grace may cut it off half done. Failed
+  -- before the fix: the handler started after the stop and ran to its end.
+  for _, mode in ipairs({ "wait", "nack" }) do
+    it(("starts no handler once the stop is asked for (mode %s): the message goes back unrun"):format(mode),
+      function()
+        local started, stopped, refused, errors = 0, false, nil, 0
+        local summary, err, b = simulate({ count = 1 }, function(_, clock)
+          local function handler()
+            started = started + 1
+            return true
+          end
+          local function policy(m, lease, h)
+            -- the lock call: out while the stop comes
+            wait.sleep(3)
+            local ok, why = h(m, lease)
+            if not ok then
+              refused = why
+              return "nack", nil, why
+            end
+            return "ack"
+          end
+          return handler, { concurrency = 1, policy = policy, grace = 10, mode = mode,
+            on_error = function() errors = errors + 1 end,
+            stop = function()
+              if clock.t - 1000 >= 1 then stopped = true end
+              return stopped
+            end }
+        end)
+        assert.is_nil(err)
+        assert.are.same({}, b.violations)
+        assert.are.equal(0, started, "a handler started after the stop")
+        -- (mode nack gives it back at once, and the run may end before the
+        -- policy wakes: then it never asks the handler)
+        if mode == "wait" then assert.is_string(refused, "the policy was not told the handler refused") end
+        -- (a redelivery that arrives during the drain goes back too)
+        assert.is_true(summary.drained >= 1, "nothing was given back")
+        assert.are.equal(0, summary.failed)
+        assert.are.equal(0, summary.nacked)
+        assert.are.equal(0, errors, "on_error was told of a handler that never ran")
+        assert.is_falsy(b.msgs[1].acked)
+      end)
+  end
+end)

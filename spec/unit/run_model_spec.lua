@@ -40,6 +40,8 @@ local PINNED = {
   { 35, "exactly-once ran an effect twice (the ack went without the marker that would have stopped the redelivery)" },
   { 505, "a deferral past its budget dead-lettered an unordered message on its last attempt without running it" },
   { 130, "a FIFO message that waited for a handler slot ran again after the stop (a slot freed as the stop came went to it)" },
+  { 418, "a handler started after the stop: a task spawned before it ran a turn after it (plain)" },
+  { 33, "a handler started after the stop: its exactly-once lock call was out when the stop came" },
   { 1444, "a handler started beside `concurrency` others: a slot taken past the limit by a message that only ended, once freed, went to a waiting message (a defect of the change that frees slots while messages wait, caught before it landed)" },
   { 13, "defer_budget_spent was counted on every ask, not once per message (and an ordered message was held past max_defer)" },
   { 121, "the drain left a message it never ran held until close" },

@@ -129,13 +129,37 @@ local function refusing(flag)
   end
 end
 
+-- The run's handler behind a gate: once the run stops, no handler starts.
+-- A policy may yield before it calls the handler (the exactly-once policy's
+-- lock call), and a task may run a turn after the stop was asked for: the
+-- handler would then start during the drain, where grace may cut it off
+-- (its effects half done, the message given back and run again). It
+-- refuses instead, as a handler that failed, so the policy lets go of what
+-- it took (a lock), and the task gives the message back (stopped[m]). One
+-- gate a run, not a closure a message.
+local function gate(ctx)
+  local handler, st = ctx.handler, ctx.st
+  local stopped = setmetatable({}, { __mode = "k" })
+  local function gated(m, lease)
+    if st.stopping then
+      stopped[m] = true
+      return nil, "the run stopped before the handler started"
+    end
+    return handler(m, lease)
+  end
+  ctx.gated_handler, ctx.stopped_unstarted = gated, stopped
+  return gated
+end
+
 -- Runs m from queued to settled (in a task of its own).
 function _M.run(ctx, m)
   local life, st = ctx.life, ctx.st
   local outcome
   local flag = { refused = false }
   local exhausted = ctx.max_attempts and (m.delivery_attempt or 1) > ctx.max_attempts
-  local handler = exhausted and refusing(flag) or ctx.handler
+  local gated = ctx.gated_handler or gate(ctx)
+  local handler = exhausted and refusing(flag) or gated
+  local unstarted = ctx.stopped_unstarted
   life:move(m, "running")
   -- this attempt's failure is counted (once, whatever raises after it)
   local counted
@@ -152,6 +176,15 @@ function _M.run(ctx, m)
         return
       end
       local action, delay, err, after = ctx.policy(m, m.lease, handler)
+      if unstarted[m] then
+        -- the gate kept its handler from starting (the run stopped): back to
+        -- the broker, whatever the policy made of the refusal, and no failure
+        unstarted[m] = nil
+        life:move(m, "releasing")
+        outcome = _M.give_back(ctx, m, true)
+        if after then after() end
+        return
+      end
       if err ~= nil and not flag.refused then
         st.failed = st.failed + 1
         counted = true

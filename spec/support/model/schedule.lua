@@ -18,11 +18,10 @@
 --   slots       no more handlers run at once than concurrency allows (a
 --               message waiting to be tried again holds no slot, and takes
 --               one again before its handler runs)
---   after stop  under plain, a delivery whose handler ran before the stop (and
---               waits to be tried again) starts none after it: it gives
---               itself back. (Under exactly-once an attempt whose lock call
---               was out at the stop is running, as a first attempt is, and
---               finishes as the drain's mode says.)
+--   after stop  no handler starts once the stop is asked for: a delivery
+--               that waits to be tried again, a task that had not run yet,
+--               or an exactly-once attempt whose lock call was out gives
+--               itself back
 --   stranded    nothing is left held at close that never ran (the drain
 --               gives back what it does not run)
 --   clean       the run returns, no task of it fails, no message makes an
@@ -150,10 +149,14 @@ function _M.run(seed)
     end
     local function handler(m)
       b.handler_starts(m)
-      -- a delivery whose handler ran before the stop and waits to be tried
-      -- again gives itself back at the stop: it never runs again
-      if stopped and ran_before_stop[m] and not p.eo then
+      -- no handler starts once the stop is asked for: a delivery whose
+      -- handler ran before it and waits to be tried again gives itself back,
+      -- and so does one whose handler had not started yet (an exactly-once
+      -- attempt whose lock call was out at the stop, a task not yet run)
+      if stopped and ran_before_stop[m] then
         b.violation("%s: a handler started again after the stop (it waited to be tried again)", m.id)
+      elseif stopped then
+        b.violation("%s: a handler started after the stop", m.id)
       end
       if not stopped then ran_before_stop[m] = true end
       if handlers_running >= p.concurrency then
