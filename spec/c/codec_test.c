@@ -673,6 +673,18 @@ static void refuses_a_telemetry_frame_with_too_many_fields(void) {
     mql_telemetry_clear(&r);
 }
 
+/* msg packed, then unpacked as a reply is (mql_unpack_bytes): NULL if refused */
+static void *reply_round_trip(const ProtobufCMessage *msg, size_t *wire_len) {
+    size_t n = protobuf_c_message_get_packed_size(msg);
+    uint8_t *buf = malloc(n);
+    void *got;
+    protobuf_c_message_pack(msg, buf);
+    got = mql_unpack_bytes(msg->descriptor, buf, n);
+    free(buf);
+    if (wire_len) *wire_len = n;
+    return got;
+}
+
 /* A unary reply has no walk before its unpack (a Route of a large cluster
  * may honestly have more fields than a delivered message), so its unpack has
  * a budget of its own: a Route of empty queues, two bytes each on the wire,
@@ -693,7 +705,6 @@ static void refuses_a_reply_that_would_decode_past_its_budget(void) {
     const size_t hostile = 2000000, honest = 20000;
     Apache__Rocketmq__V2__MessageQueue **queues = malloc(hostile * sizeof(*queues));
     Apache__Rocketmq__V2__QueryRouteResponse *got;
-    uint8_t *buf;
     size_t n, i;
     st.code = APACHE__ROCKETMQ__V2__CODE__OK;
     st.message = (char *)"OK";
@@ -701,14 +712,10 @@ static void refuses_a_reply_that_would_decode_past_its_budget(void) {
     reply.message_queues = queues;
     for (i = 0; i < hostile; i++) queues[i] = &empty;   /* each packs as 2 bytes: tag, length 0 */
     reply.n_message_queues = hostile;
-    n = protobuf_c_message_get_packed_size(&reply.base);
-    buf = malloc(n);
-    protobuf_c_message_pack(&reply.base, buf);
-    got = (void *)mql_unpack_bytes(&apache__rocketmq__v2__query_route_response__descriptor, buf, n);
+    got = reply_round_trip(&reply.base, &n);
     if (got) fprintf(stderr, "  %zu empty queues in %zu bytes decoded\n", got->n_message_queues, n);
     CHECK(got == NULL);
     if (got) protobuf_c_message_free_unpacked(&got->base, NULL);
-    free(buf);
 
     topic.name = (char *)"orders-of-a-large-cluster";
     addr.host = (char *)"broker-0123.example.internal";
@@ -726,15 +733,11 @@ static void refuses_a_reply_that_would_decode_past_its_budget(void) {
     full.n_accept_message_types = 2;
     for (i = 0; i < honest; i++) queues[i] = &full;
     reply.n_message_queues = honest;
-    n = protobuf_c_message_get_packed_size(&reply.base);
-    buf = malloc(n);
-    protobuf_c_message_pack(&reply.base, buf);
-    got = (void *)mql_unpack_bytes(&apache__rocketmq__v2__query_route_response__descriptor, buf, n);
+    got = reply_round_trip(&reply.base, NULL);
     CHECK(got != NULL && got->n_message_queues == honest);
     CHECK(got && strcmp(got->message_queues[honest - 1]->broker->endpoints->addresses[0]->host,
                         "broker-0123.example.internal") == 0);
     if (got) protobuf_c_message_free_unpacked(&got->base, NULL);
-    free(buf);
     free(queues);
 }
 
