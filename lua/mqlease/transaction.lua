@@ -25,8 +25,10 @@
 -- #5574). A round copies a half message once it is older than the broker's
 -- transactionTimeOut (6 s by default) and no op message marks it ended; op
 -- messages are written in batches (transactionOpBatchInterval, 3 s by
--- default). So an end sent within COMMIT_WITHIN seconds of the half
--- message's send never meets a copy, and a check of it that comes later
+-- default). So an end the proxy answered within COMMIT_WITHIN seconds of
+-- the half message's send (the broker had it by then; one started in time
+-- and answered later may have travelled past the round) never meets a
+-- copy, and a check of it that comes later
 -- than ENDED_QUIET seconds after the end means the end never reached the
 -- broker (a proxy in cluster mode passes EndTransaction on one-way and
 -- answers OK before the broker has it): the producer sends the same end
@@ -34,7 +36,7 @@
 -- transaction mqlease.policy.transaction_checker began (_ask_checker): its
 -- checks may come to another producer of the group, whose checker must be
 -- the one that decides, so that only one of them commits. Any other end of
--- this producer -- one sent later than COMMIT_WITHIN, one of a half message
+-- this producer -- one answered later than COMMIT_WITHIN, one of a half message
 -- with check immunity (begin's recovery: RocketMQ 5.2's check copies a half
 -- message it meets within its immunity, however young,
 -- TransactionalMessageServiceImpl.checkPrepareQueueOffset), or an answer to
@@ -139,7 +141,7 @@ end
 
 -- Remembers that p ended transaction_id with commit (a boolean), and when
 -- (the last ENDED_KEPT of them); resend: a later check may be answered with
--- the same end (a direct end sent within COMMIT_WITHIN, see the header), or
+-- the same end (a direct end answered within COMMIT_WITHIN, see the header), or
 -- "ask": by the checker.
 local function remember_ended(p, transaction_id, commit, resend)
   local known = p._ended[transaction_id]
@@ -161,8 +163,12 @@ end
 -- producer was closed first, or the core refused it at its door (NOT_READY:
 -- mql_client.c's refuses(), before any call starts). Any other failure
 -- (CLOSED while in flight, a deadline, an error) may follow an end the
--- broker got.
-local function end_tx(p, topic, message_id, transaction_id, commit, from_check, trace, resend)
+-- broker got. resend_by: a direct end is remembered with resend only when
+-- its reply came before this time (mqlease.now). The broker had the end
+-- by the time its OK came, and no earlier bound is known: an end started
+-- in time may travel for up to request_timeout, and reach the broker after
+-- its check copied the half message (the header).
+local function end_tx(p, topic, message_id, transaction_id, commit, from_check, trace, resend, resend_by)
   if rawget(p, "_closed") then return nil, "the producer is closed", "CLOSED", true end
   local router = p._router
   p._ending[transaction_id] = true
@@ -170,6 +176,7 @@ local function end_tx(p, topic, message_id, transaction_id, commit, from_check, 
     commit, from_check, trace))
   p._ending[transaction_id] = nil
   if not ok then return nil, err, code, code == "NOT_READY" end
+  if resend and not (resend_by and now() < resend_by) then resend = false end
   remember_ended(p, transaction_id, commit, resend)
   return true
 end
@@ -194,12 +201,11 @@ local function finish(self, commit)
       "ALREADY_ENDED"
   end
   if p._ending[tid] then return nil, "a check of the broker's is ending it now", "ENDING" end
-  -- sent in time, it met no copy: a later check means it was lost (header);
-  -- not with check immunity, where the broker copies it however young
-  local resend = not self._recovery and now() - self._sent_at < COMMIT_WITHIN
-  if resend and self._ask_checker then resend = "ask" end
+  -- answered in time, it met no copy: a later check means it was lost
+  -- (header); not with check immunity, where the broker copies it however young
+  local resend = not self._recovery and (self._ask_checker and "ask" or true)
   local ok, err, code = end_tx(p, self.topic, self.message_id, self.transaction_id, commit, false, self._trace,
-    resend)
+    resend, self._sent_at + COMMIT_WITHIN)
   local c = p._tx
   if ok then
     self.state = commit and "committed" or "rolled_back"
@@ -222,9 +228,9 @@ function tx_methods:rollback()
   return finish(self, false)
 end
 
--- Seconds since the half message's send began. An end sent later than
--- mqlease.transaction.COMMIT_WITHIN may meet a copy the broker's check made
--- of it (see the header): a commit then may be delivered twice.
+-- Seconds since the half message's send began. An end sent (or answered)
+-- later than mqlease.transaction.COMMIT_WITHIN may meet a copy the broker's
+-- check made of it (see the header): a commit then may be delivered twice.
 function tx_methods:age()
   return now() - self._sent_at
 end

@@ -1,0 +1,71 @@
+-- Transactional messages under a fourth review: when an end counts as "in
+-- time" (the broker had it before its check could copy the half message),
+-- and the arguments of the transaction checker's begin. No server: the
+-- fakes of transaction_review_spec, a real mqlease.producer over a stand-in
+-- core and router, with a clock of the spec's own.
+local mqlease = require "mqlease"
+local core = require "mqlease.core"
+
+local fakes = require "spec.support.transaction_fakes"
+
+-- mqlease.producer and mqlease.transaction loaded afresh over a clock the
+-- spec moves (clock.t, seconds). busted restores package.loaded after this file.
+local clock = { t = 1000 }
+local producer_mod
+do
+  local real_now = core.now
+  core.now = function() return clock.t end
+  package.loaded["mqlease.transaction"], package.loaded["mqlease.producer"] = nil, nil
+  producer_mod = require "mqlease.producer"
+  core.now = real_now
+end
+
+local function real_producer(checker) return fakes.real_producer(producer_mod, checker) end
+
+-- Runs fn while each EndTransaction's reply takes `seconds` on the spec's clock.
+local function with_slow_replies(p, seconds, fn)
+  local router = p._router
+  local call = router.call
+  router.call = function(...)
+    clock.t = clock.t + seconds
+    return call(...)
+  end
+  local ok, err = pcall(fn)
+  router.call = call
+  assert(ok, err)
+end
+
+describe("a fourth review: an end in time is one the broker had in time", function()
+  it("sends no second commit for checks after a commit started in time whose reply came late", function()
+    local asked = 0
+    local p = real_producer(function() asked = asked + 1; return "commit" end)
+    local tx = assert(p:begin("B", "out"))
+    clock.t = clock.t + 1.5   -- started 1.5 s after the send: within COMMIT_WITHIN
+    -- a slow proxy: the OK comes 3.5 s after the send, and the broker may
+    -- have had the commit only just before it; a check round at 6 s copied
+    -- the half message before the commit's op message was written
+    -- (transactionOpBatchInterval), and checks the copy every round
+    with_slow_replies(p, 2, function() assert(tx:commit()) end)
+    assert.equal("committed", tx.state)
+    for _ = 1, 3 do
+      clock.t = clock.t + 30
+      p.check_of(tx)
+      p:poll(0)
+    end
+    assert.equal(1, #p.ends, ("%d ends of %s went out: a commit answered %.1f s after the send was sent again for a check of its copy")
+      :format(#p.ends, tx.message_id, 3.5))
+    assert.equal(0, asked)
+  end)
+
+  it("still sends a lost end again once when its reply came within COMMIT_WITHIN", function()
+    local p = real_producer(function() return "unknown" end)
+    local tx = assert(p:begin("B", "out"))
+    clock.t = clock.t + 0.5
+    with_slow_replies(p, 1, function() assert(tx:commit()) end)   -- answered 1.5 s after the send
+    clock.t = clock.t + 10
+    p.check_of(tx)
+    p:poll(0)
+    assert.equal(2, #p.ends)
+    assert.is_true(p.ends[2].commit and p.ends[2].from_check)
+  end)
+end)
