@@ -69,3 +69,36 @@ describe("a fourth review: an end in time is one the broker had in time", functi
     assert.is_true(p.ends[2].commit and p.ends[2].from_check)
   end)
 end)
+
+describe("a fourth review: the transaction checker's begin names a bad argument", function()
+  local t, p, m
+  before_each(function()
+    t = mqlease.policy.transaction_checker { redis = fakes.redis() }
+    p, m = fakes.producer(), fakes.message("M1", "run-a")
+  end)
+
+  local function raises(pattern, ...)
+    local args = { ... }
+    local ok, err = pcall(function() local tx = t:begin((table.unpack or unpack)(args, 1, 5)); return tx end)
+    assert.is_false(ok, "t:begin did not raise")
+    assert.is_truthy(tostring(err):find(pattern, 1, true), "raised: " .. tostring(err))
+    -- raised at the caller's line, not inside the module
+    assert.is_truthy(tostring(err):find("transaction_reply_spec", 1, true), "raised: " .. tostring(err))
+  end
+
+  it("options that are not a table", function()
+    raises("bad argument #5 to 'begin' (options table expected, got string)", p, m, "B", "x", "tag")
+  end)
+
+  it("properties that are not a table", function()
+    raises("option 'properties' must be a table of strings (got string)", p, m, "B", "x", { properties = "x" })
+  end)
+
+  it("no producer", function()
+    raises("bad argument #1 to 'begin' (a producer expected, got nil)", nil, m, "B", "x")
+  end)
+
+  it("no message", function()
+    raises("bad argument #2 to 'begin' (the message the handler runs expected, got nil)", p, nil, "B", "x")
+  end)
+end)

@@ -264,6 +264,19 @@ end
 -- its properties get mqlease.source and mqlease.run. Returns the transaction,
 -- or nil, err, code. Raises outside the exactly-once policy (no lock owner).
 function methods:begin(p, m, topic, body, opts)
+  -- what is copied here before p:begin checks it is checked first: a bad
+  -- one raised from inside this file, naming no argument
+  if type(p) ~= "table" or type(p.begin) ~= "function" then
+    error(("bad argument #1 to 'begin' (a producer expected, got %s)"):format(type(p)), 2)
+  end
+  if m == nil then error("bad argument #2 to 'begin' (the message the handler runs expected, got nil)", 2) end
+  if opts ~= nil and type(opts) ~= "table" then
+    error(("bad argument #5 to 'begin' (options table expected, got %s)"):format(type(opts)), 2)
+  end
+  if opts and opts.properties ~= nil and type(opts.properties) ~= "table" then
+    error(("mqlease.policy.transaction_checker: begin's option 'properties' must be a table of strings (got %s)")
+      :format(type(opts.properties)), 2)
+  end
   local lease = m.lease
   local run = lease and rawget(lease, "lock_owner")
   if type(run) ~= "string" then
