@@ -70,6 +70,44 @@ describe("a fourth review: an end in time is one the broker had in time", functi
   end)
 end)
 
+describe("a fourth review: the transaction checker's in-time commit is one answered in time", function()
+  it("has another worker's check answer unknown for a run's commit the proxy answered late", function()
+    local r, p = fakes.redis(), fakes.producer()
+    local t1 = mqlease.policy.transaction_checker { redis = r }
+    local m = fakes.message("M7", "run-a")
+    local tx
+    assert.equal("ack", t1:policy(fakes.eo_like(r, "mqlease:", true))(m, m.lease, function(hm)
+      tx = assert(t1:begin(p, hm, "B", "out"))
+      -- started in time (claim P), answered 2.5 s after the send: the broker
+      -- may have had it after a check round copied the half message
+      local commit = tx.commit
+      function tx.commit(self) p.now = p.now + 2.5; return commit(self) end
+      return true
+    end))
+    assert.equal("committed", tx.state)
+    assert.equal("P:run-a", r.store["mqlease:{M7}:tx"])
+    -- the copy's check, past claim_grace, in another worker
+    local t2 = mqlease.policy.transaction_checker { redis = r }
+    r.now = 36
+    assert.equal("unknown", t2(fakes.view_of(tx)), "a check committed a copy of a half message the run committed")
+  end)
+
+  it("still has a check commit a run's commit answered in time that never reached the broker", function()
+    local r, p = fakes.redis(), fakes.producer()
+    local t1 = mqlease.policy.transaction_checker { redis = r }
+    local m = fakes.message("M8", "run-a")
+    local tx
+    assert.equal("ack", t1:policy(fakes.eo_like(r, "mqlease:", true))(m, m.lease, function(hm)
+      tx = assert(t1:begin(p, hm, "B", "out"))
+      return true
+    end))
+    assert.equal("committed", tx.state)
+    local t2 = mqlease.policy.transaction_checker { redis = r }
+    r.now = 36
+    assert.equal("commit", t2(fakes.view_of(tx)))
+  end)
+end)
+
 describe("a fourth review: the transaction checker's begin names a bad argument", function()
   local t, p, m
   before_each(function()

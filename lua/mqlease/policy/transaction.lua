@@ -95,8 +95,8 @@ _M.SOURCE, _M.RUN = SOURCE, RUN
 --   -> 0 no done marker and no claim: the run may still finish
 --
 -- A check commits each half message of the run once (KEYS[3], the set of
--- the ids of those a check, or the policy itself with check immunity
--- (NOTE_COMMITTED), committed, kept at least as long as the claim; ARGV[5]
+-- the ids of those a check, or the policy itself with check immunity or a
+-- late reply (NOTE_COMMITTED), committed, kept at least as long as the claim; ARGV[5]
 -- the checked half message's id): a half message the set
 -- holds is a copy (3); one it does not is another half message of the same
 -- run, which the run's other outputs do not stand for. A claim C without
@@ -142,15 +142,17 @@ return 1
 ]]
 _M.script = CLAIM
 
--- The ids of half messages with check immunity (recovery) the policy
--- committed itself (claim P), added to the set a check reads (KEYS[1],
--- CLAIM's KEYS[3]; ARGV[1] its TTL, then the ids): a check of a copy of one
--- (the broker copies a half message it checks within its immunity) then
--- answers unknown, where it committed the copy once claim_grace had passed.
--- Not those without: the broker copies none of them younger than its
--- transactionTimeOut, so a check of one the policy committed in time means
--- the commit never reached the broker, and the check (here, or in another
--- worker) commits it, once.
+-- The ids of half messages with check immunity (recovery), or whose commit
+-- the proxy answered COMMIT_WITHIN or more after their send, that the
+-- policy committed itself (claim P), added to the set a check reads
+-- (KEYS[1], CLAIM's KEYS[3]; ARGV[1] its TTL, then the ids): a check of a
+-- copy of one (the broker copies a half message it checks within its
+-- immunity, or one whose commit came after its round) then answers
+-- unknown, where it committed the copy once claim_grace had passed. Not
+-- the others: the broker copies none of them younger than its
+-- transactionTimeOut, and had their commit in time, so a check of one
+-- means the commit never reached the broker, and the check (here, or in
+-- another worker) commits it, once.
 local NOTE_COMMITTED = [[
 for i = 2, #ARGV do redis.call('sadd', KEYS[1], ARGV[i]) end
 redis.call('expire', KEYS[1], ARGV[1])
@@ -246,14 +248,16 @@ local function claim(self, id, run, who, half_id)
   return got
 end
 
--- Notes the half messages with check immunity of entry that the policy
--- committed (see NOTE_COMMITTED). Not answered (Redis down): a copy of one
--- may be committed by a check, as before the note was kept.
+-- Notes the half messages of entry that the policy committed and the
+-- broker may have copied first (see NOTE_COMMITTED): those with check
+-- immunity, and those whose commit the proxy answered COMMIT_WITHIN or more
+-- after their send (end_all). Not answered (Redis down): a copy of one may
+-- be committed by a check, as before the note was kept.
 local function note_committed(self, id, entry)
   local ids = { self._claim_ttl }
   for _, tx in ipairs(entry.txs) do
     local half_id = tx.message_id or tx.id
-    if entry.immune[tx] and tx.state == "committed" and type(half_id) == "string" then ids[#ids + 1] = half_id end
+    if entry.copied[tx] and tx.state == "committed" and type(half_id) == "string" then ids[#ids + 1] = half_id end
   end
   if #ids == 1 then return end
   client(self):eval(NOTE_COMMITTED, { policy.key_base(id, self._o.prefix) .. "txc" }, ids)
@@ -303,11 +307,13 @@ function methods:begin(p, m, topic, body, opts)
   if type(tx) == "table" then tx._ask_checker = true end
   local entry = self._runs[m]
   if not entry or entry.run ~= run then
-    entry = { producer = p, run = run, txs = {}, immune = {} }
+    -- copied: the half messages the broker may copy before their commit
+    -- reaches it (note_committed)
+    entry = { producer = p, run = run, txs = {}, copied = {} }
     self._runs[m] = entry
   end
   entry.txs[#entry.txs + 1] = tx
-  if o.recovery then entry.immune[tx] = true end
+  if o.recovery then entry.copied[tx] = true end
   return tx
 end
 
@@ -320,12 +326,18 @@ end
 -- Ends every open transaction of entry: commit (true) or rollback (false).
 -- in_time_only: a commit goes only while the transaction is younger than
 -- COMMIT_WITHIN; one that is not is left to the checks (claim P: after
--- claim_grace, a check commits it).
+-- claim_grace, a check commits it). A commit started in time whose reply
+-- came later may have reached the broker after a check round copied the
+-- half message: it is noted (entry.copied), as its producer notes it
+-- (mqlease.transaction's end_tx), so that a check of the copy, in any
+-- worker, commits nothing.
 local function end_all(entry, commit, in_time_only)
   for _, tx in ipairs(entry.txs) do
     if tx.state == "open" then
       if not commit then tx:rollback()
-      elseif not in_time_only or age(tx) < COMMIT_WITHIN then tx:commit() end
+      elseif not in_time_only or age(tx) < COMMIT_WITHIN then
+        if tx:commit() and age(tx) >= COMMIT_WITHIN then entry.copied[tx] = true end
+      end
     end
   end
 end
