@@ -140,3 +140,31 @@ describe("a fourth review: the transaction checker's begin names a bad argument"
     raises("bad argument #2 to 'begin' (the message the handler runs expected, got nil)", p, nil, "B", "x")
   end)
 end)
+
+describe("a fourth review: option 'topics' is an array the core and begin read alike", function()
+  local config = require "mqlease.config"
+  local function refused(topics)
+    local ok, err = pcall(config.producer_options, { endpoints = "127.0.0.1:1", topics = topics })
+    assert.is_false(ok, "accepted")
+    assert.is_truthy(tostring(err):find("option 'topics' must be an array of strings", 1, true), "raised: " .. tostring(err))
+  end
+
+  it("refuses a hole, which the core met as 'a topic must be a string (got nil)'", function()
+    refused({ "orders", nil, "payments" })
+  end)
+
+  it("refuses a topic past a hole, which begin allowed and the proxy was never told of", function()
+    local topics = { "orders" }
+    topics[3] = "payments"   -- #topics is 1: the core announces "orders" only
+    refused(topics)
+  end)
+
+  it("refuses a key that is no index", function()
+    refused({ "orders", payments = "payments" })
+  end)
+
+  it("takes an array", function()
+    assert.same({ "orders", "payments" }, config.producer_options({ endpoints = "127.0.0.1:1",
+      topics = { "orders", "payments" } }).topics)
+  end)
+end)
