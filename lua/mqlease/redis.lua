@@ -19,9 +19,10 @@ local core = require "mqlease.core"
 local session_mod = require "mqlease.router"
 local sched_adapter = require "mqlease.loop.scheduler"
 
-local type, tostring, error, setmetatable, pcall = type, tostring, error, setmetatable, pcall
+local type, tostring, error, setmetatable, pcall, pairs, tonumber = type, tostring, error, setmetatable, pcall, pairs,
+  tonumber
 local coroutine_running = coroutine.running
-local floor = math.floor
+local floor, huge = math.floor, math.huge
 local MAX_ARGS = 64   -- what the core takes per command
 local MAX_DB = 2147483647   -- the core holds the db in a C int
 
@@ -199,6 +200,31 @@ local function submit(self, cmd)
   return finish(s:result(op))
 end
 
+-- A command argument as the text Redis reads, the same under Lua 5.4 and
+-- LuaJIT; nil for what is neither a string nor a number (NaN among them).
+-- tostring would write a float, and every LuaJIT number, with 14 significant
+-- digits: LuaJIT sent 123456789012345 as "1.2345678901235e+14" (another
+-- number) and Lua 5.4 sent 30.0 as "30.0" (refused where an integer is
+-- wanted, as EXPIRE's) where LuaJIT sent "30". An integral value goes as its
+-- digits, any other as the fewest digits that read back as the same number.
+local function arg_text(v)
+  if type(v) == "string" then return v end
+  if type(v) ~= "number" or v ~= v then return nil end
+  if v == huge then return "inf" elseif v == -huge then return "-inf" end
+  if v == floor(v) and v >= -2 ^ 63 and v < 2 ^ 63 then return ("%d"):format(v) end
+  for digits = 14, 16 do
+    local text = ("%." .. digits .. "g"):format(v)
+    if tonumber(text) == v then return text end
+  end
+  return ("%.17g"):format(v)
+end
+
+local function describe(v)
+  if v ~= v then return "NaN" end   -- (Lua 5.4 writes "-nan" or "nan", by the C library)
+  if type(v) == "number" then return tostring(v) end
+  return type(v)
+end
+
 -- r:call(command, args...) -> reply, or nil, message, code
 function methods:call(...)
   if self._session.client:closed() then return nil, "the redis client is closed", "CLOSED" end
@@ -207,13 +233,41 @@ function methods:call(...)
   if n > MAX_ARGS then error(("bad argument #%d to 'call' (at most %d arguments)"):format(MAX_ARGS + 1, MAX_ARGS), 2) end
   local cmd = { "command", ... }
   for i = 2, n + 1 do
-    local v = cmd[i]
-    if type(v) == "number" then cmd[i] = tostring(v)
-    elseif type(v) ~= "string" then
-      error(("bad argument #%d to 'call' (string or number expected, got %s)"):format(i - 1, type(v)), 2)
+    local text = arg_text(cmd[i])
+    if not text then
+      error(("bad argument #%d to 'call' (string or number expected, got %s)"):format(i - 1, describe(cmd[i])), 2)
     end
+    cmd[i] = text
   end
   return submit(self, cmd)
+end
+
+-- The length of eval's keys or args (argument argn, named what), which must
+-- be nil or an array of strings and numbers. Its entries are counted, not
+-- only its border: a string given for the keys had its length taken (each
+-- "key" then went as "nil"), and {"a", nil, "c"} went as three keys under
+-- Lua 5.4 ("nil" the second) and as one under LuaJIT, whose # is 1 there.
+local function array_length(list, argn, what)
+  if list == nil then return 0 end
+  if type(list) ~= "table" then
+    error(("bad argument #%d to 'eval' (%s: an array of strings or numbers expected, got %s)")
+      :format(argn, what, type(list)), 3)
+  end
+  local n, count = #list, 0
+  for _ in pairs(list) do
+    count = count + 1
+    if count > n then break end
+  end
+  if count ~= n then
+    error(("bad argument #%d to 'eval' (%s: an array without holes or named fields expected)"):format(argn, what), 3)
+  end
+  for i = 1, n do
+    if not arg_text(list[i]) then
+      error(("bad argument #%d to 'eval' (%s[%d]: string or number expected, got %s)")
+        :format(argn, what, i, describe(list[i])), 3)
+    end
+  end
+  return n
 end
 
 -- r:eval(script, {keys...}, {args...}) -> reply (EVALSHA, EVAL when the server lacks it)
@@ -222,15 +276,15 @@ function methods:eval(script, keys, args)
   if type(script) ~= "string" then
     error(("bad argument #1 to 'eval' (string expected, got %s)"):format(type(script)), 2)
   end
-  local nk, na = keys and #keys or 0, args and #args or 0
+  local nk, na = array_length(keys, 2, "keys"), array_length(args, 3, "args")
   -- checked here, not in the batch: a bad call must not fail its neighbours
   if nk + na > MAX_ARGS then error(("bad argument #3 to 'eval' (at most %d keys and arguments)"):format(MAX_ARGS), 2) end
   -- nine slots from the start (the nils size the table; Lua 5.4 has no
   -- table.new): the policy's scripts take six keys and arguments at most, and
   -- a table grown one entry at a time is reallocated three times on the way
   local cmd = { "eval", script, nk, nil, nil, nil, nil, nil, nil }
-  for i = 1, nk do cmd[3 + i] = tostring(keys[i]) end
-  for i = 1, na do cmd[3 + nk + i] = tostring(args[i]) end
+  for i = 1, nk do cmd[3 + i] = arg_text(keys[i]) end
+  for i = 1, na do cmd[3 + nk + i] = arg_text(args[i]) end
   return submit(self, cmd)
 end
 
