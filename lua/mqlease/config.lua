@@ -144,8 +144,8 @@ local function check_tls(v)
     if not want then
       return ("a table with only ca_file, cert_file, key_file, server_name, insecure (unknown field '%s')"):format(tostring(k))
     end
-    if type(fv) ~= want or fv == "" then
-      return ("a table whose field '%s' is a %s"):format(k, want == "string" and "non-empty string" or want)
+    if type(fv) ~= want or fv == "" or (want == "string" and fv:find("\0", 1, true)) then
+      return ("a table whose field '%s' is a %s"):format(k, want == "string" and "non-empty string without a NUL byte" or want)
     end
   end
   if (v.cert_file == nil) ~= (v.key_file == nil) then
@@ -176,6 +176,8 @@ local function endpoint_list(endpoints)
     entry = entry:match("^%s*(.-)%s*$")
     local port = tonumber(entry:match("^[^:%s][^%s]*:(%d+)$") or "")
     if not port or port < 1 or port > 65535 then return nil end
+    -- the core reads the list as a C string, which ends at a NUL
+    if entry:find("\0", 1, true) then return nil end
     out[#out + 1] = entry
   end
   return concat(out, ";")
@@ -186,6 +188,9 @@ local function expected(spec, v)
   local kind = spec.kind
   if kind == "string" then
     if type(v) ~= "string" or v == "" then return "a non-empty string" end
+    -- the core copies it as a C string, which ends at a NUL: a filter "TagA\0x"
+    -- subscribed to "TagA", and "\0TagA" to every tag (an empty filter is "*")
+    if v:find("\0", 1, true) then return "a string without a NUL byte" end
   elseif kind == "endpoints" then
     if not endpoint_list(v) then return "host:port, or several joined by ';'" end
   elseif kind == "name" then
@@ -235,6 +240,7 @@ local function expected(spec, v)
     for i = 1, n do
       local s = v[i]
       if type(s) ~= "string" or s == "" then return "an array of strings" end
+      if s:find("\0", 1, true) then return "an array of strings without a NUL byte" end
     end
   end
 end

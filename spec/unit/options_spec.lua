@@ -101,6 +101,33 @@ describe("consumer options", function()
 
 end)
 
+describe("an option the core takes as a C string, with a NUL byte inside", function()
+  -- config.consumer_options is what mqlease.consumer checks before it dials
+  local function consumer_raises(pattern, extra)
+    raises(pattern, function() config.consumer_options(base(extra)) end)
+  end
+
+  it("raises naming it, where the core cut it at the NUL ('filter' \"TagA\\0x\" subscribed to TagA)", function()
+    consumer_raises("option 'filter' must be a string without a NUL byte", { filter = "TagA\0 || TagB" })
+    -- "\0TagA" reached the core as "", which it takes for "*": every tag
+    consumer_raises("option 'filter' must be a string without a NUL byte", { filter = "\0TagA" })
+    consumer_raises("option 'namespace' must be a string without a NUL byte", { namespace = "prod\0x" })
+    consumer_raises("option 'endpoints' must be host:port", { endpoints = "127.0.0.1\0junk:8081" })
+    consumer_raises("option 'tls' must be a table whose field 'server_name' is a non%-empty string without a NUL byte",
+      { tls = { server_name = "proxy.example\0.evil" } })
+    raises("option 'topics' must be an array of strings without a NUL byte", function()
+      config.producer_options { endpoints = "127.0.0.1:1", topics = { "T\0x" } }
+    end)
+    assert.matches("without a NUL byte", config.problem(config.consumer, "filter", "a\0b"))
+  end)
+
+  it("still takes the same strings without one", function()
+    assert.is_nil(config.problem(config.consumer, "filter", "TagA || TagB"))
+    assert.is_nil(config.problem(config.consumer, "namespace", "prod"))
+    assert.equal("TagA || TagB", config.consumer_options(base { filter = "TagA || TagB" }).filter)
+  end)
+end)
+
 describe("exactly_once options", function()
   it("checks the redis option when the policy is made, not at the first message", function()
     raises("option 'redis': .*must be host:port", function()
