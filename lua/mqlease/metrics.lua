@@ -536,8 +536,10 @@ function _M.text(c, labels)
       end
       render(each, base, official_base, out.line)
     end
-  else
+  elseif type(c) == "table" then
     render(c, base, official_base, out.line)
+  else
+    error(("mqlease.metrics.text: a consumer or producer, or an array of them, expected (got %s)"):format(type(c)), 2)
   end
   return out.text()
 end

@@ -25,5 +25,11 @@ return function(consumer, handler, opts)
   if o.signals and not sched.watch then
     error("mqlease.run: option 'signals' must be false in this event loop (it owns the signals; use 'stop')", 2)
   end
+  -- (a consumer that could not be made is nil: assert-less code reached the
+  -- run's insides, "attempt to index a nil value (local 'consumer')"). Last,
+  -- as the options are checked before the consumer is touched.
+  if type(consumer) ~= "table" or type(consumer.receive) ~= "function" then
+    error("bad argument #1 to 'run' (consumer: an mqlease.consumer expected, got " .. type(consumer) .. ")", 2)
+  end
   return worker.run(consumer, handler, o, sched)
 end

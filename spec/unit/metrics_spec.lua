@@ -166,6 +166,9 @@ describe("mqlease.metrics.text of several clients", function()
     for _, s in ipairs(samples) do assert.equal("x", s.labels.instance, s.name) end
     assert.equal("", mqlease.metrics.text({}))
     assert.has_error(function() mqlease.metrics.text({ a, {} }) end, "mqlease.metrics.text: clients[2] is no consumer or producer")
+    -- a consumer that could not be made (nil): the error said where metrics.lua failed
+    assert.has_error(function() mqlease.metrics.text(nil) end,
+      "mqlease.metrics.text: a consumer or producer, or an array of them, expected (got nil)")
   end)
 
   it("adds histograms bucket by bucket, with their sums and counts", function()

@@ -43,6 +43,21 @@ local function ok_handler(b)
   end
 end
 
+describe("mqlease.run at its edges: a consumer that is none", function()
+  it("raises naming argument #1 (a consumer that could not be made is nil), before anything runs", function()
+    for _, c in ipairs({ false, "c", { receive = true } }) do
+      local ok, err = pcall(run, c, function() return true end)
+      assert.is_false(ok)
+      assert.matches("bad argument #1 to 'run' %(consumer: an mqlease.consumer expected", tostring(err))
+    end
+    -- an error of the caller's, not "run/worker.lua:57: attempt to index a nil value"
+    local ok, err = pcall(run, nil, function() return true end)
+    assert.is_false(ok)
+    assert.equal("bad argument #1 to 'run' (consumer: an mqlease.consumer expected, got nil)",
+      (tostring(err):gsub("^[^:]*:%d+: ", "")))
+  end)
+end)
+
 describe("mqlease.run at its edges: a policy's defer with a bad delay", function()
   it("a defer with delay NaN does not freeze every timed wait of the run (the run still ends)", function()
     local asked = 0
