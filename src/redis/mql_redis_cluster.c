@@ -316,7 +316,13 @@ static void pause_ms(int ms) {
 
 int mql_cluster_ready(mql_cluster *cl, mql_cluster_connect_fn connect, void *arg,
                       mql_result *res) {
-    return cl->stale ? refresh(cl, connect, arg, res) : 0;
+    if (!cl->stale) return 0;
+    if (refresh(cl, connect, arg, res) < 0) return -1;
+    /* a node asked before the one that answered (a dead seed, a dead master
+     * still named) left its failure in res: the command has not even gone
+     * yet, and one that runs now must not be reported failed by it */
+    mql_result_ok(res);
+    return 0;
 }
 
 void mql_cluster_node_broke(mql_cluster *cl, int i) {

@@ -94,7 +94,8 @@ void mql_cluster_run_many(mql_cluster *cl, mql_cluster_connect_fn connect, void 
                           redisReply **replies, mql_result *res);
 
 /* The parts of mql_cluster_run that mql_cluster_run_many shares. */
-/* Reads the map first if it is stale; 0, else -1 with res set. */
+/* Reads the map first if it is stale; 0 with res ok (whatever a node asked
+ * on the way said), else -1 with res set. */
 int mql_cluster_ready(mql_cluster *cl, mql_cluster_connect_fn connect, void *arg,
                       mql_result *res);
 /* The node index for a command's key (key_index 0: the first mapped node), or -1. */
