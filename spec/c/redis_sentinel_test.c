@@ -34,14 +34,20 @@ typedef struct fake {
     int sentinel;
     int asked;   /* connections served */
     int quits;   /* connections closed by a QUIT */
+    int readonly;   /* a node demoted under the client: READONLY to all but ROLE */
     char answer[256];
+    char later[256];   /* a sentinel's answer from its second connection on, if set */
     pthread_t thread;
 } fake;
 
 static void reply_to(const fake *f, const redisReply *req, char *out, size_t outlen) {
     const redisReply *last = req->element[req->elements - 1];
-    if (f->sentinel || strcasecmp(req->element[0]->str, "ROLE") == 0)
+    if (f->sentinel && f->later[0] && __atomic_load_n(&f->asked, __ATOMIC_SEQ_CST) > 1)
+        snprintf(out, outlen, "%s", f->later);
+    else if (f->sentinel || strcasecmp(req->element[0]->str, "ROLE") == 0)
         snprintf(out, outlen, "%s", f->answer);
+    else if (f->readonly)
+        snprintf(out, outlen, "-READONLY You can't write against a read only replica.\r\n");
     else if (strcasecmp(req->element[0]->str, "QUIT") == 0)
         snprintf(out, outlen, "+OK\r\n");
     else
@@ -233,6 +239,60 @@ static void test_the_sentinel_that_led_to_the_master_is_asked_first(void) {
     fake_stop(&replica);
 }
 
+/* A batch sent to a master demoted under the client: every command of it is
+ * answered READONLY (none ran) and runs again on the master the sentinels
+ * name now. The first rerun finds that master; the others follow it there on
+ * the same connection. Each rerun dropped the connection the one before it
+ * had just made and asked the sentinels again: a keepalive round of 128
+ * renewals after a failover made 128 connections to a sentinel and 128 to
+ * the new master (AUTH, SELECT, ROLE each) before the next round. */
+static void test_a_batch_refused_readonly_finds_the_new_master_once(void) {
+    enum { N = 8 };
+    fake old, fresh, s1, s2;
+    char first[128], now[128];
+    const char *argv[N][2];
+    size_t lens[N][2];
+    char v[N][16];
+    mql_redis_argv cmds[N];
+    redisReply *replies[N];
+    mql_result res[N];
+    mql_redis_link *l;
+    fake_start(&old, 0, "*3\r\n$6\r\nmaster\r\n:0\r\n*0\r\n");   /* master when connected */
+    old.readonly = 1;                                              /* and demoted since */
+    fake_start(&fresh, 0, "*3\r\n$6\r\nmaster\r\n:0\r\n*0\r\n");
+    named_port(first, sizeof(first), "127.0.0.1", old.port);
+    named_port(now, sizeof(now), "127.0.0.1", fresh.port);
+    fake_start(&s1, 1, first);
+    snprintf(s1.later, sizeof(s1.later), "%s", now);   /* the failover, as s1 sees it next */
+    fake_start(&s2, 1, now);
+    l = link_to(&s1, &s2);
+    for (int i = 0; i < N; i++) {
+        snprintf(v[i], sizeof(v[i]), "v%d", i);
+        argv[i][0] = "ECHO";
+        argv[i][1] = v[i];
+        lens[i][0] = 4;
+        lens[i][1] = strlen(v[i]);
+        cmds[i] = (mql_redis_argv){2, argv[i], lens[i], 1};
+    }
+    mql_redis_link_run_many(l, N, cmds, replies, res);
+    for (int i = 0; i < N; i++) {   /* each its own answer, from the new master */
+        CHECK(res[i].ok && replies[i] && replies[i]->type == REDIS_REPLY_STRING &&
+              strcmp(replies[i]->str, v[i]) == 0);
+        if (replies[i]) freeReplyObject(replies[i]);
+    }
+    CHECK(__atomic_load_n(&s1.asked, __ATOMIC_SEQ_CST) == 2);      /* the first connect, then once */
+    CHECK(__atomic_load_n(&fresh.asked, __ATOMIC_SEQ_CST) == 1);   /* one connection for all */
+    if (__atomic_load_n(&fresh.asked, __ATOMIC_SEQ_CST) != 1)
+        fprintf(stderr, "  sentinel asked %d times, new master connected %d times\n",
+                __atomic_load_n(&s1.asked, __ATOMIC_SEQ_CST),
+                __atomic_load_n(&fresh.asked, __ATOMIC_SEQ_CST));
+    mql_redis_link_free(l);
+    fake_stop(&s1);
+    fake_stop(&s2);
+    fake_stop(&old);
+    fake_stop(&fresh);
+}
+
 /* ROLE is in @admin and @dangerous: a master user with -@dangerous gets
  * NOPERM for it. That is a configuration to fix (REDIS_AUTH), and the error
  * says what the server answered, not that the master is no master. */
@@ -262,5 +322,6 @@ int main(void) {
     RUN(test_replica_named_asks_the_next_sentinel);
     RUN(test_the_sentinel_that_led_to_the_master_is_asked_first);
     RUN(test_role_refused_is_an_auth_failure);
+    RUN(test_a_batch_refused_readonly_finds_the_new_master_once);
     return TEST_REPORT("redis_sentinel_test");
 }

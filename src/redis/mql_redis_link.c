@@ -483,8 +483,11 @@ static int is_readonly(const redisReply *reply) {
 }
 
 /* Sentinel: a READONLY reply came from a demoted master and proves its
- * command did not run; each such command runs once more on its own, which
- * finds the new master (mql_redis_link_run). */
+ * command did not run; each such command runs once more on its own
+ * (mql_redis_link_run). The batch's connection is dropped before the first,
+ * which finds the new master; the others follow it there on the connection
+ * it made: dropped again for each, a batch of k cost k sentinel questions and
+ * k connections (AUTH, SELECT, ROLE each) to the one master. */
 static int rerun_readonly(mql_redis_link *l, int n, const mql_redis_argv *cmds,
                           redisReply **replies, mql_result *res) {
     int i, trips = 0;
@@ -492,7 +495,7 @@ static int rerun_readonly(mql_redis_link *l, int n, const mql_redis_argv *cmds,
     for (i = 0; i < n; i++) {
         if (!is_readonly(replies[i])) continue;
         freeReplyObject(replies[i]);
-        drop(&l->ctx);
+        if (!trips) drop(&l->ctx);
         replies[i] = mql_redis_link_run(l, cmds[i].argc, cmds[i].argv, cmds[i].lens,
                                         cmds[i].key_index, &res[i]);
         trips++;
