@@ -132,7 +132,13 @@ function _M.new(opts)
     local cb = on_lost[id]
     if cb then
       lost[id] = true
-      cb(id)
+      -- the caller's code, run from the event pump: one that raised cost
+      -- every event behind it in the batch (a reply its caller then waited
+      -- for forever)
+      local ok, err = pcall(cb, id)
+      if not ok then
+        io.stderr:write(("mqlease.redis: on_lost of keepalive %s raised: %s\n"):format(tostring(id), tostring(err)))
+      end
     end
   end
   return self
@@ -317,9 +323,39 @@ end
 -- since: mqlease.now() taken before the command that set the key's TTL was
 -- sent (default: now). The TTL runs from there, so renewals and the lapse are
 -- counted from it, not from this later call.
+-- The longest ttl, every or max a keepalive takes, in seconds (about 31,700
+-- years). The core adds them to its clock in milliseconds, in 64 bits, and
+-- math.maxinteger // 1000 overflowed there (the lock was then lost at its
+-- first renewal).
+local KEEPALIVE_MAX_S = 1e12
+
+-- Raises, naming argument argn of 'keepalive' (name), unless v is a number
+-- of seconds from least to KEEPALIVE_MAX_S (NaN and inf are not).
+local function keepalive_seconds(v, argn, name, least, what)
+  if type(v) ~= "number" or v ~= v or v < least or v > KEEPALIVE_MAX_S then
+    error(("bad argument #%d to 'keepalive' (%s: %s, got %s)"):format(argn, name, what, describe(v)), 3)
+  end
+end
+
 function methods:keepalive(key, owner, ttl, every, max, on_lost, since)
-  if since ~= nil and type(since) ~= "number" then
-    error(("bad argument #7 to 'keepalive' (number expected, got %s)"):format(type(since)), 2)
+  if type(key) ~= "string" then error(("bad argument #1 to 'keepalive' (key: string expected, got %s)"):format(type(key)), 2) end
+  if type(owner) ~= "string" then
+    error(("bad argument #2 to 'keepalive' (owner: string expected, got %s)"):format(type(owner)), 2)
+  end
+  -- a ttl under a millisecond went as PEXPIRE 0, which deletes the lock
+  keepalive_seconds(ttl, 3, "ttl", 0.001, "seconds from 0.001 to 1e12")
+  -- renewed no more often than the ttl, the lock lapses between renewals
+  if type(every) == "number" and every >= ttl then
+    error(("bad argument #4 to 'keepalive' (every: seconds under ttl (%s), got %s)"):format(describe(ttl),
+      describe(every)), 2)
+  end
+  keepalive_seconds(every, 4, "every", 0.001, "seconds from 0.001, under ttl")
+  if max ~= nil then keepalive_seconds(max, 5, "max", 0.001, "seconds from 0.001 to 1e12, or nil for none") end
+  if on_lost ~= nil and type(on_lost) ~= "function" then
+    error(("bad argument #6 to 'keepalive' (on_lost: function or nil expected, got %s)"):format(type(on_lost)), 2)
+  end
+  if since ~= nil and (type(since) ~= "number" or since ~= since or since < 0 or since == huge) then
+    error(("bad argument #7 to 'keepalive' (since: a time of mqlease.now() expected, got %s)"):format(describe(since)), 2)
   end
   local id = self._session.client:keepalive(key, owner, floor(ttl * 1000), floor(every * 1000),
     max and floor(max * 1000) or 0, since and floor(since * 1000) or 0)

@@ -107,3 +107,97 @@ describe("mqlease.redis: a number given to r:call or r:eval", function()
     assert.is_nil(f.sent)
   end)
 end)
+
+-- A client over a stand-in core client that records its keepalives and hands
+-- out the events it is given (f.events), for r:keepalive and the event pump.
+local function keepalive_client()
+  local f = { kept = {}, events = {} }
+  local make = core.redis
+  core.redis = function()
+    return {
+      closed = function() return false end, close = function() end,
+      fd = function() return -1 end,
+      events = function() local e = f.events; f.events = {}; return e end,
+      keepalive = function(_, ...) f.kept[#f.kept + 1] = { ... }; return #f.kept end,
+    }
+  end
+  local ok, r = pcall(redis.new, "127.0.0.1:1")
+  core.redis = make
+  assert(ok, r)
+  return r, f
+end
+
+describe("mqlease.redis: r:keepalive(key, owner, ttl, every, max, on_lost, since)", function()
+  local function refused(pattern, ...)
+    local r, f = keepalive_client()
+    local ok, err = pcall(r.keepalive, r, ...)
+    assert.is_false(ok, "accepted")
+    assert.matches(pattern, tostring(err))
+    assert.equal(0, #f.kept, "a keepalive was registered")
+  end
+
+  it("refuses a ttl under a millisecond, which went as PEXPIRE 0 and deleted the lock it kept", function()
+    refused("bad argument #3 to 'keepalive' %(ttl", "k", "me", 0.0004, 0.0001)
+  end)
+
+  it("refuses a ttl or every that is no finite number, naming it", function()
+    refused("bad argument #3 to 'keepalive' %(ttl", "k", "me", 0 / 0, 1)
+    refused("bad argument #3 to 'keepalive' %(ttl", "k", "me", math.huge, 1)
+    refused("bad argument #4 to 'keepalive' %(every", "k", "me", 30, 0 / 0)
+    refused("bad argument #4 to 'keepalive' %(every", "k", "me", 30, "10")
+  end)
+
+  it("refuses an every not shorter than ttl: the lock would lapse between renewals", function()
+    refused("bad argument #4 to 'keepalive' %(every", "k", "me", 30, 30)
+    refused("bad argument #4 to 'keepalive' %(every", "k", "me", 30, 0)
+  end)
+
+  it("refuses a max the core's clock cannot add (it overflowed: the lock was lost at once)", function()
+    refused("bad argument #5 to 'keepalive' %(max", "k", "me", 30, 10, 9.2e15)
+    refused("bad argument #5 to 'keepalive' %(max", "k", "me", 30, 10, -1)
+  end)
+
+  it("refuses an on_lost that is no function, and a key or owner that is no string", function()
+    refused("bad argument #6 to 'keepalive' %(on_lost", "k", "me", 30, 10, nil, "callback")
+    refused("bad argument #1 to 'keepalive' %(key", 42, "me", 30, 10)
+    refused("bad argument #2 to 'keepalive' %(owner", "k", nil, 30, 10)
+  end)
+
+  it("registers a good one in the core's milliseconds", function()
+    local r, f = keepalive_client()
+    assert.equal(1, r:keepalive("k", "me", 30, 10, 3600, nil, 5.5))
+    assert.same({ "k", "me", 30000, 10000, 3600000, 5500 }, f.kept[1])
+  end)
+end)
+
+describe("mqlease.redis: an on_lost that raises", function()
+  it("costs no other event of the batch: a reply behind it still reaches its caller", function()
+    local r, f = keepalive_client()
+    local id = r:keepalive("k", "me", 30, 10, nil, function() error("the caller's callback broke") end)
+    f.events = { { kind = "lock_lost", keepalive = id }, { kind = "op", op = 7, ok = true, reply = "OK" } }
+    local stderr = io.stderr
+    local said = {}
+    io.stderr = { write = function(_, ...) for _, s in ipairs({ ... }) do said[#said + 1] = s end end }
+    local ok, err = pcall(r._session.pump, r._session)
+    io.stderr = stderr
+    assert.is_true(ok, tostring(err))
+    assert.is_table(r._session.results[7], "the reply behind the raising callback was lost")
+    assert.matches("on_lost", table.concat(said))
+    assert.is_true(r:keepalive_lost(id))
+  end)
+end)
+
+describe("mqlease.redis: the core's keepalive takes only times it can keep", function()
+  it("refuses a ttl of 0 ms and a max its clock cannot add, from mqlease.redis and the policy's path alike", function()
+    local r = assert(redis.new("127.0.0.1:1"))
+    local c = r._session.client
+    local ok, err = pcall(c.keepalive, c, "k", "me", 0, 0)
+    assert.is_false(ok)
+    assert.matches("ttl_ms out of range", tostring(err))
+    ok, err = pcall(c.keepalive_of, c, "p:", "id", "lock", "me", 30000, 10000, 2 ^ 62, 0)
+    assert.is_false(ok)
+    assert.matches("max_ms out of range", tostring(err))
+    assert.is_number(c:keepalive("k", "me", 30000, 10000, 0, 0))
+    r:close()
+  end)
+end)

@@ -279,14 +279,33 @@ static int l_redis_stats(lua_State *L) {
     return 2;
 }
 
+/* The longest ttl, every or max in ms (1e12 s, as mqlease.redis checks): the
+ * keepalive adds them to the clock in 64 bits. A ttl of 0 ms would go as
+ * PEXPIRE 0, which deletes the lock. */
+#define KEEPALIVE_MS_MAX ((lua_Integer)1000000000000000)
+
+/* The times of a keepalive from argument first on (ttl, every, max, since). */
+static void keepalive_times(lua_State *L, int first, lua_Integer t[4]) {
+    t[0] = luaL_checkinteger(L, first);
+    t[1] = luaL_checkinteger(L, first + 1);
+    t[2] = luaL_optinteger(L, first + 2, 0);
+    t[3] = luaL_optinteger(L, first + 3, 0);
+    luaL_argcheck(L, t[0] >= 1 && t[0] <= KEEPALIVE_MS_MAX, first, "ttl_ms out of range");
+    luaL_argcheck(L, t[1] >= 0 && t[1] <= KEEPALIVE_MS_MAX, first + 1, "every_ms out of range");
+    luaL_argcheck(L, t[2] >= 0 && t[2] <= KEEPALIVE_MS_MAX, first + 2, "max_ms out of range");
+    luaL_argcheck(L, t[3] >= 0, first + 3, "since_ms out of range");
+}
+
 /* r:keepalive(key, owner, ttl_ms, every_ms [, max_ms [, since_ms]]) -> id; since_ms is
  * core.now() * 1000 taken before the acquire was sent (see mql_redis_keepalive). */
 static int l_redis_keepalive(lua_State *L) {
     mql_redis *r = check_redis(L);
     size_t key_len, owner_len;
     const char *key = luaL_checklstring(L, 2, &key_len), *owner = luaL_checklstring(L, 3, &owner_len);
-    lua_Integer ttl = luaL_checkinteger(L, 4), every = luaL_checkinteger(L, 5);
-    lua_Integer max = luaL_optinteger(L, 6, 0), since = luaL_optinteger(L, 7, 0);
+    lua_Integer t[4];
+    lua_Integer ttl, every, max, since;
+    keepalive_times(L, 4, t);
+    ttl = t[0], every = t[1], max = t[2], since = t[3];
     lua_pushinteger(L, (lua_Integer)mql_redis_keepalive(r, key, key_len, owner, owner_len, ttl, every,
                                                         max, since));
     return 1;
@@ -300,9 +319,11 @@ static int l_redis_keepalive_of(lua_State *L) {
     size_t plen, idl, sl, owner_len, len;
     const char *prefix = luaL_checklstring(L, 2, &plen), *id = luaL_checklstring(L, 3, &idl);
     const char *suffix = luaL_checklstring(L, 4, &sl), *owner = luaL_checklstring(L, 5, &owner_len);
-    lua_Integer ttl = luaL_checkinteger(L, 6), every = luaL_checkinteger(L, 7);
-    lua_Integer max = luaL_optinteger(L, 8, 0), since = luaL_optinteger(L, 9, 0);
+    lua_Integer t[4];
     char stack[256], *key = stack;
+    lua_Integer ttl, every, max, since;
+    keepalive_times(L, 6, t);
+    ttl = t[0], every = t[1], max = t[2], since = t[3];
     if (mql_eo_key_len(plen, id, idl, sl) > sizeof(stack)) key = mql_xmalloc(mql_eo_key_len(plen, id, idl, sl));
     len = mql_eo_key(key, prefix, plen, id, idl, suffix, sl);
     lua_pushinteger(L, (lua_Integer)mql_redis_keepalive(r, key, len, owner, owner_len, ttl, every, max, since));
