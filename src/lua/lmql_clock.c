@@ -75,13 +75,23 @@ int lmql_wall(lua_State *L) {
     return 1;
 }
 
-/* core.sleep(s): blocks the whole VM, as a badly behaved handler would. */
+/* The longest nanosleep of one core.sleep step (11.6 days): a time_t cast of
+ * more, math.huge among them, is undefined. */
+#define SLEEP_STEP_S 1e6
+
+/* core.sleep(s): blocks the whole VM, as a badly behaved handler would.
+ * 0 or less returns at once; math.huge sleeps for ever; NaN raises. */
 int lmql_sleep(lua_State *L) {
     lua_Number s = luaL_checknumber(L, 1);
-    struct timespec ts;
-    ts.tv_sec = (time_t)s;
-    ts.tv_nsec = (long)((s - (lua_Number)ts.tv_sec) * 1e9);
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
+    luaL_argcheck(L, s == s, 1, "seconds expected, got NaN");
+    while (s > 0) {
+        lua_Number step = s < SLEEP_STEP_S ? s : SLEEP_STEP_S;
+        struct timespec ts;
+        ts.tv_sec = (time_t)step;
+        ts.tv_nsec = (long)((step - (lua_Number)ts.tv_sec) * 1e9);
+        while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
+        }
+        s -= step;   /* math.huge stays so */
     }
     return 0;
 }

@@ -104,8 +104,14 @@ function _M.wait(fd, deadline)
   return _M.adapter().wait(fd, deadline)
 end
 
--- Sleeps s seconds without blocking the loop the caller runs in.
+-- Sleeps s seconds without blocking the loop the caller runs in (0 or
+-- less: yields once at most; math.huge: for ever). One that is no number,
+-- NaN among them, raises here, for every loop alike (a NaN deadline stopped
+-- every timed wait of mqlease's scheduler, and was undefined in C).
 function _M.sleep(s)
+  if type(s) ~= "number" or s ~= s then
+    error(("bad argument #1 to 'sleep' (seconds expected, got %s)"):format(s ~= s and "NaN" or type(s)), 2)
+  end
   return _M.adapter().sleep(s)
 end
 
