@@ -106,6 +106,12 @@ end
 -- every wait of mqlease does (inside mqlease.run's scheduler, cqueues or
 -- OpenResty). -> the signal's name, or nil once the time is up.
 function methods:wait(seconds)
+  if seconds ~= nil and (type(seconds) ~= "number" or seconds ~= seconds) then
+    -- (NaN made a deadline no clock passes: it waited for ever, or raised
+    -- from inside the event loop, naming no wait)
+    error(("bad argument #1 to 'wait' (seconds or nil expected, got %s)"):format(
+      seconds ~= seconds and "NaN" or type(seconds)), 2)
+  end
   local deadline = seconds and wait.now() + seconds
   while true do
     local got = self:received()

@@ -59,6 +59,18 @@ describe("mqlease.signals", function()
     assert.has_error(function() w:fd() end, "mqlease.signals: the watcher is closed")
   end)
 
+  it("refuses a wait of NaN or no number of seconds, naming it, where NaN waited for ever", function()
+    local w = mqlease.signals { grace = 60 }
+    finally(function() w:close() end)
+    for _, bad in ipairs({ 0 / 0, "1", {} }) do
+      local ok, err = pcall(w.wait, w, bad)
+      assert.is_false(ok)
+      assert.matches("bad argument #1 to 'wait'", tostring(err))
+    end
+    assert.is_nil(w:wait(0))
+    assert.is_nil(w:wait(-1))
+  end)
+
   it("refuses to run inside nginx, whose workers' signals are nginx's", function()
     _G.ngx = { worker = {} }
     finally(function() _G.ngx = nil end)
