@@ -187,3 +187,39 @@ describe("mqlease.policy.transaction_checker", function()
     assert.error_matches(function() t:policy(nil) end, "the exactly%-once policy expected")
   end)
 end)
+
+describe("mqlease.policy.transaction_checker: a check that raises (a checker's bad answer)", function()
+  it("costs neither the message it polled after nor the poll task, which says so and goes on", function()
+    local r, p = fake_redis(), fake_producer()
+    function p:poll()
+      self.polls = self.polls + 1
+      mqlease.sleep(0.01)
+      -- the wrapper's poll after the message, then the poll task's first one
+      if self.polls <= 2 then error("the checker answered true for message H" .. self.polls) end
+      if self.polls >= 4 then self._closed = true end
+      return 0
+    end
+    local t = mqlease.policy.transaction_checker { redis = r }
+    local said = {}
+    local stderr = io.stderr
+    io.stderr = { write = function(_, ...) for _, s in ipairs({ ... }) do said[#said + 1] = s end end }
+    local action, raised
+    local s = require("mqlease.scheduler").new()
+    s:spawn(function()
+      local m = message("M1", "run-a")
+      local ok, a = pcall(t:policy(eo_like(r, "mqlease:")), m, m.lease, function(hm)
+        assert(t:begin(p, hm, "B", "out"))
+        return true
+      end)
+      if ok then action = a else raised = a end
+    end)
+    s:loop()
+    io.stderr = stderr
+    assert.is_nil(raised, "the message's policy raised: " .. tostring(raised))
+    assert.equal("ack", action)
+    assert.equal(4, p.polls, "the poll task stopped at the first check that raised")
+    local text = table.concat(said)
+    assert.matches("checker answered true for message H1", text, 1, true)
+    assert.matches("checker answered true for message H2", text, 1, true)
+  end)
+end)

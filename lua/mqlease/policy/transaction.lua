@@ -55,11 +55,14 @@
 -- calls p:poll(0) (without waiting) after each message it ends. In another
 -- loop (nginx, cqueues) a worker that may sit idle for longer than the
 -- broker's checks last (transactionCheckMax × transactionCheckInterval)
--- polls p from a light thread or coroutine of its own as well.
+-- polls p from a light thread or coroutine of its own as well. A check that
+-- raises (a checker's answer that is none of the three) is said on stderr
+-- and stops neither the message nor the task.
 
 local redis_mod = require "mqlease.redis"
 local policy = require "mqlease.policy"
 local scheduler_adapter = require "mqlease.loop.scheduler"
+local loop = require "mqlease.loop"
 local transaction = require "mqlease.transaction"
 
 local type, error, tostring, pcall, pairs, ipairs, setmetatable, rawget =
@@ -351,6 +354,21 @@ local function in_time(entry)
   return true
 end
 
+-- p:poll(timeout), its raise (a checker's answer that is none of the three
+-- raises there, the check consumed and counted in tx_check_error) said on
+-- stderr: true, or false after a raise. The caller's message, or the poll
+-- task, goes on: a raise here nacked a message whose run was done, and ended
+-- the poll task without a word (the checks then waited for messages to come).
+local function poll_saying(p, timeout)
+  local ok, err = pcall(p.poll, p, timeout)
+  if not ok then io.stderr:write(("mqlease.policy.transaction_checker: a check failed: %s\n"):format(tostring(err))) end
+  return ok
+end
+
+-- How long the poll task waits after a poll that raised before it polls
+-- again (seconds): a producer whose poll raises at once must not spin.
+local POLL_AFTER_RAISE = 1
+
 -- Under mqlease's own scheduler (mqlease.run in plain Lua), a task of it that
 -- polls producer p while p is open: checks are answered when no message comes.
 -- The run ends without waiting for it (its loop stops when the run is done).
@@ -366,7 +384,7 @@ local function ensure_poller(self, p)
   polled[p] = true
   sched:spawn(function()
     while not rawget(p, "_closed") do
-      if not pcall(p.poll, p, 1) then break end
+      if not poll_saying(p, 1) then loop.sleep(POLL_AFTER_RAISE) end
     end
     polled[p] = nil
   end)
@@ -411,7 +429,7 @@ function methods:policy(inner)
         -- L: the checks commit them; 4: a check committed them; nil: Redis
         -- did not answer, the checks decide
       end
-      entry.producer:poll(0)
+      poll_saying(entry.producer, 0)
       ensure_poller(self, entry.producer)
     end
     return action, delay, err, after
