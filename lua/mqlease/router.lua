@@ -68,14 +68,30 @@ function methods:pump()
     elseif ev.kind == "lock_lost" then
       if self.on_lock_lost then self.on_lock_lost(ev.keepalive) end
     elseif ev.kind == "orphan" then
-      -- queued by the producer; its checker runs in producer:poll, not here
-      if self.on_orphan then self.on_orphan(ev) end
+      -- queued by the producer; its checker runs in producer:poll, not here.
+      -- One that came with the session's start, before the producer gave
+      -- its handler, waits for it (take_early_orphans): the broker would
+      -- ask again, but each ask spends one of its transactionCheckMax
+      if self.on_orphan then self.on_orphan(ev)
+      else
+        local early = self.early_orphans or {}
+        early[#early + 1] = ev
+        self.early_orphans = early
+      end
     else
       -- the message of that lease (its lease object is made if it was not yet)
       local m = self.leases[ev.lease_id]
       if m then m.lease:_set_state(ev.state, ev.renewals) end
     end
   end
+end
+
+-- The checks that came before on_orphan was given (with the session's
+-- start), oldest first; they are the caller's from now on.
+function methods:take_early_orphans()
+  local early = self.early_orphans or {}
+  self.early_orphans = nil
+  return early
 end
 
 -- Under mqlease's own scheduler the router's descriptor is watched once, by

@@ -66,8 +66,8 @@ local core = require "mqlease.core"
 local loop = require "mqlease.loop"
 local message = require "mqlease.message"
 
-local setmetatable, rawget, type, error, pcall, tostring, pairs =
-  setmetatable, rawget, type, error, pcall, tostring, pairs
+local setmetatable, rawget, type, error, pcall, tostring, pairs, ipairs =
+  setmetatable, rawget, type, error, pcall, tostring, pairs, ipairs
 local remove = table.remove
 local now = core.now
 
@@ -110,6 +110,10 @@ function _M.attach(p, o)
   p._router.on_orphan = function(ev)
     local q = p._checks
     q[#q + 1] = ev
+  end
+  -- (a check that came with the session's start, before this handler)
+  if p._router.take_early_orphans then
+    for _, ev in ipairs(p._router:take_early_orphans()) do p._router.on_orphan(ev) end
   end
 end
 

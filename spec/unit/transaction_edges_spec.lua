@@ -243,3 +243,36 @@ describe("transactions at their edges: copies of what the run committed itself",
     assert.equal("unknown", t(view_of(p.begun[1])))
   end)
 end)
+
+describe("a check that comes with the session's start", function()
+  -- The proxy may ask about a half message as soon as the producer's
+  -- Telemetry stream announces its topics, and the check then comes in the
+  -- same batch of events as the start's result, which the router read
+  -- before the producer had a place for checks: it was dropped, and the
+  -- broker asked again later, spending one of its transactionCheckMax.
+  it("is kept for the producer's first poll", function()
+    local core = require "mqlease.core"
+    local producer_mod = require "mqlease.producer"
+    local m = {}
+    m[message_mod.SLOTS.id] = "MID-EARLY"
+    m[message_mod.SLOTS.body] = "b"
+    m.properties = {}
+    local batches = { { { kind = "op", op = 1, ok = true },
+      { kind = "orphan", transaction_id = "TX-EARLY", message = m, shape = { topic = "B" } } } }
+    local client = {}
+    function client.events() return table.remove(batches, 1) or {} end
+    function client.fd() return -1 end
+    function client.closed() return false end
+    function client.id() return "fake" end
+    function client.close() end
+    local made = core.producer
+    core.producer = function() return client, 1 end
+    local asked = {}
+    local ok, p = pcall(producer_mod.new, { endpoints = "127.0.0.1:1", topics = { "B" },
+      checker = function(view) asked[#asked + 1] = view.id; return "unknown" end })
+    core.producer = made
+    assert(ok, p)
+    assert.equal(1, (p:poll(0)))
+    assert.same({ "MID-EARLY" }, asked)
+  end)
+end)
