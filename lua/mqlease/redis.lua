@@ -91,8 +91,12 @@ local function parse(opts)
       end
       cfg.db = v
     elseif k == "timeout" then
-      -- not (v > 0 and v <= 60): NaN fails too (the core would cast it to an integer)
-      if type(v) ~= "number" or not (v > 0 and v <= 60) then error("mqlease.redis: option 'timeout' must be seconds in (0, 60]", 3) end
+      -- a NaN fails the test too (the core would cast it to an integer)
+      -- (under a millisecond it reached the core as 0, which takes that as
+      -- none given: a second)
+      if type(v) ~= "number" or not (v >= 0.001 and v <= 60) then
+        error("mqlease.redis: option 'timeout' must be seconds from 0.001 to 60", 3)
+      end
       cfg.timeout_ms = floor(v * 1000)
     else
       error(("mqlease.redis: unknown option '%s' (known: %s)"):format(tostring(k), KNOWN), 3)

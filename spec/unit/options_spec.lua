@@ -162,4 +162,9 @@ describe("redis options", function()
     raises("option 'timeout' must be seconds", function() redis.check { address = "127.0.0.1:1", timeout = 0 / 0 } end)
     redis.check { address = "127.0.0.1:1", timeout = 60 }
   end)
+
+  it("refuses a timeout under a millisecond, which the core took as none given (1 s)", function()
+    raises("option 'timeout' must be seconds", function() redis.check { address = "127.0.0.1:1", timeout = 0.0005 } end)
+    redis.check { address = "127.0.0.1:1", timeout = 0.001 }
+  end)
 end)
