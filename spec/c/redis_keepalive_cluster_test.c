@@ -12,15 +12,155 @@
  * asserted: the client closes a connection to "b" only when its wait for a
  * reply ends, so a renewal logged by "a" before that close was sent while
  * "b" was still being waited for. */
+#include <arpa/inet.h>
+#include <hiredis/hiredis.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "mql.h"
 #include "mql_redis.h"
 #include "mql_redis_cluster.h"
 #include "mql_test.h"
-#include "tcp_node_fake.h"
+
+#define NODE_CONNS 16
+
+typedef struct shared_log {
+    pthread_mutex_t mu;
+    char text[4096];   /* "a:CLUSTER a:EVALSHA b:EVALSHA b:closed ..." */
+    const char *slots; /* the CLUSTER SLOTS answer */
+} shared_log;
+
+typedef struct node {
+    char name;         /* 'a' or 'b' */
+    int silent;        /* 1: reads, never writes */
+    int listen_fd, port;
+    shared_log *log;
+    pthread_t acceptor;
+    pthread_t conns[NODE_CONNS];
+    int fds[NODE_CONNS];
+    int nconns;        /* touched only by the acceptor until it is joined */
+} node;
+
+typedef struct conn {
+    node *n;
+    int fd;
+} conn;
+
+static void log_add(shared_log *log, char name, const char *what) {
+    pthread_mutex_lock(&log->mu);
+    snprintf(log->text + strlen(log->text), sizeof(log->text) - strlen(log->text), "%c:%s ", name,
+             what);
+    pthread_mutex_unlock(&log->mu);
+}
+
+/* What a node that answers says to cmd. */
+static const char *answer(const node *n, const redisReply *cmd) {
+    if (strcasecmp(cmd->element[0]->str, "CLUSTER") == 0) return n->log->slots;
+    if (strcasecmp(cmd->element[0]->str, "EVALSHA") == 0) return ":1\r\n";
+    return "+OK\r\n";
+}
+
+static void *serve(void *arg) {
+    conn *c = arg;
+    redisReader *reader = redisReaderCreate();
+    char buf[4096];
+    ssize_t got;
+    while ((got = read(c->fd, buf, sizeof(buf))) > 0) {
+        void *cmd = NULL;
+        redisReaderFeed(reader, buf, (size_t)got);
+        while (redisReaderGetReply(reader, &cmd) == REDIS_OK && cmd) {
+            const redisReply *r = cmd;
+            const char *reply = answer(c->n, r);
+            log_add(c->n->log, c->n->name, r->element[0]->str);
+            if (!c->n->silent && write(c->fd, reply, strlen(reply)) < 0) got = 0;
+            freeReplyObject(cmd);
+            cmd = NULL;
+        }
+    }
+    if (c->n->silent) log_add(c->n->log, c->n->name, "closed");
+    redisReaderFree(reader);
+    free(c);
+    return NULL;
+}
+
+static void *accept_conns(void *arg) {
+    node *n = arg;
+    int fd;
+    while ((fd = accept(n->listen_fd, NULL, NULL)) >= 0) {
+        conn *c = malloc(sizeof(*c));
+        if (n->nconns == NODE_CONNS) {
+            free(c);
+            close(fd);
+            continue;
+        }
+        c->n = n;
+        c->fd = fd;
+        n->fds[n->nconns] = fd;
+        pthread_create(&n->conns[n->nconns++], NULL, serve, c);
+    }
+    return NULL;
+}
+
+static void node_start(node *n, char name, int silent, shared_log *log) {
+    struct sockaddr_in a;
+    socklen_t len = sizeof(a);
+    memset(n, 0, sizeof(*n));
+    n->name = name;
+    n->silent = silent;
+    n->log = log;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    n->listen_fd = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(bind(n->listen_fd, (struct sockaddr *)&a, sizeof(a)) == 0);
+    CHECK(listen(n->listen_fd, 16) == 0);
+    CHECK(getsockname(n->listen_fd, (struct sockaddr *)&a, &len) == 0);
+    n->port = ntohs(a.sin_port);
+    pthread_create(&n->acceptor, NULL, accept_conns, n);
+}
+
+/* After the client is freed, which closed its ends: every thread ends. */
+static void node_stop(node *n) {
+    shutdown(n->listen_fd, SHUT_RDWR);
+    pthread_join(n->acceptor, NULL);
+    close(n->listen_fd);
+    for (int i = 0; i < n->nconns; i++) {
+        pthread_join(n->conns[i], NULL);
+        close(n->fds[i]);
+    }
+}
+
+/* A key whose hash tag falls in [lo, hi]. */
+static void key_in(char *key, size_t len, int lo, int hi) {
+    for (int i = 0;; i++) {
+        snprintf(key, len, "lock:{t%d}", i);
+        int slot = mql_cluster_slot(key, strlen(key));
+        if (slot >= lo && slot <= hi) return;
+    }
+}
+
+/* Where the nth (from 1) `what` is in text, or strlen(text) (after all) when
+ * there are fewer. */
+static size_t nth_at(const char *text, const char *what, int nth) {
+    const char *p = text;
+    while ((p = strstr(p, what)) != NULL)
+        if (--nth == 0) return (size_t)(p - text);
+        else p += strlen(what);
+    return strlen(text);
+}
+
+static int count_of(shared_log *log, const char *what) {
+    int n = 0;
+    pthread_mutex_lock(&log->mu);
+    for (const char *p = log->text; (p = strstr(p, what)) != NULL; p += strlen(what)) n++;
+    pthread_mutex_unlock(&log->mu);
+    return n;
+}
 
 /* Node b serves slots 0-8191 and is listed first, a serves the rest and is
  * the seed. A lock on each, b's first in the due order (registered first,

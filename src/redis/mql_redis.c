@@ -140,7 +140,7 @@ static int rerun_noscript(mql_redis *r, redis_cmd **cmds, int n, redisReply **re
         idx[m++] = i;
     }
     if (!m) return 0;
-    trips = mql_redis_link_run_parallel(r->cmd_link, m, av, again, again_res);
+    trips = mql_redis_link_run_many(r->cmd_link, m, av, again, again_res);
     for (i = 0; i < m; i++) {
         replies[idx[i]] = again[i];
         res[idx[i]] = again_res[i];
@@ -160,7 +160,7 @@ static void exec_batch(mql_redis *r, redis_cmd **cmds, int n) {
     for (i = 0; i < n; i++)
         av[i] = (mql_redis_argv){cmds[i]->argc, (const char **)cmds[i]->argv, cmds[i]->lens,
                                  key_index_of(cmds[i]->argc, cmds[i]->argv, cmds[i]->script != NULL)};
-    trips = mql_redis_link_run_parallel(r->cmd_link, n, av, replies, res);
+    trips = mql_redis_link_run_many(r->cmd_link, n, av, replies, res);
     for (i = 0; i < n; i++)
         if (cmds[i]->script && is_noscript(replies[i])) break;
     if (i < n) trips += rerun_noscript(r, cmds, n, replies, res);   /* rare: once per server */

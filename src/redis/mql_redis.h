@@ -60,8 +60,8 @@ mql_redis_cmd *mql_redis_cmd_eval(mql_redis *r, const char *script, int numkeys,
 void mql_redis_cmd_free(mql_redis_cmd *cmd);   /* one never submitted */
 /* Queues n commands together and takes them over; returns the op id of the
  * first, the others following it (first + i). Commands queued together reach
- * the server in one round trip (up to 128 of them; under Cluster each node's
- * share as one pipeline, every node's at once), each with its own event. */
+ * the server in one round trip (up to 128 of them; one server or Sentinel,
+ * not Cluster), each with its own event, in order. */
 uint64_t mql_redis_submit(mql_redis *r, mql_redis_cmd **cmds, int n);
 /* Round trips and commands of the command link so far. */
 void mql_redis_stats(mql_redis *r, uint64_t *round_trips, uint64_t *commands);

@@ -518,9 +518,10 @@ int mql_redis_link_run_many(mql_redis_link *l, int n, const mql_redis_argv *cmds
     return trips + rerun_readonly(l, n, cmds, replies, res);
 }
 
-int mql_redis_link_run_parallel(mql_redis_link *l, int n, const mql_redis_argv *cmds,
-                                redisReply **replies, mql_result *res) {
-    if (l->mode != MODE_CLUSTER) return mql_redis_link_run_many(l, n, cmds, replies, res);
-    mql_cluster_run_many(l->cluster, cluster_connect, l, l->timeout_ms, n, cmds, replies, res);
-    return n > 0;   /* every node's share in flight at once: one round trip */
+void mql_redis_link_run_parallel(mql_redis_link *l, int n, const mql_redis_argv *cmds,
+                                 redisReply **replies, mql_result *res) {
+    if (l->mode == MODE_CLUSTER)
+        mql_cluster_run_many(l->cluster, cluster_connect, l, l->timeout_ms, n, cmds, replies, res);
+    else
+        mql_redis_link_run_many(l, n, cmds, replies, res);
 }

@@ -52,11 +52,9 @@ int mql_redis_link_run_many(mql_redis_link *l, int n, const mql_redis_argv *cmds
 /* Runs n commands as mql_redis_link_run_many does, but under Cluster every
  * node's share goes out at once, one pipeline a node, and the replies of all
  * nodes are read together with one deadline (mql_cluster_run_many): a node
- * that does not answer delays no command to another, and its commands cost
- * the lot one timeout, not one each. The command thread's and the lock
- * keepalive's. Returns the round trips it took (Cluster: 1). */
-int mql_redis_link_run_parallel(mql_redis_link *l, int n, const mql_redis_argv *cmds,
-                                redisReply **replies, mql_result *res);
+ * that does not answer delays no command to another. The lock keepalive's. */
+void mql_redis_link_run_parallel(mql_redis_link *l, int n, const mql_redis_argv *cmds,
+                                 redisReply **replies, mql_result *res);
 
 /* 1 if ctx can take a command whose reply will be its own: nothing is left to
  * read, neither in hiredis' buffer nor on the socket. Else the connection is
