@@ -170,7 +170,77 @@ static void a_refused_request_reports_the_proxys_code(void) {
     fixture_teardown(&c);
 }
 
+/* An entry that names a receipt handle other than this lease's answers
+ * another delivery (AckMessageActivity echoes the request's handle into its
+ * entry): its message id alone must not make it this lease's. Two leases of
+ * one message, a reply whose both entries name the first's handle (the
+ * second a duplicate, OK): the second lease was reported acked by id though
+ * nothing answered its handle, and a lone lease took an entry of a handle it
+ * never sent. */
+static void an_entry_of_another_handle_never_acks_by_id(void) {
+    Apache__Rocketmq__V2__AckMessageResponse resp = APACHE__ROCKETMQ__V2__ACK_MESSAGE_RESPONSE__INIT;
+    Apache__Rocketmq__V2__AckMessageResultEntry e0 = APACHE__ROCKETMQ__V2__ACK_MESSAGE_RESULT_ENTRY__INIT,
+                                                e1 = e0;
+    Apache__Rocketmq__V2__AckMessageResultEntry *es[2] = {&e0, &e1};
+    Apache__Rocketmq__V2__Status top, ok, bad;
+    mql_client c;
+    uint64_t ids[2], op;
+    mql_event *ev;
+    fixture_client_init(&c);
+    ids[0] = lease(&c, "M1", "h1")->id;
+    ids[1] = lease(&c, "M1", "h2")->id;
+    op = mql_client_ack(&c, ids, 2);
+    set_status(&top, APACHE__ROCKETMQ__V2__CODE__MULTIPLE_RESULTS);
+    set_status(&ok, APACHE__ROCKETMQ__V2__CODE__OK);
+    set_status(&bad, APACHE__ROCKETMQ__V2__CODE__INVALID_RECEIPT_HANDLE);
+    e0.message_id = e1.message_id = "M1";
+    e0.receipt_handle = e1.receipt_handle = "h1";
+    e0.status = &bad;
+    e1.status = &ok;
+    resp.status = &top;
+    resp.n_entries = 2;
+    resp.entries = es;
+    fixture_finish_call(&c, GRPC_STATUS_OK, &resp.base);
+    ev = op_event(&c, op);
+    CHECK(ev && ev->nentries == 2);
+    if (ev && ev->nentries == 2) {
+        CHECK(!ev->entries[0].ok);   /* h1: its own entry, the first */
+        CHECK(!ev->entries[1].ok);   /* h2: nothing named it */
+    }
+    CHECK(c.metrics.acks_ok == 0 && c.metrics.acks_fail == 2);
+    mql_event_free(ev);
+    fixture_teardown(&c);
+
+    /* one lease, one entry: its id, a handle this ack never sent */
+    fixture_client_init(&c);
+    ids[0] = lease(&c, "MA", "hA")->id;
+    op = mql_client_ack(&c, ids, 1);
+    set_status(&top, APACHE__ROCKETMQ__V2__CODE__OK);
+    e0.message_id = "MA";
+    e0.receipt_handle = "hX";
+    e0.status = &ok;
+    resp.n_entries = 1;
+    fixture_finish_call(&c, GRPC_STATUS_OK, &resp.base);
+    ev = op_event(&c, op);
+    CHECK(ev && ev->nentries == 1 && !ev->entries[0].ok);
+    CHECK(c.metrics.acks_ok == 0);
+    mql_event_free(ev);
+    fixture_teardown(&c);
+
+    /* an entry that names the id alone still answers by it */
+    fixture_client_init(&c);
+    ids[0] = lease(&c, "MA", "hA")->id;
+    op = mql_client_ack(&c, ids, 1);
+    e0.receipt_handle = NULL;
+    fixture_finish_call(&c, GRPC_STATUS_OK, &resp.base);
+    ev = op_event(&c, op);
+    CHECK(ev && ev->nentries == 1 && ev->entries[0].ok);
+    mql_event_free(ev);
+    fixture_teardown(&c);
+}
+
 int main(void) {
+    RUN(an_entry_of_another_handle_never_acks_by_id);
     RUN(an_entry_naming_another_lease_never_acks_this_one);
     RUN(an_anonymous_entry_answers_by_position);
     RUN(a_refused_request_reports_the_proxys_code);

@@ -17,12 +17,21 @@ static int names_nothing(const mql_ack_entry *e) {
     return !(e->receipt_handle && *e->receipt_handle) && !(e->message_id && *e->message_id);
 }
 
+/* Whether e names a receipt handle: then that handle alone says whose entry
+ * it is. */
+static int names_handle(const mql_ack_entry *e) {
+    return e->receipt_handle && *e->receipt_handle;
+}
+
 /* The unused entry that names the lease's receipt handle (two leases of one
- * message id differ by handle), else the unused one with its message id,
- * else the unused one at its position if that names nothing. Each entry
- * answers once. Each way is tried for every lease before the next way for
- * any: lease by lease, one whose own entry was missing took the entry of a
- * later lease of the ack by its id or position. */
+ * message id differ by handle), else the unused one with its message id and
+ * no handle, else the unused one at its position if that names nothing.
+ * Each entry answers once. Each way is tried for every lease before the next
+ * way for any: lease by lease, one whose own entry was missing took the
+ * entry of a later lease of the ack by its id or position. An entry with
+ * another handle answers another delivery, never this one by its id: a
+ * duplicate of a sibling lease's entry, or one for a handle never sent,
+ * reported this lease acked when nothing answered its handle. */
 void mql_ack_match(const mql_lease_table *leases, const uint64_t *ids, const int *settled, size_t n,
                    const Apache__Rocketmq__V2__AckMessageResponse *resp, const mql_ack_entry **match) {
     unsigned char *used = mql_xcalloc(resp->n_entries, 1);
@@ -34,7 +43,8 @@ void mql_ack_match(const mql_lease_table *leases, const uint64_t *ids, const int
             if (settled[i] || match[i] || !(l = mql_lease_find(leases, ids[i]))) continue;
             for (j = 0; j < resp->n_entries && !match[i]; j++) {
                 const char *have = by_id ? resp->entries[j]->message_id : resp->entries[j]->receipt_handle;
-                if (!used[j] && have && *have && strcmp(have, by_id ? l->message_id : l->handle) == 0) {
+                if (used[j] || !have || !*have || (by_id && names_handle(resp->entries[j]))) continue;
+                if (strcmp(have, by_id ? l->message_id : l->handle) == 0) {
                     used[j] = 1;
                     match[i] = resp->entries[j];
                 }
