@@ -239,7 +239,58 @@ static void an_entry_of_another_handle_never_acks_by_id(void) {
     fixture_teardown(&c);
 }
 
+/* Two entries name the lease's handle, one OK and one failed: a reply no
+ * honest proxy sends (one entry per request entry). The lease took whichever
+ * came first, so the entries' order decided whether it was reported acked.
+ * A failure among them stands: reported failed, the lease expires and the
+ * message runs again, as any failed ack's; reported acked wrongly, it is
+ * never run again if the ack did not land. */
+static void a_failed_duplicate_entry_is_never_read_as_an_ack(void) {
+    Apache__Rocketmq__V2__AckMessageResponse resp = APACHE__ROCKETMQ__V2__ACK_MESSAGE_RESPONSE__INIT;
+    Apache__Rocketmq__V2__AckMessageResultEntry e0 = APACHE__ROCKETMQ__V2__ACK_MESSAGE_RESULT_ENTRY__INIT,
+                                                e1 = e0;
+    Apache__Rocketmq__V2__AckMessageResultEntry *es[2] = {&e0, &e1};
+    Apache__Rocketmq__V2__Status top, ok, bad;
+    mql_client c;
+    uint64_t ids[2], op;
+    mql_event *ev;
+    fixture_client_init(&c);
+    ids[0] = lease(&c, "MA", "hA")->id;
+    op = mql_client_ack(&c, ids, 1);
+    set_status(&top, APACHE__ROCKETMQ__V2__CODE__MULTIPLE_RESULTS);
+    set_status(&ok, APACHE__ROCKETMQ__V2__CODE__OK);
+    set_status(&bad, APACHE__ROCKETMQ__V2__CODE__INTERNAL_SERVER_ERROR);
+    e0.message_id = e1.message_id = "MA";
+    e0.receipt_handle = e1.receipt_handle = "hA";
+    e0.status = &ok;
+    e1.status = &bad;
+    resp.status = &top;
+    resp.n_entries = 2;
+    resp.entries = es;
+    fixture_finish_call(&c, GRPC_STATUS_OK, &resp.base);
+    ev = op_event(&c, op);
+    CHECK(ev && ev->nentries == 1 && !ev->entries[0].ok);
+    CHECK(c.metrics.acks_ok == 0 && c.metrics.acks_fail == 1);
+    mql_event_free(ev);
+    fixture_teardown(&c);
+
+    /* two leases of one handle (a delivery the stream sent twice), an
+     * entry each, both OK: each its own */
+    fixture_client_init(&c);
+    ids[0] = lease(&c, "MA", "hA")->id;
+    ids[1] = lease(&c, "MA", "hA")->id;
+    op = mql_client_ack(&c, ids, 2);
+    e1.status = &ok;
+    fixture_finish_call(&c, GRPC_STATUS_OK, &resp.base);
+    ev = op_event(&c, op);
+    CHECK(ev && ev->nentries == 2);
+    if (ev && ev->nentries == 2) CHECK(ev->entries[0].ok && ev->entries[1].ok);
+    mql_event_free(ev);
+    fixture_teardown(&c);
+}
+
 int main(void) {
+    RUN(a_failed_duplicate_entry_is_never_read_as_an_ack);
     RUN(an_entry_of_another_handle_never_acks_by_id);
     RUN(an_entry_naming_another_lease_never_acks_this_one);
     RUN(an_anonymous_entry_answers_by_position);

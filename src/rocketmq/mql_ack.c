@@ -23,6 +23,34 @@ static int names_handle(const mql_ack_entry *e) {
     return e->receipt_handle && *e->receipt_handle;
 }
 
+static int entry_ok(const mql_ack_entry *e) {
+    return e->status && e->status->code == APACHE__ROCKETMQ__V2__CODE__OK;
+}
+
+/* An entry left over that names the handle of a lease matched OK, and fails:
+ * two answers for one handle, which no honest proxy sends (one entry per
+ * request entry). The failure stands for that lease: read as failed, its
+ * lease expires and the message runs again, as any failed ack's; read as
+ * acked wrongly, a message whose ack did not land is never run again. */
+static void fail_on_contradiction(const mql_lease_table *leases, const uint64_t *ids, size_t n,
+                                  const Apache__Rocketmq__V2__AckMessageResponse *resp,
+                                  unsigned char *used, const mql_ack_entry **match) {
+    size_t i, j;
+    for (j = 0; j < resp->n_entries; j++) {
+        const mql_ack_entry *e = resp->entries[j];
+        if (used[j] || !names_handle(e) || entry_ok(e)) continue;
+        for (i = 0; i < n; i++) {
+            const mql_lease *l;
+            if (!match[i] || !entry_ok(match[i]) || !(l = mql_lease_find(leases, ids[i]))) continue;
+            if (strcmp(e->receipt_handle, l->handle) == 0) {
+                used[j] = 1;
+                match[i] = e;
+                break;
+            }
+        }
+    }
+}
+
 /* The unused entry that names the lease's receipt handle (two leases of one
  * message id differ by handle), else the unused one with its message id and
  * no handle, else the unused one at its position if that names nothing.
@@ -60,5 +88,6 @@ void mql_ack_match(const mql_lease_table *leases, const uint64_t *ids, const int
         }
         position++;
     }
+    fail_on_contradiction(leases, ids, n, resp, used, match);
     free(used);
 }
