@@ -230,7 +230,38 @@ static void a_dead_letter_whose_reply_comes_after_the_lease_was_lost_fails(void)
     CHECK(strcmp(code, "LEASE_LOST") == 0);
 }
 
+/* A nack is a ChangeInvisibleDuration, as a renewal is: one that got no
+ * reply (a timeout, a cancel) may have been applied, and the broker then
+ * hands the message on after the delay under a handle we never saw, while
+ * this lease waits for its deadline. A renewal and the budget's own nack mark
+ * the lease uncertain then; the host's nack left it certain. A nack the
+ * broker refused was not applied: certain. */
+static void a_nack_with_no_reply_marks_the_lease_uncertain(void) {
+    grpc_status_code none[2] = {GRPC_STATUS_DEADLINE_EXCEEDED, GRPC_STATUS_CANCELLED};
+    size_t k;
+    for (k = 0; k < 2; k++) {
+        mql_client c;
+        mql_lease *l = setup(&c, 20000);
+        uint64_t op = mql_client_nack(&c, l->id, 0);
+        fixture_finish_call(&c, none[k], NULL);
+        CHECK(fixture_op_result(&c, op, NULL, 0) == 0);
+        CHECK(c.metrics.nacks_fail == 1);
+        CHECK(l->uncertain == 1);
+        check_left_to_expire(&c, l, l->deadline_ms);
+        fixture_teardown(&c);
+    }
+    {
+        mql_client c;
+        mql_lease *l = setup(&c, 20000);
+        mql_client_nack(&c, l->id, 0);
+        finish_change(&c, APACHE__ROCKETMQ__V2__CODE__INTERNAL_SERVER_ERROR, NULL);
+        CHECK(l->uncertain == 0);
+        fixture_teardown(&c);
+    }
+}
+
 int main(void) {
+    RUN(a_nack_with_no_reply_marks_the_lease_uncertain);
     RUN(a_nack_the_broker_refuses_lets_the_lease_expire);
     RUN(a_dead_letter_that_fails_lets_the_lease_expire);
     RUN(an_ack_that_fails_lets_the_lease_expire);

@@ -12,6 +12,8 @@
 #include "mql_change.h"
 #include "mql_lite.h"
 
+#include <string.h>
+
 int mql_change_start(mql_client *c, mql_lease *l, int64_t duration_ms,
                      const mql_call_ops *ops, uint64_t op, void *ctx) {
     Apache__Rocketmq__V2__ChangeInvisibleDurationRequest req =
@@ -50,4 +52,10 @@ int mql_change_start(mql_client *c, mql_lease *l, int64_t duration_ms,
 int64_t mql_change_new_channel_needs_ms(const mql_client *c) {
     int64_t need = MQL_PACE_P99_FACTOR * c->consumer.pace.p99_ms + MQL_RECONNECT_NEEDS_MS;
     return need < c->request_timeout_ms ? need : c->request_timeout_ms;
+}
+
+/* A renewal, the budget's nack and the host's nack alike: the lease is then
+ * uncertain (the message may come back once more). */
+int mql_change_unanswered(const char *code) {
+    return strcmp(code, "TIMEOUT") == 0 || strcmp(code, "CANCELLED") == 0;
 }

@@ -20,5 +20,8 @@ int mql_change_start(mql_client *c, mql_lease *l, int64_t duration_ms,
  * timeout. A retried renewal after UNAVAILABLE and a release held for the
  * reconnect (mql_release.c) go out no later than that. */
 int64_t mql_change_new_channel_needs_ms(const mql_client *c);
+/* Whether a change that failed with code got no reply (TIMEOUT, CANCELLED):
+ * it may have been applied, minting a handle we never saw. */
+int mql_change_unanswered(const char *code);
 
 #endif /* MQL_CHANGE_H */

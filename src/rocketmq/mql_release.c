@@ -149,19 +149,18 @@ static void release_settle_lease(mql_client *c, mql_release *rel, size_t i, mql_
         c->metrics.lost_rejected++;
         mql_release_end(c, l, MQL_LEASE_LOST);
     } else {
-        /* The release failed (the core makes its call once; a timeout may
-         * even have been applied). The lease is not renewed again: the host got
-         * `nil, err, code` and has moved on (mqlease.run settles the message
-         * whatever the outcome), so renewing would hide the message until
-         * max_lease, an hour by default. It comes back at the deadline it
-         * already has instead: a nack's "give it back" a little later, a dead
-         * letter's message for another delivery (the broker's own retry count
-         * still ends it in the DLQ), an ack's at-least-once run again (the
-         * ack may have reached the broker; the exactly-once policy's done
-         * marker then turns it into a plain ack). Until the deadline the
-         * host may still try the release again. A release the core started
-         * itself (silent) ends the same way. Counted by settle(): acks,
-         * nacks or dead_letter_fail, and errors{op,code}. */
+        /* The release failed (the core makes its call once; a timeout may even have been
+         * applied: a nack's, a change, marks the lease uncertain as a renewal's does). The
+         * lease is not renewed again: the host got `nil, err, code` and has moved on
+         * (mqlease.run settles the message whatever the outcome), so renewing would hide the
+         * message until max_lease, an hour by default. It comes back at the deadline it
+         * already has instead: a nack's "give it back" a little later, a dead letter's message
+         * for another delivery (the broker's own retry count still ends it in the DLQ), an
+         * ack's at-least-once run again (the ack may have reached the broker; the exactly-once
+         * policy's done marker then turns it into a plain ack). Until the deadline the host
+         * may still try the release again. A release the core started itself (silent) ends the
+         * same way. Counted by settle(): acks, nacks or dead_letter_fail, and errors{op,code}. */
+        l->uncertain |= !rel->is_ack && !rel->dead_letter && mql_change_unanswered(r->code);
         l->pending = MQL_PENDING_NONE;
         l->let_go = 1;
         l->state = MQL_LEASE_EXPIRING;

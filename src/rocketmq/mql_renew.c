@@ -95,11 +95,6 @@ static void budget_nack_failed(mql_client *c, mql_lease *l) {
     else mql_lease_arm(&cs->leases, l, now);
 }
 
-/* A ChangeInvisibleDuration that got no reply: it may have been applied. */
-static int unanswered(const char *code) {
-    return strcmp(code, "TIMEOUT") == 0 || strcmp(code, "CANCELLED") == 0;
-}
-
 /* Counted as any nack (nacks_total, errors{op="nack"}). A nack with no reply
  * is a ChangeInvisibleDuration that may have been applied, as a renewal with
  * none may: the broker then hands the message on after release_delay, under
@@ -118,7 +113,7 @@ static void on_budget_nack_done(mql_client *c, mql_call *call) {
     if (l && r.ok) {
         mql_release_end(c, l, MQL_LEASE_NACKED);
     } else if (l) {
-        if (unanswered(r.code)) l->uncertain = 1;
+        if (mql_change_unanswered(r.code)) l->uncertain = 1;
         budget_nack_failed(c, l);
     }
     mql_call_reply_free(resp);
@@ -295,7 +290,7 @@ static void on_renew_done(mql_client *c, mql_call *call) {
     } else {
         /* A reply that never came may still have minted a handle we never saw;
          * the message may come back once more. Count it apart. */
-        int uncertain = no_handle || unanswered(r.code);
+        int uncertain = no_handle || mql_change_unanswered(r.code);
         int64_t backoff = RENEW_BACKOFF_MIN_MS << (l->attempts < 5 ? l->attempts : 5);
         if (says_latency(r.code)) mql_pace_observe(&cs->pace, now - mql_lease_renew_sent_ms(l));
         /* The change may have been applied: then the broker minted a handle we
