@@ -278,7 +278,13 @@ function methods:id()
 end
 
 function methods:metrics()
-  if rawget(self, "_closed") then return {} end
+  if rawget(self, "_closed") then
+    -- the counters as the close left them (a copy: the caller may change it),
+    -- as a consumer's: counters that fell back to 0 would read as a reset
+    local m = {}
+    for k, v in pairs(rawget(self, "_last_metrics") or {}) do m[k] = v end
+    return transaction.metrics(self, m)
+  end
   return transaction.metrics(self, self._router.client:metrics())
 end
 
@@ -289,6 +295,7 @@ function methods:close()
   self._closed = true
   local router = self._router
   router:result(router.client:terminate())
+  self._last_metrics = router.client:metrics()
   router:close()
   for op, slot in pairs(self._flight) do
     slot.ev = closed_result()
