@@ -514,9 +514,12 @@ function _M.text(c, labels)
     -- constant label of one of those names is left out there, never doubled
     local parts, official = {}, {}
     for k, v in pairs(labels) do
-      if type(k) ~= "string" or not k:match("^[%a_][%w_]*$") or OWN_LABELS[k] then
+      -- names beginning with "__" are Prometheus' own (__name__ is the metric
+      -- name: a series would carry it twice), as the official client
+      -- libraries refuse them (https://prometheus.io/docs/concepts/data_model/)
+      if type(k) ~= "string" or not k:match("^[%a_][%w_]*$") or k:sub(1, 2) == "__" or OWN_LABELS[k] then
         error(("mqlease.metrics.text: %s is no constant label name (letters, digits and '_', not a "
-          .. "digit first, none of result, reason, decision, resolution, answer, state, op, code, le)")
+          .. "digit first, not '__' first, none of result, reason, decision, resolution, answer, state, op, code, le)")
           :format(type(k) == "string" and ("%q"):format(k) or tostring(k)), 2)
       end
       local part = format('%s="%s"', k, escape(v))
