@@ -528,7 +528,8 @@ function _M.text(c, labels)
     end
     table.sort(parts)
     table.sort(official)
-    base = concat(parts, ",")
+    -- an empty table is no label: "" would be written as "{,result=...}"
+    if #parts > 0 then base = concat(parts, ",") end
     if #official > 0 then official_base = concat(official, ",") end
   end
   local out = exposition()
