@@ -64,13 +64,22 @@ static void answer(mql_client *c, size_t n, char *id) {
     fixture_finish_call(c, GRPC_STATUS_OK, &resp.base);
 }
 
+/* The id the send in flight minted (its call keeps it to check the reply's). */
+static char *sent_id(mql_client *c) {
+    static char id[64];
+    snprintf(id, sizeof(id), "%s", c->calls && c->calls->ctx ? (const char *)c->calls->ctx : "");
+    return id;
+}
+
 static void an_ok_with_its_message_id_is_stored(void) {
     mql_client c;
-    char id[64], code[32];
+    char id[64], code[32], *mine;
     uint64_t op = producer_sends(&c);
-    answer(&c, 1, "01ABC");
+    mine = sent_id(&c);
+    CHECK(strlen(mine) == 34);
+    answer(&c, 1, mine);
     CHECK(send_result(&c, op, id, sizeof(id), code, sizeof(code)) == 1);
-    CHECK(strcmp(id, "01ABC") == 0);
+    CHECK(strcmp(id, mine) == 0);
     CHECK(c.metrics.sent_ok == 1 && c.metrics.sent_fail == 0);
     fixture_teardown(&c);
 }
@@ -86,11 +95,28 @@ static void an_ok_without_a_message_id_is_a_protocol_error(void) {
     fixture_teardown(&c);
 }
 
+/* An OK naming another message: the proxy answers the UNIQ_KEY the send set
+ * from system_properties.message_id (LocalMessageService and the broker's
+ * SendResult alike, MessageClientIDSetter.getUniqID), so another id is no
+ * answer about this message. It was reported stored under that id, which a
+ * transaction then committed (EndTransaction for someone else's message). */
+static void an_ok_naming_another_message_is_a_protocol_error(void) {
+    mql_client c;
+    char id[64], code[32], msg[256], other[] = "01000000000000000000000000000000FF";
+    uint64_t op = producer_sends(&c);
+    answer(&c, 1, other);
+    CHECK(send_result_msg(&c, op, id, sizeof(id), code, sizeof(code), msg, sizeof(msg)) == 0);
+    CHECK(strcmp(code, "PROTOCOL") == 0);
+    CHECK(strstr(msg, other) != NULL);
+    CHECK(c.metrics.sent_ok == 0 && c.metrics.sent_fail == 1);
+    fixture_teardown(&c);
+}
+
 static void two_entries_for_one_message_are_a_protocol_error(void) {
     mql_client c;
     char id[64], code[32];
     uint64_t op = producer_sends(&c);
-    answer(&c, 2, "01ABC");
+    answer(&c, 2, sent_id(&c));
     CHECK(send_result(&c, op, id, sizeof(id), code, sizeof(code)) == 0);
     CHECK(strcmp(code, "PROTOCOL") == 0);
     fixture_teardown(&c);
@@ -128,6 +154,7 @@ static void a_reply_past_the_unpack_budget_is_a_protocol_error(void) {
 int main(void) {
     RUN(an_ok_with_its_message_id_is_stored);
     RUN(an_ok_without_a_message_id_is_a_protocol_error);
+    RUN(an_ok_naming_another_message_is_a_protocol_error);
     RUN(two_entries_for_one_message_are_a_protocol_error);
     RUN(a_reply_past_the_unpack_budget_is_a_protocol_error);
     return TEST_REPORT("send_reply_test");

@@ -54,7 +54,7 @@ uint64_t mql_producer_send(mql_client *c, const char *topic_name, const uint8_t 
     Google__Protobuf__Timestamp deliver = GOOGLE__PROTOBUF__TIMESTAMP__INIT;
     Google__Protobuf__Duration recovery = GOOGLE__PROTOBUF__DURATION__INIT;
     mql_pb_resource topic;
-    char id[35];
+    char id[35], *sent_id;
     int64_t now = mql_wall_ms();
     mql_call *call;
     uint64_t op;
@@ -119,9 +119,13 @@ uint64_t mql_producer_send(mql_client *c, const char *topic_name, const uint8_t 
     msg.body.len = len;
     req.n_messages = 1;
     req.messages = msgs;
-    call = mql_base_call(c, c->broker, MQL_M_SEND, c->request_timeout_ms, &send_ops, op, NULL);
-    if (mql_base_unary(c, call, &req.base) < 0)
+    /* the call keeps the id it sent: the reply must name it (one_entry) */
+    sent_id = mql_strdup(id);
+    call = mql_base_call(c, c->broker, MQL_M_SEND, c->request_timeout_ms, &send_ops, op, sent_id);
+    if (mql_base_unary(c, call, &req.base) < 0) {
+        free(sent_id);   /* the refused call is freed without on_send_done */
         op = mql_base_post_refusal(c, "INTERNAL", "send: grpc refused to start the call");
+    }
     free(pstore);
     free(pptrs);
     return op;
@@ -131,9 +135,14 @@ uint64_t mql_producer_send(mql_client *c, const char *topic_name, const uint8_t 
  * one message, which the proxy answers with one SendResultEntry naming the
  * message's id (org.apache.rocketmq.proxy.grpc.v2.producer.SendMessageActivity):
  * another count, or an OK without an id, is no answer to hand on as "stored
- * under this id" (an empty id was, printed by `mqlease send`). */
+ * under this id" (an empty id was, printed by `mqlease send`). The id is the
+ * one sent (sent_id): the proxy answers the message's UNIQ_KEY, which it set
+ * from system_properties.message_id (MessageClientIDSetter.getUniqID, in
+ * LocalMessageService and in the remote client's SendResult alike); an OK
+ * naming another message says nothing of this one, and was handed on as its
+ * id (a transaction committed that other message). */
 static const Apache__Rocketmq__V2__SendResultEntry *
-one_entry(const Apache__Rocketmq__V2__SendMessageResponse *resp, mql_result *r) {
+one_entry(const Apache__Rocketmq__V2__SendMessageResponse *resp, const char *sent_id, mql_result *r) {
     const Apache__Rocketmq__V2__SendResultEntry *e;
     if (resp->n_entries != 1) {
         mql_result_fail(r, "PROTOCOL", "SendMessage: the server sent %zu entries for one message",
@@ -147,6 +156,11 @@ one_entry(const Apache__Rocketmq__V2__SendMessageResponse *resp, mql_result *r) 
                                        "(the message may be stored)");
         return NULL;
     }
+    if (r->ok && sent_id && strcmp(e->message_id, sent_id) != 0) {
+        mql_result_fail(r, "PROTOCOL", "SendMessage: the server answered OK for message %.64s, not for %s "
+                                       "(the message may be stored)", e->message_id, sent_id);
+        return NULL;
+    }
     return e;
 }
 
@@ -155,7 +169,9 @@ static void on_send_done(mql_client *c, mql_call *call) {
     Apache__Rocketmq__V2__SendMessageResponse *resp =
         mql_call_reply(call, &apache__rocketmq__v2__send_message_response__descriptor, &ev->result);
     const Apache__Rocketmq__V2__SendResultEntry *e =
-        ev->result.ok ? one_entry(resp, &ev->result) : NULL;
+        ev->result.ok ? one_entry(resp, call->ctx, &ev->result) : NULL;
+    free(call->ctx);
+    call->ctx = NULL;
     if (e) {
         ev->message_id = mql_strdup(e->message_id ? e->message_id : "");
         ev->offset = e->offset;
