@@ -29,6 +29,9 @@ local mt = { __name = "mqlease.producer", __index = methods }
 
 local NO_OPTIONS = {}
 local CLOSED_MSG = "the producer was closed before the proxy answered (the message may or may not be stored)"
+-- a send_many message the producer's close found still waiting for a slot: never
+-- handed to the core, so surely not stored (a caller may send it again as it is)
+local UNSENT_MSG = "the producer was closed before the message was sent (it was not sent)"
 
 -- Takes the result event of a send in flight; false for any other op.
 local function take_result(self, ev)
@@ -246,8 +249,9 @@ function methods:send_many(topic, list)
     local flying = self._flying
     router:pump()
     if rawget(self, "_closed") then
-      -- the ones never started fail as the open ones do (close() failed those)
-      for i = started + 1, n do slots[i] = { ev = closed_result() } end
+      -- the ones never started fail CLOSED as the open ones do (close() failed
+      -- those), saying they were not sent: the open ones may be stored
+      for i = started + 1, n do slots[i] = { ev = { ok = false, err = UNSENT_MSG, code = "CLOSED" } } end
       started = n
       if router.client:closed() then fail_open(slots, n) end
     end

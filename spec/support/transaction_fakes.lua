@@ -158,6 +158,7 @@ function _M.real_producer(producer_mod, checker)
   function client.fd() return -1 end
   function client.closed() return closed end
   function client.id() return "fake" end
+  function client.metrics() return { sent_ok = 0, sent_fail = 0 } end
   local router = { client = client }
   function router:pump()
     local q = events
