@@ -184,6 +184,19 @@ local function endpoint_list(endpoints)
 end
 
 -- What v must be when it is not a valid value of spec, else nil.
+-- Whether t's keys are exactly 1 .. #t: no hole and no named field. The
+-- border alone cannot tell: {a, nil, c} has # 3 under Lua 5.4 and 1 under
+-- LuaJIT, and ipairs stops at the hole under both. What the core reads as
+-- an array (#t entries) and what Lua code walks (pairs, ipairs) then agree.
+function _M.is_array(t)
+  local n, count = #t, 0
+  for _ in pairs(t) do
+    count = count + 1
+    if count > n then return false end
+  end
+  return count == n
+end
+
 local function expected(spec, v)
   local kind = spec.kind
   if kind == "string" then
@@ -234,10 +247,8 @@ local function expected(spec, v)
     -- producer's begin read every value (a topic past a hole was allowed,
     -- and never announced to the proxy, which sends its checks to those
     -- that announced it; a hole before #v reached the core as nil)
-    local n = 0
-    for _ in pairs(v) do n = n + 1 end
-    if n ~= #v then return "an array of strings" end
-    for i = 1, n do
+    if not _M.is_array(v) then return "an array of strings" end
+    for i = 1, #v do
       local s = v[i]
       if type(s) ~= "string" or s == "" then return "an array of strings" end
       if s:find("\0", 1, true) then return "an array of strings without a NUL byte" end

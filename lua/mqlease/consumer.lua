@@ -189,12 +189,7 @@ function consumer_methods:ack(msgs)
   -- Its entries counted, not only its border: {m1, nil, m3} acked m1 alone and
   -- answered true (ipairs stops at the hole; LuaJIT's # is 1 there, Lua 5.4's
   -- 3), and m3, reported acked, came back to be handled again.
-  local n, count = #msgs, 0
-  for _ in pairs(msgs) do
-    count = count + 1
-    if count > n then break end
-  end
-  if count ~= n then
+  if not config.is_array(msgs) then
     error("bad argument #1 to 'ack' (an array of messages without holes or named fields expected)", 2)
   end
   -- ids: each lease once, as the core takes them; slot[i]: msgs[i]'s place in ids.

@@ -16,6 +16,7 @@
 -- nil, message, "UNAVAILABLE" (or "TIMEOUT"); bad arguments raise.
 
 local core = require "mqlease.core"
+local config = require "mqlease.config"
 local session_mod = require "mqlease.router"
 local sched_adapter = require "mqlease.loop.scheduler"
 
@@ -263,14 +264,10 @@ local function array_length(list, argn, what)
     error(("bad argument #%d to 'eval' (%s: an array of strings or numbers expected, got %s)")
       :format(argn, what, type(list)), 3)
   end
-  local n, count = #list, 0
-  for _ in pairs(list) do
-    count = count + 1
-    if count > n then break end
-  end
-  if count ~= n then
+  if not config.is_array(list) then
     error(("bad argument #%d to 'eval' (%s: an array without holes or named fields expected)"):format(argn, what), 3)
   end
+  local n = #list
   for i = 1, n do
     if not arg_text(list[i]) then
       error(("bad argument #%d to 'eval' (%s[%d]: string or number expected, got %s)")
